@@ -1,0 +1,35 @@
+# Two commands on a fresh machine (see README):
+#   make demo   installs ftui into .venv and trains the built-in demo
+#   make test   installs ftui with its test extras into .venv and runs the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch==2.13.0 is pinned only here, for this project's CPU machines and CI (a local CPU
+# wheel); the package itself accepts any recent torch, CUDA builds included.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test install install-test lint app
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e .
+
+install-test: $(BIN)/python
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[test]'
+
+demo: install
+	$(BIN)/ftui train --preset demo
+
+app: install
+	$(BIN)/ftui
+
+lint: install-test
+	$(BIN)/lint-imports
+
+test: install-test lint
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,148 @@
+"""The ``ftui`` command line. No torch is imported here: training runs in child processes.
+
+    ftui train CONFIG.yaml | --preset demo   start a run (and follow it, or --detach)
+    ftui runs                                list the runs under the runs root
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config, parse_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"ftui: --set expects key=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ftui", description="Fine-tune language models from a terminal dashboard.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("train", help="start a run from a YAML config (LLaMA-Factory's keys) or the demo preset")
+    t.add_argument("config", nargs="?", help="a RunConfig YAML file")
+    t.add_argument("--preset", choices=["demo"], help="the built-in demo: a tiny model learns a Q&A set on the CPU")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    t.add_argument("--detach", action="store_true", help="start the run and return at once")
+    t.add_argument("--node-rank", type=int, help="this node's rank in a multi-node job")
+    t.add_argument("--runs-root", help="where run directories go (default: the config's output_dir)")
+
+    r = sub.add_parser("runs", help="list the runs under the runs root")
+    r.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        return cmd_train(args)
+    if args.command == "runs":
+        return cmd_runs(args)
+    build_parser().print_help()
+    return EXIT_OK
+
+
+def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
+    overrides = _parse_set(args.overrides)
+    if args.node_rank is not None:
+        overrides["node_rank"] = args.node_rank
+    if args.runs_root:
+        overrides["output_dir"] = args.runs_root
+    try:
+        if args.preset == "demo":
+            cfg = demo_config(**overrides)
+            warnings: list[str] = []
+        elif args.config:
+            cfg, warnings = load_config(args.config, overrides)
+        else:
+            err.print("ftui train: give a CONFIG.yaml or --preset demo")
+            return None
+    except ConfigError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return None
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}")
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ftui.follow import follow_run
+    from ftui.runner.launch import other_node_commands, prepare_run, start_run, stop_run
+
+    out, err = Console(), Console(stderr=True)
+    cfg = _load_train_config(args, err)
+    if cfg is None:
+        return EXIT_USAGE
+    try:
+        run_dir = prepare_run(cfg)
+    except OSError as e:
+        err.print(f"[red]error:[/] cannot create a run directory under {escape(cfg.output_dir)}: {escape(str(e))}")
+        return EXIT_FAILED
+    info = start_run(run_dir, cfg)
+    out.print(f"run [bold]{escape(run_dir.name)}[/] started in {escape(str(run_dir))}")
+    out.print(f"[dim]{escape(info['command_line'])}[/]")
+    if cfg.nnodes > 1:
+        out.print("on each other node, run:")
+        for line in other_node_commands(cfg, run_dir):
+            out.print(f"  {escape(line)}")
+    if args.detach:
+        out.print(f"follow it with: ftui attach {escape(run_dir.name)}   (or: ftui watch {escape(run_dir.name)})")
+        return EXIT_OK
+
+    def interrupted(count: int) -> None:
+        if count == 1:
+            out.print("[yellow]stopping: the ranks finish the current step (Ctrl-C again to kill)[/]")
+            stop_run(run_dir)
+        else:
+            out.print("[red]killing the run[/]")
+            stop_run(run_dir, force=True)
+
+    summary = follow_run(run_dir, out, on_interrupt=interrupted)
+    return EXIT_OK if summary.status == "completed" else EXIT_FAILED
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ftui.follow import fmt_duration
+    from ftui.runs import list_runs
+
+    import time
+
+    root = args.root or default_runs_root()
+    runs = list_runs(root)
+    console = Console()
+    if not runs:
+        console.print(f"no runs under {escape(str(Path(root).resolve()))}")
+        return EXIT_OK
+    table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
+    for col in ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(
+            escape(r.run_id), r.status, escape(str(r.model or "-")), r.method or "-", r.engine or "-",
+            f"{r.step}/{r.max_steps or '?'}", f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
+            fmt_duration(r.duration),
+        )
+    console.print(table)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The event schema (version 1): the contract between the runner and everything that reads a run.
+
+Rank 0 of a training job appends one JSON object per line to ``RUN_DIR/events.jsonl``; the
+dashboard, ``ftui attach``, ``ftui watch`` and ``ftui train``'s follower read it. This module
+must stay free of torch (see DESIGN.md): it is imported by the dashboard.
+
+Every line is ``{"v": 1, "t": <unix seconds>, "event": <kind>, ...fields}``. Readers skip a
+torn last line (the writer may be in the middle of it) and unknown kinds; writers flush
+every line so that a reader in another process sees it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+EVENTS_FILE = "events.jsonl"
+
+# Required fields per event kind. Fields may be ``None`` where the meaning says so
+# (``mfu`` when the device's peak is unknown, ``loss_scale`` outside fp16, ``grad_norm``
+# when the step was skipped); extra fields are allowed and ignored by old readers.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "run_start": (
+        "run_id", "engine", "precision", "method", "world_size", "nodes", "model",
+        "total_params", "trainable_params", "max_steps", "planned_tokens_per_step",
+    ),
+    "step": (
+        "step", "epoch", "loss", "lr", "grad_norm", "tokens", "trainable_tokens",
+        "tokens_per_s", "step_time_s", "mfu", "loss_scale", "mem",
+    ),
+    "eval": ("step", "eval_loss"),
+    "checkpoint": ("step", "path"),
+    "log": ("level", "message"),
+    "run_end": ("status", "reason"),
+}
+NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}
+RUN_END_STATUSES = ("completed", "stopped", "failed")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MEM_FIELDS = ("rank", "allocated", "reserved", "peak")
+
+
+def make_event(kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
+    """Builds one event dict, checked against the schema (raises ValueError if not valid)."""
+    event = {"v": SCHEMA_VERSION, "t": time.time() if t is None else t, "event": kind, **fields}
+    problems = validate_event(event)
+    if problems:
+        raise ValueError(f"invalid {kind!r} event: " + "; ".join(problems))
+    return event
+
+
+def validate_event(event: Any) -> list[str]:
+    """Returns what is wrong with an event (an empty list when it follows schema v1)."""
+    if not isinstance(event, dict):
+        return ["an event is a JSON object"]
+    problems = []
+    if event.get("v") != SCHEMA_VERSION:
+        problems.append(f"v must be {SCHEMA_VERSION}, got {event.get('v')!r}")
+    if not isinstance(event.get("t"), (int, float)):
+        problems.append("t must be unix seconds")
+    kind = event.get("event")
+    if kind not in REQUIRED:
+        problems.append(f"unknown event kind {kind!r}")
+        return problems
+    for name in REQUIRED[kind]:
+        if name not in event:
+            problems.append(f"{kind} lacks field {name!r}")
+        elif event[name] is None and name not in NULLABLE:
+            problems.append(f"{kind} field {name!r} is null")
+    if kind == "run_end" and event.get("status") not in RUN_END_STATUSES:
+        problems.append(f"run_end status must be one of {RUN_END_STATUSES}")
+    if kind == "log" and event.get("level") not in LOG_LEVELS:
+        problems.append(f"log level must be one of {LOG_LEVELS}")
+    if kind == "step" and isinstance(event.get("mem"), list):
+        for entry in event["mem"]:
+            if not isinstance(entry, dict) or any(k not in entry for k in MEM_FIELDS):
+                problems.append(f"step mem entries need {MEM_FIELDS}")
+                break
+    return problems
+
+
+class EventWriter:
+    """Appends events to a run's events.jsonl, one flushed line each (rank 0 only)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = make_event(kind, **fields)
+        # allow_nan=False: a NaN loss is written as null, never as the non-JSON token NaN.
+        line = json.dumps(_finite(event), allow_nan=False, separators=(",", ":"))
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        return event
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "EventWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+@dataclass
+class EventReader:
+    """Reads new events from a growing events.jsonl by byte offset, never re-reading the file.
+
+    A line without its newline yet is left for the next call (the writer may be halfway
+    through it); a line that is not JSON, or of an unknown kind or version, is skipped.
+    """
+
+    path: Path
+    offset: int = 0
+    skipped: int = 0
+    _pending: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    def read_new(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read() if max_bytes is None else fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._pending + data
+        complete, _, self._pending = data.rpartition(b"\n")
+        if not complete and not _:
+            return []
+        return list(self._parse(complete.split(b"\n")))
+
+    def _parse(self, lines: Iterable[bytes]) -> Iterable[dict[str, Any]]:
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                self.skipped += 1
+                continue
+            if (
+                not isinstance(event, dict)
+                or event.get("v") != SCHEMA_VERSION
+                or event.get("event") not in REQUIRED
+            ):
+                self.skipped += 1
+                continue
+            yield event
+
+
+def read_all(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete, known events of a file (for tests and one-shot readers)."""
+    return EventReader(Path(path)).read_new()

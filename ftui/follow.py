@@ -1,0 +1,130 @@
+"""Follow a run in a plain terminal: the Rich progress display of ``ftui train``.
+
+Reads the run's events by byte offset (never the whole file again), shows step / max,
+loss, tokens/s and an ETA from a recent window of steps (so it stays right after a
+resume), prints warnings and the final status. Ctrl-C asks the run to stop gracefully; a
+second Ctrl-C kills it. No torch here.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ftui.events import EVENTS_FILE, EventReader
+from ftui.runs import RunSummary, pid_alive, read_launch_info
+
+
+class EtaWindow:
+    """Seconds per step over the last ``size`` step events: robust to resumes and warm-up."""
+
+    def __init__(self, size: int = 20):
+        self.points: collections.deque[tuple[float, int]] = collections.deque(maxlen=size)
+
+    def add(self, t: float, step: int) -> None:
+        if self.points and step <= self.points[-1][1]:
+            self.points.clear()  # a resume restarted the count
+        self.points.append((t, step))
+
+    def eta(self, step: int, max_steps: int | None) -> float | None:
+        if not max_steps or len(self.points) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.points[0], self.points[-1]
+        if s1 <= s0 or t1 <= t0:
+            return None
+        return (max_steps - step) * (t1 - t0) / (s1 - s0)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def follow_run(
+    run_dir: Path,
+    console: Console | None = None,
+    poll_s: float = 0.5,
+    on_interrupt: Callable[[int], None] | None = None,
+) -> RunSummary:
+    """Shows the run until it ends; returns the final summary (its status decides the exit code)."""
+    console = console or Console()
+    reader = EventReader(run_dir / EVENTS_FILE)
+    summary = RunSummary(run_id=run_dir.name, path=run_dir)
+    eta = EtaWindow()
+    interrupts = 0
+    stats = {"loss": "-", "tps": "-", "eta": "--:--"}
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    )
+    task = progress.add_task(escape(run_dir.name), total=None, **stats)
+    with progress:
+        while True:
+            try:
+                for event in reader.read_new():
+                    summary.apply(event)
+                    _show(event, summary, progress, task, eta, stats, console)
+                if summary.status in ("completed", "stopped", "failed"):
+                    break
+                launcher = read_launch_info(run_dir).get("pid")
+                if launcher and not pid_alive(launcher):
+                    time.sleep(poll_s)
+                    for event in reader.read_new():
+                        summary.apply(event)
+                        _show(event, summary, progress, task, eta, stats, console)
+                    if summary.status not in ("completed", "stopped", "failed"):
+                        summary.status = "died"
+                        summary.reason = "the launcher exited without writing run_end"
+                    break
+                time.sleep(poll_s)
+            except KeyboardInterrupt:
+                interrupts += 1
+                if on_interrupt is not None:
+                    on_interrupt(interrupts)
+    _print_end(summary, console)
+    return summary
+
+
+def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console) -> None:
+    kind = event["event"]
+    if kind == "run_start":
+        progress.update(task, total=event.get("max_steps"))
+        console.print(
+            f"[dim]{escape(str(event.get('model')))} · {event.get('method')} · {event.get('engine')} · "
+            f"{event.get('precision')} · {event.get('world_size')} process(es) · "
+            f"{event.get('trainable_params', 0):,} of {event.get('total_params', 0):,} parameters train[/]"
+        )
+    elif kind == "step":
+        eta.add(event["t"], event["step"])
+        loss = event.get("loss")
+        stats["loss"] = f"{loss:.4f}" if loss is not None else "nan"
+        stats["tps"] = f"{event.get('tokens_per_s', 0):,.0f}"
+        stats["eta"] = fmt_duration(eta.eta(event["step"], summary.max_steps))
+        progress.update(task, completed=event["step"], **stats)
+    elif kind == "eval":
+        console.print(f"step {event['step']}: eval_loss {event['eval_loss']:.4f}")
+    elif kind == "log" and event.get("level") in ("warning", "error"):
+        console.print(f"[yellow]{event['level']}:[/] {escape(str(event.get('message')))}")
+    elif kind == "checkpoint":
+        console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
+
+
+def _print_end(summary: RunSummary, console: Console) -> None:
+    colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
+    loss = f", last loss {summary.last_loss:.4f}" if summary.last_loss is not None else ""
+    console.print(f"[bold {colour}]{summary.status}[/]: {escape(str(summary.reason or ''))} (step {summary.step}{loss})")
+    if summary.error:
+        console.print(f"[red]{escape(summary.error)}[/]")
+    if summary.hint:
+        console.print(f"[bold]hint:[/] {escape(summary.hint)}")

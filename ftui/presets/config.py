@@ -1,0 +1,290 @@
+"""RunConfig: every setting a run needs, with LLaMA-Factory's key names where one exists.
+
+A LLaMA-Factory SFT YAML loads as it is: the keys ftui knows are validated, the keys it does
+not support are kept (so that saving the form writes them back) and listed in one warning.
+Invalid values give one :class:`FieldProblem` per field, naming the field, the value and
+what is allowed, so that the CLI can print them and the launch form can show each next to
+its field. No torch here: the dashboard validates forms with these same rules.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ftui.presets.templates import TEMPLATES
+
+DEMO_MODEL = "ftui-demo"
+DEMO_DATASET = "ftui_demo"
+ENGINES = ("single", "ddp")
+SCHEDULERS = (
+    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+    "constant_with_warmup", "inverse_sqrt",
+)
+ENGINE_DESCRIPTIONS = {
+    "single": "one process on one device: the simplest, for models that fit one GPU",
+    "ddp": "DistributedDataParallel: a full copy per GPU, gradients averaged; fastest when it fits",
+}
+
+
+def default_runs_root() -> str:
+    home = os.environ.get("FTUI_HOME")
+    return str(Path(home) / "runs") if home else "runs"
+
+
+class RunConfig(BaseModel):
+    """A fine-tuning run. Field names follow LLaMA-Factory / transformers' TrainingArguments."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    # --- Model
+    model_name_or_path: str = Field(min_length=1, description="a local model directory or a hub name")
+    model_init: Literal["pretrained", "random"] = Field(
+        "pretrained", description="'random' builds the model from its config with random weights"
+    )
+    trust_remote_code: bool = False
+    template: str | None = Field(None, description="a built-in chat template name; empty: the tokenizer's own")
+    # --- Method
+    stage: Literal["sft"] = "sft"
+    do_train: bool = True
+    finetuning_type: Literal["full", "lora", "freeze"] = Field(
+        "lora", description="QLoRA is finetuning_type lora with quantization_bit 4"
+    )
+    quantization_bit: Literal[4, 8] | None = Field(None, description="4 or 8 with finetuning_type lora: QLoRA")
+    lora_rank: int = Field(8, ge=1, le=4096)
+    lora_alpha: int | None = Field(None, ge=1, description="default: twice lora_rank")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_target: str = Field("all", description="'all' linear layers, or module names separated by commas")
+    freeze_trainable_layers: int = Field(2, ge=1, description="how many of the last decoder layers train")
+    gradient_checkpointing: bool = False
+    # --- Data
+    dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
+    dataset_dir: str = "data"
+    cutoff_len: int = Field(2048, ge=8, le=1_048_576)
+    packing: bool = False
+    max_samples: int | None = Field(None, ge=1)
+    val_size: float = Field(0.0, ge=0.0, lt=1.0)
+    # --- Training
+    per_device_train_batch_size: int = Field(1, ge=1, le=65536)
+    per_device_eval_batch_size: int = Field(1, ge=1, le=65536)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
+    learning_rate: float = Field(1e-4, gt=0.0, le=10.0)
+    num_train_epochs: float = Field(3.0, gt=0.0)
+    max_steps: int = Field(-1, ge=-1, description="-1: as many as num_train_epochs gives")
+    lr_scheduler_type: Literal[SCHEDULERS] = "cosine"  # type: ignore[valid-type]
+    warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, ge=0.0, description="0 turns clipping off")
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    adam_epsilon: float = Field(1e-8, gt=0.0)
+    bf16: bool = False
+    fp16: bool = False
+    logging_steps: int = Field(10, ge=1)
+    save_steps: int = Field(500, ge=1)
+    eval_steps: int | None = Field(None, ge=1, description="default: logging_steps x 10")
+    seed: int = Field(42, ge=0)
+    # --- Output
+    output_dir: str = Field(default_factory=default_runs_root, description="the runs root: each run gets a directory in it")
+    run_name: str | None = None
+    # --- Engine (ftui's own)
+    engine: Literal[ENGINES] = "single"  # type: ignore[valid-type]
+    nproc_per_node: int = Field(1, ge=1, le=1024)
+    nnodes: int = Field(1, ge=1, le=4096)
+    node_rank: int = Field(0, ge=0)
+    rdzv_endpoint: str | None = Field(None, description="host:port where the nodes meet (multi-node)")
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+
+    @property
+    def method(self) -> str:
+        if self.finetuning_type == "lora" and self.quantization_bit:
+            return "qlora"
+        return self.finetuning_type
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def unsupported_keys(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+    def to_dict(self, include_unsupported: bool = True) -> dict[str, Any]:
+        data = self.model_dump(exclude=set(self.model_extra or {}))
+        if include_unsupported:
+            data.update(self.model_extra or {})
+        return data
+
+    def to_yaml(self, include_unsupported: bool = True) -> str:
+        return yaml.safe_dump(self.to_dict(include_unsupported), sort_keys=False, allow_unicode=True)
+
+    def save(self, path: str | os.PathLike[str], include_unsupported: bool = True) -> None:
+        Path(path).write_text(self.to_yaml(include_unsupported), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One invalid field: shown next to the field in the form, one line on the CLI."""
+
+    field: str
+    value: Any
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field} = {self.value!r}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; ``problems`` has one entry per offending field."""
+
+    def __init__(self, problems: list[FieldProblem], source: str = "config"):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source} has {len(problems)} invalid setting(s):\n{lines}")
+
+
+def unsupported_warning(keys: list[str]) -> str | None:
+    if not keys:
+        return None
+    return (
+        f"ftui does not support these {len(keys)} key(s); they are kept in the file but have "
+        f"no effect: {', '.join(keys)}"
+    )
+
+
+def _pydantic_problems(err: ValidationError, data: dict[str, Any]) -> list[FieldProblem]:
+    problems = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "config"
+        value = data.get(field, e.get("input")) if e["type"] != "missing" else None
+        msg = "is required" if e["type"] == "missing" else e["msg"]
+        desc = RunConfig.model_fields.get(field)
+        if desc is not None and desc.description and e["type"] != "missing":
+            msg += f" ({desc.description})"
+        problems.append(FieldProblem(field, value, msg))
+    return problems
+
+
+def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """Rules that involve more than one field, or the machine (QLoRA needs CUDA)."""
+    out: list[FieldProblem] = []
+    if cfg.bf16 and cfg.fp16:
+        out.append(FieldProblem("fp16", True, "bf16 and fp16 are both on; choose one precision"))
+    if cfg.template is not None and cfg.template not in TEMPLATES:
+        out.append(FieldProblem("template", cfg.template, f"unknown template; allowed: {', '.join(TEMPLATES)} or empty for the tokenizer's own"))
+    if cfg.lora_target != "all" and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.lora_target):
+        out.append(FieldProblem("lora_target", cfg.lora_target, "use 'all' or module names separated by commas, e.g. q_proj,v_proj"))
+    if cfg.max_steps == 0:
+        out.append(FieldProblem("max_steps", 0, "use -1 (derive from num_train_epochs) or a positive number"))
+    if cfg.quantization_bit is not None:
+        if cfg.finetuning_type != "lora":
+            out.append(FieldProblem("quantization_bit", cfg.quantization_bit, "quantization (QLoRA) needs finetuning_type lora"))
+        else:
+            reason = qlora_unavailable_reason()
+            if reason:
+                out.append(FieldProblem("quantization_bit", cfg.quantization_bit, f"QLoRA is not possible here: {reason}; use finetuning_type lora without quantization_bit"))
+    if cfg.engine == "single" and cfg.world_size > 1:
+        out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
+    if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
+        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "several nodes need a rendezvous endpoint host:port"))
+    if cfg.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", cfg.rdzv_endpoint):
+        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "expected host:port, e.g. 10.0.0.1:29500"))
+    if cfg.node_rank >= cfg.nnodes:
+        out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
+    local = Path(cfg.model_name_or_path).expanduser()
+    looks_local = cfg.model_name_or_path.startswith(("/", ".", "~")) or cfg.model_name_or_path.count("/") > 1
+    if cfg.model_name_or_path != DEMO_MODEL and looks_local and not local.is_dir():
+        out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"))
+    if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
+        out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
+    return out
+
+
+def qlora_unavailable_reason() -> str | None:
+    """Why QLoRA cannot run on this machine (None when bitsandbytes and a CUDA GPU are there)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes is not installed (pip install 'ftui[qlora]')"
+    from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
+
+    if gpu_count() == 0:
+        return "no CUDA GPU was found"
+    return None
+
+
+def validate_config(data: dict[str, Any]) -> tuple[RunConfig | None, list[FieldProblem]]:
+    """Validates a mapping; returns the config (or None) and every problem found."""
+    if not isinstance(data, dict):
+        return None, [FieldProblem("config", data, "expected a mapping of key: value")]
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as err:
+        return None, _pydantic_problems(err, data)
+    problems = cross_field_problems(cfg)
+    return (None if problems else cfg), problems
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> tuple[RunConfig, list[str]]:
+    """Validates a mapping; returns (config, warnings) or raises ConfigError."""
+    cfg, problems = validate_config(data)
+    if cfg is None:
+        raise ConfigError(problems, source)
+    warning = unsupported_warning(cfg.unsupported_keys)
+    return cfg, [warning] if warning else []
+
+
+def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> tuple[RunConfig, list[str]]:
+    """Reads a YAML file (safe_load) into a RunConfig; returns (config, warnings)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([FieldProblem("config", str(p), "no such file")], str(p)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError([FieldProblem("config", str(p), f"cannot read it: {err}")], str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError([FieldProblem("config", str(p), f"not valid YAML: {err}")], str(p)) from None
+    if data is None:
+        data = {}
+    if isinstance(data, dict) and overrides:
+        data = {**data, **overrides}
+    return parse_config(data, str(p))
+
+
+def demo_config(**overrides: Any) -> RunConfig:
+    """The built-in demo: a tiny random-weight Llama learns the shipped Q&A set on the CPU."""
+    data: dict[str, Any] = dict(
+        model_name_or_path=DEMO_MODEL,
+        model_init="random",
+        finetuning_type="full",
+        dataset=DEMO_DATASET,
+        cutoff_len=128,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        learning_rate=3e-3,
+        num_train_epochs=30,
+        lr_scheduler_type="cosine",
+        warmup_ratio=0.05,
+        weight_decay=0.0,
+        logging_steps=1,
+        save_steps=100000,
+        run_name="demo",
+        device="cpu",
+        seed=42,
+    )
+    data.update(overrides)
+    cfg, _ = parse_config(data, "demo preset")
+    return cfg

@@ -1,0 +1,65 @@
+"""Model families: which chat template and which LoRA target modules suit a model.
+
+Recognised from the model's ``config.json`` ``model_type`` (read as plain JSON, so no
+transformers import is needed on the dashboard side) or, for a hub name that is not on
+disk, from the name itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    template: str  # a name from ftui.presets.templates, or "tokenizer" for the model's own
+    lora_targets: tuple[str, ...]
+    name_pattern: str  # matched against a hub name when no config.json is readable
+    decoder_layer_path: str = "model.layers"
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("llama", ("llama",), "llama3", ATTN + MLP, r"llama"),
+    Family("qwen2", ("qwen2", "qwen2_moe"), "qwen", ATTN + MLP, r"qwen-?2|qwen1\.5"),
+    Family("qwen3", ("qwen3", "qwen3_moe"), "qwen", ATTN + MLP, r"qwen-?3"),
+    Family("mistral", ("mistral", "mixtral"), "mistral", ATTN + MLP, r"mistral|mixtral"),
+    Family("gemma", ("gemma", "gemma2", "gemma3_text"), "gemma", ATTN + MLP, r"gemma"),
+    Family("phi3", ("phi3",), "phi", ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), r"phi-?3"),
+    Family("gpt2", ("gpt2",), "chatml", ("c_attn", "c_proj", "c_fc"), r"gpt2", "transformer.h"),
+)
+
+
+def family_for_model_type(model_type: str | None) -> Family | None:
+    for fam in FAMILIES:
+        if model_type in fam.model_types:
+            return fam
+    return None
+
+
+def read_model_type(model_name_or_path: str) -> str | None:
+    """The ``model_type`` from a local model directory's config.json, if there is one."""
+    cfg = Path(model_name_or_path).expanduser() / "config.json"
+    try:
+        return json.loads(cfg.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def detect_family(model_name_or_path: str) -> Family | None:
+    """The family of a model given as a local path or a hub name (None when unknown)."""
+    fam = family_for_model_type(read_model_type(model_name_or_path))
+    if fam is not None:
+        return fam
+    lowered = model_name_or_path.lower()
+    for fam in FAMILIES:
+        if re.search(fam.name_pattern, lowered):
+            return fam
+    return None

@@ -1,0 +1,221 @@
+"""Engines: how the one training loop runs on one device or many.
+
+The loop in ``ftui.runner.train`` calls only this interface and never branches on the engine:
+
+    engine.prepare(model)                      wrap the model, build the optimizer
+    with engine.accumulating(last):            no gradient sync except on the last micro batch
+        with engine.autocast():  loss = ...    mixed precision forward
+        engine.backward(loss)
+    outcome = engine.step()                    clip, (unscale), optimizer step, zero grads
+
+FSDP2 and DeepSpeed strategies implement the same methods. Mixed precision for single and
+DDP is ``torch.autocast`` over fp32 master weights; fp16 adds ``torch.amp.GradScaler``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ftui.presets.config import RunConfig
+
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @classmethod
+    def from_env(cls) -> "DistInfo":
+        return cls(
+            rank=int(os.environ.get("RANK", 0)),
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+        )
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class StepOutcome:
+    grad_norm: torch.Tensor  # on device; read together with the other metrics
+    skipped: bool  # fp16 overflow: the optimizer step was not taken
+    loss_scale: float | None
+
+
+def pick_device(cfg: RunConfig, info: DistInfo) -> torch.device:
+    want = cfg.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("device is cuda but torch sees no CUDA GPU; set device: cpu or auto")
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters; no decay for biases and norms; fused on CUDA."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs: dict[str, Any] = dict(lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+    if device.type == "cuda":
+        kwargs["fused"] = True
+    else:
+        kwargs["foreach"] = True
+    return torch.optim.AdamW([g for g in groups if g["params"]], **kwargs)
+
+
+class Engine:
+    """Single device: the base strategy, which DDP (and later FSDP/DeepSpeed) refine."""
+
+    name = "single"
+
+    def __init__(self, cfg: RunConfig, info: DistInfo, device: torch.device):
+        self.cfg = cfg
+        self.info = info
+        self.device = device
+        self.half = HALF.get(cfg.precision)
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
+        self.model: nn.Module | None = None
+        self.module: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def dp_size(self) -> int:
+        """How many ranks average their gradients (the loss is scaled up by this)."""
+        return 1
+
+    def prepare(self, model: nn.Module) -> None:
+        self.module = model
+        self.model = self.wrap(model)
+        self.optimizer = build_optimizer(model, self.cfg, self.device)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.half is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.half)
+
+    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def clip(self) -> torch.Tensor:
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+        return torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), max_norm, foreach=True)
+
+    def step(self) -> StepOutcome:
+        opt = self.optimizer
+        if self.scaler is None:
+            norm = self.clip()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return StepOutcome(norm.detach(), False, None)
+        self.scaler.unscale_(opt)
+        norm = self.clip()
+        before = self.scaler.get_scale()
+        self.scaler.step(opt)  # skipped when a gradient is inf/NaN
+        self.scaler.update()
+        after = self.scaler.get_scale()
+        opt.zero_grad(set_to_none=True)
+        return StepOutcome(norm.detach(), after < before, after)
+
+    def unwrap(self) -> nn.Module:
+        return self.module
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.info.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def gather_rows(self, row: torch.Tensor) -> list[list[float]]:
+        """Every rank's copy of a small 1-D tensor, as lists (for per-rank memory)."""
+        if self.info.world_size == 1:
+            return [row.tolist()]
+        out = [torch.zeros_like(row) for _ in range(self.info.world_size)]
+        dist.all_gather(out, row)
+        return [t.tolist() for t in out]
+
+    def engagement(self) -> dict[str, Any]:
+        """What this rank holds: proof that the engine engaged (parameter elements, optimizer bytes)."""
+        params = sum(p.numel() for p in self.module.parameters())
+        opt_bytes = 0
+        for state in self.optimizer.state.values():
+            for v in state.values():
+                if torch.is_tensor(v):
+                    opt_bytes += v.numel() * v.element_size()
+        return {"param_elements": params, "optimizer_bytes": opt_bytes}
+
+
+class DDPEngine(Engine):
+    """DistributedDataParallel: a full replica per rank, gradients all-reduced (averaged)."""
+
+    name = "ddp"
+
+    @property
+    def dp_size(self) -> int:
+        return self.info.world_size
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if self.info.world_size == 1:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(model, device_ids=ids, find_unused_parameters=False)
+
+    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        if last or not hasattr(self.model, "no_sync"):
+            return contextlib.nullcontext()
+        return self.model.no_sync()
+
+
+ENGINES: dict[str, type[Engine]] = {"single": Engine, "ddp": DDPEngine}
+
+
+def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
+    return ENGINES[cfg.engine](cfg, info, device)
+
+
+@contextlib.contextmanager
+def process_group(info: DistInfo, device: torch.device) -> Iterator[None]:
+    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration."""
+    if info.world_size == 1:
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend=backend, **kwargs)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()

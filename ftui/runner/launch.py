@@ -1,0 +1,141 @@
+"""Launching and stopping runs: build the torchrun command, start it detached, signal it.
+
+No torch here (the dashboard starts runs too). A run starts as
+
+    setsid: python -m ftui.runner.supervise RUN_DIR -- torchrun ... -m ftui.runner.train RUN_DIR
+
+in its own session, so closing the terminal, the app or the SSH connection never reaches
+it. The supervisor writes ``run_end`` if the ranks died without one (kill -9, a crash in
+torchrun itself), so a run's status is always told by its files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ftui.presets.config import RunConfig
+from ftui.runs import CONFIG_FILE, LOG_FILE, create_run_dir, hostname, read_launch_info, write_launch_info
+
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
+
+
+def torchrun_command(cfg: RunConfig, run_dir: Path, python: str | None = None) -> list[str]:
+    """The exact command that starts the ranks on this node."""
+    py = python or sys.executable
+    cmd = [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}"]
+    if cfg.nnodes > 1:
+        cmd += [
+            f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={run_dir.name}",
+        ]
+    else:
+        cmd += ["--standalone"]
+    cmd += ["--max-restarts=0", "-m", "ftui.runner.train", str(run_dir)]
+    return cmd
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: ("<redacted>" if SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
+    """Creates the run directory and writes the resolved config (without unsupported keys)."""
+    label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
+    run_dir = create_run_dir(cfg.output_dir, label)
+    cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+    return run_dir
+
+
+def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Starts the supervisor + torchrun in a new session; returns what launch.json records."""
+    run_dir = run_dir.resolve()
+    cmd = torchrun_command(cfg, run_dir)
+    full = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir), "--", *cmd]
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log = open(run_dir / LOG_FILE, "ab", buffering=0)
+    try:
+        proc = subprocess.Popen(
+            full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, env=env, cwd=os.getcwd(), close_fds=True,
+        )
+    finally:
+        log.close()
+    info = {
+        "command": cmd,
+        "command_line": shlex.join(cmd),
+        "pid": proc.pid,
+        "pgid": proc.pid,  # start_new_session: the supervisor leads its own group
+        "host": hostname(),
+        "start_time": time.time(),
+        "cwd": os.getcwd(),
+        "python": sys.executable,
+        "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
+    }
+    write_launch_info(run_dir, info)
+    return info
+
+
+def other_node_commands(cfg: RunConfig, run_dir: Path) -> list[str]:
+    """What to run on each other node of a multi-node job (same config, its own node rank)."""
+    out = []
+    for rank in range(cfg.nnodes):
+        if rank == cfg.node_rank:
+            continue
+        out.append(f"ftui train {shlex.quote(str(run_dir / CONFIG_FILE))} --node-rank {rank}")
+    return out
+
+
+def run_processes(run_dir: Path) -> tuple[psutil.Process | None, list[psutil.Process]]:
+    """The run's supervisor and every process below it (launcher and ranks)."""
+    info = read_launch_info(run_dir)
+    pid = info.get("pid")
+    if not pid:
+        return None, []
+    try:
+        sup = psutil.Process(pid)
+        children = sup.children(recursive=True)
+    except psutil.Error:
+        return None, []
+    return sup, children
+
+
+def stop_run(run_dir: Path, force: bool = False) -> str:
+    """Graceful: SIGTERM to the rank processes only (torchrun would otherwise kill them after
+    30 s); they finish the step and write run_end `stopped`. Force: SIGKILL the whole group."""
+    sup, children = run_processes(run_dir)
+    if sup is None:
+        return "the run is not running"
+    if force:
+        try:
+            os.killpg(sup.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return "killed"
+    ranks = [p for p in children if _is_rank(p)]
+    targets = ranks or children or [sup]
+    for p in targets:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    return f"asked {len(targets)} process(es) to stop"
+
+
+def _is_rank(p: psutil.Process) -> bool:
+    try:
+        return "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+    except psutil.Error:
+        return False

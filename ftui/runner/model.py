@@ -1,0 +1,140 @@
+"""Model and tokenizer: load, apply the fine-tuning method, count parameters.
+
+Full, LoRA (peft), QLoRA (peft + bitsandbytes, CUDA only) and freeze (only the last N
+decoder layers train). Trainable parameters are always fp32 master weights; with LoRA or
+QLoRA in bf16/fp16 the frozen base is loaded in that half type to save memory, as
+LLaMA-Factory does. ``model_init: random`` builds the architecture from its config with
+random weights (the demo, benchmarks, tests), and saves that base so adapters stay loadable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ftui.presets.config import DEMO_MODEL, RunConfig
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "presets" / "demo" / "model"
+
+
+def resolve_model_path(name: str) -> str:
+    return str(DEMO_MODEL_DIR) if name == DEMO_MODEL else name
+
+
+def load_tokenizer(cfg: RunConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_name_or_path), trust_remote_code=cfg.trust_remote_code)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def base_dtype(cfg: RunConfig) -> torch.dtype:
+    if cfg.method in ("lora", "qlora") and cfg.precision != "fp32":
+        return torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.float32
+
+
+def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
+    """The base model on ``device`` (not yet wrapped by an engine), with SDPA attention."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = resolve_model_path(cfg.model_name_or_path)
+    dtype = base_dtype(cfg)
+    common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation="sdpa")
+    if cfg.model_init == "random":
+        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        torch.manual_seed(cfg.seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)
+        return model.to(device)
+    kwargs: dict[str, Any] = dict(dtype=dtype, **common)
+    if cfg.method == "qlora":
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=cfg.quantization_bit == 4,
+            load_in_8bit=cfg.quantization_bit == 8,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16,
+        )
+        kwargs["device_map"] = {"": device}
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's stack of decoder layers: the longest ModuleList in it."""
+    best: nn.ModuleList | None = None
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and (best is None or len(module) > len(best)):
+            best = module
+    if best is None:
+        raise ValueError("cannot find the decoder layers of this model")
+    return best
+
+
+def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    """Marks what trains: everything (full), the last N layers (freeze), or LoRA adapters."""
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.finetuning_type == "full":
+        model.requires_grad_(True)
+        return model
+    if cfg.finetuning_type == "freeze":
+        layers = decoder_layers(model)
+        if cfg.freeze_trainable_layers > len(layers):
+            raise ValueError(f"freeze_trainable_layers={cfg.freeze_trainable_layers} but the model has {len(layers)} layers")
+        model.requires_grad_(False)
+        for layer in list(layers)[-cfg.freeze_trainable_layers :]:
+            layer.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.method == "qlora":
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    elif cfg.gradient_checkpointing:
+        model.enable_input_require_grads()
+    targets: Any = "all-linear" if cfg.lora_target == "all" else [t.strip() for t in cfg.lora_target.split(",")]
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, lora)
+    for p in model.parameters():  # adapters train in fp32 over a half-precision base
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
+
+
+def count_params(model: nn.Module) -> tuple[int, int]:
+    total = trainable = 0
+    for p in model.parameters():
+        n = p.numel()
+        if hasattr(p, "quant_storage") or p.__class__.__name__ == "Params4bit":
+            n *= 2  # bitsandbytes packs two 4-bit values per byte element
+        total += n
+        if p.requires_grad:
+            trainable += n
+    return total, trainable
+
+
+def flops_per_token(model_config: Any, total: int, trainable: int, seq_len: int) -> float:
+    """Training FLOPs per token: 2N forward, 2N input-gradients, 2N_trainable weight-gradients,
+    plus attention (PaLM's 12·L·H·T, as MFU is usually reported). Embedding lookups are free."""
+    vocab = getattr(model_config, "vocab_size", 0) or 0
+    hidden = getattr(model_config, "hidden_size", 0) or 0
+    layers = getattr(model_config, "num_hidden_layers", 0) or 0
+    embed = vocab * hidden
+    tied = getattr(model_config, "tie_word_embeddings", False)
+    dense = total - (0 if tied else embed)  # the LM head is a matmul; the input embedding is not
+    dense_trainable = min(trainable, dense)
+    return 4.0 * dense + 2.0 * dense_trainable + 12.0 * layers * hidden * seq_len

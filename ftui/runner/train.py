@@ -1,0 +1,359 @@
+"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by torchrun).
+
+One explicit training loop, readable top to bottom (after torchtune's recipes):
+
+    config -> device and process group -> tokenizer, data -> model, method -> engine
+    -> for each optimizer step: gather G micro batches, count their real tokens on every
+       rank, forward/backward each (loss summed over tokens, divided by the global count),
+       clip, step, schedule -> write a `step` event every `logging_steps`
+    -> eval -> final/ -> run_end
+
+Rank 0 writes ``events.jsonl``; every rank's output goes to ``train.log``. SIGTERM asks for
+a graceful stop: all ranks finish the current step and end together (the request travels
+with the step's token-count all-reduce, so no rank is left waiting in a collective).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from ftui.events import EVENTS_FILE, EventWriter
+from ftui.presets.config import RunConfig, load_config
+from ftui.runner.data import IGNORE, Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
+from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
+from ftui.runner.metrics import Window, memory_row, peak_flops
+from ftui.runner.model import apply_method, count_params, flops_per_token, load_model, load_tokenizer
+from ftui.runs import CONFIG_FILE, FINAL_DIR
+
+
+class StopRequest:
+    """Set by SIGTERM; a second signal ends the process at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.at: float | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.requested:
+            os._exit(128 + signum)
+        self.requested = True
+        self.at = time.time()
+        print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+
+
+class DeferredFlag:
+    """Reads a device scalar one step late without stalling the GPU (pinned copy + event)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.host = torch.zeros(1, pin_memory=device.type == "cuda")
+        self.event = torch.cuda.Event() if device.type == "cuda" else None
+        self.pending = False
+
+    def push(self, value: torch.Tensor) -> None:
+        self.host.copy_(value.reshape(1), non_blocking=self.event is not None)
+        if self.event is not None:
+            self.event.record()
+        self.pending = True
+
+    def read(self) -> float:
+        if not self.pending:
+            return 0.0
+        if self.event is not None:
+            self.event.synchronize()  # long done: recorded a whole step ago
+        return float(self.host.item())
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Sum (not mean) of next-token cross-entropy over the tokens that carry loss."""
+    vocab = logits.size(-1)
+    return F.cross_entropy(
+        logits[:, :-1].float().reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
+
+
+def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator, device: torch.device) -> Iterator[tuple[int, Batch]]:
+    """Endless (epoch, batch) stream over the training examples, this rank's share."""
+    epoch = 0
+    while True:
+        for idx in sampler.batches(epoch):
+            yield epoch, collator([data.train[i] for i in idx]).to(device)
+        epoch += 1
+
+
+def hint_for(exc: BaseException, cfg: RunConfig) -> str:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return (
+            f"out of GPU memory at per_device_train_batch_size={cfg.per_device_train_batch_size}, "
+            f"cutoff_len={cfg.cutoff_len}: halve the micro batch and double gradient_accumulation_steps, "
+            "turn on gradient_checkpointing, or use LoRA"
+        )
+    if isinstance(exc, DataFormatError):
+        return "fix the dataset (or its dataset_info.json entry) and start again"
+    if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
+        return "check model_name_or_path: a local directory with config.json, or a hub name this machine can reach"
+    return "the traceback is at the end of train.log"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m ftui.runner.train RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    info = DistInfo.from_env()
+    writer = EventWriter(run_dir / EVENTS_FILE) if info.is_main else None
+    stop = StopRequest()
+    stop.install()
+    cfg: RunConfig | None = None
+    try:
+        cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+        status, reason = train(run_dir, cfg, info, writer, stop)
+    except BaseException as exc:  # every failure ends with a run_end that says why
+        traceback.print_exc()
+        sys.stderr.flush()
+        if writer is not None:
+            writer.write(
+                "run_end", status="failed", reason=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                error_type=type(exc).__name__, error_message=str(exc)[:4000],
+                hint=hint_for(exc, cfg) if cfg is not None else "the config could not be read",
+            )
+        return 1
+    if writer is not None:
+        writer.write("run_end", status=status, reason=reason)
+        writer.close()
+    return 0
+
+
+def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest) -> tuple[str, str]:
+    device = pick_device(cfg, info)
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
+    with process_group(info, device):
+        seed_everything(cfg.seed)
+
+        # --- Tokenizer and data (every rank builds the same examples; each reads its share)
+        tokenizer = load_tokenizer(cfg)
+        data = build_datasets(cfg, tokenizer)
+        if writer is not None:
+            for w in data.warnings:
+                writer.write("log", level="warning", message=w)
+
+        # --- Model and method
+        model = load_model(cfg, device)
+        if cfg.model_init == "random" and info.is_main:
+            save_random_base(model, tokenizer, run_dir, cfg)
+        model = apply_method(model, cfg)
+        total, trainable = count_params(model)
+
+        # --- Engine: wraps the model and owns the optimizer
+        engine = make_engine(cfg, info, device)
+        engine.prepare(model)
+
+        # --- Schedule
+        sampler = EpochSampler(len(data.train), cfg.per_device_train_batch_size, info.rank, info.world_size, cfg.seed)
+        accum = cfg.gradient_accumulation_steps
+        steps_per_epoch = sampler.batches_per_epoch // accum
+        if steps_per_epoch == 0:
+            raise DataFormatError(
+                f"{len(data.train)} training examples are too few for one optimizer step of "
+                f"{cfg.per_device_train_batch_size} x {accum} x {info.world_size} ranks; lower the batch or accumulation"
+            )
+        max_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
+        warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * max_steps)
+        from transformers import get_scheduler
+
+        scheduler = get_scheduler(cfg.lr_scheduler_type, engine.optimizer, num_warmup_steps=warmup, num_training_steps=max_steps)
+        collator = Collator(tokenizer.pad_token_id, pad_to_multiple=8 if device.type == "cuda" else 1, pin_memory=device.type == "cuda")
+        peak = peak_flops(device)
+        seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, len(data.train)))
+        if cfg.packing:  # attention spans each packed example, not the row
+            seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, data.records - data.dropped))
+        fpt = flops_per_token(engine.unwrap().config, total, trainable, seq_for_flops)
+
+        if writer is not None:
+            writer.write(
+                "run_start", run_id=run_dir.name, engine=engine.name, precision=cfg.precision, method=cfg.method,
+                world_size=info.world_size, nodes=cfg.nnodes, model=cfg.model_name_or_path,
+                total_params=total, trainable_params=trainable, max_steps=max_steps,
+                planned_tokens_per_step=cfg.per_device_train_batch_size * accum * info.world_size * cfg.cutoff_len,
+                device=str(device.type), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                steps_per_epoch=steps_per_epoch, train_examples=len(data.train), eval_examples=len(data.eval),
+                warmup_steps=warmup, peak_flops=peak, flops_per_token=fpt,
+            )
+
+        # --- The loop
+        stream = micro_batches(data, sampler, collator, device)
+        window = Window(device)
+        stop_flag = DeferredFlag(device)
+        eval_every = cfg.eval_steps or cfg.logging_steps * 10
+        epoch = 0
+        step = 0
+        last_counts = torch.zeros(2, device=device)
+        last_outcome = None
+        total_tokens = 0.0
+        engine.model.train()
+        while step < max_steps:
+            batches = []
+            for _ in range(accum):
+                epoch, batch = next(stream)
+                batches.append(batch)
+            # Token counts of this step on every rank, plus the stop request, in one all-reduce.
+            counts = torch.tensor(
+                [sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches), float(stop.requested)],
+                dtype=torch.float32, device=device,
+            )
+            engine.all_reduce_sum(counts)
+            stop_flag.push(counts[2])
+            # Each rank's gradient is averaged over dp ranks by the engine, so scale the
+            # per-token sum by dp_size / global trainable tokens: the result is the exact
+            # token mean over the whole step, whatever the padding or sequence lengths.
+            divisor = counts[1].clamp(min=1.0) / engine.dp_size
+            step_loss = torch.zeros((), device=device)
+            for i, batch in enumerate(batches):
+                with engine.accumulating(last=i == accum - 1):
+                    with engine.autocast():
+                        logits = engine.model(**batch.model_inputs(), use_cache=False).logits
+                    loss_sum = token_loss_sum(logits, batch.labels)
+                    engine.backward(loss_sum / divisor)
+                step_loss += loss_sum.detach()
+                del logits
+            last_outcome = engine.step()
+            if not last_outcome.skipped:
+                scheduler.step()
+            step += 1
+            window.add(step_loss, counts[:2])
+            last_counts = counts[:2]
+
+            stopping = stop_flag.read() > 0 or (info.world_size == 1 and stop.requested)
+            ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now
+            if step % cfg.logging_steps == 0 or step == max_steps or stopping or ranks:
+                total_tokens = log_step(writer, engine, window, last_counts, last_outcome, scheduler, step,
+                                        step / steps_per_epoch, total_tokens, fpt, peak, device, info, ranks)
+            if data.eval and (step % eval_every == 0 or step == max_steps):
+                run_eval(writer, engine, data, cfg, collator, info, device, step)
+            if stopping:
+                break
+
+        # --- Save
+        if info.world_size > 1:
+            torch.distributed.barrier()
+        if info.is_main and step >= max_steps:
+            save_final(engine, tokenizer, cfg, run_dir)
+        if info.world_size > 1:
+            torch.distributed.barrier()
+        if step < max_steps:
+            return "stopped", f"stop requested at step {step} of {max_steps}"
+        return "completed", f"{max_steps} steps"
+
+
+def log_step(writer, engine: Engine, window: Window, last_counts, outcome, scheduler, step: int, epoch: float,
+             total_tokens: float, fpt: float, peak: float | None, device: torch.device, info: DistInfo,
+             ranks: list[dict[str, int]] | None = None) -> float:
+    """Writes one `step` event from the window's counters: one batched device->host read."""
+    loss_sum = engine.all_reduce_sum(window.sums[0:1].clone())
+    vals = torch.cat([loss_sum, window.sums[1:], last_counts.float(), outcome.grad_norm.float().reshape(1)]).tolist()
+    mem = engine.gather_rows(memory_row(device))
+    elapsed = time.perf_counter() - window.started
+    win_loss, win_tokens, win_trainable, tokens, trainable, grad_norm = vals
+    steps = window.steps
+    window.reset()
+    total_tokens += win_tokens
+    tokens_per_s = win_tokens / elapsed if elapsed > 0 else 0.0
+    if writer is None:
+        return total_tokens
+    loss = win_loss / win_trainable if win_trainable else float("nan")
+    if not math.isfinite(loss):
+        writer.write("log", level="warning", message=f"loss is {loss} at step {step}")
+    writer.write(
+        "step", step=step, epoch=round(epoch, 4), loss=loss, lr=scheduler.get_last_lr()[0],
+        grad_norm=grad_norm if not outcome.skipped else None, tokens=int(tokens), trainable_tokens=int(trainable),
+        tokens_per_s=tokens_per_s, step_time_s=elapsed / steps,
+        mfu=(fpt * tokens_per_s / (peak * info.world_size)) if peak else None,
+        loss_scale=outcome.loss_scale, skipped=outcome.skipped, window_steps=steps, total_tokens=int(total_tokens),
+        mem=[{"rank": r, "allocated": int(m[0]), "reserved": int(m[1]), "peak": int(m[2])} for r, m in enumerate(mem)],
+        **({"ranks": ranks} if ranks else {}),
+    )
+    return total_tokens
+
+
+def engagement_rows(engine: Engine, device: torch.device) -> list[dict[str, int]]:
+    """Per rank: parameter elements and optimizer-state bytes held (proof the engine engaged)."""
+    mine = engine.engagement()
+    row = torch.tensor([mine["param_elements"], mine["optimizer_bytes"]], dtype=torch.float64 if device.type == "cpu" else torch.int64, device=device)
+    return [{"rank": r, "param_elements": int(v[0]), "optimizer_bytes": int(v[1])} for r, v in enumerate(engine.gather_rows(row))]
+
+
+@torch.no_grad()
+def run_eval(writer, engine: Engine, data: TokenizedData, cfg: RunConfig, collator: Collator, info: DistInfo,
+             device: torch.device, step: int) -> None:
+    engine.model.eval()
+    mine = data.eval[info.rank :: info.world_size]
+    sums = torch.zeros(2, device=device, dtype=torch.float64)
+    bs = cfg.per_device_eval_batch_size
+    for i in range(0, len(mine), bs):
+        batch = collator(mine[i : i + bs]).to(device)
+        with engine.autocast():
+            logits = engine.model(**batch.model_inputs(), use_cache=False).logits
+        sums[0] += token_loss_sum(logits, batch.labels).double()
+        sums[1] += batch.trainable_tokens
+    engine.all_reduce_sum(sums)
+    engine.model.train()
+    total_loss, n = sums.tolist()
+    if writer is not None and n:
+        writer.write("eval", step=step, eval_loss=total_loss / n, eval_tokens=int(n))
+
+
+def save_random_base(model: torch.nn.Module, tokenizer: Any, run_dir: Path, cfg: RunConfig) -> None:
+    """A random-weight base is not on disk anywhere: keep it, so adapters and chat can load it."""
+    base = run_dir / "base_model"
+    model.save_pretrained(base, safe_serialization=True)
+    tokenizer.save_pretrained(base)
+    model.config._name_or_path = str(base.resolve())
+    model.name_or_path = str(base.resolve())
+
+
+def save_final(engine: Engine, tokenizer: Any, cfg: RunConfig, run_dir: Path) -> None:
+    """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft.
+
+    Written under a temporary name and renamed, so a crash never leaves half a final/."""
+    final = run_dir / FINAL_DIR
+    tmp = run_dir / (FINAL_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    module = engine.unwrap()
+    module.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.chat_template = chat_template_for(cfg, tokenizer)  # chat uses the trained format
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
