@@ -130,16 +130,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         console.print(f"no runs under {escape(str(Path(root).resolve()))}")
         return EXIT_OK
-    table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
-    for col in ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration"):
-        table.add_column(col)
-    for r in runs:
-        table.add_row(
-            escape(r.run_id), r.status, escape(str(r.model or "-")), r.method or "-", r.engine or "-",
+    header = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
+    rows = [
+        (
+            r.run_id, r.status, str(r.model or "-"), r.method or "-", r.engine or "-",
             f"{r.step}/{r.max_steps or '?'}", f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
             fmt_duration(r.duration),
         )
+        for r in runs
+    ]
+    if not console.is_terminal:  # scripts and `ssh host ftui runs`: one unwrapped line per run
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        return EXIT_OK
+    table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
+    for col in header:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
     console.print(table)
     return EXIT_OK
 

@@ -1,0 +1,75 @@
+"""Shared fixtures: the demo tokenizer, LLaMA-Factory's demo data, and a synchronous runner
+that trains a tiny model through the real torchrun entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftui.events import EVENTS_FILE, read_all
+from ftui.presets.config import demo_config
+from ftui.runner.launch import prepare_run, torchrun_command
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+LLAMAFACTORY_DATA = ROOT.parent / "shared" / "data" / "llamafactory"
+
+
+@pytest.fixture(scope="session")
+def lf_data() -> Path:
+    if not (LLAMAFACTORY_DATA / "dataset_info.json").exists():
+        pytest.skip("LLaMA-Factory demo data (../shared/data/llamafactory) is not beside this checkout")
+    return LLAMAFACTORY_DATA
+
+
+@pytest.fixture(scope="session")
+def demo_tokenizer():
+    from ftui.runner.model import load_tokenizer
+
+    return load_tokenizer(demo_config())
+
+
+@pytest.fixture(scope="session")
+def pretrained_base(tmp_path_factory) -> Path:
+    """A demo model given some pre-training (full fine-tuning on the demo set), to fine-tune
+    with LoRA as users do: LoRA over random frozen weights can barely move the loss."""
+    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("base")), max_steps=150, logging_steps=10)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir / "final"
+
+
+def lora_config(tmp_path: Path, base: Path, **overrides):
+    """LoRA on the pre-trained base, on data it has not seen (tests/data/farm_qa.json)."""
+    over = dict(model_name_or_path=str(base), model_init="pretrained", finetuning_type="lora",
+                dataset=str(DATA / "farm_qa.json"), learning_rate=1e-2, lora_rank=16, max_steps=32)
+    over.update(overrides)
+    return tiny_config(tmp_path, **over)
+
+
+def tiny_config(tmp_path: Path, **overrides):
+    """The demo model and data, cut to a few steps: fast enough for every engine x method."""
+    base = dict(
+        output_dir=str(tmp_path / "runs"), max_steps=24, per_device_train_batch_size=4,
+        learning_rate=5e-3, warmup_ratio=0.0, lr_scheduler_type="constant", logging_steps=1,
+        max_samples=16, run_name="t",
+    )
+    base.update(overrides)
+    return demo_config(**base)
+
+
+def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.CompletedProcess]:
+    """Runs torchrun in the foreground (not detached) and returns the run's events."""
+    run_dir = prepare_run(cfg).resolve()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(torchrun_command(cfg, run_dir, sys.executable), env=env, capture_output=True, text=True, timeout=timeout)
+    (run_dir / "train.log").write_text(proc.stdout + proc.stderr)
+    return run_dir, read_all(run_dir / EVENTS_FILE), proc
+
+
+def steps_of(events: list[dict]) -> list[dict]:
+    return [e for e in events if e["event"] == "step"]

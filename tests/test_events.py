@@ -1,0 +1,70 @@
+"""The event schema v1 and its tolerant incremental reader."""
+
+import json
+
+import pytest
+
+from ftui.events import EventReader, EventWriter, make_event, read_all, validate_event
+
+
+def step_fields(**over):
+    f = dict(step=1, epoch=0.1, loss=2.0, lr=1e-4, grad_norm=1.0, tokens=100, trainable_tokens=40,
+             tokens_per_s=1000.0, step_time_s=0.1, mfu=None, loss_scale=None,
+             mem=[{"rank": 0, "allocated": 1, "reserved": 2, "peak": 3}])
+    f.update(over)
+    return f
+
+
+def test_make_event_rejects_missing_fields_and_bad_status():
+    with pytest.raises(ValueError, match="lacks field 'tokens'"):
+        make_event("step", **{k: v for k, v in step_fields().items() if k != "tokens"})
+    with pytest.raises(ValueError, match="status"):
+        make_event("run_end", status="exploded", reason="x")
+    with pytest.raises(ValueError, match="unknown event kind"):
+        make_event("nonsense")
+    ev = make_event("step", **step_fields())
+    assert ev["v"] == 1 and ev["event"] == "step" and validate_event(ev) == []
+
+
+def test_writer_turns_nan_into_null_so_every_line_is_json(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventWriter(path) as w:
+        w.write("step", **step_fields(loss=float("nan"), grad_norm=float("inf")))
+    line = path.read_text().strip()
+    assert "NaN" not in line and "Infinity" not in line
+    ev = json.loads(line)
+    assert ev["loss"] is None and ev["grad_norm"] is None
+
+
+def test_reader_skips_torn_last_line_and_resumes_from_its_offset(tmp_path):
+    path = tmp_path / "events.jsonl"
+    w = EventWriter(path)
+    w.write("log", level="info", message="one")
+    reader = EventReader(path)
+    assert [e["message"] for e in reader.read_new()] == ["one"]
+    offset = reader.offset
+    full = json.dumps(make_event("log", level="info", message="two"))
+    with open(path, "a") as fh:  # a writer halfway through a line
+        fh.write(full[:10])
+    assert reader.read_new() == []
+    with open(path, "a") as fh:
+        fh.write(full[10:] + "\n")
+    assert [e["message"] for e in reader.read_new()] == ["two"]
+    assert reader.offset == path.stat().st_size > offset
+    assert reader.read_new() == []  # nothing new: nothing re-read
+
+
+def test_reader_skips_garbage_unknown_kinds_and_versions(tmp_path):
+    path = tmp_path / "events.jsonl"
+    good = json.dumps(make_event("log", level="warning", message="ok"))
+    path.write_text("\n".join([
+        "not json", json.dumps({"v": 2, "t": 1, "event": "log"}), json.dumps({"v": 1, "t": 1, "event": "future_kind"}),
+        "[1,2]", good, "",
+    ]) + "\n")
+    reader = EventReader(path)
+    assert [e["message"] for e in reader.read_new()] == ["ok"]
+    assert reader.skipped == 4
+
+
+def test_reader_of_missing_file_is_empty(tmp_path):
+    assert read_all(tmp_path / "nope.jsonl") == []

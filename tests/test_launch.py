@@ -1,0 +1,120 @@
+"""`ftui train` end to end: detached start, follow, graceful stop (Ctrl-C), crash of a rank."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ftui.events import EVENTS_FILE, read_all
+from ftui.runner.launch import run_processes, stop_run
+from ftui.runs import list_runs, summarize_run
+
+FTUI = [sys.executable, "-m", "ftui.cli"]
+LONG = ["--set", "max_steps=5000", "--set", "max_samples=16", "--set", "logging_steps=1"]
+
+
+def only_run(root: Path) -> Path:
+    (run,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    return run
+
+
+def wait_for(predicate, timeout=120.0, interval=0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def steps_written(run: Path) -> int:
+    return sum(1 for e in read_all(run / EVENTS_FILE) if e["event"] == "step")
+
+
+def gone(run: Path) -> bool:
+    sup, children = run_processes(run)
+    return sup is None and not children
+
+
+@pytest.mark.dist
+def test_completed_run_exits_0_and_is_listed(tmp_path):
+    proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--set", "max_steps=6", "--set", "max_samples=16"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "completed" in proc.stdout and "6/6" in proc.stdout
+    (summary,) = list_runs(tmp_path / "runs")
+    assert summary.status == "completed" and summary.step == 6 and summary.method == "full"
+    listing = subprocess.run([*FTUI, "runs", "--root", str(tmp_path / "runs")], capture_output=True, text=True)
+    assert summary.run_id[:12] in listing.stdout and "completed" in listing.stdout
+
+
+@pytest.mark.dist
+def test_detach_then_stop_finishes_the_step_and_says_stopped(tmp_path):
+    proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", *LONG], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "ftui attach" in proc.stdout
+    run = only_run(tmp_path)
+    assert oct(run.stat().st_mode & 0o777) == "0o700"
+    assert wait_for(lambda: steps_written(run) >= 3)
+    assert summarize_run(run).status == "running"
+    stop_run(run)
+    assert wait_for(lambda: gone(run), timeout=60)
+    events = read_all(run / EVENTS_FILE)
+    end = events[-1]
+    assert end["event"] == "run_end" and end["status"] == "stopped", end
+    last_step = [e for e in events if e["event"] == "step"][-1]["step"]
+    assert f"at step {last_step} of 5000" in end["reason"]
+    assert summarize_run(run).status == "stopped"
+
+
+@pytest.mark.dist
+def test_ctrl_c_while_following_stops_gracefully_and_exits_nonzero(tmp_path):
+    proc = subprocess.Popen([*FTUI, "train", "--preset", "demo", *LONG], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert wait_for(lambda: (tmp_path / "runs").exists() and any((tmp_path / "runs").iterdir()), timeout=30)
+    run = only_run(tmp_path)
+    assert wait_for(lambda: steps_written(run) >= 2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "stopping" in out and "stopped" in out
+    assert read_all(run / EVENTS_FILE)[-1]["status"] == "stopped"
+    assert wait_for(lambda: gone(run), timeout=30)
+
+
+@pytest.mark.dist
+def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
+    subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", *LONG], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    run = only_run(tmp_path)
+    assert wait_for(lambda: steps_written(run) >= 2)
+    _sup, children = run_processes(run)
+    (rank,) = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    os.kill(rank.pid, signal.SIGKILL)
+    assert wait_for(lambda: gone(run), timeout=60)
+    end = read_all(run / EVENTS_FILE)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed"
+    assert end["error_type"] == "ProcessDied" and end["hint"]
+    assert summarize_run(run).status == "failed"
+
+
+def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
+    from ftui.runs import write_launch_info
+
+    run = tmp_path / "runs" / "x-1"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("model_name_or_path: m\n")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    write_launch_info(run, {"pid": dead.pid, "host": __import__("socket").gethostname(), "start_time": time.time()})
+    assert summarize_run(run).status == "died"
+    assert stop_run(run) == "the run is not running"
+
+
+def test_secrets_in_the_environment_are_redacted():
+    from ftui.runner.launch import redact_env
+
+    out = redact_env({"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert out == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>", "CUDA_VISIBLE_DEVICES": "0,1"}
