@@ -1,66 +1,28 @@
-"""Training data: LLaMA-Factory's alpaca and sharegpt formats, tokenized with prompt masking.
+"""Training data: tokenized with the chat template, prompt masked, cut, optionally packed.
 
-Reads datasets named in a ``dataset_info.json`` registry (LLaMA-Factory's own file works),
-local json / jsonl / parquet files, or ``datasets`` hub names; turns every record into
-chat messages; renders them with the tokenizer's chat template (or a named built-in one);
-masks everything but the assistant's turns from the loss; cuts at ``cutoff_len``; and
-optionally packs several examples into one row. The collator counts real (non-padding) and
-loss-bearing tokens on the host, so the training loop needs no device sync to know them.
+Records come from ``ftui.runner.records`` (LLaMA-Factory's formats and registry). Each
+conversation is rendered with the tokenizer's chat template (or a named built-in one);
+everything but the assistant's turns is masked from the loss; examples are cut at
+``cutoff_len``; short ones can be packed into full rows. The collator counts real
+(non-padding) and loss-bearing tokens on the host, so the training loop needs no device
+sync to know them.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from ftui.presets.config import DEMO_DATASET, RunConfig
+from ftui.presets.config import RunConfig
 from ftui.presets.templates import TEMPLATES
+from ftui.runner.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets, to_messages
+
+__all__ = ["DataFormatError", "IGNORE", "Example", "build_datasets", "pack_examples", "Collator", "Batch", "EpochSampler"]
 
 IGNORE = -100
-DEMO_DIR = Path(__file__).resolve().parent.parent / "presets" / "demo"
-BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DIR / "dataset.json")}}
-ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
-SHAREGPT_COLUMNS = {"messages": "conversations", "system": None, "tools": None}
-SHAREGPT_TAGS = {
-    "role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-    "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system",
-}
-EXPECTED = {
-    "alpaca": "instruction (text), input (optional text), output (text); optional system, history [[q, a], ...]",
-    "sharegpt": "conversations: a list of {from: human|gpt|system|function_call|observation, value: text} turns",
-}
-
-
-class DataFormatError(ValueError):
-    """A dataset that cannot be used; the message shows the offending record."""
-
-
-@dataclass
-class DatasetSpec:
-    """One dataset entry, as LLaMA-Factory's dataset_info.json describes it."""
-
-    name: str
-    file_name: str | None = None
-    hf_hub_url: str | None = None
-    formatting: str = "alpaca"
-    columns: dict[str, Any] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
-    split: str = "train"
-    subset: str | None = None
-    ranking: bool = False
-    explicit_format: bool = True
-
-    def column(self, key: str) -> Any:
-        defaults = ALPACA_COLUMNS if self.formatting == "alpaca" else SHAREGPT_COLUMNS
-        return self.columns.get(key, defaults.get(key))
-
-    def tag(self, key: str) -> str:
-        return self.tags.get(key, SHAREGPT_TAGS[key])
 
 
 @dataclass
@@ -71,204 +33,15 @@ class Example:
     real_tokens: int = 0
 
 
-def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
-    path = Path(dataset_dir).expanduser() / "dataset_info.json"
-    if not path.exists():
-        return {}
+def load_records(spec: DatasetSpec) -> list[dict[str, Any]]:
+    """Every record of a dataset; hub names go through `datasets` (cached by it)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise DataFormatError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise DataFormatError(f"{path} must map dataset names to entries")
-    return data
+        return read_records(spec)
+    except HubDataset:
+        import datasets
 
-
-def resolve_datasets(cfg: RunConfig) -> list[DatasetSpec]:
-    """The comma-separated ``dataset`` setting as specs: registry names first, then file paths."""
-    registry = load_registry(cfg.dataset_dir)
-    specs = []
-    for name in [n.strip() for n in cfg.dataset.split(",") if n.strip()]:
-        entry = registry.get(name) or BUILTIN_REGISTRY.get(name)
-        if entry is not None:
-            specs.append(_spec_from_entry(name, entry, cfg.dataset_dir if name in registry else None))
-            continue
-        path = Path(name).expanduser()
-        if not path.is_absolute() and not path.exists():
-            path = Path(cfg.dataset_dir).expanduser() / name
-        if path.exists():
-            specs.append(DatasetSpec(name=name, file_name=str(path), explicit_format=False))
-        elif "/" in name and not name.startswith((".", "/", "~")):
-            specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
-        else:
-            known = ", ".join(sorted(registry)[:8]) or "none"
-            raise DataFormatError(
-                f"dataset {name!r} is neither in {Path(cfg.dataset_dir) / 'dataset_info.json'} "
-                f"(known: {known}) nor a file; give a registry name, a .json/.jsonl/.parquet path or a hub name"
-            )
-    return specs
-
-
-def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
-    if entry.get("ranking"):
-        raise DataFormatError(f"dataset {name!r} is a preference (ranking) dataset; ftui trains SFT only")
-    file_name = entry.get("file_name")
-    if file_name and dataset_dir is not None:
-        file_name = str(Path(dataset_dir).expanduser() / file_name)
-    fmt = entry.get("formatting", "alpaca")
-    if fmt not in EXPECTED:
-        raise DataFormatError(f"dataset {name!r} has formatting {fmt!r}; ftui reads alpaca and sharegpt")
-    return DatasetSpec(
-        name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
-        columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
-        split=entry.get("split", "train"), subset=entry.get("subset"),
-    )
-
-
-def read_records(spec: DatasetSpec) -> list[dict[str, Any]]:
-    """All records of one dataset as dicts (json, jsonl, parquet, or a hub dataset)."""
-    if spec.file_name:
-        return _read_file(Path(spec.file_name))
-    import datasets  # heavy; only for hub names
-
-    ds = datasets.load_dataset(spec.hf_hub_url, spec.subset, split=spec.split)
-    return [dict(r) for r in ds]
-
-
-def _read_file(path: Path) -> list[dict[str, Any]]:
-    # json / jsonl are read with the standard library rather than `datasets` so that a bad
-    # record can be shown with its line number, and nothing is cached under ~/.cache.
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".parquet"))
-        return [r for f in files for r in _read_file(f)]
-    if not path.exists():
-        raise DataFormatError(f"dataset file {path} does not exist")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"{path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    if not text.strip():
-        raise DataFormatError(f"{path} is empty; it needs a list of records")
-    if suffix == ".jsonl" or (suffix != ".json" and not text.lstrip().startswith("[")):
-        records = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except ValueError as err:
-                    raise DataFormatError(f"{path} line {n} is not JSON ({err}): {_snippet(line)}") from None
-        return records
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise DataFormatError(f"{path} is not valid JSON: {err}") from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise DataFormatError(f"{path} must hold a JSON list of records")
-    return data
-
-
-def _snippet(record: Any, limit: int = 300) -> str:
-    text = record if isinstance(record, str) else json.dumps(record, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
-
-
-def detect_format(record: Any) -> str | None:
-    """alpaca or sharegpt from a record's keys (None if it is neither)."""
-    if not isinstance(record, dict):
-        return None
-    if "conversations" in record or "messages" in record:
-        return "sharegpt"
-    if "instruction" in record and "output" in record:
-        return "alpaca"
-    return None
-
-
-def _fail(spec: DatasetSpec, index: int, record: Any, problem: str) -> DataFormatError:
-    return DataFormatError(
-        f"dataset {spec.name!r} record {index}: {problem}\n"
-        f"  record:   {_snippet(record)}\n"
-        f"  expected ({spec.formatting}): {EXPECTED[spec.formatting]}"
-    )
-
-
-def to_messages(record: Any, spec: DatasetSpec, index: int) -> tuple[list[dict[str, str]], Any]:
-    """One record as (chat messages, tools); raises DataFormatError showing the record."""
-    if not isinstance(record, dict):
-        raise _fail(spec, index, record, "a record must be a JSON object")
-    if spec.formatting == "alpaca":
-        return _alpaca(record, spec, index)
-    return _sharegpt(record, spec, index)
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list[dict[str, str]], Any]:
-    prompt_col, query_col, resp_col = spec.column("prompt"), spec.column("query"), spec.column("response")
-    prompt, response = record.get(prompt_col), record.get(resp_col)
-    if not _text(prompt):
-        raise _fail(spec, index, record, f"missing or non-text field {prompt_col!r}")
-    if not _text(response) or not response:
-        raise _fail(spec, index, record, f"missing or empty text field {resp_col!r}")
-    query = record.get(query_col) if query_col else None
-    if query is not None and not _text(query):
-        raise _fail(spec, index, record, f"field {query_col!r} must be text")
-    messages: list[dict[str, str]] = []
-    system_col = spec.column("system")
-    if system_col and _text(record.get(system_col)) and record[system_col]:
-        messages.append({"role": "system", "content": record[system_col]})
-    history_col = spec.column("history")
-    for turn in (record.get(history_col) or []) if history_col else []:
-        if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(_text(t) for t in turn)):
-            raise _fail(spec, index, record, f"{history_col!r} must be a list of [question, answer] pairs")
-        messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
-    messages.append({"role": "user", "content": prompt + ("\n" + query if query else "")})
-    messages.append({"role": "assistant", "content": response})
-    tools_col = spec.column("tools")
-    return messages, (record.get(tools_col) if tools_col else None)
-
-
-def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list[dict[str, str]], Any]:
-    col = spec.column("messages")
-    turns = record.get(col)
-    if turns is None and not spec.columns.get("messages") and "messages" in record:
-        turns = record["messages"]
-    if not isinstance(turns, list) or not turns:
-        raise _fail(spec, index, record, f"missing or empty list {col!r}")
-    role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
-    if isinstance(turns[0], dict) and role_tag not in turns[0] and "role" in turns[0] and not spec.tags:
-        role_tag, content_tag = "role", "content"  # OpenAI-style turns in a file given by path
-    roles = {
-        spec.tag("user_tag"): "user", spec.tag("assistant_tag"): "assistant",
-        spec.tag("observation_tag"): "tool", spec.tag("function_tag"): "assistant",
-        spec.tag("system_tag"): "system", "user": "user", "assistant": "assistant", "system": "system",
-    }
-    messages = []
-    system_col = spec.column("system")
-    if system_col and _text(record.get(system_col)) and record[system_col]:
-        messages.append({"role": "system", "content": record[system_col]})
-    for turn in turns:
-        if not isinstance(turn, dict) or not _text(turn.get(content_tag)) or turn.get(role_tag) not in roles:
-            raise _fail(spec, index, record, f"each turn needs {role_tag!r} (one of {', '.join(sorted(set(roles)))}) and text {content_tag!r}")
-        messages.append({"role": roles[turn[role_tag]], "content": turn[content_tag]})
-    if not any(m["role"] == "assistant" for m in messages):
-        raise _fail(spec, index, record, "the conversation has no assistant turn to learn from")
-    tools_col = spec.column("tools")
-    tools = record.get(tools_col) if tools_col else None
-    if isinstance(tools, str) and tools.strip():
-        try:
-            tools = json.loads(tools)
-        except ValueError:
-            tools = [tools]
-    return messages, (tools or None)
+        ds = datasets.load_dataset(spec.hf_hub_url, spec.subset, split=spec.split)
+        return [dict(r) for r in ds]
 
 
 def chat_template_for(cfg: RunConfig, tokenizer: Any) -> str:
@@ -333,18 +106,13 @@ def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
     encoder = Encoder(tokenizer, chat_template_for(cfg, tokenizer))
     examples: list[Example] = []
     out = TokenizedData(train=[], eval=[])
-    for spec in resolve_datasets(cfg):
-        records = read_records(spec)
+    for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
+        records = load_records(spec)
         if cfg.max_samples:
             records = records[: cfg.max_samples]
         if not records:
             raise DataFormatError(f"dataset {spec.name!r} has no records")
-        if not spec.explicit_format:
-            fmt = detect_format(records[0])
-            if fmt is None:
-                spec.formatting = "alpaca"
-                raise _fail(spec, 0, records[0], "neither alpaca (instruction/output) nor sharegpt (conversations)")
-            spec.formatting = fmt
+        apply_detected_format(spec, records[0])
         for i, record in enumerate(records):
             messages, tools = to_messages(record, spec, i)
             ids, labels = encoder.encode(messages, tools)
