@@ -1,6 +1,9 @@
 """The ``ftui`` command line. No torch is imported here: training runs in child processes.
 
+    ftui                                     the app: launch form, dashboards, runs
     ftui train CONFIG.yaml | --preset demo   start a run (and follow it, or --detach)
+    ftui attach RUN                          the dashboard of a run, live or finished
+    ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
 """
 
@@ -46,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("runs", help="list the runs under the runs root")
     r.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+
+    a = sub.add_parser("attach", help="open the dashboard on a run (live or finished); quitting never stops it")
+    a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
+    a.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+
+    w = sub.add_parser("watch", help="print plain progress lines until the run ends (for ssh without -t)")
+    w.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
+    w.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    w.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
+
+    p.add_argument("--root", dest="app_root", default=None, help=f"runs root for the app (default: {default_runs_root()})")
+    p.add_argument("--config", dest="app_config", default=None, help="open the launch form filled from this YAML")
     return p
 
 
@@ -55,8 +70,56 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_train(args)
     if args.command == "runs":
         return cmd_runs(args)
-    build_parser().print_help()
+    if args.command == "attach":
+        return cmd_attach(args)
+    if args.command == "watch":
+        return cmd_watch(args)
+    return cmd_app(args)
+
+
+def _resolve(ref: str, root: str | None, err: Console) -> Path | None:
+    from ftui.runs import resolve_run
+
+    try:
+        return resolve_run(ref, root or default_runs_root())
+    except LookupError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return None
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    from ftui.tui.app import FtuiApp
+
+    initial = None
+    if args.app_config:
+        try:
+            cfg, _ = load_config(args.app_config)
+            initial = cfg.to_dict()
+        except ConfigError as e:  # open the form anyway, filled with what could be read
+            Console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
+            initial = yaml.safe_load(Path(args.app_config).read_text()) if Path(args.app_config).exists() else None
+    FtuiApp(args.app_root or default_runs_root(), initial_config=initial).run()
     return EXIT_OK
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from ftui.tui.app import FtuiApp
+
+    run_dir = _resolve(args.run, args.root, Console(stderr=True))
+    if run_dir is None:
+        return EXIT_USAGE
+    FtuiApp(args.root or default_runs_root(), attach=run_dir, offer_live=False).run()
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from ftui.watch import watch_run
+
+    run_dir = _resolve(args.run, args.root, Console(stderr=True))
+    if run_dir is None:
+        return EXIT_USAGE
+    status = watch_run(run_dir, interval=args.interval)
+    return EXIT_OK if status == "completed" else EXIT_FAILED
 
 
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 import re
 import socket
 import time
@@ -101,7 +102,9 @@ class RunSummary:
     error: str | None = None
     host: str | None = None
     launcher_pid: int | None = None
-    losses: list[tuple[int, float]] = field(default_factory=list, repr=False)
+    # Loss curve as compact arrays: a run with a million steps stays a few MB.
+    loss_steps: array = field(default_factory=lambda: array("l"), repr=False)
+    loss_values: array = field(default_factory=lambda: array("d"), repr=False)
 
     @property
     def duration(self) -> float | None:
@@ -130,7 +133,8 @@ class RunSummary:
             self.step = event.get("step", self.step)
             if event.get("loss") is not None:
                 self.last_loss = event["loss"]
-                self.losses.append((self.step, event["loss"]))
+                self.loss_steps.append(self.step)
+                self.loss_values.append(event["loss"])
         elif kind == "run_end":
             self.status = event.get("status", "failed")
             self.ended = event.get("t")
@@ -214,6 +218,41 @@ def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
             if m and d.is_dir():
                 out.append((int(m.group(1)), d))
     return sorted(out)
+
+
+class LogTailer:
+    """Reads new complete lines of train.log by byte offset (never re-reads the file).
+
+    Starts at most ``backlog`` bytes before the end, so attaching to a huge log is instant."""
+
+    def __init__(self, path: str | os.PathLike[str], backlog: int = 64 * 1024):
+        self.path = Path(path)
+        self.offset: int | None = None
+        self.backlog = backlog
+        self._pending = b""
+
+    def read_new(self, max_bytes: int = 1 << 20) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                if self.offset is None:
+                    fh.seek(0, os.SEEK_END)
+                    self.offset = max(0, fh.tell() - self.backlog)
+                    if self.offset:
+                        fh.seek(self.offset)
+                        self.offset += len(fh.readline())  # skip the partial first line
+                fh.seek(self.offset)
+                data = fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._pending + data
+        complete, sep, self._pending = data.rpartition(b"\n")
+        if not sep:
+            return []
+        # Progress bars rewrite one line with \r: keep what the terminal would show last.
+        return [line.rsplit(b"\r", 1)[-1].decode("utf-8", "replace") for line in complete.split(b"\n")]
 
 
 def hostname() -> str:

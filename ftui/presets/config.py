@@ -264,6 +264,11 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
     return parse_config(data, str(p))
 
 
+def config_defaults() -> dict[str, Any]:
+    """Every field's default (required fields left out): what an empty form starts from."""
+    return {k: f.get_default(call_default_factory=True) for k, f in RunConfig.model_fields.items() if not f.is_required()}
+
+
 def demo_config(**overrides: Any) -> RunConfig:
     """The built-in demo: a tiny random-weight Llama learns the shipped Q&A set on the CPU."""
     data: dict[str, Any] = dict(

@@ -1,0 +1,96 @@
+"""The ftui Textual app: launch form, dashboards, runs list. No torch is imported here.
+
+Quitting the app (or losing the terminal) never stops a run: runs live in their own
+process session and the app only reads their directories.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from ftui.runs import list_runs
+from ftui.tui.screens.dashboard import DashboardScreen
+from ftui.tui.screens.launch import LaunchScreen
+from ftui.tui.screens.modals import Confirm
+from ftui.tui.screens.runs import RunsScreen
+
+
+class FtuiApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "ftui"
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
+
+    def __init__(
+        self,
+        runs_root: str | Path,
+        attach: Path | None = None,
+        initial_config: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        sampler: Callable[[], tuple] | None = None,
+        offer_live: bool = True,
+    ):
+        super().__init__()
+        self.runs_root = Path(runs_root)
+        self.attach_to = attach
+        self.initial_config = initial_config
+        self.clock = clock
+        self.sampler = sampler
+        self.offer_live = offer_live
+        self.launch_screen: LaunchScreen | None = None
+
+    def on_mount(self) -> None:
+        self.launch_screen = LaunchScreen(self.initial_config)
+        self.push_screen(self.launch_screen)
+        if self.attach_to is not None:
+            self.open_dashboard(self.attach_to)
+        elif self.offer_live:
+            self.find_live_run()
+
+    @work(thread=True, group="live")
+    def find_live_run(self) -> None:
+        live = [r for r in list_runs(self.runs_root) if r.live]
+        if live:
+            self.call_from_thread(self._offer, live[0])
+
+    def _offer(self, run) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.open_dashboard(run.path)
+
+        self.push_screen(Confirm(f"Run {run.run_id} is {run.status} (step {run.step}/{run.max_steps or '?'}). Attach to it?", yes="Attach"), answered)
+
+    def open_dashboard(self, run_dir: Path) -> None:
+        self.push_screen(DashboardScreen(Path(run_dir), clock=self.clock, sampler=self.sampler))
+
+    def action_show_launch(self) -> None:
+        while len(self.screen_stack) > 2 and self.screen is not self.launch_screen:
+            self.pop_screen()
+
+    def action_show_runs(self) -> None:
+        if isinstance(self.screen, RunsScreen):
+            return
+        self.push_screen(RunsScreen(self.runs_root))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Runs", "List every run under the runs root; Enter attaches", self.action_show_runs)
+        yield SystemCommand("New run", "Open the launch form", self.action_show_launch)
+        if isinstance(screen, LaunchScreen):
+            yield SystemCommand("Demo preset", "Fill the form with the built-in demo", screen.action_demo)
+            yield SystemCommand("Start", "Start the run in the form", screen.action_start)
+            yield SystemCommand("Load YAML", "Load a config (LLaMA-Factory's keys work)", screen.action_load)
+            yield SystemCommand("Save YAML", "Save the form as a config file", screen.action_save)
+            yield SystemCommand("Show command", "The exact launch command", screen.action_command)
+        if isinstance(screen, DashboardScreen):
+            yield SystemCommand("Stop run", "Ask the run to stop (again: kill)", screen.action_stop)
+            yield SystemCommand("Toggle smoothing", "Smooth the loss curve", screen.action_smoothing)
+            yield SystemCommand("Toggle window", "Whole run or the last steps", screen.action_window)
+        if isinstance(screen, RunsScreen):
+            yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)

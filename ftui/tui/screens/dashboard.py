@@ -1,0 +1,187 @@
+"""The dashboard of one run: header, loss plot, figures, GPU panel, log tail, Stop.
+
+Two thread workers feed it: one tails events.jsonl and train.log by byte offset and folds
+events into a RunState off the UI thread, the other samples NVML (or CPU/RAM). Both hand
+results to the UI thread with ``call_from_thread``; the UI thread only renders. The whole
+view is rebuilt from the run directory, so attaching to a live or finished run is the same.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.worker import get_current_worker
+
+from ftui.events import EVENTS_FILE, EventReader
+from ftui.gpu import sample_gpus, sample_host
+from ftui.runs import LOG_FILE, LogTailer, RunSummary, hostname, pid_alive, read_launch_info
+from ftui.tui.screens.modals import Confirm
+from ftui.tui.state import RunState, RunView
+from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
+
+POLL_S = 0.5
+GPU_POLL_S = 2.0
+CHUNK = 8 << 20  # bytes of events folded per UI update when catching up on a long run
+
+
+class DashboardScreen(Screen):
+    BINDINGS = [
+        Binding("s", "stop", "Stop"),
+        Binding("m", "smoothing", "Smoothing"),
+        Binding("w", "window", "Last N / all"),
+        Binding("escape", "back", "Back"),
+        Binding("r", "runs", "Runs"),
+    ]
+
+    def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.clock = clock
+        self.sampler = sampler or (lambda: (sample_gpus(), sample_host()))
+        self.view: RunView | None = None
+        self.stop_requests = 0
+        self._ended_seen_live = False
+        self._gpu: tuple = ([], None)
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="run-header")
+        yield EndBanner(id="end-banner")
+        with Horizontal(id="top"):
+            yield LossPlot(id="loss-plot")
+            yield Figures(id="figures")
+        with Horizontal(id="bottom"):
+            yield GpuPanel(id="gpu-panel")
+            yield LogTail(id="log-tail", max_lines=2000, wrap=False, highlight=False, markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(EndBanner).display = False
+        self.query_one("#gpu-panel").border_title = "devices"
+        self.query_one("#log-tail").border_title = "train.log"
+        self.query_one("#figures").border_title = "now"
+        self.tail_run()
+        self.sample_devices()
+
+    # --- workers (never touch widgets directly: they post to the UI thread)
+    @work(thread=True, exclusive=True, group="tail")
+    def tail_run(self) -> None:
+        worker = get_current_worker()
+        state = RunState(RunSummary(run_id=self.run_dir.name, path=self.run_dir), clock=self.clock)
+        launch = read_launch_info(self.run_dir)
+        state.summary.started = launch.get("start_time")
+        state.summary.model = None
+        events = EventReader(self.run_dir / EVENTS_FILE)
+        log = LogTailer(self.run_dir / LOG_FILE)
+        first = True
+        while not worker.is_cancelled:
+            batch = events.read_new(CHUNK)
+            lines = log.read_new()
+            if batch:
+                state.apply(batch)
+            if not launch:
+                launch = read_launch_info(self.run_dir)
+                state.summary.started = state.summary.started or launch.get("start_time")
+            if state.summary.live and launch.get("host") in (None, hostname()) and launch.get("pid") and not pid_alive(launch["pid"]):
+                more = events.read_new()  # it may have written run_end just before exiting
+                state.apply(more)
+                if state.summary.live:
+                    state.summary.status = "died"
+                    state.summary.reason = "the launcher exited without writing run_end"
+            if batch or lines or first or state.summary.live:
+                self.app.call_from_thread(self.show, state.view(), lines, first)
+            first = False
+            if len(batch) and events.offset < _size(self.run_dir / EVENTS_FILE):
+                continue  # still catching up: no sleep
+            time.sleep(POLL_S)
+
+    @work(thread=True, exclusive=True, group="devices")
+    def sample_devices(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            gpus, host = self.sampler()
+            self.app.call_from_thread(self.show_devices, gpus, host)
+            time.sleep(GPU_POLL_S)
+
+    # --- rendering (UI thread)
+    def show(self, view: RunView, lines: list[str], initial: bool) -> None:
+        was_live = self.view is not None and not self.view.ended
+        self.view = view
+        self.query_one(RunHeader).show(view)
+        self.query_one(EndBanner).show(view)
+        self.query_one(LossPlot).show(view)
+        self.query_one(Figures).show(view)
+        if lines:
+            self.query_one(LogTail).add_lines(lines)
+        self.show_devices(*self._gpu)
+        if view.ended and was_live and not self._ended_seen_live:
+            self._ended_seen_live = True
+            self.app.bell()
+            severity = "error" if view.status in ("failed", "died") else "warning" if view.status == "stopped" else "information"
+            detail = f"\n{view.error}" if view.error else ""
+            hint = f"\nhint: {view.hint}" if view.hint else ""
+            self.notify(f"{view.run_id}: {view.status}. {view.reason or ''}{detail}{hint}", title="run ended",
+                        severity=severity, timeout=30, markup=False)
+
+    def show_devices(self, gpus, host) -> None:
+        self._gpu = (gpus, host)
+        self.query_one(GpuPanel).show(gpus, host, self.view.rank_peaks if self.view else ())
+
+    # --- actions
+    def action_smoothing(self) -> None:
+        plot = self.query_one(LossPlot)
+        plot.smoothing = not plot.smoothing
+        plot.redraw()
+
+    def action_window(self) -> None:
+        plot = self.query_one(LossPlot)
+        plot.recent_only = not plot.recent_only
+        if self.view is not None:
+            plot.show(self.view)
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.action_show_launch()
+
+    def action_runs(self) -> None:
+        self.app.action_show_runs()
+
+    def action_stop(self) -> None:
+        if self.view is not None and self.view.ended:
+            self.notify("the run has already ended", severity="warning")
+            return
+        force = self.stop_requests > 0
+        question = (
+            "Kill the run now? The ranks are killed without saving." if force
+            else "Stop the run? The ranks finish the current step and stop."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.stop_requests += 1
+                self.send_stop(force)
+
+        self.app.push_screen(Confirm(question, yes="Kill" if force else "Stop", danger=force), answered)
+
+    @work(thread=True, group="control")
+    def send_stop(self, force: bool) -> None:
+        from ftui.runner.launch import stop_run
+
+        result = stop_run(self.run_dir, force=force)
+        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

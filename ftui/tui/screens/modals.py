@@ -1,0 +1,77 @@
+"""Small modal dialogs: confirm, ask for a path, show a text."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class Confirm(ModalScreen[bool]):
+    """Yes / no. Escape means no."""
+
+    BINDINGS = [Binding("escape", "dismiss(False)", "cancel"), Binding("y", "dismiss(True)", "yes"), Binding("n", "dismiss(False)", "no")]
+
+    def __init__(self, question: str, yes: str = "Yes", danger: bool = False):
+        super().__init__()
+        self.question, self.yes, self.danger = question, yes, danger
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.question))
+            with Horizontal(classes="buttons"):
+                yield Button(self.yes, id="yes", variant="error" if self.danger else "primary")
+                yield Button("No", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class AskPath(ModalScreen[str | None]):
+    """One line of input (a file path). Enter accepts, Escape cancels."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, title: str, value: str = ""):
+        super().__init__()
+        self.title_text, self.value = title, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.title_text))
+            yield Input(value=self.value, id="path")
+            with Horizontal(classes="buttons"):
+                yield Button("OK", id="ok", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(self.query_one(Input).value.strip() or None if event.button.id == "ok" else None)
+
+
+class ShowText(ModalScreen[None]):
+    """A block of text (the launch command) that the user can read and copy."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "close")]
+
+    def __init__(self, title: str, text: str):
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label(Text(self.title_text, style="bold"))
+            yield Static(Text(self.text), classes="code")
+            with Horizontal(classes="buttons"):
+                yield Button("Close", id="close", variant="primary")
+
+    def on_button_pressed(self, _event: Button.Pressed) -> None:
+        self.dismiss(None)

@@ -1,0 +1,156 @@
+"""What the dashboard knows about one run, folded from its events, and the view it renders.
+
+``RunState`` is mutated only by the tailing worker thread; after each batch of events it
+produces an immutable ``RunView`` that the UI thread renders. Folding a million events
+therefore never blocks the UI, and the UI never sees a half-updated state. Plots get a
+downsampled series (at most a few thousand points), never the raw million.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ftui.follow import EtaWindow
+from ftui.runs import RunSummary
+
+
+def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list[float], list[float]]:
+    """Bucket means, keeping the first and last points exactly (a loss curve keeps its shape)."""
+    n = len(xs)
+    if n <= max_points:
+        return list(xs), list(ys)
+    size = n / max_points
+    out_x, out_y = [], []
+    for b in range(max_points):
+        lo, hi = int(b * size), max(int((b + 1) * size), int(b * size) + 1)
+        chunk = ys[lo:hi]
+        out_x.append(xs[hi - 1])
+        out_y.append(sum(chunk) / len(chunk))
+    out_x[0], out_y[0] = xs[0], ys[0]
+    out_x[-1], out_y[-1] = xs[-1], ys[-1]
+    return out_x, out_y
+
+
+def ema(values: Sequence[float], weight: float = 0.8) -> list[float]:
+    """TensorBoard-style exponential smoothing with debiasing."""
+    out, last, count = [], 0.0, 0
+    for v in values:
+        if not math.isfinite(v):
+            out.append(v)
+            continue
+        count += 1
+        last = last * weight + (1 - weight) * v
+        out.append(last / (1 - weight**count))
+    return out
+
+
+@dataclass(frozen=True)
+class RunView:
+    """Everything one frame of the dashboard shows; built off the UI thread."""
+
+    run_id: str
+    status: str
+    model: str | None = None
+    method: str | None = None
+    engine: str | None = None
+    precision: str | None = None
+    world_size: int | None = None
+    elapsed: float | None = None
+    eta: float | None = None
+    step: int = 0
+    max_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    tokens_per_s: float | None = None
+    avg_tokens_per_s: float | None = None
+    total_tokens: int = 0
+    mfu: float | None = None
+    loss_scale: float | None = None
+    eval_loss: float | None = None
+    series: tuple[list[float], list[float]] = ((), ())  # downsampled whole run
+    recent: tuple[list[float], list[float]] = ((), ())  # raw last N steps
+    evals: tuple[list[float], list[float]] = ((), ())
+    rank_peaks: tuple[int, ...] = ()
+    messages: tuple[tuple[str, str], ...] = ()  # (level, text) of log events
+    reason: str | None = None
+    error: str | None = None
+    hint: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("completed", "stopped", "failed", "died")
+
+
+@dataclass
+class RunState:
+    summary: RunSummary
+    clock: Callable[[], float] = time.time
+    recent_steps: int = 200
+    max_points: int = 2000
+    eval_steps: array = field(default_factory=lambda: array("l"))
+    eval_values: array = field(default_factory=lambda: array("d"))
+    last_step: dict[str, Any] = field(default_factory=dict)
+    rank_peaks: list[int] = field(default_factory=list)
+    messages: list[tuple[str, str]] = field(default_factory=list)
+    eta: EtaWindow = field(default_factory=EtaWindow)
+    first_step_t: float | None = None
+    first_step_tokens: int = 0
+    total_tokens: int = 0
+    events_seen: int = 0
+
+    def apply(self, events: list[dict[str, Any]]) -> None:
+        for e in events:
+            self.events_seen += 1
+            self.summary.apply(e)
+            kind = e["event"]
+            if kind == "step":
+                self.last_step = e
+                self.eta.add(e["t"], e["step"])
+                self.total_tokens = e.get("total_tokens", self.total_tokens + e.get("tokens", 0))
+                if self.first_step_t is None or e["step"] <= 1:
+                    # Average throughput is measured from the first step event on (after any
+                    # resume), so it is not diluted by model loading.
+                    self.first_step_t, self.first_step_tokens = e["t"], self.total_tokens
+                mem = e.get("mem") or []
+                if len(self.rank_peaks) < len(mem):
+                    self.rank_peaks += [0] * (len(mem) - len(self.rank_peaks))
+                for m in mem:
+                    r = m.get("rank", 0)
+                    if 0 <= r < len(self.rank_peaks):
+                        self.rank_peaks[r] = max(self.rank_peaks[r], int(m.get("peak") or 0))
+            elif kind == "eval" and e.get("eval_loss") is not None:
+                self.eval_steps.append(e["step"])
+                self.eval_values.append(e["eval_loss"])
+            elif kind == "log":
+                self.messages.append((e.get("level", "info"), str(e.get("message", ""))))
+                del self.messages[:-50]
+
+    def view(self) -> RunView:
+        s, st = self.summary, self.last_step
+        end = s.ended if s.ended is not None else self.clock()
+        elapsed = (end - s.started) if s.started else None
+        avg = None
+        if self.first_step_t is not None and st and st["t"] > self.first_step_t:
+            avg = (self.total_tokens - self.first_step_tokens) / (st["t"] - self.first_step_t)
+        n = len(s.loss_steps)
+        recent_from = max(0, n - self.recent_steps)
+        return RunView(
+            run_id=s.run_id, status=s.status, model=s.model, method=s.method, engine=s.engine,
+            precision=s.precision, world_size=s.world_size, elapsed=elapsed,
+            eta=None if s.ended is not None or s.status not in ("running",) else self.eta.eta(s.step, s.max_steps),
+            step=s.step, max_steps=s.max_steps, epoch=st.get("epoch"), loss=st.get("loss"), lr=st.get("lr"),
+            grad_norm=st.get("grad_norm"), tokens_per_s=st.get("tokens_per_s"), avg_tokens_per_s=avg,
+            total_tokens=self.total_tokens, mfu=st.get("mfu"), loss_scale=st.get("loss_scale"),
+            eval_loss=self.eval_values[-1] if self.eval_values else None,
+            series=downsample(s.loss_steps, s.loss_values, self.max_points),
+            recent=(list(s.loss_steps[recent_from:]), list(s.loss_values[recent_from:])),
+            evals=(list(self.eval_steps), list(self.eval_values)),
+            rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
+            reason=s.reason, error=s.error, hint=s.hint,
+        )

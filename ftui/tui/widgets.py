@@ -1,0 +1,185 @@
+"""Dashboard widgets. They render a ``RunView`` or a GPU sample; they never read files.
+
+All text that comes from a run (model names, log lines, error messages) is untrusted: it
+is put into ``rich.text.Text`` objects or escaped, never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import RichLog, Static
+from textual_plotext import PlotextPlot
+
+from ftui.follow import fmt_duration
+from ftui.gpu import GpuSample, HostSample
+from ftui.tui.state import RunView, ema
+
+STATUS_STYLE = {
+    "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
+    "stopped": "bold yellow", "failed": "bold red", "died": "bold red",
+}
+ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "-"
+
+
+def fmt_num(v: float | None, spec: str = ".4f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+class RunHeader(Static):
+    """One line: run name, status, elapsed and ETA."""
+
+    def show(self, view: RunView) -> None:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(view.run_id, style="bold")
+        line.append(" │ ")
+        line.append(view.status, style=STATUS_STYLE.get(view.status, "bold"))
+        line.append(f" │ elapsed {fmt_duration(view.elapsed)}")
+        if not view.ended:
+            line.append(f" │ ETA {fmt_duration(view.eta)}")
+        if view.model:
+            line.append(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", style="dim")
+        self.update(line)
+
+
+class LossPlot(PlotextPlot):
+    """Train loss (optionally smoothed) and eval points, whole run or the last N steps."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.smoothing = False
+        self.recent_only = False
+        self.curves: list[tuple[str, tuple[list[float], list[float]]]] = []
+        self.evals: tuple[list[float], list[float]] = ((), ())
+
+    def show(self, view: RunView) -> None:
+        self.curves = [("train", view.recent if self.recent_only else view.series)]
+        self.evals = view.evals
+        self.redraw()
+
+    def show_many(self, curves: list[tuple[str, tuple[list[float], list[float]]]]) -> None:
+        self.curves, self.evals = curves, ((), ())
+        self.redraw()
+
+    def redraw(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        title = "loss" + (" (smoothed)" if self.smoothing else "") + (" · recent" if self.recent_only else "")
+        plt.title(title)
+        plt.xlabel("step")
+        drawn = False
+        lo = None
+        for label, (xs, ys) in self.curves:
+            if not xs:
+                continue
+            ys = ema(ys) if self.smoothing else list(ys)
+            plt.plot(list(xs), ys, label=label if len(self.curves) > 1 else None, marker="hd")
+            drawn = True
+            lo = xs[0] if lo is None else min(lo, xs[0])
+        ex, ey = self.evals
+        if ex:
+            pts = [(x, y) for x, y in zip(ex, ey) if lo is None or x >= lo]
+            if pts:
+                plt.scatter([p[0] for p in pts], [p[1] for p in pts], label="eval", marker="o")
+        if not drawn:
+            plt.title("loss: waiting for the first step")
+        self.refresh()
+
+
+class Figures(Static):
+    """The current figures of the run, from its latest step event."""
+
+    def show(self, view: RunView) -> None:
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="dim", no_wrap=True)
+        t.add_column(no_wrap=True)
+        t.add_row("step", f"{view.step} / {view.max_steps or '?'}")
+        t.add_row("epoch", fmt_num(view.epoch, ".2f"))
+        t.add_row("loss", fmt_num(view.loss))
+        if view.eval_loss is not None:
+            t.add_row("eval loss", fmt_num(view.eval_loss))
+        t.add_row("lr", fmt_num(view.lr, ".3e"))
+        t.add_row("grad norm", fmt_num(view.grad_norm, ".3f"))
+        t.add_row("tokens/s", fmt_num(view.tokens_per_s, ",.0f"))
+        t.add_row("avg tok/s", fmt_num(view.avg_tokens_per_s, ",.0f"))
+        t.add_row("tokens", f"{view.total_tokens:,}")
+        t.add_row("MFU", "-" if view.mfu is None else f"{100 * view.mfu:.1f}%")
+        if view.loss_scale is not None:
+            t.add_row("loss scale", f"{view.loss_scale:g}")
+        parts: list = [t]
+        for level, message in view.messages[-2:]:
+            parts.append(Text(f"{level}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
+        self.update(Group(*parts))
+
+
+class EndBanner(Static):
+    """Shown when the run has ended: the status, and for failures the message and the hint."""
+
+    def show(self, view: RunView) -> None:
+        if not view.ended or view.status == "completed":  # the header says completed
+            self.display = False
+            return
+        self.display = True
+        text = Text()
+        text.append(view.status.upper(), style=STATUS_STYLE.get(view.status, "bold"))
+        if view.reason:
+            text.append(f": {view.reason}")
+        if view.error and view.status in ("failed", "died"):
+            text.append(f"\n{view.error}", style="red")
+        if view.hint:
+            text.append("\nhint: ", style="bold")
+            text.append(view.hint)
+        self.update(text)
+        self.set_class(view.status in ("failed", "died"), "-failed")
+
+
+class GpuPanel(Static):
+    """Per GPU: utilization, memory, power, temperature; the run's per-rank peaks; CPU/RAM without GPUs."""
+
+    def show(self, gpus: list[GpuSample], host: HostSample | None, rank_peaks: tuple[int, ...]) -> None:
+        t = Table.grid(padding=(0, 1))
+        if gpus:
+            for col in ("gpu", "util", "memory", "power", "temp"):
+                t.add_column(col, no_wrap=True)
+            for g in gpus:
+                t.add_row(
+                    f"{g.index}", f"{g.util_percent:3.0f}%", f"{fmt_bytes(g.mem_used)}/{fmt_bytes(g.mem_total)}",
+                    "-" if g.power_w is None else f"{g.power_w:.0f} W",
+                    "-" if g.temperature_c is None else f"{g.temperature_c:.0f}°C",
+                )
+        elif host is not None:
+            t.add_column(no_wrap=True)
+            t.add_row(Text("no GPU seen by NVML", style="dim"))
+            t.add_row(f"CPU {host.cpu_percent:3.0f}%   RAM {fmt_bytes(host.ram_used)}/{fmt_bytes(host.ram_total)}")
+        parts: list = [t]
+        if rank_peaks:
+            peaks = "  ".join(f"r{r} {fmt_bytes(p)}" for r, p in enumerate(rank_peaks))
+            parts.append(Text(f"peak per rank: {peaks}", style="dim"))
+        self.update(Group(*parts))
+
+
+class LogTail(RichLog):
+    """The tail of train.log: escaped (Text, never markup), errors highlighted, scrollable."""
+
+    def add_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            style = "bold red" if ERROR_LINE.search(line) else None
+            self.write(Text(line, style=style or ""))
+
+
+__all__ = ["RunHeader", "LossPlot", "Figures", "EndBanner", "GpuPanel", "LogTail", "escape"]
