@@ -46,7 +46,7 @@ class FtuiApp(App):
         self.launch_screen: LaunchScreen | None = None
 
     def on_mount(self) -> None:
-        self.launch_screen = LaunchScreen(self.initial_config)
+        self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
         self.push_screen(self.launch_screen)
         if self.attach_to is not None:
             self.open_dashboard(self.attach_to)

@@ -145,8 +145,9 @@ class LaunchScreen(Screen):
         Binding("ctrl+r", "runs", "Runs"),
     ]
 
-    def __init__(self, initial: dict[str, Any] | None = None):
+    def __init__(self, initial: dict[str, Any] | None = None, runs_root: str | None = None):
         super().__init__()
+        self.runs_root = runs_root
         self.extra: dict[str, Any] = {}
         self.problems: list[FieldProblem] = []
         self.config: RunConfig | None = None
@@ -196,11 +197,14 @@ class LaunchScreen(Screen):
             yield Label("", id=f"e-{f.key}", classes="field-error")
 
     def on_mount(self) -> None:
-        self.fill(config_to_form(config_defaults() | {"model_name_or_path": "", "dataset": ""}))
+        self.fill(config_to_form(self._defaults() | {"model_name_or_path": "", "dataset": ""}))
         if self._initial:
             self.fill(config_to_form(self._initial))
         self.detect_hardware()
         self.revalidate()
+
+    def _defaults(self) -> dict[str, Any]:
+        return config_defaults() | ({"output_dir": str(self.runs_root)} if self.runs_root else {})
 
     # --- form <-> values
     def values(self) -> dict[str, Any]:
@@ -367,7 +371,7 @@ class LaunchScreen(Screen):
     # --- actions
     def action_demo(self) -> None:
         self.extra = {}
-        self.fill(config_to_form(demo_config().to_dict(False)))
+        self.fill(config_to_form(demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}))
         self.notify("demo preset loaded: F5 starts it")
 
     def action_load(self) -> None:
@@ -391,7 +395,7 @@ class LaunchScreen(Screen):
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
-        self.fill(config_to_form(config_defaults() | data))
+        self.fill(config_to_form(self._defaults() | data))
         self.detect_model(str(data.get("model_name_or_path", "")))
         self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")))
         warning = unsupported_warning(sorted(self.extra))

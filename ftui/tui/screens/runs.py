@@ -38,7 +38,7 @@ class RunsScreen(Screen):
         self.marked: set[str] = set()
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"runs in {self.root.resolve()}", style="bold"), id="runs-title")
+        yield Static(Text(f"runs in {self.root}", style="bold"), id="runs-title")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield LossPlot(id="overlay")
         yield Footer()

@@ -1,0 +1,177 @@
+"""The app driven by Textual's pilot: validation, a real demo run, stop, runs, re-attach,
+YAML load/save, and untrusted text shown literally."""
+
+import asyncio
+import time
+
+import pytest
+import yaml
+from textual.widgets import Button, Input, Label
+
+from ftui.tui.app import FtuiApp
+from ftui.tui.screens.dashboard import DashboardScreen
+from ftui.tui.screens.launch import LaunchScreen
+from ftui.tui.screens.runs import RunsScreen
+from tests.fixtures_runs import T0, fixed_sampler, write_run
+from tests.test_config import LF_LORA_SFT
+
+
+async def until(pilot, predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await pilot.pause(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def text_of(widget) -> str:
+    """What a Static shows, as plain text (whatever renderable it holds)."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(widget.content)
+    return console.export_text()
+
+
+def make_app(tmp_path, **kw):
+    kw.setdefault("sampler", fixed_sampler)
+    kw.setdefault("offer_live", False)
+    return FtuiApp(tmp_path / "runs", **kw)
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FTUI_HOME", raising=False)
+
+
+async def test_invalid_field_shows_its_message_and_keeps_start_disabled(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f2")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+        lr = screen.query_one("#f-learning_rate", Input)
+        lr.value = ""
+        lr.focus()
+        await pilot.press("f", "a", "s", "t")
+        error = screen.query_one("#e-learning_rate", Label)
+        assert error.display and "valid number" in text_of(error)
+        assert screen.query_one("#start", Button).disabled
+        await pilot.press("f5")  # Start refuses
+        assert isinstance(app.screen, LaunchScreen) and not (tmp_path / "runs").exists()
+        lr.value = "0.003"
+        await pilot.pause()
+        assert not error.display and not screen.query_one("#start", Button).disabled
+
+
+async def test_method_fields_show_only_when_relevant_and_qlora_is_refused(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f2")
+        screen = app.screen
+        method = screen.query_one("#f-method")
+        method.value = "freeze"
+        await pilot.pause()
+        assert screen.query_one("#row-freeze_trainable_layers").display and not screen.query_one("#row-lora_rank").display
+        method.value = "qlora"
+        await pilot.pause()
+        assert screen.query_one("#row-lora_rank").display
+        assert "QLoRA is not possible here" in text_of(screen.query_one("#e-method", Label))
+        assert screen.query_one("#start", Button).disabled
+
+
+@pytest.mark.dist
+async def test_demo_from_the_form_runs_stops_lists_and_reattaches(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f2")
+        screen = app.screen
+        screen.query_one("#f-max_steps", Input).value = "5000"
+        screen.query_one("#f-max_samples", Input).value = "16"
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+        await pilot.press("f5")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step >= 3)
+        assert dash.view.status == "running" and dash.view.max_steps == 5000
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("y")
+        await until(pilot, lambda: dash.view.status == "stopped", timeout=60)
+        stopped_at = dash.view.step
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.runs)
+        runs = app.screen.runs
+        assert len(runs) == 1 and runs[0].status == "stopped" and runs[0].step == stopped_at
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen is not dash)
+        again = app.screen
+        await until(pilot, lambda: again.view is not None and again.view.step == stopped_at)
+        assert again.view.status == "stopped" and len(again.view.series[0]) == stopped_at
+
+
+async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_path):
+    src = tmp_path / "lf.yaml"
+    src.write_text(LF_LORA_SFT)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        screen.load_yaml(str(src))
+        await until(pilot, lambda: screen.query_one("#f-model_name_or_path", Input).value.startswith("meta-llama"))
+        assert screen.query_one("#f-learning_rate", Input).value == "0.0001"
+        assert screen.query_one("#f-method").value == "lora"
+        assert screen.query_one("#p-bf16").value
+        assert "plot_loss" in text_of(screen.query_one("#status-line"))
+        await until(pilot, lambda: "family: llama" in text_of(screen.query_one("#family")))
+        assert not screen.query_one("#start", Button).disabled
+        out = tmp_path / "saved.yaml"
+        screen.save_yaml(str(out), screen.current_config_dict())
+        await until(pilot, lambda: out.exists())
+        saved = yaml.safe_load(out.read_text())
+        assert saved["plot_loss"] is True and saved["bf16"] is True and saved["finetuning_type"] == "lora"
+        assert saved["template"] == "llama3" and saved["dataset"] == "identity,alpaca_en_demo"
+
+
+async def test_untrusted_text_is_shown_literally(tmp_path):
+    nasty = "[bold red]not markup[/] [link=file:///etc/passwd]x[/link] [/]"
+    run = write_run(tmp_path / "runs", "nasty", steps=10, max_steps=100, end="failed",
+                    log_lines=(nasty, "Traceback (most recent call last):"), model="org/[red]model[/]")
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.status == "failed")
+        await until(pilot, lambda: any(nasty in s.text for s in dash.query_one("#log-tail").lines))
+        header = text_of(dash.query_one("#run-header"))
+        assert "org/[red]model[/]" in header
+        banner = text_of(dash.query_one("#end-banner"))
+        assert "CUDA out of memory" in banner and "hint" in banner
+
+
+async def test_dashboard_figures_match_the_events(tmp_path):
+    run = write_run(tmp_path / "runs", "mid", steps=120, max_steps=300)
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 500)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 120)
+        figures = text_of(dash.query_one("#figures"))
+        assert "120 / 300" in figures and "41.2%" in figures and "20,000" in figures
+        gpu = text_of(dash.query_one("#gpu-panel"))
+        assert "97%" in gpu and "r1 15.0 GiB" in gpu
+        header = text_of(dash.query_one("#run-header"))
+        assert "ETA 04:30" in header and "elapsed 08:20" in header
+
+
+async def test_live_run_is_offered_on_start(tmp_path):
+    import os
+
+    run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
+    (run / "launch.json").write_text('{"pid": %d, "start_time": %f}' % (os.getpid(), T0))
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        assert app.screen.run_dir == run
