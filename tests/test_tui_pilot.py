@@ -57,6 +57,7 @@ async def test_invalid_field_shows_its_message_and_keeps_start_disabled(tmp_path
         lr.value = ""
         lr.focus()
         await pilot.press("f", "a", "s", "t")
+        await until(pilot, lambda: screen.query("#e-learning_rate"))
         error = screen.query_one("#e-learning_rate", Label)
         assert error.display and "valid number" in text_of(error)
         assert screen.query_one("#start", Button).disabled
@@ -72,12 +73,13 @@ async def test_method_fields_show_only_when_relevant_and_qlora_is_refused(tmp_pa
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("f2")
         screen = app.screen
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
         method = screen.query_one("#f-method")
         method.value = "freeze"
         await pilot.pause()
         assert screen.query_one("#row-freeze_trainable_layers").display and not screen.query_one("#row-lora_rank").display
         method.value = "qlora"
-        await pilot.pause()
+        await until(pilot, lambda: screen.query("#e-method"))
         assert screen.query_one("#row-lora_rank").display
         assert "QLoRA is not possible here" in text_of(screen.query_one("#e-method", Label))
         assert screen.query_one("#start", Button).disabled
@@ -89,6 +91,7 @@ async def test_demo_from_the_form_runs_stops_lists_and_reattaches(tmp_path):
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("f2")
         screen = app.screen
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
         screen.query_one("#f-max_steps", Input).value = "5000"
         screen.query_one("#f-max_samples", Input).value = "16"
         await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
@@ -119,6 +122,7 @@ async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_pat
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen
+        await until(pilot, lambda: screen._ready)
         screen.load_yaml(str(src))
         await until(pilot, lambda: screen.query_one("#f-model_name_or_path", Input).value.startswith("meta-llama"))
         assert screen.query_one("#f-learning_rate", Input).value == "0.0001"
@@ -162,6 +166,24 @@ async def test_dashboard_figures_match_the_events(tmp_path):
         assert "97%" in gpu and "r1 15.0 GiB" in gpu
         header = text_of(dash.query_one("#run-header"))
         assert "ETA 04:30" in header and "elapsed 08:20" in header
+
+
+async def test_form_defaults_equal_runconfig_defaults():
+    from ftui.presets.config import config_defaults
+    from ftui.tui.screens.launch import FORM_DEFAULTS
+
+    defaults = config_defaults()
+    assert {k: defaults[k] for k in FORM_DEFAULTS if k in defaults} == {k: v for k, v in FORM_DEFAULTS.items() if k in defaults}
+
+
+async def test_demo_key_pressed_at_once_is_not_lost(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f2")  # before the rest of the form has mounted
+        screen = app.screen
+        await until(pilot, lambda: screen._ready and not screen.query_one("#start", Button).disabled)
+        assert screen.query_one("#f-model_name_or_path", Input).value == "ftui-demo"
+        assert screen.query_one("#f-learning_rate", Input).value == "0.003"
 
 
 async def test_live_run_is_offered_on_start(tmp_path):

@@ -27,7 +27,10 @@ def test_launch_screen_with_demo(snap_compare, tmp_path):
     app = FtuiApp("runs", sampler=fixed_sampler, offer_live=False)
 
     async def before(pilot):
+        while not pilot.app.screen._ready:
+            await pilot.pause(0.1)
         await pilot.press("f2")
+        pilot.app.screen.set_focus(None)  # a blinking cursor would make the picture flaky
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=before)

@@ -19,21 +19,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS  # noqa: F401 (re-exported)
 from ftui.presets.templates import TEMPLATES
 
 DEMO_MODEL = "ftui-demo"
 DEMO_DATASET = "ftui_demo"
-ENGINES = ("single", "ddp")
-SCHEDULERS = (
-    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-    "constant_with_warmup", "inverse_sqrt",
-)
-ENGINE_DESCRIPTIONS = {
-    "single": "one process on one device: the simplest, for models that fit one GPU",
-    "ddp": "DistributedDataParallel: a full copy per GPU, gradients averaged; fastest when it fits",
-}
-
-
 def default_runs_root() -> str:
     home = os.environ.get("FTUI_HOME")
     return str(Path(home) / "runs") if home else "runs"

@@ -15,15 +15,12 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from ftui.runs import list_runs
-from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.screens.runs import RunsScreen
 
 
 class FtuiApp(App):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses may live anywhere
     TITLE = "ftui"
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
 
@@ -55,6 +52,8 @@ class FtuiApp(App):
 
     @work(thread=True, group="live")
     def find_live_run(self) -> None:
+        from ftui.runs import list_runs
+
         live = [r for r in list_runs(self.runs_root) if r.live]
         if live:
             self.call_from_thread(self._offer, live[0])
@@ -67,6 +66,8 @@ class FtuiApp(App):
         self.push_screen(Confirm(f"Run {run.run_id} is {run.status} (step {run.step}/{run.max_steps or '?'}). Attach to it?", yes="Attach"), answered)
 
     def open_dashboard(self, run_dir: Path) -> None:
+        from ftui.tui.screens.dashboard import DashboardScreen  # not on the first frame's path
+
         self.push_screen(DashboardScreen(Path(run_dir), clock=self.clock, sampler=self.sampler))
 
     def action_show_launch(self) -> None:
@@ -74,11 +75,16 @@ class FtuiApp(App):
             self.pop_screen()
 
     def action_show_runs(self) -> None:
+        from ftui.tui.screens.runs import RunsScreen
+
         if isinstance(self.screen, RunsScreen):
             return
         self.push_screen(RunsScreen(self.runs_root))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        from ftui.tui.screens.dashboard import DashboardScreen
+        from ftui.tui.screens.runs import RunsScreen
+
         yield from super().get_system_commands(screen)
         yield SystemCommand("Runs", "List every run under the runs root; Enter attaches", self.action_show_runs)
         yield SystemCommand("New run", "Open the launch form", self.action_show_launch)

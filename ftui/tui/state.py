@@ -14,6 +14,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ftui.events import StepColumns
 from ftui.follow import EtaWindow
 from ftui.runs import RunSummary
 
@@ -81,6 +82,7 @@ class RunView:
     reason: str | None = None
     error: str | None = None
     hint: str | None = None
+    loading: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -103,11 +105,28 @@ class RunState:
     first_step_tokens: int = 0
     total_tokens: int = 0
     events_seen: int = 0
+    loading: float | None = None  # share of the history still being read on attach
 
-    def apply(self, events: list[dict[str, Any]]) -> None:
+    def apply(self, events: list[Any]) -> None:
+        """Folds events (dicts, or StepColumns from a compact read) in file order."""
+        summary, eta = self.summary, self.eta
+        steps, values = summary.loss_steps, summary.loss_values
         for e in events:
             self.events_seen += 1
-            self.summary.apply(e)
+            if type(e) is StepColumns:  # the fast path for catching up on long runs
+                self.events_seen += len(e.step) - 1
+                if math.isnan(sum(e.loss)):  # some losses were null: keep only the finite ones
+                    pairs = [(s, v) for s, v in zip(e.step, e.loss) if not math.isnan(v)]
+                    steps.extend(array("l", (p[0] for p in pairs)))
+                    values.extend(array("d", (p[1] for p in pairs)))
+                else:
+                    steps.extend(e.step)
+                    values.extend(e.loss)
+                summary.step = e.step[-1]
+                for t, s in zip(e.t[-eta.points.maxlen :], e.step[-eta.points.maxlen :]):
+                    eta.add(t, s)
+                continue
+            summary.apply(e)
             kind = e["event"]
             if kind == "step":
                 self.last_step = e
@@ -131,6 +150,24 @@ class RunState:
                 self.messages.append((e.get("level", "info"), str(e.get("message", ""))))
                 del self.messages[:-50]
 
+    def prepend(self, history: "RunState") -> None:
+        """Puts an earlier stretch of the run (read after this one) in front of it."""
+        s, h = self.summary, history.summary
+        s.loss_steps = h.loss_steps + s.loss_steps
+        s.loss_values = h.loss_values + s.loss_values
+        self.eval_steps = history.eval_steps + self.eval_steps
+        self.eval_values = history.eval_values + self.eval_values
+        self.messages = (history.messages + self.messages)[-50:]
+        self.events_seen += history.events_seen
+        if history.first_step_t is not None:
+            self.first_step_t, self.first_step_tokens = history.first_step_t, history.first_step_tokens
+        for r, peak in enumerate(history.rank_peaks):
+            if r < len(self.rank_peaks):
+                self.rank_peaks[r] = max(self.rank_peaks[r], peak)
+            else:
+                self.rank_peaks.append(peak)
+        self.loading = None
+
     def view(self) -> RunView:
         s, st = self.summary, self.last_step
         end = s.ended if s.ended is not None else self.clock()
@@ -152,5 +189,5 @@ class RunState:
             recent=(list(s.loss_steps[recent_from:]), list(s.loss_values[recent_from:])),
             evals=(list(self.eval_steps), list(self.eval_values)),
             rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
-            reason=s.reason, error=s.error, hint=s.hint,
+            reason=s.reason, error=s.error, hint=s.hint, loading=self.loading,
         )

@@ -51,6 +51,8 @@ class RunHeader(Static):
         line.append(f" │ elapsed {fmt_duration(view.elapsed)}")
         if not view.ended:
             line.append(f" │ ETA {fmt_duration(view.eta)}")
+        if view.loading is not None:
+            line.append(f" │ reading history {100 * view.loading:.0f}%", style="yellow")
         if view.model:
             line.append(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", style="dim")
         self.update(line)

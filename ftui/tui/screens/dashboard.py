@@ -30,6 +30,9 @@ from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, Ru
 POLL_S = 0.5
 GPU_POLL_S = 2.0
 CHUNK = 8 << 20  # bytes of events folded per UI update when catching up on a long run
+BIG_FILE = 32 << 20  # above this, attach shows head and tail first and reads the rest after
+HEAD_BYTES = 1 << 20
+TAIL_BYTES = 8 << 20
 
 
 class DashboardScreen(Screen):
@@ -74,15 +77,25 @@ class DashboardScreen(Screen):
     @work(thread=True, exclusive=True, group="tail")
     def tail_run(self) -> None:
         worker = get_current_worker()
-        state = RunState(RunSummary(run_id=self.run_dir.name, path=self.run_dir), clock=self.clock)
+        path = self.run_dir / EVENTS_FILE
         launch = read_launch_info(self.run_dir)
-        state.summary.started = launch.get("start_time")
-        state.summary.model = None
-        events = EventReader(self.run_dir / EVENTS_FILE)
+        state = RunState(RunSummary(run_id=self.run_dir.name, path=self.run_dir, started=launch.get("start_time")), clock=self.clock)
+        events = EventReader(path)
+        history: tuple[int, int] | None = None
+        size = _size(path)
+        if size > BIG_FILE:
+            # A long run: show its head (run_start) and its tail at once, then read the
+            # stretch between in the background and splice it in front.
+            head = EventReader(path).read_new(HEAD_BYTES, compact=True)
+            state.apply([e for e in head if isinstance(e, dict) and e["event"] == "run_start"])
+            tail_start = _line_start_after(path, size - TAIL_BYTES)
+            history = (0, tail_start)
+            events.offset = tail_start
+            state.loading = 0.0
         log = LogTailer(self.run_dir / LOG_FILE)
         first = True
         while not worker.is_cancelled:
-            batch = events.read_new(CHUNK)
+            batch = events.read_new(CHUNK, compact=True)
             lines = log.read_new()
             if batch:
                 state.apply(batch)
@@ -90,17 +103,33 @@ class DashboardScreen(Screen):
                 launch = read_launch_info(self.run_dir)
                 state.summary.started = state.summary.started or launch.get("start_time")
             if state.summary.live and launch.get("host") in (None, hostname()) and launch.get("pid") and not pid_alive(launch["pid"]):
-                more = events.read_new()  # it may have written run_end just before exiting
-                state.apply(more)
+                state.apply(events.read_new(compact=True))  # it may have written run_end just before exiting
                 if state.summary.live:
                     state.summary.status = "died"
                     state.summary.reason = "the launcher exited without writing run_end"
             if batch or lines or first or state.summary.live:
                 self.app.call_from_thread(self.show, state.view(), lines, first)
             first = False
-            if len(batch) and events.offset < _size(self.run_dir / EVENTS_FILE):
+            if history is not None:
+                self._read_history(state, history, worker)
+                history = None
+                self.app.call_from_thread(self.show, state.view(), [], False)
+                continue
+            if batch and events.offset < _size(path):
                 continue  # still catching up: no sleep
             time.sleep(POLL_S)
+
+    def _read_history(self, state: RunState, span: tuple[int, int], worker) -> None:
+        start, end = span
+        reader = EventReader(self.run_dir / EVENTS_FILE, offset=start)
+        past = RunState(RunSummary(run_id=state.summary.run_id, path=self.run_dir))
+        while reader.offset < end and not worker.is_cancelled:
+            past.apply([e for e in reader.read_new(min(CHUNK, end - reader.offset), compact=True)
+                        if not (isinstance(e, dict) and e["event"] in ("run_start", "run_end"))])
+            state.loading = (reader.offset - start) / max(1, end - start)
+            if time.monotonic() % 1 < 0.1:
+                self.app.call_from_thread(self.show, state.view(), [], False)
+        state.prepend(past)
 
     @work(thread=True, exclusive=True, group="devices")
     def sample_devices(self) -> None:
@@ -178,6 +207,15 @@ class DashboardScreen(Screen):
 
         result = stop_run(self.run_dir, force=force)
         self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+
+
+def _line_start_after(path: Path, offset: int) -> int:
+    """The offset of the first line that starts at or after ``offset``."""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, offset - 1))
+        if offset > 0 and fh.read(1) != b"\n":
+            fh.readline()
+        return fh.tell()
 
 
 def _size(path: Path) -> int:

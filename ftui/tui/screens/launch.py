@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.text import Text
@@ -22,15 +22,28 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 
-from ftui.presets.config import (
-    ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS, ConfigError, FieldProblem, RunConfig, config_defaults,
-    demo_config, load_config, unsupported_warning, validate_config,
-)
+from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.screens.modals import AskPath, ShowText
 
+if TYPE_CHECKING:
+    from ftui.presets.config import FieldProblem, RunConfig
+
 METHODS = ("full", "lora", "qlora", "freeze")
+# Defaults of the form before the RunConfig model is loaded (it is imported after the first
+# frame): they must equal RunConfig's own, which tests/test_tui_pilot.py checks.
+FORM_DEFAULTS: dict[str, Any] = {
+    "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
+    "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": False, "max_samples": None, "val_size": 0.0,
+    "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
+    "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
+    "engine": "single", "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+    "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
+    "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
+    "seed": 42, "run_name": None,
+}
 PRECISIONS = ("bf16", "fp16", "fp32")
 
 
@@ -98,6 +111,8 @@ GROUPS: list[tuple[str, list[F]]] = [
 ]
 FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
 # Which form field shows a RunConfig field's problem.
+FIRST_FRAME_GROUPS = 2  # Model and Data fill an 80x24 screen; the rest mounts after the first frame
+NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help"}
 PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "finetuning_type": "method", "quantization_bit": "method"}
 
 
@@ -136,6 +151,7 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
 
 
 class LaunchScreen(Screen):
+    AUTO_FOCUS = None  # focusing restyles the screen: done after the first frame instead
     BINDINGS = [
         Binding("f5", "start", "Start"),
         Binding("f2", "demo", "Demo"),
@@ -149,27 +165,23 @@ class LaunchScreen(Screen):
         super().__init__()
         self.runs_root = runs_root
         self.extra: dict[str, Any] = {}
-        self.problems: list[FieldProblem] = []
-        self.config: RunConfig | None = None
+        self.problems: list["FieldProblem"] = []
+        self.config: "RunConfig | None" = None
         self._initial = initial
         self._loading = False
         self._family_filled: dict[str, str] = {}
+        self._shown_errors: dict[str, str] = {}
+        self._validation_pending = False
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="form"):
-            for group, fields in GROUPS:
+            for index, (group, fields) in enumerate(GROUPS):
                 with Vertical(classes="group", id=f"group-{group.lower()}") as box:
                     box.border_title = group
-                    for f in fields:
-                        yield from self._field(f)
-                    if group == "Model":
-                        yield Static("", id="family", classes="note")
-                    if group == "Data":
-                        yield Static("", id="preview", classes="note")
-                    if group == "Engine":
-                        yield Static("", id="engine-help", classes="note")
-                    if group == "Precision":
-                        yield Static("", id="precision-help", classes="note")
+                    if index < FIRST_FRAME_GROUPS:
+                        yield from (self._build_field(f) for f in fields)
+                    yield Static("", id=NOTES[group], classes="note") if group in NOTES else Static("", classes="note")
             yield Static("", id="form-errors", classes="error")
         with Horizontal(id="launch-bar"):
             yield Button("Start", id="start", variant="success", disabled=True, compact=True)
@@ -180,31 +192,48 @@ class LaunchScreen(Screen):
             yield Static("", id="status-line")
         yield Footer()
 
-    def _field(self, f: F):
-        with Vertical(classes="field", id=f"row-{f.key}"):
-            with Horizontal(classes="field-line"):
-                yield Label(f.label, classes="field-label")
-                if f.kind == "bool":
-                    yield Switch(id=f"f-{f.key}")
-                elif f.kind == "select":
-                    yield Select(list(f.options), id=f"f-{f.key}", allow_blank=False, compact=True)
-                elif f.kind == "radio":
-                    with RadioSet(id=f"f-{f.key}", compact=True):
-                        for i, opt in enumerate(f.options):
-                            yield RadioButton(opt, id=f"p-{opt}", value=i == len(f.options) - 1)
-                else:
-                    yield Input(id=f"f-{f.key}", placeholder=f.placeholder, compact=True)
-            yield Label("", id=f"e-{f.key}", classes="field-error")
+    @staticmethod
+    def _build_field(f: F) -> Horizontal:
+        """One row: label and control. Its error label is mounted only when it has an error."""
+        control: Any
+        if f.kind == "bool":
+            control = Switch(id=f"f-{f.key}")
+        elif f.kind == "select":
+            control = Select(list(f.options), id=f"f-{f.key}", allow_blank=False, compact=True)
+        elif f.kind == "radio":
+            control = RadioSet(*(RadioButton(o, id=f"p-{o}", value=i == len(f.options) - 1) for i, o in enumerate(f.options)),
+                               id=f"f-{f.key}", compact=True)
+        else:
+            control = Input(id=f"f-{f.key}", placeholder=f.placeholder, compact=True)
+        return Horizontal(Label(f.label, classes="field-label"), control, classes="field", id=f"row-{f.key}")
 
     def on_mount(self) -> None:
-        self.fill(config_to_form(self._defaults() | {"model_name_or_path": "", "dataset": ""}))
+        self.fill(config_to_form(self._defaults()), validate=False)
+        # Paint the first groups now; mount the rest, fill and validate right after.
+        self.call_after_refresh(self._mount_rest)
+
+    def _mount_rest(self) -> None:
+        # Not awaited: this runs on the screen's own message pump, which must stay free to
+        # process the mounts; the form is completed on the next refresh.
+        for group, fields in GROUPS[FIRST_FRAME_GROUPS:]:
+            box = self.query_one(f"#group-{group.lower()}")
+            box.mount_all([self._build_field(f) for f in fields], before=box.query_one(".note"))
+        self.call_after_refresh(self._complete_form)
+
+    def _complete_form(self) -> None:
+        later = {f.key for _, fields in GROUPS[FIRST_FRAME_GROUPS:] for f in fields}
+        self.fill({k: v for k, v in config_to_form(self._defaults()).items() if k in later}, validate=False)
         if self._initial:
-            self.fill(config_to_form(self._initial))
+            self.fill(config_to_form(self._initial), validate=False)
+        self._ready = True
+        self.query_one("#f-model_name_or_path", Input).focus()
         self.detect_hardware()
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        return config_defaults() | ({"output_dir": str(self.runs_root)} if self.runs_root else {})
+        from ftui.presets.config import default_runs_root
+
+        return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
     # --- form <-> values
     def values(self) -> dict[str, Any]:
@@ -218,14 +247,15 @@ class LaunchScreen(Screen):
                 out[key] = w.value
         return out
 
-    def fill(self, values: dict[str, Any]) -> None:
+    def fill(self, values: dict[str, Any], validate: bool = True) -> None:
         self._loading = True
         try:
             for key, value in values.items():
                 f = FIELDS.get(key)
-                if f is None:
-                    continue
-                w = self.query_one(f"#f-{key}")
+                found = self.query(f"#f-{key}") if f is not None else None
+                if not found:
+                    continue  # not mounted yet (the first frame has only the first groups)
+                w = found.first()
                 if f.kind == "radio":
                     self.query_one(f"#p-{value}", RadioButton).value = True
                 elif f.kind == "bool":
@@ -237,13 +267,18 @@ class LaunchScreen(Screen):
                     w.value = "" if value is None else str(value)
         finally:
             self._loading = False
-        self.revalidate()
+        if validate:
+            self.revalidate()
 
     def current_config_dict(self) -> dict[str, Any]:
         return {**self.extra, **form_to_config(self.values())}
 
     # --- validation
     def revalidate(self) -> None:
+        if not self._ready:
+            return
+        from ftui.presets.config import unsupported_warning, validate_config
+
         values = self.values()
         cfg, problems = validate_config(self.current_config_dict())
         self.config, self.problems = cfg, problems
@@ -255,19 +290,33 @@ class LaunchScreen(Screen):
                 by_field.setdefault(target, []).append(f"{p.value!r}: {p.message}" if target != p.field else p.message)
             else:
                 general.append(str(p))
+        # Touch a widget only when what it shows changes: every class or display change
+        # restyles its subtree, and doing that for ~45 rows per keystroke is what made the
+        # form slow to open.
         for key in FIELDS:
-            label = self.query_one(f"#e-{key}", Label)
-            msgs = by_field.get(key, [])
-            label.update(Text("\n".join(msgs)))
-            label.display = bool(msgs)
-            self.query_one(f"#row-{key}").set_class(bool(msgs), "-invalid")
+            msgs = "\n".join(by_field.get(key, []))
+            if self._shown_errors.get(key, "") != msgs:
+                self._shown_errors[key] = msgs
+                row = self.query_one(f"#row-{key}")
+                found = self.query(f"#e-{key}")
+                if found:
+                    label = found.first(Label)
+                    label.update(Text(msgs))
+                elif msgs:
+                    label = Label(Text(msgs), id=f"e-{key}", classes="field-error")
+                    row.parent.mount(label, after=row)
+                else:
+                    continue
+                label.display = bool(msgs)
+                row.set_class(bool(msgs), "-invalid")
         method = values.get("method")
-        for key, f in FIELDS.items():
-            if f.only_for:
-                self.query_one(f"#row-{key}").display = method in f.only_for
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
-        for key in ("node_rank", "rdzv_endpoint"):
-            self.query_one(f"#row-{key}").display = multi
+        for key, f in FIELDS.items():
+            if f.only_for or key in ("node_rank", "rdzv_endpoint"):
+                visible = (method in f.only_for) if f.only_for else multi
+                row = self.query_one(f"#row-{key}")
+                if row.display != visible:
+                    row.display = visible
         self.query_one("#engine-help", Static).update(Text(ENGINE_DESCRIPTIONS.get(values.get("engine"), ""), style="dim"))
         errors = self.query_one("#form-errors", Static)
         errors.update(Text("\n".join(general)))
@@ -278,14 +327,24 @@ class LaunchScreen(Screen):
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
         self.query_one("#status-line", Static).update(Text(status + (f" · {warning}" if warning else ""), style="red" if problems else "green"))
 
+    def request_validation(self) -> None:
+        """Validates once after the current burst of changes (a YAML load changes 40 fields)."""
+        if not self._validation_pending:
+            self._validation_pending = True
+            self.call_after_refresh(self._validate_now)
+
+    def _validate_now(self) -> None:
+        self._validation_pending = False
+        self.revalidate()
+
     @on(Input.Changed)
     @on(Select.Changed)
     @on(Switch.Changed)
     @on(RadioSet.Changed)
     def _changed(self, event) -> None:
-        if self._loading:
+        if self._loading or not self._ready:
             return
-        self.revalidate()
+        self.request_validation()
         wid = getattr(event, "control", None) and event.control.id or ""
         if wid == "f-model_name_or_path":
             self.detect_model(event.control.value)
@@ -369,8 +428,17 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     # --- actions
+    def on_screen_resume(self) -> None:
+        if self._ready:
+            self.request_validation()
+
     def action_demo(self) -> None:
+        from ftui.presets.config import demo_config
+
         self.extra = {}
+        if not self._ready:  # pressed during the first moment: apply once the form is complete
+            self._initial = demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}
+            return
         self.fill(config_to_form(demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}))
         self.notify("demo preset loaded: F5 starts it")
 
@@ -393,8 +461,13 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self._apply_loaded, path, data)
 
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
+        from ftui.presets.config import RunConfig, unsupported_warning
+
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
+        if not self._ready:
+            self._initial = self._defaults() | data
+            return
         self.fill(config_to_form(self._defaults() | data))
         self.detect_model(str(data.get("model_name_or_path", "")))
         self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")))
@@ -404,12 +477,15 @@ class LaunchScreen(Screen):
     def action_save(self) -> None:
         def chosen(path: str | None) -> None:
             if path:
+                self.revalidate()
                 self.save_yaml(path, self.current_config_dict())
 
         self.app.push_screen(AskPath("Save the form as YAML to:", "ftui_config.yaml"), chosen)
 
     @work(thread=True, group="io")
     def save_yaml(self, path: str, data: dict[str, Any]) -> None:
+        from ftui.presets.config import RunConfig
+
         try:
             cfg = RunConfig.model_validate(data) if not self.problems else None
             text = cfg.to_yaml() if cfg is not None else yaml.safe_dump(data, sort_keys=False)
@@ -424,6 +500,7 @@ class LaunchScreen(Screen):
         from ftui.runner.launch import torchrun_command
         import shlex
 
+        self.revalidate()
         if self.config is None:
             self.notify("fix the form first: the command depends on it", severity="warning")
             return
@@ -433,6 +510,7 @@ class LaunchScreen(Screen):
                                       shlex.join(torchrun_command(self.config, run_dir))))
 
     def action_start(self) -> None:
+        self.revalidate()  # the latest keystrokes may not be validated yet
         if self.config is None:
             self.notify("the form has problems: fix the fields marked in red", severity="error")
             return
@@ -443,7 +521,7 @@ class LaunchScreen(Screen):
         self.app.action_show_runs()
 
     @work(thread=True, exclusive=True, group="start")
-    def start_run(self, cfg: RunConfig) -> None:
+    def start_run(self, cfg: "RunConfig") -> None:
         from ftui.runner.launch import prepare_run, start_run
 
         try:
@@ -469,4 +547,4 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-__all__ = ["LaunchScreen", "ConfigError", "load_config", "form_to_config", "config_to_form"]
+__all__ = ["LaunchScreen", "form_to_config", "config_to_form"]

@@ -1,0 +1,43 @@
+"""`ftui watch` (plain lines without a TTY) and `ftui attach` / `ftui runs` errors."""
+
+import subprocess
+import sys
+
+from tests.fixtures_runs import write_run
+
+FTUI = [sys.executable, "-m", "ftui.cli"]
+
+
+def test_watch_prints_plain_lines_and_exits_by_status(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "done-1", steps=30, max_steps=30, end="completed", every=10)
+    write_run(root, "oom-1", steps=20, max_steps=30, end="failed", every=10)
+    ok = subprocess.run([*FTUI, "watch", "done", "--root", str(root), "--interval", "0.05"], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0
+    lines = ok.stdout.splitlines()
+    assert lines[0].startswith("done-1: Qwen/Qwen2.5-0.5B lora ddp bf16 world_size=2 max_steps=30")
+    assert any(l.startswith("step 30/30 loss ") for l in lines) and lines[-1].startswith("completed")
+    assert "\x1b[" not in ok.stdout  # no colour codes or cursor movement
+    bad = subprocess.run([*FTUI, "watch", "oom", "--root", str(root), "--interval", "0.05"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1
+    assert "failed: OutOfMemoryError" in bad.stdout and "hint: halve per_device_train_batch_size" in bad.stdout
+
+
+def test_attach_and_watch_of_a_missing_run_exit_2_with_a_message(tmp_path):
+    for cmd in ("attach", "watch"):
+        proc = subprocess.run([*FTUI, cmd, "nope", "--root", str(tmp_path)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and "no run 'nope'" in proc.stderr and "ftui runs" in proc.stderr
+
+
+def test_ambiguous_prefix_is_refused(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "demo-1", steps=1, max_steps=1, end="completed")
+    write_run(root, "demo-2", steps=1, max_steps=1, end="completed")
+    proc = subprocess.run([*FTUI, "watch", "demo", "--root", str(root)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and "matches 2 runs" in proc.stderr
+
+
+def test_help_lists_every_command():
+    out = subprocess.run([*FTUI, "--help"], capture_output=True, text=True).stdout
+    for cmd in ("train", "runs", "attach", "watch"):
+        assert cmd in out
