@@ -100,6 +100,24 @@ def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
     assert summarize_run(run).status == "failed"
 
 
+@pytest.mark.dist
+@pytest.mark.parametrize("victim", ["supervisor", "torchrun"])
+def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
+    subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", *LONG], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    run = only_run(tmp_path)
+    assert wait_for(lambda: steps_written(run) >= 2)
+    sup, children = run_processes(run)
+    ranks = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    assert ranks
+    if victim == "supervisor":
+        stop_run(run, force=True)  # what a second Stop does
+    else:
+        (torchrun,) = [p for p in children if "torch.distributed.run" in p.cmdline()]
+        os.kill(torchrun.pid, signal.SIGKILL)
+    assert wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks), timeout=30)
+    assert wait_for(lambda: gone(run), timeout=30)
+
+
 def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
     from ftui.runs import write_launch_info
 

@@ -119,10 +119,13 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
     if sup is None:
         return "the run is not running"
     if force:
-        try:
-            os.killpg(sup.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # torchrun starts each rank in a session of its own, so killing the supervisor's
+        # process group would leave the ranks running: kill every process of the tree.
+        for p in [*children, sup]:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
         return "killed"
     ranks = [p for p in children if _is_rank(p)]
     targets = ranks or children or [sup]

@@ -80,6 +80,23 @@ class DeferredFlag:
         return float(self.host.item())
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this rank when its launcher (torchrun) dies, even by kill -9, so a
+    dead launcher never leaves ranks holding GPUs. No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
+    except OSError:
+        pass
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -128,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ftui.runner.train RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
+    die_with_parent()
     info = DistInfo.from_env()
     writer = EventWriter(run_dir / EVENTS_FILE) if info.is_main else None
     stop = StopRequest()

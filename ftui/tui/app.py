@@ -43,11 +43,11 @@ class FtuiApp(App):
         self.launch_screen: LaunchScreen | None = None
 
     def on_mount(self) -> None:
-        self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
-        self.push_screen(self.launch_screen)
-        if self.attach_to is not None:
+        if self.attach_to is not None:  # the launch form is built only if the user goes there
             self.open_dashboard(self.attach_to)
-        elif self.offer_live:
+            return
+        self.action_show_launch()
+        if self.offer_live:
             self.find_live_run()
 
     @work(thread=True, group="live")
@@ -71,7 +71,11 @@ class FtuiApp(App):
         self.push_screen(DashboardScreen(Path(run_dir), clock=self.clock, sampler=self.sampler))
 
     def action_show_launch(self) -> None:
-        while len(self.screen_stack) > 2 and self.screen is not self.launch_screen:
+        if self.launch_screen is None or self.launch_screen not in self.screen_stack:
+            self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
+            self.push_screen(self.launch_screen)
+            return
+        while self.screen is not self.launch_screen:
             self.pop_screen()
 
     def action_show_runs(self) -> None:

@@ -168,10 +168,14 @@ class RunState:
                 self.rank_peaks.append(peak)
         self.loading = None
 
+    def view_elapsed(self) -> float | None:
+        s = self.summary
+        end = s.ended if s.ended is not None else self.clock()
+        return (end - s.started) if s.started else None
+
     def view(self) -> RunView:
         s, st = self.summary, self.last_step
-        end = s.ended if s.ended is not None else self.clock()
-        elapsed = (end - s.started) if s.started else None
+        elapsed = self.view_elapsed()
         avg = None
         if self.first_step_t is not None and st and st["t"] > self.first_step_t:
             avg = (self.total_tokens - self.first_step_tokens) / (st["t"] - self.first_step_t)

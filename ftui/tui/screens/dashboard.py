@@ -9,6 +9,7 @@ view is rebuilt from the run directory, so attaching to a live or finished run i
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +28,8 @@ from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView
 from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
 
-POLL_S = 0.5
+POLL_S = 1.0  # the header shows whole seconds; new events show within a second
+PLOT_EVERY_S = 1.0
 GPU_POLL_S = 2.0
 CHUNK = 8 << 20  # bytes of events folded per UI update when catching up on a long run
 BIG_FILE = 32 << 20  # above this, attach shows head and tail first and reads the rest after
@@ -53,6 +55,8 @@ class DashboardScreen(Screen):
         self.stop_requests = 0
         self._ended_seen_live = False
         self._gpu: tuple = ([], None)
+        self._plotted = 0.0
+        self._plot_due = False
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -72,6 +76,7 @@ class DashboardScreen(Screen):
         self.query_one("#figures").border_title = "now"
         self.tail_run()
         self.sample_devices()
+        self.set_interval(PLOT_EVERY_S, self._flush_plot)
 
     # --- workers (never touch widgets directly: they post to the UI thread)
     @work(thread=True, exclusive=True, group="tail")
@@ -94,6 +99,7 @@ class DashboardScreen(Screen):
             state.loading = 0.0
         log = LogTailer(self.run_dir / LOG_FILE)
         first = True
+        last_view: RunView | None = None
         while not worker.is_cancelled:
             batch = events.read_new(CHUNK, compact=True)
             lines = log.read_new()
@@ -108,7 +114,9 @@ class DashboardScreen(Screen):
                     state.summary.status = "died"
                     state.summary.reason = "the launcher exited without writing run_end"
             if batch or lines or first or state.summary.live:
-                self.app.call_from_thread(self.show, state.view(), lines, first)
+                view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
+                last_view = view
+                self.app.call_from_thread(self.show, view, lines, first)
             first = False
             if history is not None:
                 self._read_history(state, history, worker)
@@ -141,15 +149,24 @@ class DashboardScreen(Screen):
 
     # --- rendering (UI thread)
     def show(self, view: RunView, lines: list[str], initial: bool) -> None:
-        was_live = self.view is not None and not self.view.ended
+        previous = self.view
+        was_live = previous is not None and not previous.ended
         self.view = view
-        self.query_one(RunHeader).show(view)
-        self.query_one(EndBanner).show(view)
-        self.query_one(LossPlot).show(view)
-        self.query_one(Figures).show(view)
+        self.query_one(RunHeader).show(view)  # elapsed and ETA move every poll
+        changed = previous is None or (previous.step, previous.status, previous.loading, len(previous.evals[0])) != (
+            view.step, view.status, view.loading, len(view.evals[0]))
+        if changed:
+            self.query_one(EndBanner).show(view)
+            self.query_one(Figures).show(view)
+            # The plot is the costly part: redraw it at most once a second while steps stream in.
+            now = time.monotonic()
+            if view.ended or view.loading is None and now - self._plotted >= PLOT_EVERY_S or previous is None:
+                self._plotted = now
+                self.query_one(LossPlot).show(view)
+            else:
+                self._plot_due = True
         if lines:
             self.query_one(LogTail).add_lines(lines)
-        self.show_devices(*self._gpu)
         if view.ended and was_live and not self._ended_seen_live:
             self._ended_seen_live = True
             self.app.bell()
@@ -158,6 +175,12 @@ class DashboardScreen(Screen):
             hint = f"\nhint: {view.hint}" if view.hint else ""
             self.notify(f"{view.run_id}: {view.status}. {view.reason or ''}{detail}{hint}", title="run ended",
                         severity=severity, timeout=30, markup=False)
+
+    def _flush_plot(self) -> None:
+        if self._plot_due and self.view is not None and time.monotonic() - self._plotted >= PLOT_EVERY_S:
+            self._plot_due = False
+            self._plotted = time.monotonic()
+            self.query_one(LossPlot).show(self.view)
 
     def show_devices(self, gpus, host) -> None:
         self._gpu = (gpus, host)
@@ -179,7 +202,7 @@ class DashboardScreen(Screen):
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:
-            self.app.action_show_launch()
+            self.app.action_show_launch()  # attached directly: open the form on top
 
     def action_runs(self) -> None:
         self.app.action_show_runs()

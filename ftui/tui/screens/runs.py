@@ -104,7 +104,10 @@ class RunsScreen(Screen):
         plot.show_many([(r.run_id, downsample(r.loss_steps, r.loss_values, 1000)) for r in chosen])
 
     def action_back(self) -> None:
-        self.app.pop_screen() if len(self.app.screen_stack) > 2 else self.app.action_show_launch()
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.action_show_launch()
 
     def action_new(self) -> None:
         self.app.action_show_launch()
