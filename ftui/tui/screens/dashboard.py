@@ -158,6 +158,8 @@ class DashboardScreen(Screen):
         if changed:
             self.query_one(EndBanner).show(view)
             self.query_one(Figures).show(view)
+            if previous is None or previous.rank_peaks != view.rank_peaks:
+                self.show_devices(*self._gpu)
             # The plot is the costly part: redraw it at most once a second while steps stream in.
             now = time.monotonic()
             if view.ended or view.loading is None and now - self._plotted >= PLOT_EVERY_S or previous is None:
