@@ -197,3 +197,21 @@ async def test_live_run_is_offered_on_start(tmp_path):
         await pilot.press("y")
         await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         assert app.screen.run_dir == run
+
+
+async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, monkeypatch):
+    import ftui.tui.screens.dashboard as dashboard
+
+    monkeypatch.setattr(dashboard, "BIG_FILE", 20_000)
+    monkeypatch.setattr(dashboard, "HEAD_BYTES", 2_000)
+    monkeypatch.setattr(dashboard, "TAIL_BYTES", 8_000)
+    monkeypatch.setattr(dashboard, "CHUNK", 16_000)
+    run = write_run(tmp_path / "runs", "long", steps=500, max_steps=500, end="completed")
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 1000)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.loading is None and dash.view.step == 500)
+        steps, losses = dash.view.series
+        assert list(steps) == list(range(1, 501))
+        assert dash.view.evals[0] == [50 * k for k in range(1, 11)]
+        assert dash.view.model == "Qwen/Qwen2.5-0.5B" and dash.view.status == "completed"
