@@ -120,6 +120,22 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def read_complete_lines(path: Path, offset: int, pending: bytes, max_bytes: int | None = None) -> tuple[bytes | None, int, bytes]:
+    """Reads what a growing file gained since ``offset`` and returns (the complete lines, or
+    None; the new offset; the torn last line to keep for next time). Shared by the event
+    reader and the log tailer: both must never re-read a file and never split a line."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read() if max_bytes is None else fh.read(max_bytes)
+    except FileNotFoundError:
+        return None, offset, pending
+    if not data:
+        return None, offset, pending
+    complete, sep, rest = (pending + data).rpartition(b"\n")
+    return (complete if sep else None), offset + len(data), rest
+
+
 # A step line as EventWriter writes it (compact separators, schema key order). Pulling
 # (t, step, loss) out of a run of such lines with one `findall` costs a small fraction of
 # json.loads per line, which is what lets the dashboard attach to a run with a million step
@@ -157,18 +173,8 @@ class EventReader:
         """New complete events. With ``compact``, runs of step events come as
         :class:`StepColumns`; the first step event ever seen and the last one of the batch
         still come as full dicts (they carry the figures the dashboard shows)."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read() if max_bytes is None else fh.read(max_bytes)
-        except FileNotFoundError:
-            return []
-        if not data:
-            return []
-        self.offset += len(data)
-        data = self._pending + data
-        complete, _, self._pending = data.rpartition(b"\n")
-        if not complete and not _:
+        complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
+        if complete is None:
             return []
         if not compact:
             return list(self._parse(complete.split(b"\n")))

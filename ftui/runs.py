@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftui.events import EVENTS_FILE, EventReader
+from ftui.events import EVENTS_FILE, EventReader, read_complete_lines
 
 CONFIG_FILE = "config.yaml"
 LAUNCH_FILE = "launch.json"
@@ -232,24 +232,19 @@ class LogTailer:
         self._pending = b""
 
     def read_new(self, max_bytes: int = 1 << 20) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                if self.offset is None:
+        if self.offset is None:
+            try:
+                with open(self.path, "rb") as fh:
                     fh.seek(0, os.SEEK_END)
-                    self.offset = max(0, fh.tell() - self.backlog)
-                    if self.offset:
-                        fh.seek(self.offset)
-                        self.offset += len(fh.readline())  # skip the partial first line
-                fh.seek(self.offset)
-                data = fh.read(max_bytes)
-        except FileNotFoundError:
-            return []
-        if not data:
-            return []
-        self.offset += len(data)
-        data = self._pending + data
-        complete, sep, self._pending = data.rpartition(b"\n")
-        if not sep:
+                    start = max(0, fh.tell() - self.backlog)
+                    if start:
+                        fh.seek(start)
+                        start += len(fh.readline())  # skip the partial first line
+            except FileNotFoundError:
+                return []
+            self.offset = start
+        complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
+        if complete is None:
             return []
         # Progress bars rewrite one line with \r: keep what the terminal would show last.
         return [line.rsplit(b"\r", 1)[-1].decode("utf-8", "replace") for line in complete.split(b"\n")]

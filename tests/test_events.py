@@ -100,3 +100,20 @@ def test_compact_reading_gives_the_same_curve_as_full_parsing(tmp_path):
                     got.append((e["step"], e["loss"]))
     assert got == full
     assert "columns" in kinds and kinds.count("eval") == 3 and kinds[0] == "run_start"
+
+
+def test_log_tailer_reads_only_new_complete_lines_and_starts_near_the_end(tmp_path):
+    from ftui.runs import LogTailer
+
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"old line {i}\n" for i in range(1000)))
+    tail = LogTailer(log, backlog=100)
+    first = tail.read_new()
+    assert first and first[-1] == "old line 999" and len(first) < 20 and all(l.startswith("old line") for l in first)
+    with open(log, "a") as fh:
+        fh.write("progress 10%\rprogress 90%\nhalf")
+    assert tail.read_new() == ["progress 90%"]  # \r redraws keep the last state; "half" waits
+    with open(log, "a") as fh:
+        fh.write(" done\n")
+    assert tail.read_new() == ["half done"]
+    assert tail.read_new() == []
