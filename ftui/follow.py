@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ftui.events import EVENTS_FILE, EventReader
-from ftui.runs import RunSummary, pid_alive, read_launch_info
+from ftui.runs import RunSummary, launcher_gone, read_launch_info
 
 
 class EtaWindow:
@@ -77,15 +77,13 @@ def follow_run(
                     _show(event, summary, progress, task, eta, stats, console)
                 if summary.status in ("completed", "stopped", "failed"):
                     break
-                launcher = read_launch_info(run_dir).get("pid")
-                if launcher and not pid_alive(launcher):
+                if launcher_gone(read_launch_info(run_dir)):
                     time.sleep(poll_s)
                     for event in reader.read_new():
                         summary.apply(event)
                         _show(event, summary, progress, task, eta, stats, console)
-                    if summary.status not in ("completed", "stopped", "failed"):
-                        summary.status = "died"
-                        summary.reason = "the launcher exited without writing run_end"
+                    if summary.live:
+                        summary.mark_died()
                     break
                 time.sleep(poll_s)
             except KeyboardInterrupt:

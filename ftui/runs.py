@@ -80,6 +80,19 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+DIED_REASON = "the launcher exited without writing run_end"
+
+
+def launcher_gone(launch: dict[str, Any], missing_means_gone: bool = False) -> bool:
+    """Whether this host's launcher of a run has exited. A run started on another host cannot
+    be checked from here and counts as alive. Readers that see this must read the events once
+    more before calling the run `died`: the launcher may have written run_end just before."""
+    pid = launch.get("pid")
+    if not pid:
+        return missing_means_gone
+    return launch.get("host") in (None, socket.gethostname()) and not pid_alive(pid)
+
+
 @dataclass
 class RunSummary:
     """What the runs list shows, folded from one run's events and launch info."""
@@ -116,6 +129,9 @@ class RunSummary:
     @property
     def live(self) -> bool:
         return self.status in ("starting", "running")
+
+    def mark_died(self) -> None:
+        self.status, self.reason = "died", DIED_REASON
 
     def apply(self, event: dict[str, Any]) -> None:
         """Folds one event into the summary (events arrive in file order)."""
@@ -158,11 +174,8 @@ def summarize_run(run_dir: str | os.PathLike[str]) -> RunSummary:
     summary.launcher_pid = launch.get("pid")
     for event in EventReader(path / EVENTS_FILE).read_new():
         summary.apply(event)
-    if summary.live:
-        same_host = summary.host in (None, socket.gethostname())
-        if same_host and not pid_alive(summary.launcher_pid):
-            summary.status = "died"
-            summary.reason = "the launcher exited without writing run_end"
+    if summary.live and launcher_gone(launch, missing_means_gone=True):
+        summary.mark_died()
     if summary.model is None:
         summary.model = _config_value(path, "model_name_or_path")
     return summary

@@ -41,3 +41,24 @@ def test_help_lists_every_command():
     out = subprocess.run([*FTUI, "--help"], capture_output=True, text=True).stdout
     for cmd in ("train", "runs", "attach", "watch"):
         assert cmd in out
+
+
+def test_watch_keeps_a_run_end_written_just_as_the_launcher_exits(tmp_path, monkeypatch):
+    """The launcher writes run_end and exits between two reads: watch must report completed,
+    not died."""
+    import io
+    import json
+
+    import ftui.watch as watch
+    from ftui.events import make_event
+
+    run = write_run(tmp_path / "runs", "late-1", steps=5, max_steps=5)
+
+    def gone_after_writing_run_end(_launch):
+        with open(run / "events.jsonl", "a") as fh:
+            fh.write(json.dumps(make_event("run_end", status="completed", reason="5 steps")) + "\n")
+        return True
+
+    monkeypatch.setattr(watch, "launcher_gone", gone_after_writing_run_end)
+    out = io.StringIO()
+    assert watch.watch_run(run, interval=0.01, out=out) == "completed"

@@ -23,7 +23,7 @@ from textual.worker import get_current_worker
 
 from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
-from ftui.runs import LOG_FILE, LogTailer, RunSummary, hostname, pid_alive, read_launch_info
+from ftui.runs import LOG_FILE, LogTailer, RunSummary, launcher_gone, read_launch_info
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView
 from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
@@ -108,11 +108,10 @@ class DashboardScreen(Screen):
             if not launch:
                 launch = read_launch_info(self.run_dir)
                 state.summary.started = state.summary.started or launch.get("start_time")
-            if state.summary.live and launch.get("host") in (None, hostname()) and launch.get("pid") and not pid_alive(launch["pid"]):
+            if state.summary.live and launcher_gone(launch):
                 state.apply(events.read_new(compact=True))  # it may have written run_end just before exiting
                 if state.summary.live:
-                    state.summary.status = "died"
-                    state.summary.reason = "the launcher exited without writing run_end"
+                    state.summary.mark_died()
             if batch or lines or first or state.summary.live:
                 view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
                 last_view = view
