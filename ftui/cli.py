@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config, parse_config
+from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

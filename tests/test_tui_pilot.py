@@ -1,7 +1,6 @@
 """The app driven by Textual's pilot: validation, a real demo run, stop, runs, re-attach,
 YAML load/save, and untrusted text shown literally."""
 
-import asyncio
 import time
 
 import pytest

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS  # noqa: F401 (re-exported)
+from ftui.presets.choices import ENGINES, SCHEDULERS
 from ftui.presets.templates import TEMPLATES
 
 DEMO_MODEL = "ftui-demo"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import RichLog, Static
@@ -184,4 +183,4 @@ class LogTail(RichLog):
             self.write(Text(line, style=style or ""))
 
 
-__all__ = ["RunHeader", "LossPlot", "Figures", "EndBanner", "GpuPanel", "LogTail", "escape"]
+__all__ = ["RunHeader", "LossPlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]

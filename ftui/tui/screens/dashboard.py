@@ -16,7 +16,7 @@ from typing import Callable
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import get_current_worker
