@@ -2,6 +2,8 @@
 
     ftui                                     the app: launch form, dashboards, runs
     ftui train CONFIG.yaml | --preset demo   start a run (and follow it, or --detach)
+    ftui train --resume RUN [--checkpoint N] continue a stopped or failed run from a checkpoint
+    ftui presets                             the engine presets and when to use each
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
@@ -45,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--detach", action="store_true", help="start the run and return at once")
     t.add_argument("--node-rank", type=int, help="this node's rank in a multi-node job")
     t.add_argument("--runs-root", help="where run directories go (default: the config's output_dir)")
+    t.add_argument("--resume", metavar="RUN", help="continue RUN (id, prefix or directory) from its newest complete checkpoint")
+    t.add_argument("--checkpoint", metavar="N", help="with --resume: the checkpoint's step number (or a checkpoint directory)")
+
+    pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
+    pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
     r = sub.add_parser("runs", help="list the runs under the runs root")
     r.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
@@ -69,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_train(args)
     if args.command == "runs":
         return cmd_runs(args)
+    if args.command == "presets":
+        return cmd_presets(args)
     if args.command == "attach":
         return cmd_attach(args)
     if args.command == "watch":
@@ -144,21 +153,59 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
     return cfg
 
 
+def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path] | None:
+    """The run directory, its config (with --set overrides) and the checkpoint to resume."""
+    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint, summarize_run
+
+    if args.config or args.preset:
+        err.print("[red]error:[/] --resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")
+        return None
+    run_dir = _resolve(args.resume, args.runs_root, err)
+    if run_dir is None:
+        return None
+    if summarize_run(run_dir).status == "running":
+        err.print(f"[red]error:[/] {escape(run_dir.name)} is still running; stop it first (ftui attach {escape(run_dir.name)}, then Stop)")
+        return None
+    overrides = _parse_set(args.overrides)
+    try:
+        cfg, _ = load_config(run_dir / CONFIG_FILE, overrides)
+        ckpt = resolve_checkpoint(run_dir, args.checkpoint)
+    except (ConfigError, CheckpointError) as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return None
+    if overrides:
+        cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+    return run_dir, cfg, ckpt
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ftui.follow import follow_run
     from ftui.runner.launch import other_node_commands, prepare_run, start_run, stop_run
 
     out, err = Console(), Console(stderr=True)
-    cfg = _load_train_config(args, err)
-    if cfg is None:
+    resume = None
+    if args.checkpoint and not args.resume:
+        err.print("[red]error:[/] --checkpoint goes with --resume RUN")
         return EXIT_USAGE
-    try:
-        run_dir = prepare_run(cfg)
-    except OSError as e:
-        err.print(f"[red]error:[/] cannot create a run directory under {escape(cfg.output_dir)}: {escape(str(e))}")
-        return EXIT_FAILED
-    info = start_run(run_dir, cfg)
-    out.print(f"run [bold]{escape(run_dir.name)}[/] started in {escape(str(run_dir))}")
+    if args.resume:
+        found = _prepare_resume(args, err)
+        if found is None:
+            return EXIT_USAGE
+        run_dir, cfg, resume = found
+    else:
+        cfg = _load_train_config(args, err)
+        if cfg is None:
+            return EXIT_USAGE
+        try:
+            run_dir = prepare_run(cfg)
+        except OSError as e:
+            err.print(f"[red]error:[/] cannot create a run directory under {escape(cfg.output_dir)}: {escape(str(e))}")
+            return EXIT_FAILED
+    events_path = run_dir / "events.jsonl"
+    offset = events_path.stat().st_size if resume and events_path.exists() else 0
+    info = start_run(run_dir, cfg, resume=resume)
+    verb = f"resumed from {escape(resume.name)}" if resume else "started"
+    out.print(f"run [bold]{escape(run_dir.name)}[/] {verb} in {escape(str(run_dir))}")
     out.print(f"[dim]{escape(info['command_line'])}[/]")
     if cfg.nnodes > 1:
         out.print("on each other node, run:")
@@ -176,8 +223,31 @@ def cmd_train(args: argparse.Namespace) -> int:
             out.print("[red]killing the run[/]")
             stop_run(run_dir, force=True)
 
-    summary = follow_run(run_dir, out, on_interrupt=interrupted)
+    summary = follow_run(run_dir, out, on_interrupt=interrupted, start_offset=offset)
     return EXIT_OK if summary.status == "completed" else EXIT_FAILED
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from ftui.presets.engine_presets import PRESET_NAMES, describe, preset_path
+
+    out = Console()
+    if args.name:
+        if args.name not in PRESET_NAMES:
+            Console(stderr=True).print(f"[red]error:[/] no preset {escape(args.name)!r}; presets: {', '.join(PRESET_NAMES)}")
+            return EXIT_USAGE
+        sys.stdout.write(preset_path(args.name).read_text(encoding="utf-8"))
+        return EXIT_OK
+    width = max(map(len, PRESET_NAMES))
+    for name in PRESET_NAMES:
+        what, when = describe(name)
+        if out.is_terminal:
+            out.print(f"[bold]{name:<{width}}[/]  {escape(what)}\n{'':<{width}}  [dim]when: {escape(when)}[/]")
+        else:
+            print(f"{name:<{width}}  {what}. When: {when}")
+    if out.is_terminal:
+        out.print(f"\n[dim]files: {escape(str(preset_path('single').parent))}  (ftui presets NAME prints one; "
+                  "a copied DeepSpeed file is used with deepspeed: PATH)[/]")
+    return EXIT_OK
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

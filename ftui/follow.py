@@ -55,10 +55,14 @@ def follow_run(
     console: Console | None = None,
     poll_s: float = 0.5,
     on_interrupt: Callable[[int], None] | None = None,
+    start_offset: int = 0,
 ) -> RunSummary:
-    """Shows the run until it ends; returns the final summary (its status decides the exit code)."""
+    """Shows the run until it ends; returns the final summary (its status decides the exit code).
+
+    ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
+    the old part ends with the previous run_end)."""
     console = console or Console()
-    reader = EventReader(run_dir / EVENTS_FILE)
+    reader = EventReader(run_dir / EVENTS_FILE, start_offset)
     summary = RunSummary(run_id=run_dir.name, path=run_dir)
     eta = EtaWindow()
     interrupts = 0

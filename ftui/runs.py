@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from bisect import bisect_right
 import re
 import socket
 import time
@@ -133,11 +134,22 @@ class RunSummary:
     def mark_died(self) -> None:
         self.status, self.reason = "died", DIED_REASON
 
+    def truncate_after(self, step: int) -> None:
+        keep = bisect_right(self.loss_steps, step)
+        del self.loss_steps[keep:]
+        del self.loss_values[keep:]
+        self.step = step
+        self.last_loss = self.loss_values[-1] if self.loss_values else None
+
     def apply(self, event: dict[str, Any]) -> None:
         """Folds one event into the summary (events arrive in file order)."""
         kind = event["event"]
         if kind == "run_start":
             self.status = "running"
+            self.ended = self.reason = self.hint = self.error = None
+            resumed = event.get("resumed_from_step")
+            if resumed is not None:  # a resumed run: steps after the checkpoint are redone
+                self.truncate_after(int(resumed))
             self.model = event.get("model")
             self.method = event.get("method")
             self.engine = event.get("engine")
@@ -231,6 +243,32 @@ def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
             if m and d.is_dir():
                 out.append((int(m.group(1)), d))
     return sorted(out)
+
+
+TRAINER_STATE = "trainer_state.json"  # inside a checkpoint; written last, before the rename
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from; the message says which and why."""
+
+
+def resolve_checkpoint(run_dir: Path, which: str | None) -> Path:
+    """``which``: None (the newest complete checkpoint), a step number, or a directory."""
+    found = checkpoints(run_dir)
+    if which is None or which == "latest":
+        if not found:
+            raise CheckpointError(f"{run_dir.name} has no complete checkpoint to resume from")
+        return found[-1][1]
+    if which.isdigit():
+        for step, path in found:
+            if step == int(which):
+                return path
+        steps = ", ".join(str(s) for s, _ in found) or "none"
+        raise CheckpointError(f"{run_dir.name} has no checkpoint at step {which} (complete checkpoints: {steps})")
+    path = Path(which).expanduser()
+    if not (path / TRAINER_STATE).is_file():
+        raise CheckpointError(f"{path} is not a complete ftui checkpoint (no {TRAINER_STATE})")
+    return path.resolve()
 
 
 class LogTailer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,30 @@ def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.Co
     proc = subprocess.run(torchrun_command(cfg, run_dir, sys.executable), env=env, capture_output=True, text=True, timeout=timeout)
     (run_dir / "train.log").write_text(proc.stdout + proc.stderr)
     return run_dir, read_all(run_dir / EVENTS_FILE), proc
+
+
+def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[list[dict], subprocess.CompletedProcess]:
+    """Resumes a run from a checkpoint in the foreground; returns the events of the resumed part."""
+    from ftui.presets.config import load_config
+
+    cfg, _ = load_config(run_dir / "config.yaml")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    cmd = torchrun_command(cfg, run_dir, sys.executable, resume=checkpoint)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    with open(run_dir / "train.log", "a") as fh:
+        fh.write(proc.stdout + proc.stderr)
+    events = read_all(run_dir / EVENTS_FILE)
+    last_start = max(i for i, e in enumerate(events) if e["event"] == "run_start")
+    return events[last_start:], proc
+
+
+def wait_for(predicate, timeout=120.0, interval=0.2) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
 
 
 def steps_of(events: list[dict]) -> list[dict]:

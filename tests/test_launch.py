@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import wait_for
 from ftui.events import EVENTS_FILE, read_all
 from ftui.runner.launch import run_processes, stop_run
 from ftui.runs import list_runs, summarize_run
@@ -21,15 +22,6 @@ LONG = ["--set", "max_steps=5000", "--set", "max_samples=16", "--set", "logging_
 def only_run(root: Path) -> Path:
     (run,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
     return run
-
-
-def wait_for(predicate, timeout=120.0, interval=0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def steps_written(run: Path) -> int:

@@ -45,3 +45,32 @@ def test_run_state_view_matches_the_events(tmp_path):
     assert v.rank_peaks == (14 << 30, 15 << 30)
     assert v.evals == ([50, 100], [v.evals[1][0], v.evals[1][1]]) and len(v.series[0]) == 120
     assert v.avg_tokens_per_s == (120 - 1) * 30_000 / (119 * 1.5)
+
+
+def _resumed_events():
+    ev = [{"v": 1, "t": T0, "event": "run_start", "run_id": "r", "max_steps": 10}]
+    ev += [{"v": 1, "t": T0 + s, "event": "step", "step": s, "loss": 10.0 - s} for s in range(1, 7)]
+    ev += [{"v": 1, "t": T0 + 6, "event": "eval", "step": 6, "eval_loss": 3.0}]
+    ev += [{"v": 1, "t": T0 + 7, "event": "run_end", "status": "failed", "reason": "boom", "hint": "h"}]
+    ev += [{"v": 1, "t": T0 + 100, "event": "run_start", "run_id": "r", "max_steps": 10, "resumed_from_step": 4}]
+    ev += [{"v": 1, "t": T0 + 100 + s, "event": "step", "step": s, "loss": 20.0 + s} for s in (5, 6, 7)]
+    return ev
+
+
+def test_a_resumed_run_replaces_the_steps_after_its_checkpoint():
+    ev = _resumed_events()
+    state = RunState(RunSummary(run_id="r", path=None, started=T0), clock=lambda: T0 + 200)
+    state.apply(ev)
+    v = state.view()
+    assert v.status == "running" and v.reason is None and v.hint is None
+    assert v.series[0] == [1, 2, 3, 4, 5, 6, 7]
+    assert v.series[1] == [9.0, 8.0, 7.0, 6.0, 25.0, 26.0, 27.0]
+    assert v.evals == ([], [])  # the eval at step 6 belonged to the abandoned stretch
+
+    # Attach to a long run reads the tail first, then prepends the head: same result.
+    head = RunState(RunSummary(run_id="r", path=None, started=T0))
+    head.apply(ev[:9])
+    tail = RunState(RunSummary(run_id="r", path=None, started=T0), clock=lambda: T0 + 200)
+    tail.apply(ev[9:])
+    tail.prepend(head)
+    assert tail.view().series == v.series

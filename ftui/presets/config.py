@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ftui.presets.choices import ENGINES, SCHEDULERS
+from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, is_deepspeed, read_user_deepspeed
 from ftui.presets.templates import TEMPLATES
 
 DEMO_MODEL = "ftui-demo"
@@ -79,7 +80,8 @@ class RunConfig(BaseModel):
     bf16: bool = False
     fp16: bool = False
     logging_steps: int = Field(10, ge=1)
-    save_steps: int = Field(500, ge=1)
+    save_steps: int = Field(500, ge=1, description="write a resumable checkpoint every N steps (and always at the end)")
+    save_total_limit: int | None = Field(None, ge=1, description="keep only the newest N checkpoints; empty: keep all")
     eval_steps: int | None = Field(None, ge=1, description="default: logging_steps x 10")
     seed: int = Field(42, ge=0)
     # --- Output
@@ -87,11 +89,15 @@ class RunConfig(BaseModel):
     run_name: str | None = None
     # --- Engine (ftui's own)
     engine: Literal[ENGINES] = "single"  # type: ignore[valid-type]
+    deepspeed: str | None = Field(None, description="path to your own DeepSpeed JSON (as in LLaMA-Factory); overrides the zero* preset's file")
     nproc_per_node: int = Field(1, ge=1, le=1024)
     nnodes: int = Field(1, ge=1, le=4096)
     node_rank: int = Field(0, ge=0)
     rdzv_endpoint: str | None = Field(None, description="host:port where the nodes meet (multi-node)")
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    # --- Faults (ftui's own)
+    nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
+    stop_timeout: int = Field(600, ge=5, description="seconds a graceful stop may take (finish the step, save) before the ranks are killed")
 
     @property
     def precision(self) -> str:
@@ -102,6 +108,17 @@ class RunConfig(BaseModel):
         if self.finetuning_type == "lora" and self.quantization_bit:
             return "qlora"
         return self.finetuning_type
+
+    @property
+    def engine_name(self) -> str:
+        """The engine as events and listings show it: the preset, or the user's DeepSpeed file."""
+        if self.deepspeed:
+            return f"deepspeed:{Path(self.deepspeed).name}"
+        return self.engine
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        return bool(self.deepspeed) or is_deepspeed(self.engine)
 
     @property
     def world_size(self) -> int:
@@ -185,8 +202,9 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
             reason = qlora_unavailable_reason()
             if reason:
                 out.append(FieldProblem("quantization_bit", cfg.quantization_bit, f"QLoRA is not possible here: {reason}; use finetuning_type lora without quantization_bit"))
-    if cfg.engine == "single" and cfg.world_size > 1:
+    if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
+    out += engine_problems(cfg)
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "several nodes need a rendezvous endpoint host:port"))
     if cfg.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", cfg.rdzv_endpoint):
@@ -199,6 +217,30 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"))
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
+    return out
+
+
+def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """Engine / method / precision / process-count combinations that cannot work, with an
+    alternative in each message."""
+    out: list[FieldProblem] = []
+    if cfg.engine in NEEDS_SEVERAL and cfg.world_size == 1 and not cfg.deepspeed:
+        offload = "fsdp_offload" if cfg.engine == "fsdp" else "zero3_offload"
+        out.append(FieldProblem("engine", cfg.engine, f"{cfg.engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger model"))
+    if cfg.method == "qlora" and (cfg.engine.startswith(("fsdp", "zero3")) or cfg.deepspeed):
+        out.append(FieldProblem("engine", cfg.engine, "QLoRA's 4/8-bit base cannot be sharded by ftui's engines; use single or ddp, or plain lora with fsdp/zero3"))
+    if cfg.engine.startswith("fsdp") and cfg.fp16:
+        out.append(FieldProblem("fp16", True, "the fsdp presets train in bf16 or fp32; use bf16 (or a zero* preset for fp16 with loss scaling)"))
+    if cfg.deepspeed:
+        if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
+            out.append(FieldProblem("deepspeed", cfg.deepspeed, f"a DeepSpeed config runs the DeepSpeed engine, but engine is {cfg.engine}; leave engine at single (the file decides) or pick a zero* preset"))
+        try:
+            fixed = deepspeed_precision(read_user_deepspeed(cfg.deepspeed))
+        except ValueError as err:
+            out.append(FieldProblem("deepspeed", cfg.deepspeed, f"{err}; give a readable DeepSpeed JSON, or use a zero* engine preset"))
+        else:
+            if fixed and fixed != cfg.precision:
+                out.append(FieldProblem("deepspeed", cfg.deepspeed, f"the file turns {fixed} on but the run is {cfg.precision}; set {fixed}: true or set the file's value to \"auto\""))
     return out
 
 

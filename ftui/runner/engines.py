@@ -8,8 +8,13 @@ The loop in ``ftui.runner.train`` calls only this interface and never branches o
         engine.backward(loss)
     outcome = engine.step()                    clip, (unscale), optimizer step, zero grads
 
-FSDP2 and DeepSpeed strategies implement the same methods. Mixed precision for single and
-DDP is ``torch.autocast`` over fp32 master weights; fp16 adds ``torch.amp.GradScaler``.
+    engine.save_state(dir) / load_state(dir)   resumable state (collective)
+    engine.full_state_dict()                   full weights on rank 0 for final/ (collective)
+
+FSDP2 (``engine_fsdp``) and DeepSpeed (``engine_deepspeed``) implement the same methods.
+Mixed precision for single and DDP is ``torch.autocast`` over fp32 master weights; fp16 adds
+``torch.amp.GradScaler``. The torch engines checkpoint through torch.distributed.checkpoint
+(DCP), which writes each rank's shard and reshards on load; DeepSpeed uses its own format.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -24,6 +30,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ftui.presets.config import RunConfig
+
+STATE_DIR = "state"  # inside checkpoints/step-N/: the DCP checkpoint of model (or adapter) + optimizer
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -51,7 +59,7 @@ class DistInfo:
 
 @dataclass
 class StepOutcome:
-    grad_norm: torch.Tensor  # on device; read together with the other metrics
+    grad_norm: torch.Tensor | None  # on device, read with the other metrics; None: the engine does not compute it
     skipped: bool  # fp16 overflow: the optimizer step was not taken
     loss_scale: float | None
 
@@ -75,19 +83,18 @@ def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> t
         (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs: dict[str, Any] = dict(lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
-    if device.type == "cuda":
-        kwargs["fused"] = True
+    if device.type == "cuda" and all(p.device.type == "cuda" for g in groups for p in g["params"]):
+        kwargs["fused"] = True  # not with CPU-offloaded shards
     else:
         kwargs["foreach"] = True
     return torch.optim.AdamW([g for g in groups if g["params"]], **kwargs)
 
 
 class Engine:
-    """Single device: the base strategy, which DDP (and later FSDP/DeepSpeed) refine."""
-
-    name = "single"
+    """Single device: the base strategy, which DDP, FSDP and DeepSpeed refine."""
 
     def __init__(self, cfg: RunConfig, info: DistInfo, device: torch.device):
+        self.name = cfg.engine_name
         self.cfg = cfg
         self.info = info
         self.device = device
@@ -149,6 +156,14 @@ class Engine:
     def unwrap(self) -> nn.Module:
         return self.module
 
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        """The torch optimizer whose param_groups hold the learning rate (for the scheduler);
+        DeepSpeed wraps it in its own classes, which the scheduler does not accept."""
+        inner = self.optimizer
+        while not isinstance(inner, torch.optim.Optimizer) and hasattr(inner, "optimizer"):
+            inner = inner.optimizer
+        return inner
+
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         if self.info.world_size > 1:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
@@ -164,19 +179,66 @@ class Engine:
 
     def engagement(self) -> dict[str, Any]:
         """What this rank holds: proof that the engine engaged (parameter elements, optimizer bytes)."""
-        params = sum(p.numel() for p in self.module.parameters())
-        opt_bytes = 0
-        for state in self.optimizer.state.values():
-            for v in state.values():
-                if torch.is_tensor(v):
-                    opt_bytes += v.numel() * v.element_size()
-        return {"param_elements": params, "optimizer_bytes": opt_bytes}
+        params = sum(local_numel(p) for p in self.module.parameters())
+        return {"param_elements": params, "optimizer_bytes": optimizer_state_bytes(self.optimizer)}
+
+    # --- Checkpoints (torch.distributed.checkpoint for single, DDP and FSDP)
+
+    def _state_options(self, full: bool = False) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        # Frozen weights come from the base model on resume: an adapter checkpoint stays small.
+        return StateDictOptions(ignore_frozen_params=not full, full_state_dict=full, cpu_offload=full, strict=False)
+
+    def save_state(self, directory: Path) -> None:
+        """Model (or adapter) and optimizer, each rank writing its own part (collective)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory / STATE_DIR))
+
+    def load_state(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(directory / STATE_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=self._state_options())
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """Every weight, unsharded, on rank 0 (None elsewhere), for final/; None also means
+        "the module's own state_dict is complete" (single, DDP). Collective for sharded engines."""
+        return None
+
+
+def local_numel(p: torch.Tensor) -> int:
+    """Elements this rank really holds: a DTensor's (FSDP) or DeepSpeed ZeRO-3's local shard."""
+    if hasattr(p, "ds_tensor"):
+        return p.ds_tensor.numel()
+    if hasattr(p, "to_local"):
+        return p.to_local().numel()
+    return p.numel()
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes of optimizer state (AdamW's moments) on this rank, through DeepSpeed's wrappers."""
+    inner = optimizer
+    while hasattr(inner, "optimizer") and not isinstance(inner, torch.optim.Optimizer):
+        inner = inner.optimizer
+    total = 0
+    for state in getattr(inner, "state", {}).values():
+        for v in state.values():
+            if torch.is_tensor(v) and v.dim() > 0:  # moments; not the scalar step count
+                v = v.to_local() if hasattr(v, "to_local") else v
+                total += v.numel() * v.element_size()
+    return total
 
 
 class DDPEngine(Engine):
     """DistributedDataParallel: a full replica per rank, gradients all-reduced (averaged)."""
-
-    name = "ddp"
 
     @property
     def dp_size(self) -> int:
@@ -196,11 +258,17 @@ class DDPEngine(Engine):
         return self.model.no_sync()
 
 
-ENGINES: dict[str, type[Engine]] = {"single": Engine, "ddp": DDPEngine}
-
-
 def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
-    return ENGINES[cfg.engine](cfg, info, device)
+    """The strategy for the config's engine preset (DeepSpeed is imported only when used)."""
+    if cfg.uses_deepspeed:
+        from ftui.runner.engine_deepspeed import DeepSpeedEngine
+
+        return DeepSpeedEngine(cfg, info, device)
+    if cfg.engine.startswith("fsdp"):
+        from ftui.runner.engine_fsdp import FSDPEngine
+
+        return FSDPEngine(cfg, info, device)
+    return DDPEngine(cfg, info, device) if cfg.engine == "ddp" else Engine(cfg, info, device)
 
 
 @contextlib.contextmanager

@@ -29,18 +29,24 @@ from ftui.runs import CONFIG_FILE, LOG_FILE, create_run_dir, hostname, read_laun
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
 
-def torchrun_command(cfg: RunConfig, run_dir: Path, python: str | None = None) -> list[str]:
-    """The exact command that starts the ranks on this node."""
+def torchrun_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None) -> list[str]:
+    """The exact command that starts the ranks on this node.
+
+    Several nodes meet by torchrun's static rendezvous at ``rdzv_endpoint`` (node 0's
+    address): global ranks follow ``node_rank``, so rank 0, which writes the events and
+    final/, is on node 0. DeepSpeed runs under torchrun too (it reads the same environment),
+    so no hostfile or ssh between nodes is needed. ``--shutdown-timeout`` gives the ranks
+    ``stop_timeout`` seconds to finish the step and save a checkpoint after a Stop."""
     py = python or sys.executable
     cmd = [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}"]
     if cfg.nnodes > 1:
-        cmd += [
-            f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id={run_dir.name}",
-        ]
+        host, _, port = cfg.rdzv_endpoint.rpartition(":")
+        cmd += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}"]
     else:
         cmd += ["--standalone"]
-    cmd += ["--max-restarts=0", "-m", "ftui.runner.train", str(run_dir)]
+    cmd += ["--max-restarts=0", f"--shutdown-timeout={cfg.stop_timeout}", "-m", "ftui.runner.train", str(run_dir)]
+    if resume is not None:
+        cmd += ["--resume", str(resume)]
     return cmd
 
 
@@ -56,11 +62,14 @@ def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
     return run_dir
 
 
-def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None) -> dict[str, Any]:
     """Starts the supervisor + torchrun in a new session; returns what launch.json records."""
     run_dir = run_dir.resolve()
-    cmd = torchrun_command(cfg, run_dir)
-    full = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir), "--", *cmd]
+    cmd = torchrun_command(cfg, run_dir, resume=resume)
+    sup = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir)]
+    if cfg.node_rank > 0:
+        sup += ["--node-rank", str(cfg.node_rank)]
+    full = [*sup, "--", *cmd]
     env = dict(os.environ)
     env.update(extra_env or {})
     env["PYTHONUNBUFFERED"] = "1"
@@ -83,6 +92,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
         "cwd": os.getcwd(),
         "python": sys.executable,
         "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
+        **({"resumed_from": str(resume)} if resume is not None else {}),
     }
     write_launch_info(run_dir, info)
     return info
@@ -113,8 +123,9 @@ def run_processes(run_dir: Path) -> tuple[psutil.Process | None, list[psutil.Pro
 
 
 def stop_run(run_dir: Path, force: bool = False) -> str:
-    """Graceful: SIGTERM to the rank processes only (torchrun would otherwise kill them after
-    30 s); they finish the step and write run_end `stopped`. Force: SIGKILL the whole group."""
+    """Graceful: SIGTERM to the launcher's process group (supervisor + torchrun). torchrun
+    passes it to the ranks, which finish the step, save a checkpoint and write run_end
+    `stopped`; it waits up to ``stop_timeout`` for them. Force: SIGKILL every process of the run."""
     sup, children = run_processes(run_dir)
     if sup is None:
         return "the run is not running"
@@ -127,14 +138,12 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
             except psutil.Error:
                 pass
         return "killed"
+    try:
+        os.killpg(sup.pid, signal.SIGTERM)  # start_new_session: the supervisor leads the group
+    except (ProcessLookupError, PermissionError):
+        return "the run is not running"
     ranks = [p for p in children if _is_rank(p)]
-    targets = ranks or children or [sup]
-    for p in targets:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    return f"asked {len(targets)} process(es) to stop"
+    return f"asked the launcher to stop {len(ranks)} rank(s): they finish the step and save a checkpoint"
 
 
 def _is_rank(p: psutil.Process) -> bool:

@@ -1,5 +1,8 @@
-"""``python -m ftui.runner.supervise RUN_DIR -- COMMAND...``: run the launcher, make sure the
-run's events end with ``run_end``.
+"""``python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...``: run the launcher,
+make sure the run's events end with ``run_end``.
+
+Stop signals go to the process group this supervisor leads (it and torchrun): the supervisor
+ignores SIGTERM and SIGINT and keeps waiting, torchrun passes the signal to the ranks once.
 
 Rank 0 writes run_end itself when training ends or fails in Python. When a rank is killed
 (-9, the OOM killer) or torchrun fails before rank 0 starts, nobody would; the supervisor
@@ -36,15 +39,36 @@ def has_run_end(run_dir: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    node_rank = 0
+    if len(argv) >= 3 and argv[1] == "--node-rank":
+        node_rank = int(argv[2])
+        argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m ftui.runner.supervise RUN_DIR -- COMMAND...", file=sys.stderr)
+        print("usage: python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
-    # SIGTERM to the supervisor (e.g. `kill` of the group) is passed to the launcher.
     proc = subprocess.Popen(cmd)
-    signal.signal(signal.SIGTERM, lambda s, f: proc.send_signal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = proc.wait()
+    # The group's SIGTERM reaches torchrun directly; forwarding it too would be a second
+    # signal, which means "exit at once".
+    signal.signal(signal.SIGTERM, lambda s, f: None)
+    signal.signal(signal.SIGINT, lambda s, f: None)
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except InterruptedError:
+            continue
+    if node_rank > 0:
+        # Rank 0 (on node 0) writes this run's events; this node only records how it ended.
+        if not has_run_end(run_dir):
+            with EventWriter(run_dir / EVENTS_FILE) as writer:
+                writer.write("run_end", status="completed" if code == 0 else "failed",
+                             reason=f"node {node_rank} of a multi-node run: its ranks exited with code {code}; "
+                                    "the run's events and final/ are on node 0",
+                             **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
+                                                      "hint": "see train.log on this node and the run on node 0"}))
+        print(f"[ftui] launcher exited with code {code}", flush=True)
+        return code
     if not has_run_end(run_dir):
         tail = last_log_lines(run_dir)
         with EventWriter(run_dir / EVENTS_FILE) as writer:

@@ -6,11 +6,16 @@ One explicit training loop, readable top to bottom (after torchtune's recipes):
     -> for each optimizer step: gather G micro batches, count their real tokens on every
        rank, forward/backward each (loss summed over tokens, divided by the global count),
        clip, step, schedule -> write a `step` event every `logging_steps`
-    -> eval -> final/ -> run_end
+    -> checkpoints/step-N every `save_steps` -> eval -> last checkpoint, final/ -> run_end
+
+``python -m ftui.runner.train RUN_DIR --resume CHECKPOINT`` restores model or adapter,
+optimizer, scheduler, loss scaler, RNG and data position, and continues as if never stopped.
 
 Rank 0 writes ``events.jsonl``; every rank's output goes to ``train.log``. SIGTERM asks for
-a graceful stop: all ranks finish the current step and end together (the request travels
-with the step's token-count all-reduce, so no rank is left waiting in a collective).
+a graceful stop: all ranks finish the current step, save a checkpoint and end together (the
+request travels with the step's token-count all-reduce, so no rank is left waiting in a
+collective); a second SIGTERM exits at once. So do NaN/inf losses: counted on every rank
+from the same all-reduced flag, and after ``nonfinite_loss_limit`` in a row the run stops.
 """
 
 from __future__ import annotations
@@ -32,10 +37,16 @@ import torch.nn.functional as F
 from ftui.events import EVENTS_FILE, EventWriter
 from ftui.presets.config import RunConfig, load_config
 from ftui.runner.data import IGNORE, Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
+from ftui.presets.engine_presets import MORE_MEMORY_SAVING
+from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
 from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
 from ftui.runner.metrics import Window, memory_row, peak_flops
 from ftui.runner.model import apply_method, count_params, flops_per_token, load_model, load_tokenizer
-from ftui.runs import CONFIG_FILE, FINAL_DIR
+from ftui.runs import CONFIG_FILE, FINAL_DIR, CheckpointError
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss was NaN or inf for too many steps in a row."""
 
 
 class StopRequest:
@@ -58,26 +69,28 @@ class StopRequest:
 
 
 class DeferredFlag:
-    """Reads a device scalar one step late without stalling the GPU (pinned copy + event)."""
+    """Reads small device values (stop request, NaN flag) without stalling the GPU: a pinned
+    copy and an event recorded before the step's compute, read after it is enqueued."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, size: int = 1):
         self.device = device
-        self.host = torch.zeros(1, pin_memory=device.type == "cuda")
+        self.size = size
+        self.host = torch.zeros(size, pin_memory=device.type == "cuda")
         self.event = torch.cuda.Event() if device.type == "cuda" else None
         self.pending = False
 
     def push(self, value: torch.Tensor) -> None:
-        self.host.copy_(value.reshape(1), non_blocking=self.event is not None)
+        self.host.copy_(value.reshape(self.size), non_blocking=self.event is not None)
         if self.event is not None:
             self.event.record()
         self.pending = True
 
-    def read(self) -> float:
+    def read(self) -> list[float]:
         if not self.pending:
-            return 0.0
+            return [0.0] * self.size
         if self.event is not None:
-            self.event.synchronize()  # long done: recorded a whole step ago
-        return float(self.host.item())
+            self.event.synchronize()  # done long before: recorded ahead of the step's compute
+        return self.host.tolist()
 
 
 def die_with_parent() -> None:
@@ -116,22 +129,41 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
-def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator, device: torch.device) -> Iterator[tuple[int, Batch]]:
-    """Endless (epoch, batch) stream over the training examples, this rank's share."""
-    epoch = 0
+def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator, device: torch.device,
+                  start: int = 0) -> Iterator[tuple[int, Batch]]:
+    """Endless (epoch, batch) stream over the training examples, this rank's share, from the
+    ``start``-th micro batch overall (a resumed run continues exactly where it stopped)."""
+    epoch, offset = divmod(start, sampler.batches_per_epoch)
     while True:
-        for idx in sampler.batches(epoch):
+        for idx in sampler.batches(epoch, offset):
             yield epoch, collator([data.train[i] for i in idx]).to(device)
         epoch += 1
+        offset = 0
 
 
 def hint_for(exc: BaseException, cfg: RunConfig) -> str:
     if isinstance(exc, torch.OutOfMemoryError):
-        return (
-            f"out of GPU memory at per_device_train_batch_size={cfg.per_device_train_batch_size}, "
-            f"cutoff_len={cfg.cutoff_len}: halve the micro batch and double gradient_accumulation_steps, "
-            "turn on gradient_checkpointing, or use LoRA"
-        )
+        bs, accum = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
+        options = []
+        if bs > 1:
+            options.append(f"per_device_train_batch_size={bs // 2} with gradient_accumulation_steps={accum * 2} (same effective batch)")
+        if not cfg.gradient_checkpointing:
+            options.append("gradient_checkpointing: true")
+        nxt = None if cfg.deepspeed else MORE_MEMORY_SAVING.get(cfg.engine)
+        if nxt:
+            options.append(f"engine {nxt}" + (" (needs nproc_per_node >= 2)" if nxt in ("zero2", "zero3") and cfg.world_size == 1 else ""))
+        if cfg.finetuning_type == "full":
+            options.append("finetuning_type lora")
+        return f"out of GPU memory with engine {cfg.engine_name}, micro batch {bs}, cutoff_len {cfg.cutoff_len}: try " + "; or ".join(options)
+    if isinstance(exc, NonFiniteLoss):
+        fixes = ["lower learning_rate (e.g. by 10x)"]
+        if cfg.fp16:
+            fixes.append("use bf16 instead of fp16 (no overflow)")
+        if cfg.max_grad_norm == 0:
+            fixes.append("turn clipping on (max_grad_norm: 1.0)")
+        return "; ".join(fixes) + "; resume from the last checkpoint before the NaNs (ftui train --resume RUN --checkpoint N)"
+    if isinstance(exc, CheckpointError):
+        return "pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)"
     if isinstance(exc, DataFormatError):
         return "fix the dataset (or its dataset_info.json entry) and start again"
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
@@ -141,8 +173,11 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m ftui.runner.train RUN_DIR", file=sys.stderr)
+    resume: Path | None = None
+    if len(argv) == 3 and argv[1] == "--resume":
+        resume = Path(argv[2])
+    elif len(argv) != 1:
+        print("usage: python -m ftui.runner.train RUN_DIR [--resume CHECKPOINT_DIR]", file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
     die_with_parent()
@@ -153,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg: RunConfig | None = None
     try:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)
-        status, reason = train(run_dir, cfg, info, writer, stop)
+        status, reason = train(run_dir, cfg, info, writer, stop, resume)
     except BaseException as exc:  # every failure ends with a run_end that says why
         traceback.print_exc()
         sys.stderr.flush()
@@ -170,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest) -> tuple[str, str]:
+def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
+          resume: Path | None = None) -> tuple[str, str]:
     device = pick_device(cfg, info)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
@@ -185,6 +221,10 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 writer.write("log", level="warning", message=w)
 
         # --- Model and method
+        base_dir = run_dir / "base_model"
+        if resume is not None and cfg.model_init == "random" and base_dir.is_dir():
+            # the random base this run started from, so a resumed adapter sits on the same weights
+            cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
         model = load_model(cfg, device)
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir, cfg)
@@ -208,13 +248,32 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * max_steps)
         from transformers import get_scheduler
 
-        scheduler = get_scheduler(cfg.lr_scheduler_type, engine.optimizer, num_warmup_steps=warmup, num_training_steps=max_steps)
+        scheduler = get_scheduler(cfg.lr_scheduler_type, engine.torch_optimizer(), num_warmup_steps=warmup, num_training_steps=max_steps)
         collator = Collator(tokenizer.pad_token_id, pad_to_multiple=8 if device.type == "cuda" else 1, pin_memory=device.type == "cuda")
         peak = peak_flops(device)
         seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, len(data.train)))
         if cfg.packing:  # attention spans each packed example, not the row
             seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, data.records - data.dropped))
         fpt = flops_per_token(engine.unwrap().config, total, trainable, seq_for_flops)
+
+        # --- Resume: engine state, RNG, scheduler, scaler, data position
+        step = 0
+        total_tokens = 0.0
+        if resume is not None:
+            state = load_checkpoint(engine, resume)
+            scheduler.load_state_dict(state["scheduler"])
+            for group, lr in zip(engine.torch_optimizer().param_groups, scheduler.get_last_lr()):
+                group["lr"] = lr
+            if engine.scaler is not None and state.get("scaler"):
+                engine.scaler.load_state_dict(state["scaler"])
+            step = int(state["step"])
+            total_tokens = float(state.get("total_tokens", 0.0))
+            if state.get("micro_batch_size") != cfg.per_device_train_batch_size or state.get("accumulation") != accum:
+                raise CheckpointError(
+                    f"{resume.name} was saved with micro batch {state.get('micro_batch_size')} x accumulation "
+                    f"{state.get('accumulation')}; this config has {cfg.per_device_train_batch_size} x {accum}. "
+                    "Resume with the batch settings it was saved with"
+                )
 
         if writer is not None:
             writer.write(
@@ -224,32 +283,57 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 planned_tokens_per_step=cfg.per_device_train_batch_size * accum * info.world_size * cfg.cutoff_len,
                 device=str(device.type), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 steps_per_epoch=steps_per_epoch, train_examples=len(data.train), eval_examples=len(data.eval),
-                warmup_steps=warmup, peak_flops=peak, flops_per_token=fpt,
+                warmup_steps=warmup, peak_flops=peak, flops_per_token=fpt, save_steps=cfg.save_steps,
+                **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
 
+        def checkpoint(last_loss: torch.Tensor) -> None:
+            # Weights are NaN after a step whose loss or (applied) gradient was: never save those.
+            finite = torch.isfinite(last_loss).reshape(1)
+            norm = last_outcome.grad_norm if last_outcome is not None else None
+            if norm is not None and not last_outcome.skipped:
+                finite = finite & torch.isfinite(norm).reshape(1)
+            finite = finite.float()
+            engine.all_reduce_sum(finite)  # rare (checkpoint steps only): a host read is fine here
+            if finite.item() < info.world_size:
+                if writer is not None:
+                    writer.write("log", level="warning", message=f"not saving a checkpoint at step {step}: the loss or gradients are NaN/inf, so the weights may be too")
+                return
+            trainer_state = {
+                "scheduler": scheduler.state_dict(), "scaler": engine.scaler.state_dict() if engine.scaler else None,
+                "total_tokens": total_tokens, "micro_batch_size": cfg.per_device_train_batch_size,
+                "accumulation": accum, "micro_batches_done": step * accum, "max_steps": max_steps,
+            }
+            path = save_checkpoint(engine, run_dir, step, trainer_state, cfg.save_total_limit)
+            if writer is not None:
+                writer.write("checkpoint", step=step, path=str(path))
+
         # --- The loop
-        stream = micro_batches(data, sampler, collator, device)
+        stream = micro_batches(data, sampler, collator, device, start=step * accum)
         window = Window(device)
-        stop_flag = DeferredFlag(device)
+        flags = DeferredFlag(device, size=2)  # [stop requested anywhere, previous step's loss non-finite anywhere]
         eval_every = cfg.eval_steps or cfg.logging_steps * 10
         epoch = 0
-        step = 0
+        saved_step = step if resume is not None else -1
+        nonfinite = torch.zeros((), device=device)
+        streak = 0
         last_counts = torch.zeros(2, device=device)
         last_outcome = None
-        total_tokens = 0.0
         engine.model.train()
         while step < max_steps:
             batches = []
             for _ in range(accum):
                 epoch, batch = next(stream)
                 batches.append(batch)
-            # Token counts of this step on every rank, plus the stop request, in one all-reduce.
+            # Token counts of this step on every rank, the stop request and the previous step's
+            # NaN flag, in one all-reduce: every rank reaches the same decisions.
             counts = torch.tensor(
-                [sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches), float(stop.requested)],
+                [sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches), float(stop.requested), 0.0],
                 dtype=torch.float32, device=device,
             )
+            counts[3] = nonfinite
             engine.all_reduce_sum(counts)
-            stop_flag.push(counts[2])
+            flags.push(counts[2:4])
             # Each rank's gradient is averaged over dp ranks by the engine, so scale the
             # per-token sum by dp_size / global trainable tokens: the result is the exact
             # token mean over the whole step, whatever the padding or sequence lengths.
@@ -263,6 +347,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                     engine.backward(loss_sum / divisor)
                 step_loss += loss_sum.detach()
                 del logits
+            nonfinite = (~torch.isfinite(step_loss)).float()
             last_outcome = engine.step()
             if not last_outcome.skipped:
                 scheduler.step()
@@ -270,20 +355,32 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             window.add(step_loss, counts[:2])
             last_counts = counts[:2]
 
-            stopping = stop_flag.read() > 0 or (info.world_size == 1 and stop.requested)
+            stop_any, prev_nonfinite = flags.read()
+            stopping = stop_any > 0 or (info.world_size == 1 and stop.requested)
+            if prev_nonfinite > 0 and step > 1:
+                streak += 1
+                if writer is not None:
+                    writer.write("log", level="warning", message=f"loss is NaN/inf at step {step - 1} ({streak} in a row; the limit is {cfg.nonfinite_loss_limit})")
+                if streak >= cfg.nonfinite_loss_limit:
+                    raise NonFiniteLoss(f"the loss was NaN/inf for {streak} steps in a row (last at step {step - 1})")
+            else:
+                streak = 0
             ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now
             if step % cfg.logging_steps == 0 or step == max_steps or stopping or ranks:
                 total_tokens = log_step(writer, engine, window, last_counts, last_outcome, scheduler, step,
                                         step / steps_per_epoch, total_tokens, fpt, peak, device, info, ranks)
             if data.eval and (step % eval_every == 0 or step == max_steps):
                 run_eval(writer, engine, data, cfg, collator, info, device, step)
+            if step % cfg.save_steps == 0 or step == max_steps or stopping:
+                checkpoint(step_loss)
+                saved_step = step
             if stopping:
                 break
 
         # --- Save
-        if info.world_size > 1:
-            torch.distributed.barrier()
-        if info.is_main and step >= max_steps:
+        if saved_step != step:
+            checkpoint(step_loss)
+        if step >= max_steps:
             save_final(engine, tokenizer, cfg, run_dir)
         if info.world_size > 1:
             torch.distributed.barrier()
@@ -297,7 +394,8 @@ def log_step(writer, engine: Engine, window: Window, last_counts, outcome, sched
              ranks: list[dict[str, int]] | None = None) -> float:
     """Writes one `step` event from the window's counters: one batched device->host read."""
     loss_sum = engine.all_reduce_sum(window.sums[0:1].clone())
-    vals = torch.cat([loss_sum, window.sums[1:], last_counts.float(), outcome.grad_norm.float().reshape(1)]).tolist()
+    norm = outcome.grad_norm.float().reshape(1) if outcome.grad_norm is not None else torch.full((1,), float("nan"), device=device)
+    vals = torch.cat([loss_sum, window.sums[1:], last_counts.float(), norm]).tolist()
     mem = engine.gather_rows(memory_row(device))
     elapsed = time.perf_counter() - window.started
     win_loss, win_tokens, win_trainable, tokens, trainable, grad_norm = vals
@@ -308,11 +406,9 @@ def log_step(writer, engine: Engine, window: Window, last_counts, outcome, sched
     if writer is None:
         return total_tokens
     loss = win_loss / win_trainable if win_trainable else float("nan")
-    if not math.isfinite(loss):
-        writer.write("log", level="warning", message=f"loss is {loss} at step {step}")
     writer.write(
         "step", step=step, epoch=round(epoch, 4), loss=loss, lr=scheduler.get_last_lr()[0],
-        grad_norm=grad_norm if not outcome.skipped else None, tokens=int(tokens), trainable_tokens=int(trainable),
+        grad_norm=grad_norm if not outcome.skipped and math.isfinite(grad_norm) else None, tokens=int(tokens), trainable_tokens=int(trainable),
         tokens_per_s=tokens_per_s, step_time_s=elapsed / steps,
         mfu=(fpt * tokens_per_s / (peak * info.world_size)) if peak else None,
         loss_scale=outcome.loss_scale, skipped=outcome.skipped, window_steps=steps, total_tokens=int(total_tokens),
@@ -361,12 +457,16 @@ def save_random_base(model: torch.nn.Module, tokenizer: Any, run_dir: Path, cfg:
 def save_final(engine: Engine, tokenizer: Any, cfg: RunConfig, run_dir: Path) -> None:
     """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft.
 
-    Written under a temporary name and renamed, so a crash never leaves half a final/."""
+    Collective (FSDP and ZeRO-3 gather their shards onto rank 0, which writes). Written under
+    a temporary name and renamed, so a crash never leaves half a final/."""
+    state_dict = engine.full_state_dict()
+    if not engine.info.is_main:
+        return
     final = run_dir / FINAL_DIR
     tmp = run_dir / (FINAL_DIR + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     module = engine.unwrap()
-    module.save_pretrained(tmp, safe_serialization=True)
+    module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.chat_template = chat_template_for(cfg, tokenizer)  # chat uses the trained format
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)

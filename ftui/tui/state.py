@@ -9,6 +9,7 @@ downsampled series (at most a few thousand points), never the raw million.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class RunState:
     total_tokens: int = 0
     events_seen: int = 0
     loading: float | None = None  # share of the history still being read on attach
+    resumed_from: int | None = None  # the last resume's checkpoint step: later history is stale
 
     def apply(self, events: list[Any]) -> None:
         """Folds events (dicts, or StepColumns from a compact read) in file order."""
@@ -128,6 +130,12 @@ class RunState:
                 continue
             summary.apply(e)
             kind = e["event"]
+            if kind == "run_start" and e.get("resumed_from_step") is not None:
+                self.resumed_from = int(e["resumed_from_step"])
+                keep = bisect_right(self.eval_steps, self.resumed_from)
+                del self.eval_steps[keep:]
+                del self.eval_values[keep:]
+                self.first_step_t = None  # throughput is measured from the resumed steps on
             if kind == "step":
                 self.last_step = e
                 self.eta.add(e["t"], e["step"])
@@ -153,6 +161,11 @@ class RunState:
     def prepend(self, history: "RunState") -> None:
         """Puts an earlier stretch of the run (read after this one) in front of it."""
         s, h = self.summary, history.summary
+        if self.resumed_from is not None and self.resumed_from < h.step:
+            h.truncate_after(self.resumed_from)
+            keep = bisect_right(history.eval_steps, self.resumed_from)
+            del history.eval_steps[keep:]
+            del history.eval_values[keep:]
         s.loss_steps = h.loss_steps + s.loss_steps
         s.loss_values = h.loss_values + s.loss_values
         self.eval_steps = history.eval_steps + self.eval_steps

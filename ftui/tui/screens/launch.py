@@ -38,10 +38,11 @@ FORM_DEFAULTS: dict[str, Any] = {
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": False, "max_samples": None, "val_size": 0.0,
     "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
-    "engine": "single", "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+    "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
+    "save_total_limit": None,
     "seed": 42, "run_name": None,
 }
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -84,6 +85,7 @@ GROUPS: list[tuple[str, list[F]]] = [
     ]),
     ("Engine", [
         F("engine", "engine", "select", tuple((e, e) for e in ENGINES)),
+        F("deepspeed", "own DeepSpeed JSON", optional=True, placeholder="optional: replaces the zero* preset file"),
         F("nproc_per_node", "processes per node"),
         F("nnodes", "nodes"),
         F("node_rank", "this node's rank"),
@@ -102,6 +104,7 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("max_grad_norm", "clip grad norm (0: off)"),
         F("logging_steps", "log every N steps"),
         F("save_steps", "checkpoint every N steps"),
+        F("save_total_limit", "keep newest N checkpoints", optional=True, placeholder="all"),
         F("seed", "seed"),
     ]),
     ("Output", [

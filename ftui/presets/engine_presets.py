@@ -1,0 +1,126 @@
+"""Engine presets: one readable JSON file per engine in ``ftui/presets/engines/``.
+
+Each file has an ``ftui`` section (what it is, when to use it, which backend runs it). The
+DeepSpeed presets are otherwise ordinary DeepSpeed configs, with ``"auto"`` where the value
+comes from the RunConfig (micro batch, accumulation, clipping, precision), as in
+LLaMA-Factory's and transformers' DeepSpeed files; a user can copy one, edit it and pass it
+as ``deepspeed: path.json``. No torch here: the form and ``ftui presets`` read these too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PRESET_DIR = Path(__file__).resolve().parent / "engines"
+
+# The order `ftui presets` and the form list them: from least to most memory-saving.
+PRESET_NAMES = (
+    "single", "ddp", "fsdp", "fsdp_offload", "zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload",
+)
+# Presets that shard across processes and are pointless (refused) with one process.
+NEEDS_SEVERAL = ("fsdp", "zero1", "zero2", "zero3")
+# What to try next when a preset runs out of memory (used in out-of-memory hints).
+MORE_MEMORY_SAVING = {
+    "single": "zero3_offload", "ddp": "zero2", "zero0": "zero2", "zero1": "zero2", "zero2": "zero3",
+    "fsdp": "fsdp_offload", "zero2_offload": "zero3_offload", "zero3": "zero3_offload",
+}
+
+
+@lru_cache(maxsize=None)
+def _read(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def preset_path(name: str) -> Path:
+    return PRESET_DIR / f"{name}.json"
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The preset file as a fresh dict (callers may change it)."""
+    return copy.deepcopy(_read(str(preset_path(name))))
+
+
+def backend_of(name: str) -> str:
+    return load_preset(name)["ftui"]["backend"]
+
+
+def is_deepspeed(name: str) -> bool:
+    return name.startswith("zero")
+
+
+def describe(name: str) -> tuple[str, str]:
+    """(what it is, when to use it) for one preset."""
+    meta = _read(str(preset_path(name)))["ftui"]
+    return meta["description"], meta["when"]
+
+
+def read_user_deepspeed(path: str) -> dict[str, Any]:
+    """A user's DeepSpeed JSON (LLaMA-Factory's ``deepspeed:`` key); raises ValueError with
+    a message a user can act on."""
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"cannot read the DeepSpeed config: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"the DeepSpeed config is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError("the DeepSpeed config must be a JSON object")
+    stage = (data.get("zero_optimization") or {}).get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_optimization.stage must be 0-3, not {stage!r}")
+    return data
+
+
+def fill_deepspeed(ds: dict[str, Any], *, micro_batch: int, accumulation: int, world_size: int, max_grad_norm: float,
+                   precision: str, hidden_size: int | None = None) -> dict[str, Any]:
+    """Replaces every ``"auto"`` with the RunConfig's value (as transformers' HfDeepSpeedConfig
+    does), drops ftui's own section, and turns precision on or off to match the run."""
+    out = copy.deepcopy(ds)
+    out.pop("ftui", None)
+    values = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro_batch * accumulation * world_size,
+        "gradient_clipping": max_grad_norm,
+    }
+    for key, value in values.items():
+        if out.get(key, "auto") == "auto":
+            out[key] = value
+    for key in ("bf16", "fp16"):
+        section = out.setdefault(key, {})
+        if section.get("enabled", "auto") == "auto":
+            section["enabled"] = precision == key
+    zero = out.setdefault("zero_optimization", {"stage": 0})
+    h = hidden_size or 1024
+    zero_auto = {
+        "reduce_bucket_size": h * h,
+        "stage3_prefetch_bucket_size": int(0.9 * h * h),
+        "stage3_param_persistence_threshold": 10 * h,
+    }
+    for key, value in zero_auto.items():
+        if zero.get(key) == "auto":
+            zero[key] = value
+    for section in ("optimizer", "scheduler"):
+        for k, v in list((out.get(section) or {}).get("params", {}).items()):
+            if v == "auto":
+                out[section]["params"].pop(k)  # filled from the RunConfig by the runner
+    return out
+
+
+def deepspeed_precision(ds: dict[str, Any]) -> str | None:
+    """The precision a (filled or user) DeepSpeed config asks for, if it fixes one."""
+    for key in ("bf16", "fp16"):
+        if (ds.get(key) or {}).get("enabled") is True:
+            return key
+    return None

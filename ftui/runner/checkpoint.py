@@ -1,0 +1,131 @@
+"""Resumable checkpoints: ``checkpoints/step-N/``, complete or absent.
+
+A checkpoint is written into ``checkpoints/.step-N.tmp/`` by every rank (the engine's state:
+model or adapter and optimizer, sharded as the engine holds it; each rank's RNG states),
+then rank 0 adds ``trainer_state.json`` (step, data position, scheduler, loss scaler, token
+count) and renames the directory to ``step-N``. A crash or kill at any point before the
+rename leaves only a ``.tmp`` directory, which listings ignore and the next save removes:
+the previous checkpoint is never touched. Older checkpoints beyond ``save_total_limit`` are
+deleted after the new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ftui.runs import CHECKPOINTS_DIR, TRAINER_STATE, CheckpointError, checkpoints
+
+FORMAT = 1
+
+
+def _barrier(world_size: int) -> None:
+    if world_size > 1:
+        dist.barrier()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[str, Any],
+                    save_total_limit: int | None = None) -> Path:
+    """Writes checkpoints/step-N/ (collective: every rank calls it); returns its path."""
+    info = engine.info
+    root = run_dir / CHECKPOINTS_DIR
+    final = root / f"step-{step}"
+    tmp = root / f".step-{step}.tmp"
+    if info.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    _barrier(info.world_size)
+    engine.save_state(tmp)
+    torch.save(rng_state(), tmp / f"rng-{info.rank}.pt")
+    _barrier(info.world_size)
+    if info.is_main:
+        state = dict(trainer_state, format=FORMAT, step=step, world_size=info.world_size, engine=engine.name)
+        with open(tmp / TRAINER_STATE, "w", encoding="utf-8") as fh:
+            json.dump(state, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # re-saving a step (after a resume): swap, never leave neither
+            old = root / f".step-{step}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+        _fsync_dir(root)
+        for stale in root.glob(".step-*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if save_total_limit:
+            for _, old_ckpt in checkpoints(run_dir)[:-save_total_limit]:
+                shutil.rmtree(old_ckpt, ignore_errors=True)
+    _barrier(info.world_size)
+    return final
+
+
+def read_trainer_state(ckpt: Path) -> dict[str, Any]:
+    try:
+        with open(ckpt / TRAINER_STATE, encoding="utf-8") as fh:
+            state = json.load(fh)
+    except FileNotFoundError:
+        raise CheckpointError(f"{ckpt} has no {TRAINER_STATE}: it is not a complete ftui checkpoint") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{ckpt}/{TRAINER_STATE} cannot be read ({err}); resume from an earlier checkpoint") from None
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{ckpt} was written by another checkpoint format ({state.get('format')})")
+    return state
+
+
+def load_checkpoint(engine: Any, ckpt: Path) -> dict[str, Any]:
+    """Restores engine state and this rank's RNG from ``ckpt``; returns its trainer state."""
+    state = read_trainer_state(ckpt)
+    if state.get("engine") != engine.name:
+        raise CheckpointError(
+            f"{ckpt.name} was written by engine {state.get('engine')}, this run uses {engine.name}; "
+            "resume with the engine it was saved with"
+        )
+    if state.get("world_size") != engine.info.world_size and engine.cfg.uses_deepspeed:
+        raise CheckpointError(
+            f"{ckpt.name} was written by {state.get('world_size')} DeepSpeed ranks, this run has {engine.info.world_size}; "
+            "resume with the same number of processes"
+        )
+    engine.load_state(ckpt)
+    rng = ckpt / f"rng-{engine.info.rank}.pt"
+    if rng.exists():
+        set_rng_state(torch.load(rng, weights_only=True))
+    return state
