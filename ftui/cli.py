@@ -4,6 +4,7 @@
     ftui train CONFIG.yaml | --preset demo   start a run (and follow it, or --detach)
     ftui train --resume RUN [--checkpoint N] continue a stopped or failed run from a checkpoint
     ftui presets                             the engine presets and when to use each
+    ftui chat --run RUN | --model PATH       talk to a trained model (streaming REPL, or --prompt)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
@@ -53,6 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
+    c = sub.add_parser("chat", help="talk to a trained model: a streaming REPL, or one answer with --prompt")
+    c.add_argument("--run", help="a run id (prefix) or directory: its final/ (else its newest checkpoint)")
+    c.add_argument("--checkpoint", metavar="N", help="with --run: the checkpoint at step N instead of final/")
+    c.add_argument("--base", action="store_true", help="with --run: the base model the run started from (to compare)")
+    c.add_argument("--model", help="a model directory (or the demo's name, ftui-demo)")
+    c.add_argument("--adapter", help="with --model: a LoRA adapter directory on top")
+    c.add_argument("--prompt", help="answer this one prompt on stdout and exit (for scripts)")
+    c.add_argument("--system", default="", help="system prompt")
+    c.add_argument("--temperature", type=float, default=0.7, help="0 means greedy (default 0.7)")
+    c.add_argument("--top-p", type=float, default=0.9)
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
+    c.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+
     r = sub.add_parser("runs", help="list the runs under the runs root")
     r.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
 
@@ -78,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_runs(args)
     if args.command == "presets":
         return cmd_presets(args)
+    if args.command == "chat":
+        return cmd_chat(args)
     if args.command == "attach":
         return cmd_attach(args)
     if args.command == "watch":
@@ -225,6 +242,90 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     summary = follow_run(run_dir, out, on_interrupt=interrupted, start_offset=offset)
     return EXIT_OK if summary.status == "completed" else EXIT_FAILED
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
+
+    err = Console(stderr=True)
+    if bool(args.run) == bool(args.model):
+        err.print("[red]error:[/] give either --run RUN or --model PATH")
+        return EXIT_USAGE
+    if args.run:
+        run_dir = _resolve(args.run, args.root, err)
+        if run_dir is None:
+            return EXIT_USAGE
+        spec: dict[str, Any] = {"run": str(run_dir), "checkpoint": args.checkpoint, "base": args.base}
+    else:
+        spec = {"model": args.model, "adapter": args.adapter}
+    settings = GenerationSettings(args.temperature, args.top_p, args.max_new_tokens, args.system)
+    worker = ChatWorker()
+    try:
+        loaded = worker.load(device=args.device, **spec)
+        if loaded["type"] != "loaded":
+            err.print(f"[red]error:[/] {escape(loaded['message'])}")
+            return EXIT_FAILED
+        if args.prompt is not None:
+            text, ok = _stream_answer(worker, Conversation().ask(args.prompt), settings)
+            return EXIT_OK if ok else EXIT_FAILED
+        err.print(f"[dim]{escape(loaded['label'])} on {escape(loaded['device'])}. /clear forgets the conversation, "
+                  "/save FILE writes it as JSON, Ctrl-C stops an answer, Ctrl-D quits.[/]")
+        conv = Conversation()
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                print()
+                return EXIT_OK
+            except KeyboardInterrupt:
+                print()
+                continue
+            if not line.strip():
+                continue
+            if line.strip() == "/clear":
+                conv.clear()
+                continue
+            if line.startswith("/save "):
+                conv.save(line[6:].strip(), settings, loaded["label"])
+                continue
+            text, ok = _stream_answer(worker, conv.ask(line), settings)
+            if ok:
+                conv.answer(text)
+            else:
+                conv.messages.pop()
+    finally:
+        worker.close()
+
+
+def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -> tuple[str, bool]:
+    """Prints tokens as they come (raw text: nothing the model writes is markup here)."""
+    rid = worker.generate(messages, settings)
+    parts: list[str] = []
+    while True:
+        try:
+            reply = worker.get(timeout=600)
+        except KeyboardInterrupt:
+            worker.stop()
+            continue
+        if reply is None:
+            print("\nerror: the chat worker stopped answering", file=sys.stderr)
+            return "".join(parts), False
+        if reply.get("id") not in (None, rid):
+            continue
+        kind = reply["type"]
+        if kind == "token":
+            parts.append(reply["text"])
+            sys.stdout.write(reply["text"])
+            sys.stdout.flush()
+        elif kind == "done":
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            if sys.stderr.isatty():
+                print(f"[{reply['tokens']} tokens, {reply.get('tokens_per_s') or 0:.1f} tokens/s{', stopped' if reply['stopped'] else ''}]", file=sys.stderr)
+            return "".join(parts), True
+        elif kind in ("error", "exit"):
+            print(f"\nerror: {reply['message']}", file=sys.stderr)
+            return "".join(parts), False
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

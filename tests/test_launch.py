@@ -70,7 +70,11 @@ def test_ctrl_c_while_following_stops_gracefully_and_exits_nonzero(tmp_path):
     run = only_run(tmp_path)
     assert wait_for(lambda: steps_written(run) >= 2)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("ftui train did not end after Ctrl-C; train.log tail:\n" + (run / "train.log").read_text()[-3000:])
     assert proc.returncode == 1
     assert "stopping" in out and "stopped" in out
     assert read_all(run / EVENTS_FILE)[-1]["status"] == "stopped"

@@ -102,5 +102,6 @@ class FtuiApp(App):
             yield SystemCommand("Stop run", "Ask the run to stop (again: kill)", screen.action_stop)
             yield SystemCommand("Toggle smoothing", "Smooth the loss curve", screen.action_smoothing)
             yield SystemCommand("Toggle window", "Whole run or the last steps", screen.action_window)
+            yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
         if isinstance(screen, RunsScreen):
             yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)

@@ -44,6 +44,7 @@ class DashboardScreen(Screen):
         Binding("w", "window", "Last N / all"),
         Binding("escape", "back", "Back"),
         Binding("r", "runs", "Runs"),
+        Binding("c", "chat", "Chat"),
     ]
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
@@ -207,6 +208,11 @@ class DashboardScreen(Screen):
 
     def action_runs(self) -> None:
         self.app.action_show_runs()
+
+    def action_chat(self) -> None:
+        from ftui.tui.screens.chat import ChatScreen
+
+        self.app.push_screen(ChatScreen(self.run_dir))
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:

@@ -1,0 +1,130 @@
+"""The app's side of the chat worker: start ``python -m ftui.runner.chat``, send requests,
+receive its JSON-line replies. No torch here (the dashboard and the CLI use it).
+
+Replies are read by a daemon thread into a queue, so a caller can wait with a timeout and
+never blocks on a worker that crashed: a closed stdout becomes an ``exit`` reply with the
+worker's last stderr lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GenerationSettings:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_new_tokens: int = 256
+    system: str = ""
+
+    def request(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
+        if self.system:
+            out["system"] = self.system
+        return out
+
+
+@dataclass
+class Conversation:
+    """The multi-turn history sent with every prompt; saved as JSON on request."""
+
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    def ask(self, text: str) -> list[dict[str, str]]:
+        self.messages.append({"role": "user", "content": text})
+        return list(self.messages)
+
+    def answer(self, text: str) -> None:
+        self.messages.append({"role": "assistant", "content": text})
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+    def save(self, path: str, settings: GenerationSettings, model: str) -> None:
+        data = {"model": model, "settings": settings.request(), "messages": self.messages}
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, ensure_ascii=False)
+
+
+class ChatWorker:
+    """One worker process holding one model."""
+
+    def __init__(self, python: str | None = None):
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", "ftui.runner.chat"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, encoding="utf-8", bufsize=1,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"),
+        )
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        self.next_id = 0
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(reply, dict):
+                self.replies.put(reply)
+        self.proc.wait()
+        tail = "\n".join(self.stderr_tail)
+        self.replies.put({"type": "exit", "code": self.proc.returncode, "message": f"the chat worker exited (code {self.proc.returncode}): {tail[-1500:]}"})
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr_tail.append(line.rstrip())
+
+    def send(self, op: str, **fields: Any) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the exit reply tells the reader
+
+    def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        try:
+            return self.replies.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def wait_for(self, *kinds: str, timeout: float = 600.0) -> dict[str, Any]:
+        """The next reply of one of ``kinds`` (or an error / exit)."""
+        while True:
+            reply = self.get(timeout)
+            if reply is None:
+                return {"type": "error", "message": f"the chat worker did not answer in {timeout:.0f} s"}
+            if reply["type"] in kinds or reply["type"] in ("error", "exit"):
+                return reply
+
+    def load(self, timeout: float = 600.0, **spec: Any) -> dict[str, Any]:
+        self.send("load", **spec)
+        return self.wait_for("loaded", timeout=timeout)
+
+    def generate(self, messages: list[dict[str, str]], settings: GenerationSettings) -> int:
+        self.next_id += 1
+        self.send("generate", id=self.next_id, messages=messages, **settings.request())
+        return self.next_id
+
+    def stop(self) -> None:
+        self.send("stop")
+
+    def close(self) -> None:
+        self.send("quit")
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,349 @@
+"""The chat worker: ``python -m ftui.runner.chat``, JSON lines on stdin and stdout.
+
+The model lives here, never in the app's process: the app stays light, and a crash or an
+out-of-memory error here cannot take the dashboard down. One model per worker (the compare
+view starts two). Requests (one JSON object per line on stdin):
+
+    {"op": "load", "run": RUN_DIR, "checkpoint": "final" | "step-N" | null, "base": false, "device": "cpu"}
+    {"op": "load", "model": PATH, "adapter": PATH | null, "device": "auto"}
+    {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "..."}], "system": "...",
+     "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 256}
+    {"op": "stop"}                      stops the generation in progress
+    {"op": "quit"}
+
+Replies (stdout): {"type": "ready"}, {"type": "loaded", ...}, {"type": "token", "id", "text"},
+{"type": "done", "id", "tokens", "seconds", "tokens_per_s", "stopped"}, {"type": "error", "id"?,
+"message"}. Errors are messages, never tracebacks on the app's screen (those go to stderr).
+Generation runs in a thread with transformers' TextIteratorStreamer, so "stop" is read while
+tokens stream.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ftui.presets.config import ConfigError, RunConfig, load_config
+from ftui.runs import CONFIG_FILE, FINAL_DIR, CheckpointError, resolve_checkpoint
+
+
+class ChatError(Exception):
+    """A request that cannot be served; the message is shown to the user as is."""
+
+
+class Out:
+    """Serialised JSON-line writer (the generation thread and the reader both write)."""
+
+    def __init__(self, stream: Any = None):
+        self.stream = stream or sys.stdout
+        self.lock = threading.Lock()
+
+    def send(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"type": kind, **fields}, ensure_ascii=False)
+        with self.lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+def pick_device(want: str | None) -> Any:
+    import torch
+
+    want = want or "auto"
+    if want == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if want.startswith("cuda") and not torch.cuda.is_available():
+        raise ChatError(f"device {want} was asked for but torch sees no CUDA GPU; use cpu")
+    return torch.device(want)
+
+
+def check_free_memory(device: Any, need_bytes: int) -> None:
+    """Says plainly when the chosen GPU has not enough free memory (e.g. training uses it)."""
+    import torch
+
+    if device.type != "cuda":
+        return
+    free, _total = torch.cuda.mem_get_info(device)
+    if need_bytes * 1.2 > free:
+        raise ChatError(
+            f"not enough free memory on {device}: the model needs about {need_bytes / 2**30:.1f} GiB, "
+            f"{free / 2**30:.1f} GiB are free (training may be using it); choose the CPU or another GPU"
+        )
+
+
+def _weights_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(p.stat().st_size for p in path.glob("*.bin"))
+
+
+class ChatModel:
+    """A loaded model + tokenizer + chat template, and what it was loaded from."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.template: str | None = None
+        self.device: Any = None
+        self.label = ""
+
+    # --- Loading
+
+    def load(self, req: dict[str, Any]) -> dict[str, Any]:
+        device = pick_device(req.get("device"))
+        if req.get("run"):
+            return self._load_run(Path(req["run"]), req.get("checkpoint"), bool(req.get("base")), device)
+        if req.get("model"):
+            return self._load_paths(Path(req["model"]).expanduser(), req.get("adapter"), device)
+        raise ChatError("load needs a run or a model path")
+
+    def _load_run(self, run_dir: Path, which: str | None, base: bool, device: Any) -> dict[str, Any]:
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise ChatError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+        try:
+            cfg, _ = load_config(run_dir / CONFIG_FILE)
+        except ConfigError as err:
+            raise ChatError(str(err)) from None
+        base_dir = run_dir / "base_model" if (run_dir / "base_model").is_dir() else None
+        base_path = base_dir or Path(_resolve_model(cfg.model_name_or_path))
+        final = run_dir / FINAL_DIR
+        tokenizer_dir = final if final.is_dir() else base_path
+        if base:
+            self._set(self._from_pretrained(base_path, device, cfg.trust_remote_code), tokenizer_dir, cfg, device)
+            self.label = f"base model of {run_dir.name}"
+        elif which in (None, "final") and final.is_dir():
+            if (final / "adapter_config.json").is_file():
+                model = self._with_adapter(self._from_pretrained(base_path, device, cfg.trust_remote_code), final)
+            else:
+                model = self._from_pretrained(final, device, cfg.trust_remote_code)
+            self._set(model, final, cfg, device)
+            self.label = f"{run_dir.name} final"
+        else:
+            try:
+                ckpt = resolve_checkpoint(run_dir, None if which in (None, "final", "latest") else which.removeprefix("step-"))
+            except CheckpointError as err:
+                raise ChatError(f"{err}; and it has no final/ yet" if which in (None, "final") else str(err)) from None
+            model = self._from_checkpoint(cfg, base_path, ckpt, device)
+            self._set(model, tokenizer_dir, cfg, device)
+            self.label = f"{run_dir.name} {ckpt.name}"
+        return self._loaded_info()
+
+    def _load_paths(self, model_path: Path, adapter: str | None, device: Any) -> dict[str, Any]:
+        resolved = Path(_resolve_model(str(model_path)))
+        if not (resolved / "config.json").is_file():
+            raise ChatError(f"{model_path} is not a model directory (no config.json); give a directory written by save_pretrained")
+        model = self._from_pretrained(resolved, device, False)
+        tok_dir = resolved
+        if adapter:
+            a = Path(adapter).expanduser()
+            if not (a / "adapter_config.json").is_file():
+                raise ChatError(f"{a} is not a LoRA adapter directory (no adapter_config.json)")
+            model = self._with_adapter(model, a)
+            if (a / "tokenizer_config.json").is_file():
+                tok_dir = a
+        self._set(model, tok_dir, None, device)
+        self.label = f"{model_path.name}" + (f" + {Path(adapter).name}" if adapter else "")
+        return self._loaded_info()
+
+    def _from_pretrained(self, path: Path, device: Any, trust_remote_code: bool) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        check_free_memory(device, _weights_bytes(path))
+        dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
+        except OSError as err:
+            raise ChatError(f"cannot load a model from {path}: {str(err).splitlines()[0]}") from None
+        return model.to(device).eval()
+
+    def _with_adapter(self, model: Any, adapter: Path) -> Any:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, adapter).eval()
+
+    def _from_checkpoint(self, cfg: RunConfig, base_path: Path, ckpt: Path, device: Any) -> Any:
+        """A checkpoint of a torch engine (DCP): the base model, the method, then the saved
+        trainable weights (full model or adapter) loaded into it on this one process."""
+        state_dir = ckpt / "state"
+        if not state_dir.is_dir():
+            raise ChatError(
+                f"{ckpt.name} is a DeepSpeed checkpoint, which chat cannot read directly; use the run's final/ "
+                f"or convert it with DeepSpeed's zero_to_fp32.py ({ckpt / 'deepspeed'})"
+            )
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+
+        from ftui.runner.model import apply_method
+
+        model = self._from_pretrained(base_path, device, cfg.trust_remote_code).float()
+        model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
+        opts = StateDictOptions(ignore_frozen_params=True, strict=False)
+        state = {"model": get_model_state_dict(model, options=opts)}
+        dcp.load(state, checkpoint_id=str(state_dir))
+        set_model_state_dict(model, state["model"], options=opts)
+        return model.to(device).eval()
+
+    def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
+        from transformers import AutoTokenizer
+
+        from ftui.runner.data import chat_template_for
+        from ftui.presets.templates import TEMPLATES
+
+        tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        if cfg is not None:
+            self.template = chat_template_for(cfg, tok)
+        else:
+            self.template = tok.chat_template or TEMPLATES["default"]
+        self.model, self.tokenizer, self.device = model, tok, device
+
+    def _loaded_info(self) -> dict[str, Any]:
+        params = sum(p.numel() for p in self.model.parameters())
+        return {"label": self.label, "device": str(self.device), "params": params}
+
+    # --- Generation
+
+    def prompt_ids(self, messages: list[dict[str, str]], system: str | None) -> Any:
+        msgs = ([{"role": "system", "content": system}] if system else []) + list(messages)
+        text = self.tokenizer.apply_chat_template(msgs, chat_template=self.template, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.device)
+
+    def generate(self, req: dict[str, Any], out: Out, stop: threading.Event) -> None:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        class StopOnRequest(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):  # noqa: D401 (transformers' signature)
+                return stop.is_set()
+
+        rid = req.get("id")
+        if self.model is None:
+            raise ChatError("no model is loaded; load one first")
+        messages = req.get("messages") or []
+        if not messages or not all(isinstance(m, dict) and m.get("role") and isinstance(m.get("content"), str) for m in messages):
+            raise ChatError("messages must be a list of {role, content}")
+        ids = self.prompt_ids(messages, req.get("system"))
+        temperature = float(req.get("temperature", 0.7))
+        kwargs: dict[str, Any] = dict(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=int(req.get("max_new_tokens", 256)),
+            do_sample=temperature > 0, pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
+        )
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=float(req.get("top_p", 0.9)))
+        class CountingStreamer(TextIteratorStreamer):
+            """Counts generated tokens (for tokens/s) as they pass to the text decoder."""
+
+            count = 0
+
+            def put(self, value):
+                if not (self.skip_prompt and self.next_tokens_are_prompt):
+                    self.count += int(value.numel())
+                super().put(value)
+
+        streamer = CountingStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                with torch.no_grad():
+                    self.model.generate(**kwargs, streamer=streamer)
+            except BaseException as exc:  # reported below, after the stream ends
+                errors.append(exc)
+                streamer.end()
+
+        started = time.perf_counter()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        for text in streamer:
+            if text:
+                out.send("token", id=rid, text=text)
+        thread.join()
+        if errors:
+            exc = errors[0]
+            traceback.print_exception(exc, file=sys.stderr)
+            if type(exc).__name__ == "OutOfMemoryError":
+                raise ChatError("out of memory while generating; lower max_new_tokens or load the model on the CPU")
+            raise ChatError(f"generation failed: {type(exc).__name__}: {exc}")
+        seconds = time.perf_counter() - started
+        out.send("done", id=rid, tokens=streamer.count, seconds=round(seconds, 3),
+                 tokens_per_s=round(streamer.count / seconds, 2) if seconds > 0 else None, stopped=stop.is_set())
+
+
+def _resolve_model(name: str) -> str:
+    from ftui.runner.model import resolve_model_path
+
+    return resolve_model_path(name)
+
+
+def serve(stdin: Any = None, out: Out | None = None) -> int:
+    """The request loop; generation runs in a thread so that "stop" is read meanwhile."""
+    stdin = stdin or sys.stdin
+    out = out or Out()
+    chat = ChatModel()
+    stop = threading.Event()
+    worker: threading.Thread | None = None
+    out.send("ready")
+
+    def generate(req: dict[str, Any]) -> None:
+        try:
+            chat.generate(req, out, stop)
+        except ChatError as err:
+            out.send("error", id=req.get("id"), message=str(err))
+        except Exception as err:  # noqa: BLE001 (anything else is still a message, not a crash)
+            traceback.print_exc()
+            out.send("error", id=req.get("id"), message=f"{type(err).__name__}: {err}")
+
+    for line in stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as err:
+            out.send("error", message=f"bad request: {err}")
+            continue
+        op = req.get("op")
+        if op == "quit":
+            break
+        if op == "stop":
+            stop.set()
+            continue
+        if worker is not None and worker.is_alive():
+            if op == "generate":
+                out.send("error", id=req.get("id"), message="a generation is still running; stop it first")
+                continue
+            worker.join()
+        if op == "load":
+            try:
+                out.send("loaded", **chat.load(req))
+            except ChatError as err:
+                out.send("error", op="load", message=str(err))
+            except Exception as err:  # noqa: BLE001
+                traceback.print_exc()
+                out.send("error", op="load", message=f"cannot load the model: {type(err).__name__}: {err}")
+        elif op == "generate":
+            stop.clear()
+            worker = threading.Thread(target=generate, args=(req,), daemon=True)
+            worker.start()
+        else:
+            out.send("error", message=f"unknown op {op!r}; expected load, generate, stop or quit")
+    if worker is not None:
+        stop.set()
+        worker.join(timeout=10)
+    return 0
+
+
+def main() -> int:
+    sys.stdout.reconfigure(line_buffering=True)
+    return serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

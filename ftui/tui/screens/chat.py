@@ -1,0 +1,298 @@
+"""Chat with a run's model: pick final/ or a checkpoint (or any model path), stream answers,
+and compare with the base model side by side.
+
+The models live in chat worker processes (``ftui.chat_client.ChatWorker``): loading and
+reading replies happen in thread workers, which hand results to the UI thread with
+``call_from_thread``. Everything a model writes is shown as plain ``Text``, never parsed as
+markup, so ``[bold]`` or ``[/]`` in an answer prints literally.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Label, Select, Static
+
+from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
+from ftui.gpu import gpu_count
+from ftui.runs import FINAL_DIR, checkpoints
+
+BASE = "base"
+
+
+def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
+    """(label, value) choices for a run: final/ first, then checkpoints newest first, then the base."""
+    out = []
+    if (run_dir / FINAL_DIR).is_dir():
+        out.append(("final/", "final"))
+    out += [(f"checkpoint step {s}", f"step-{s}") for s, _ in reversed(checkpoints(run_dir))]
+    out.append(("base model (untrained)", BASE))
+    return out
+
+
+class ChatPane(VerticalScroll):
+    """One conversation: user turns and the model's answers, the last one growing as it streams."""
+
+    def __init__(self, title: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.border_title = title
+        self._answer: Static | None = None
+        self._text = ""
+
+    def add_user(self, text: str) -> None:
+        self.mount(Static(Text.assemble(("you: ", "bold cyan"), text), classes="turn"))
+        self._answer = Static(Text("…", style="dim"), classes="turn answer")
+        self._text = ""
+        self.mount(self._answer)
+        self.scroll_end(animate=False)
+
+    def add_tokens(self, text: str) -> None:
+        self._text += text
+        if self._answer is not None:
+            self._answer.update(Text(self._text))  # plain Text: model output is never markup
+            self.scroll_end(animate=False)
+
+    def finish(self, note: str) -> str:
+        if self._answer is not None:
+            self._answer.update(Text.assemble(self._text, ("\n" + note, "dim")))
+        text, self._answer = self._text, None
+        return text
+
+    def show_error(self, message: str) -> None:
+        self.mount(Static(Text(message, style="red"), classes="turn"))
+        self._answer = None
+        self.scroll_end(animate=False)
+
+    def clear_turns(self) -> None:
+        self.remove_children()
+        self._answer = None
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "stop_or_back", "Stop / Back"),
+        Binding("ctrl+l", "clear", "Clear"),
+        Binding("ctrl+s", "save", "Save JSON"),
+        Binding("ctrl+b", "compare", "Compare with base"),
+        Binding("ctrl+o", "reload", "Load"),
+    ]
+
+    def __init__(self, run_dir: Path | None = None, worker_factory=ChatWorker):
+        super().__init__()
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.worker_factory = worker_factory
+        self.workers_by_pane: dict[str, Any] = {}
+        self.conversations: dict[str, Conversation] = {}
+        self.busy: set[str] = set()
+        self.compare = False
+
+    def compose(self) -> ComposeResult:
+        sources = chat_sources(self.run_dir) if self.run_dir else []
+        devices = [("CPU", "cpu")] + [(f"GPU {i}", f"cuda:{i}") for i in range(gpu_count())]
+        with Horizontal(id="chat-controls"):
+            if sources:
+                yield Select(sources, value=sources[0][1], allow_blank=False, id="chat-source")
+            else:
+                yield Input(placeholder="model directory (or ftui-demo)", id="chat-model")
+            yield Select(devices, value="cpu", allow_blank=False, id="chat-device")  # a training run may hold the GPUs
+            yield Label("temp", classes="chat-label")
+            yield Input("0.7", id="chat-temperature", classes="chat-num")
+            yield Label("top-p", classes="chat-label")
+            yield Input("0.9", id="chat-top-p", classes="chat-num")
+            yield Label("max", classes="chat-label")
+            yield Input("256", id="chat-max", classes="chat-num")
+        yield Input(placeholder="system prompt (optional)", id="chat-system")
+        with Horizontal(id="chat-panes"):
+            yield ChatPane("model", id="pane-main")
+        yield Static("", id="chat-status")
+        yield Input(placeholder="ask something; Enter sends, Esc stops the answer", id="chat-prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#chat-prompt", Input).focus()
+        if self.run_dir is not None:
+            self.load_pane("main", self._source_spec())
+
+    # --- Settings and sources
+
+    def settings(self) -> GenerationSettings:
+        def num(widget_id: str, cast, default):
+            try:
+                return cast(self.query_one(widget_id, Input).value)
+            except ValueError:
+                return default
+
+        return GenerationSettings(
+            temperature=max(0.0, num("#chat-temperature", float, 0.7)), top_p=min(1.0, max(0.01, num("#chat-top-p", float, 0.9))),
+            max_new_tokens=max(1, num("#chat-max", int, 256)), system=self.query_one("#chat-system", Input).value,
+        )
+
+    def _device(self) -> str:
+        return str(self.query_one("#chat-device", Select).value)
+
+    def _source_spec(self) -> dict[str, Any]:
+        """What to load, read on the UI thread (the loading worker gets a plain dict)."""
+        device = self._device()
+        if self.run_dir is not None:
+            value = str(self.query_one("#chat-source", Select).value)
+            if value == BASE:
+                return {"run": str(self.run_dir), "base": True, "device": device}
+            return {"run": str(self.run_dir), "checkpoint": value, "device": device}
+        return {"model": self.query_one("#chat-model", Input).value.strip(), "device": device}
+
+    def _status(self, text: str, style: str = "dim") -> None:
+        self.query_one("#chat-status", Static).update(Text(text, style=style))
+
+    # --- Loading (a worker process per pane)
+
+    @work(thread=True, group="chat-load")
+    def load_pane(self, pane: str, spec: dict[str, Any]) -> None:
+        self.app.call_from_thread(self._status, "loading the model…")
+        old = self.workers_by_pane.pop(pane, None)
+        if old is not None:
+            old.close()
+        worker = self.worker_factory()
+        reply = worker.load(**spec)
+        if reply["type"] != "loaded":
+            worker.close()
+            self.app.call_from_thread(self._loaded, pane, None, reply.get("message", "cannot load the model"))
+            return
+        self.workers_by_pane[pane] = worker
+        self.app.call_from_thread(self._loaded, pane, reply, None)
+
+    def _loaded(self, pane: str, reply: dict[str, Any] | None, error: str | None) -> None:
+        widget = self.query_one(f"#pane-{pane}", ChatPane)
+        if error:
+            widget.show_error(error)
+            self._status(error, "red")
+            return
+        widget.border_title = reply["label"]
+        self.conversations[pane] = Conversation()
+        self._status(f"{reply['label']} on {reply['device']} ({reply['params']:,} parameters)")
+
+    def action_reload(self) -> None:
+        self.load_pane("main", self._source_spec())
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "chat-source" and self.is_mounted and "main" in self.workers_by_pane:
+            self.load_pane("main", self._source_spec())
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "chat-model":
+            self.load_pane("main", self._source_spec())
+        elif event.input.id == "chat-prompt":
+            text = event.value.strip()
+            if not text:
+                return
+            if self.busy:
+                self.notify("an answer is still streaming; Esc stops it", severity="warning")
+                return
+            event.input.value = ""
+            for pane, worker in list(self.workers_by_pane.items()):
+                self.ask(pane, worker, text)
+            if not self.workers_by_pane:
+                self.notify("no model is loaded yet", severity="warning")
+
+    # --- Asking and streaming
+
+    def ask(self, pane: str, worker: Any, text: str) -> None:
+        conv = self.conversations.setdefault(pane, Conversation())
+        self.query_one(f"#pane-{pane}", ChatPane).add_user(text)
+        self.busy.add(pane)
+        self.stream(pane, worker, conv.ask(text), self.settings())
+
+    @work(thread=True, group="chat-stream")
+    def stream(self, pane: str, worker: Any, messages: list[dict[str, str]], settings: GenerationSettings) -> None:
+        rid = worker.generate(messages, settings)
+        pending: list[str] = []
+        last = time.monotonic()
+        while True:
+            reply = worker.get(timeout=0.05)
+            if reply is not None and reply.get("id") not in (None, rid):
+                continue
+            if reply is not None and reply["type"] == "token":
+                pending.append(reply["text"])
+            now = time.monotonic()
+            if pending and (reply is None or now - last > 0.05):  # batch tokens: at most ~20 redraws/s
+                self.app.call_from_thread(self._tokens, pane, "".join(pending))
+                pending, last = [], now
+            if reply is None or reply["type"] == "token":
+                continue
+            if pending:
+                self.app.call_from_thread(self._tokens, pane, "".join(pending))
+            self.app.call_from_thread(self._finished, pane, reply)
+            return
+
+    def _tokens(self, pane: str, text: str) -> None:
+        self.query_one(f"#pane-{pane}", ChatPane).add_tokens(text)
+
+    def _finished(self, pane: str, reply: dict[str, Any]) -> None:
+        self.busy.discard(pane)
+        widget = self.query_one(f"#pane-{pane}", ChatPane)
+        conv = self.conversations[pane]
+        if reply["type"] == "done":
+            note = f"{reply['tokens']} tokens · {reply.get('tokens_per_s') or 0:.1f} tokens/s" + (" · stopped" if reply["stopped"] else "")
+            conv.answer(widget.finish(note))
+        else:
+            conv.messages.pop()  # the question stays on screen, not in the history sent next time
+            widget.show_error(reply.get("message", "the answer failed"))
+
+    # --- Actions
+
+    def action_stop_or_back(self) -> None:
+        if self.busy:
+            for pane in self.busy:
+                self.workers_by_pane[pane].stop()
+            return
+        self.app.pop_screen()
+
+    def action_clear(self) -> None:
+        for pane, conv in self.conversations.items():
+            conv.clear()
+            self.query_one(f"#pane-{pane}", ChatPane).clear_turns()
+
+    def action_save(self) -> None:
+        folder = self.run_dir or Path.cwd()
+        path = folder / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        conv = self.conversations.get("main")
+        if conv is None or not conv.messages:
+            self.notify("nothing to save yet", severity="warning")
+            return
+        label = self.query_one("#pane-main", ChatPane).border_title or ""
+        try:
+            conv.save(str(path), self.settings(), str(label))
+        except OSError as err:
+            self.notify(f"cannot save: {err}", severity="error")
+            return
+        self.notify(f"saved {path}")
+
+    def action_compare(self) -> None:
+        """Side by side: the same prompts to the base model (a second worker)."""
+        if self.run_dir is None:
+            self.notify("compare needs a run (its base model)", severity="warning")
+            return
+        panes = self.query_one("#chat-panes", Horizontal)
+        if self.compare:
+            self.compare = False
+            worker = self.workers_by_pane.pop("base", None)
+            if worker is not None:
+                worker.close()
+            self.conversations.pop("base", None)
+            self.query_one("#pane-base").remove()
+            return
+        self.compare = True
+        panes.mount(ChatPane("base model", id="pane-base"))
+        self.load_pane("base", {"run": str(self.run_dir), "base": True, "device": self._device()})
+
+    def on_unmount(self) -> None:
+        for worker in self.workers_by_pane.values():
+            worker.close()
+        self.workers_by_pane.clear()

@@ -1,0 +1,220 @@
+"""Chat: the worker protocol on the demo's trained model, the CLI, and the chat screen."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.text import Text
+
+from conftest import train_sync
+from ftui.chat_client import ChatWorker, GenerationSettings
+from ftui.presets.config import demo_config
+
+QUESTION = "What is ftui?"
+ANSWER = "ftui is a terminal dashboard for fine-tuning language models on GPU servers."
+GREEDY = GenerationSettings(temperature=0.0, max_new_tokens=60)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """The built-in demo, trained as `ftui train --preset demo` does (about half a minute)."""
+    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("demo")))
+    run_dir, events, proc = train_sync(cfg, timeout=600)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    return run_dir
+
+
+def answer(worker: ChatWorker, question: str, settings: GenerationSettings = GREEDY) -> tuple[str, list[dict], dict]:
+    rid = worker.generate([{"role": "user", "content": question}], settings)
+    tokens = []
+    while True:
+        reply = worker.get(timeout=120)
+        assert reply is not None, "the worker stopped answering"
+        if reply["type"] == "token":
+            assert reply["id"] == rid
+            tokens.append(reply)
+        else:
+            return "".join(t["text"] for t in tokens), tokens, reply
+
+
+@pytest.mark.dist
+def test_worker_streams_the_trained_answer_and_the_base_model_does_not_know_it(demo_run):
+    worker = ChatWorker()
+    try:
+        loaded = worker.load(run=str(demo_run), device="cpu")
+        assert loaded["type"] == "loaded" and loaded["label"].endswith("final"), loaded
+        text, tokens, done = answer(worker, QUESTION)
+        assert done["type"] == "done" and not done["stopped"] and done["tokens"] >= len(tokens) > 1
+        assert done["tokens_per_s"] > 0
+        assert text.strip() == ANSWER
+
+        base = ChatWorker()
+        try:
+            assert base.load(run=str(demo_run), base=True, device="cpu")["type"] == "loaded"
+            base_text, _, done = answer(base, QUESTION)
+            assert done["type"] == "done" and base_text.strip() != ANSWER
+        finally:
+            base.close()
+    finally:
+        worker.close()
+
+
+@pytest.mark.dist
+def test_worker_stops_mid_answer_and_survives_a_bad_model_path(demo_run):
+    worker = ChatWorker()
+    try:
+        assert worker.load(run=str(demo_run), base=True, device="cpu")["type"] == "loaded"
+        rid = worker.generate([{"role": "user", "content": "talk"}], GenerationSettings(temperature=1.0, max_new_tokens=100000))
+        first = worker.wait_for("token", timeout=120)
+        assert first["type"] == "token"
+        worker.stop()
+        done = worker.wait_for("done", timeout=120)
+        assert done["type"] == "done" and done["id"] == rid and done["stopped"] and done["tokens"] < 100000
+
+        bad = worker.load(model="/no/such/model")
+        assert bad["type"] == "error" and "not a model directory" in bad["message"]
+        # still usable: load the trained model and answer
+        assert worker.load(run=str(demo_run), device="cpu")["type"] == "loaded"
+        assert answer(worker, QUESTION)[0].strip() == ANSWER
+    finally:
+        worker.close()
+
+
+@pytest.mark.dist
+def test_cli_prompt_prints_the_answer(demo_run):
+    out = subprocess.run(
+        [sys.executable, "-m", "ftui.cli", "chat", "--run", str(demo_run), "--prompt", QUESTION, "--temperature", "0", "--device", "cpu"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ANSWER
+
+
+def test_cli_chat_with_a_missing_run_exits_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", "--run", "nope", "--root", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "nope" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--run" in out.stderr
+
+
+# --- The chat screen, with a fake worker (the pilot tests the screen, not the model)
+
+MARKUP = "[bold]not bold[/] and [red]not red[/red] [/]"
+
+
+class FakeWorker:
+    def __init__(self, answer_parts=("Hello", " ", MARKUP)):
+        self.parts = answer_parts
+        self.replies: queue.Queue = queue.Queue()
+        self.sent: list = []
+        self.next_id = 0
+
+    def load(self, **spec):
+        self.spec = spec
+        label = "base of run" if spec.get("base") else "run final"
+        return {"type": "loaded", "label": label, "device": spec.get("device", "cpu"), "params": 1234}
+
+    def generate(self, messages, settings):
+        self.next_id += 1
+        self.sent.append((messages, settings))
+        for p in self.parts:
+            self.replies.put({"type": "token", "id": self.next_id, "text": p})
+        self.replies.put({"type": "done", "id": self.next_id, "tokens": 3, "seconds": 0.1, "tokens_per_s": 30.0, "stopped": False})
+        return self.next_id
+
+    def get(self, timeout=None):
+        try:
+            return self.replies.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def stop(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def fake_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run-1"
+    (run / "final").mkdir(parents=True)
+    (run / "checkpoints" / "step-2").mkdir(parents=True)
+    return run
+
+
+def chat_app(run: Path, workers: list):
+    from textual.app import App
+
+    from ftui.tui.screens.chat import ChatScreen
+
+    class ChatApp(App):
+        CSS_PATH = str(Path(__file__).resolve().parent.parent / "ftui" / "tui" / "app.tcss")
+
+        def on_mount(self):
+            def factory():
+                workers.append(FakeWorker())
+                return workers[-1]
+
+            self.push_screen(ChatScreen(run, worker_factory=factory))
+
+    return ChatApp()
+
+
+async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
+    from ftui.tui.screens.chat import ChatPane, chat_sources
+
+    run = fake_run(tmp_path)
+    assert [v for _, v in chat_sources(run)] == ["final", "step-2", "base"]
+    workers: list = []
+    app = chat_app(run, workers)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        assert workers and workers[0].spec == {"run": str(run), "checkpoint": "final", "device": "cpu"}
+        await pilot.press("ctrl+b")  # compare: a second worker with the base model
+        await pilot.pause(0.3)
+        assert workers[1].spec["base"] is True
+        await pilot.click("#chat-prompt")
+        for ch in "hi":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        screen = app.screen
+        for pane_id in ("#pane-main", "#pane-base"):
+            pane = screen.query_one(pane_id, ChatPane)
+            rendered = [w.render() for w in pane.query(".answer")]
+            plain = "".join(r.plain if isinstance(r, Text) else str(r) for r in rendered)
+            assert MARKUP in plain  # printed literally, markup and all
+        assert screen.conversations["main"].messages == [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello " + MARKUP}]
+        # the second question carries the history
+        for ch in "ok":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        assert [m["content"] for m in workers[0].sent[-1][0]] == ["hi", "Hello " + MARKUP, "ok"]
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        saved = list(run.glob("chat-*.json"))
+        assert len(saved) == 1 and MARKUP in saved[0].read_text()
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.1)
+        assert screen.conversations["main"].messages == []
+
+
+def test_chat_screen_snapshot(snap_compare, tmp_path):
+    run = fake_run(tmp_path)
+
+    async def ask(pilot):
+        await pilot.pause(0.3)
+        await pilot.click("#chat-prompt")
+        for ch in "What is ftui?":
+            await pilot.press(ch if ch != " " else "space")
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+
+    assert snap_compare(chat_app(run, []), terminal_size=(100, 30), run_before=ask)
