@@ -9,6 +9,8 @@ second Ctrl-C kills it. No torch here.
 from __future__ import annotations
 
 import collections
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -62,6 +64,10 @@ def follow_run(
     ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
     the old part ends with the previous run_end)."""
     console = console or Console()
+    if on_interrupt is not None and threading.current_thread() is threading.main_thread():
+        # Ctrl-C must reach us even when started with SIGINT ignored (e.g. from a background
+        # job of a non-interactive shell, where Python inherits SIG_IGN).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     reader = EventReader(run_dir / EVENTS_FILE, start_offset)
     summary = RunSummary(run_id=run_dir.name, path=run_dir)
     eta = EtaWindow()
