@@ -121,6 +121,10 @@ class ChatWorker:
     def stop(self) -> None:
         self.send("stop")
 
+    def close_in_background(self) -> None:
+        """For the UI thread: ask the worker to quit and reap it without waiting here."""
+        threading.Thread(target=self.close, daemon=True).start()
+
     def close(self) -> None:
         self.send("quit")
         try:

@@ -218,7 +218,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         except OSError as e:
             err.print(f"[red]error:[/] cannot create a run directory under {escape(cfg.output_dir)}: {escape(str(e))}")
             return EXIT_FAILED
-    events_path = run_dir / "events.jsonl"
+    from ftui.events import EVENTS_FILE
+
+    events_path = run_dir / EVENTS_FILE
     offset = events_path.stat().st_size if resume and events_path.exists() else 0
     info = start_run(run_dir, cfg, resume=resume)
     verb = f"resumed from {escape(resume.name)}" if resume else "started"

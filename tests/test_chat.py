@@ -139,6 +139,8 @@ class FakeWorker:
     def close(self):
         pass
 
+    close_in_background = close
+
 
 def fake_run(tmp_path: Path) -> Path:
     run = tmp_path / "run-1"

@@ -48,10 +48,6 @@ def load_preset(name: str) -> dict[str, Any]:
     return copy.deepcopy(_read(str(preset_path(name))))
 
 
-def backend_of(name: str) -> str:
-    return load_preset(name)["ftui"]["backend"]
-
-
 def is_deepspeed(name: str) -> bool:
     return name.startswith("zero")
 

@@ -124,6 +124,13 @@ def load_checkpoint(engine: Any, ckpt: Path) -> dict[str, Any]:
             f"{ckpt.name} was written by {state.get('world_size')} DeepSpeed ranks, this run has {engine.info.world_size}; "
             "resume with the same number of processes"
         )
+    cfg = engine.cfg
+    if state.get("micro_batch_size") != cfg.per_device_train_batch_size or state.get("accumulation") != cfg.gradient_accumulation_steps:
+        raise CheckpointError(
+            f"{ckpt.name} was saved with micro batch {state.get('micro_batch_size')} x accumulation "
+            f"{state.get('accumulation')}; this config has {cfg.per_device_train_batch_size} x {cfg.gradient_accumulation_steps}. "
+            "Resume with the batch settings it was saved with"
+        )
     engine.load_state(ckpt)
     rng = ckpt / f"rng-{engine.info.rank}.pt"
     if rng.exists():

@@ -180,7 +180,7 @@ class Engine:
     def engagement(self) -> dict[str, Any]:
         """What this rank holds: proof that the engine engaged (parameter elements, optimizer bytes)."""
         params = sum(local_numel(p) for p in self.module.parameters())
-        return {"param_elements": params, "optimizer_bytes": optimizer_state_bytes(self.optimizer)}
+        return {"param_elements": params, "optimizer_bytes": optimizer_state_bytes(self.torch_optimizer())}
 
     # --- Checkpoints (torch.distributed.checkpoint for single, DDP and FSDP)
 
@@ -223,13 +223,10 @@ def local_numel(p: torch.Tensor) -> int:
     return p.numel()
 
 
-def optimizer_state_bytes(optimizer: Any) -> int:
-    """Bytes of optimizer state (AdamW's moments) on this rank, through DeepSpeed's wrappers."""
-    inner = optimizer
-    while hasattr(inner, "optimizer") and not isinstance(inner, torch.optim.Optimizer):
-        inner = inner.optimizer
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of optimizer state (AdamW's moments) on this rank; DTensor states count their shard."""
     total = 0
-    for state in getattr(inner, "state", {}).values():
+    for state in optimizer.state.values():
         for v in state.values():
             if torch.is_tensor(v) and v.dim() > 0:  # moments; not the scalar step count
                 v = v.to_local() if hasattr(v, "to_local") else v

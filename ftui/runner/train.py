@@ -268,12 +268,6 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 engine.scaler.load_state_dict(state["scaler"])
             step = int(state["step"])
             total_tokens = float(state.get("total_tokens", 0.0))
-            if state.get("micro_batch_size") != cfg.per_device_train_batch_size or state.get("accumulation") != accum:
-                raise CheckpointError(
-                    f"{resume.name} was saved with micro batch {state.get('micro_batch_size')} x accumulation "
-                    f"{state.get('accumulation')}; this config has {cfg.per_device_train_batch_size} x {accum}. "
-                    "Resume with the batch settings it was saved with"
-                )
 
         if writer is not None:
             writer.write(
@@ -302,7 +296,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             trainer_state = {
                 "scheduler": scheduler.state_dict(), "scaler": engine.scaler.state_dict() if engine.scaler else None,
                 "total_tokens": total_tokens, "micro_batch_size": cfg.per_device_train_batch_size,
-                "accumulation": accum, "micro_batches_done": step * accum, "max_steps": max_steps,
+                "accumulation": accum, "max_steps": max_steps,
             }
             path = save_checkpoint(engine, run_dir, step, trainer_state, cfg.save_total_limit)
             if writer is not None:
@@ -314,7 +308,6 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         flags = DeferredFlag(device, size=2)  # [stop requested anywhere, previous step's loss non-finite anywhere]
         eval_every = cfg.eval_steps or cfg.logging_steps * 10
         epoch = 0
-        saved_step = step if resume is not None else -1
         nonfinite = torch.zeros((), device=device)
         streak = 0
         last_counts = torch.zeros(2, device=device)
@@ -371,15 +364,12 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                                         step / steps_per_epoch, total_tokens, fpt, peak, device, info, ranks)
             if data.eval and (step % eval_every == 0 or step == max_steps):
                 run_eval(writer, engine, data, cfg, collator, info, device, step)
-            if step % cfg.save_steps == 0 or step == max_steps or stopping:
+            if step % cfg.save_steps == 0 or step == max_steps or stopping:  # every way out of the loop saves
                 checkpoint(step_loss)
-                saved_step = step
             if stopping:
                 break
 
         # --- Save
-        if saved_step != step:
-            checkpoint(step_loss)
         if step >= max_steps:
             save_final(engine, tokenizer, cfg, run_dir)
         if info.world_size > 1:

@@ -284,7 +284,7 @@ class ChatScreen(Screen):
             self.compare = False
             worker = self.workers_by_pane.pop("base", None)
             if worker is not None:
-                worker.close()
+                worker.close_in_background()
             self.conversations.pop("base", None)
             self.query_one("#pane-base").remove()
             return
@@ -294,5 +294,5 @@ class ChatScreen(Screen):
 
     def on_unmount(self) -> None:
         for worker in self.workers_by_pane.values():
-            worker.close()
+            worker.close_in_background()  # the UI thread never waits on a process
         self.workers_by_pane.clear()
