@@ -4,6 +4,7 @@
     ftui train CONFIG.yaml | --preset demo   start a run (and follow it, or --detach)
     ftui train --resume RUN [--checkpoint N] continue a stopped or failed run from a checkpoint
     ftui presets                             the engine presets and when to use each
+    ftui plan CONFIG.yaml                    will it fit? per-GPU memory estimate and what would fit
     ftui chat --run RUN | --model PATH       talk to a trained model (streaming REPL, or --prompt)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN", help="continue RUN (id, prefix or directory) from its newest complete checkpoint")
     t.add_argument("--checkpoint", metavar="N", help="with --resume: the checkpoint's step number (or a checkpoint directory)")
 
+    pl = sub.add_parser("plan", help="will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits")
+    pl.add_argument("config", nargs="?", help="a RunConfig YAML file")
+    pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU NVML sees)")
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
@@ -93,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_runs(args)
     if args.command == "presets":
         return cmd_presets(args)
+    if args.command == "plan":
+        return cmd_plan(args)
     if args.command == "chat":
         return cmd_chat(args)
     if args.command == "attach":
@@ -328,6 +336,51 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
         elif kind in ("error", "exit"):
             print(f"\nerror: {reply['message']}", file=sys.stderr)
             return "".join(parts), False
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
+    from ftui.plan import GIB, UnknownModel, count, gib, plan
+
+    out, err = Console(), Console(stderr=True)
+    args.node_rank = args.runs_root = None
+    cfg = _load_train_config(args, err)
+    if cfg is None:
+        return EXIT_USAGE
+    try:
+        verdict = plan(cfg, int(args.gpu_memory * GIB) if args.gpu_memory else None)
+    except (UnknownModel, ValueError) as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE
+    e = verdict.estimate
+    out.print(f"{escape(cfg.model_name_or_path)}: {count(e.params)} parameters, {count(e.trainable)} trainable "
+              f"({cfg.method}, {cfg.precision}, engine {escape(cfg.engine_name)}, {cfg.world_size} process(es), "
+              f"micro batch {cfg.per_device_train_batch_size} x {cfg.cutoff_len} tokens"
+              f"{', gradient checkpointing' if cfg.gradient_checkpointing else ''})")
+    table = Table(show_header=True, box=None, pad_edge=False)
+    table.add_column("per GPU")
+    table.add_column("estimate", justify="right")
+    for name in ("weights", "gradients", "optimizer", "activations"):
+        table.add_row(name, gib(getattr(e, name)))
+    table.add_row("[bold]total[/]", f"[bold]{gib(e.total)}[/]")
+    table.add_row("with CUDA context", gib(e.needed))
+    if e.host_bytes:
+        table.add_row("host memory (offload)", gib(e.host_bytes))
+    out.print(table)
+    for note in e.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}")
+    if verdict.fits is None:
+        out.print("no GPU seen (give --gpu-memory GIB to compare)")
+        return EXIT_OK
+    if verdict.fits:
+        out.print(f"[green]fits[/] {gib(verdict.gpu_bytes)} GPUs")
+        return EXIT_OK
+    out.print(f"[red]does not fit[/] {gib(verdict.gpu_bytes)} GPUs")
+    for s in verdict.suggestions:
+        out.print(f"  try {escape(s)}")
+    if not verdict.suggestions:
+        out.print("  nothing ftui offers makes it fit: more or larger GPUs")
+    return EXIT_FAILED
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

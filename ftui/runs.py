@@ -27,6 +27,7 @@ LAUNCH_FILE = "launch.json"
 LOG_FILE = "train.log"
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
+HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

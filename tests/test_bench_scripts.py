@@ -28,3 +28,24 @@ def test_attach_bench_runs():
 def test_watch_cpu_bench_runs():
     (result,) = run("tui_watch_cpu.py", "2")
     assert result["steps_seen_in_window"] >= 0 and result["cpu_s"] >= 0
+
+
+def test_throughput_bench_runs_both_sides():
+    result = run("throughput.py", "--modes", "single")
+    single = result["modes"]["single"]
+    assert set(single["real_tokens_per_s_median"]) == {"baseline", "ftui_padded", "ftui_packed"}
+    assert all(v > 0 for v in single["real_tokens_per_s_median"].values())
+    assert single["ratio_median"]["packed_vs_baseline"] > 0
+
+
+def test_monitor_overhead_bench_runs():
+    result = run("monitor_overhead.py")
+    (pair,) = result["pairs"]
+    assert pair["every_step_step_s"] > 0 and pair["first_and_last_only_step_s"] > 0
+
+
+def test_planner_check_bench_runs():
+    result = run("planner_check.py")
+    assert [c["case"] for c in result["cases"]] == ["full fp32 single", "lora fp32 single"]
+    for case in result["cases"]:
+        assert case["model_peak_bytes"] > 0 and case["estimated_gib"] > 0

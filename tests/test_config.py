@@ -100,6 +100,7 @@ def test_cross_field_rules_name_the_field():
         "template": {"template": "klingon"},
         "model_name_or_path": {"model_name_or_path": "./no/such/model"},
         "run_name": {"run_name": "../escape"},
+        "torch_compile": {"torch_compile": True, "engine": "zero2", "nproc_per_node": 2},
     }
     for field, over in cases.items():
         with pytest.raises(ConfigError) as info:
@@ -113,6 +114,17 @@ def test_qlora_is_refused_at_validation_without_cuda_and_bitsandbytes():
     (problem,) = info.value.problems
     assert problem.field == "quantization_bit" and "QLoRA is not possible here" in problem.message
     assert "without quantization_bit" in problem.message
+
+
+def test_liger_kernels_are_refused_on_cpu_and_when_not_installed():
+    base = {"model_name_or_path": "org/m", "dataset": "x", "enable_liger_kernel": True}
+    with pytest.raises(ConfigError) as info:
+        parse_config(base | {"device": "cpu"})
+    assert [p.field for p in info.value.problems] == ["enable_liger_kernel"] and "CPU" in info.value.problems[0].message
+    with pytest.raises(ConfigError) as info:  # liger-kernel is not installed here
+        parse_config(base)
+    assert "pip install liger-kernel" in info.value.problems[0].message
+    assert parse_config({"model_name_or_path": "org/m", "dataset": "x", "torch_compile": True})[0].torch_compile
 
 
 def test_missing_and_unreadable_files(tmp_path):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 LIGHT = ["ftui.cli", "ftui.events", "ftui.runs", "ftui.gpu", "ftui.follow", "ftui.presets", "ftui.presets.config",
-         "ftui.presets.families", "ftui.presets.templates", "ftui.runner.launch", "ftui.runner.supervise", "ftui.runner.records", "ftui.tui"]
+         "ftui.presets.families", "ftui.presets.templates", "ftui.runner.launch", "ftui.runner.supervise", "ftui.runner.records", "ftui.tui", "ftui.plan"]
 
 
 def test_light_modules_do_not_load_torch():

@@ -121,3 +121,14 @@ def test_fp16_scaler_skips_a_step_with_an_inf_gradient():
     assert all(p.grad is None for p in model.parameters())
     backward(poison=False)
     assert not engine.step().skipped
+
+
+@pytest.mark.slow
+def test_torch_compile_trains_the_same_curve(tmp_path):
+    """torch.compile of each layer (inductor, CPU here) gives the eager loss curve."""
+    _, eager, _ = train_sync(tiny_config(tmp_path / "eager", max_steps=6))
+    run_dir, compiled, proc = train_sync(tiny_config(tmp_path / "compiled", max_steps=6, torch_compile=True), timeout=900)
+    assert summarize_run(run_dir).status == "completed", proc.stderr[-3000:]
+    a, b = [s["loss"] for s in steps_of(eager)], [s["loss"] for s in steps_of(compiled)]
+    assert len(a) == len(b) == 6
+    assert all(abs(x - y) <= 1e-3 * abs(x) for x, y in zip(a, b)), (a, b)

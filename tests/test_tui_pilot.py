@@ -214,3 +214,24 @@ async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, m
         assert list(steps) == list(range(1, 501))
         assert dash.view.evals[0] == [50 * k for k in range(1, 11)]
         assert dash.view.model == "Qwen/Qwen2.5-0.5B" and dash.view.status == "completed"
+
+
+async def test_form_shows_the_planners_verdict_before_start(tmp_path):
+    import json
+
+    big = tmp_path / "llama-2-7b"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+                                                 "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32}))
+    app = make_app(tmp_path)  # its sampler reports two 80 GiB H100s
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": str(big), "dataset": "alpaca_en_demo", "method": "full", "precision": "bf16",
+                     "cutoff_len": "2048", "engine": "single", "nproc_per_node": "1"})
+        verdict = screen.query_one("#plan-verdict")
+        await until(pilot, lambda: "does NOT fit 80.0 GiB" in text_of(verdict))
+        assert "try " in text_of(verdict) and "optimizer" in text_of(verdict)
+        assert not screen.query_one("#start", Button).disabled  # a warning, not a refusal
+        screen.fill({"method": "lora", "cutoff_len": "512"})
+        await until(pilot, lambda: "fits 80.0 GiB" in text_of(verdict))

@@ -55,6 +55,9 @@ class RunConfig(BaseModel):
     lora_target: str = Field("all", description="'all' linear layers, or module names separated by commas")
     freeze_trainable_layers: int = Field(2, ge=1, description="how many of the last decoder layers train")
     gradient_checkpointing: bool = False
+    # --- Speed
+    torch_compile: bool = Field(False, description="compile each decoder layer with torch.compile (the first steps are slower)")
+    enable_liger_kernel: bool = Field(False, description="Liger's Triton kernels (RMSNorm, SwiGLU, RoPE); needs liger-kernel and a CUDA GPU")
     # --- Data
     dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
     dataset_dir: str = "data"
@@ -97,6 +100,7 @@ class RunConfig(BaseModel):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     # --- Faults (ftui's own)
     nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
+    hang_timeout: int = Field(1800, ge=0, description="end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)")
     stop_timeout: int = Field(600, ge=5, description="seconds a graceful stop may take (finish the step, save) before the ranks are killed")
 
     @property
@@ -205,6 +209,13 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
     out += engine_problems(cfg)
+    if cfg.enable_liger_kernel:
+        if cfg.device == "cpu":
+            out.append(FieldProblem("enable_liger_kernel", True, "Liger's kernels are Triton GPU kernels; turn it off for a CPU run"))
+        elif importlib.util.find_spec("liger_kernel") is None:
+            out.append(FieldProblem("enable_liger_kernel", True, "liger-kernel is not installed: pip install liger-kernel, or turn it off"))
+    if cfg.torch_compile and cfg.uses_deepspeed:
+        out.append(FieldProblem("torch_compile", True, "ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed"))
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "several nodes need a rendezvous endpoint host:port"))
     if cfg.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", cfg.rdzv_endpoint):

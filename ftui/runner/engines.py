@@ -20,6 +20,7 @@ Mixed precision for single and DDP is ``torch.autocast`` over fp32 master weight
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +76,7 @@ def pick_device(cfg: RunConfig, info: DistInfo) -> torch.device:
 
 
 def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters; no decay for biases and norms; fused on CUDA."""
+    """AdamW over the trainable parameters; no decay for biases and norms; fused where it can be."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -83,8 +84,10 @@ def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> t
         (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs: dict[str, Any] = dict(lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
-    if device.type == "cuda" and all(p.device.type == "cuda" for g in groups for p in g["params"]):
-        kwargs["fused"] = True  # not with CPU-offloaded shards
+    params = [p for g in groups for p in g["params"]]
+    plain = all(type(p.data) is torch.Tensor for p in params)  # not FSDP's DTensor shards on CPU
+    if all(p.device.type == device.type for p in params) and (device.type == "cuda" or (device.type == "cpu" and plain)):
+        kwargs["fused"] = True  # one kernel per group (CUDA, and CPU since torch 2.4); not with offloaded shards
     else:
         kwargs["foreach"] = True
     return torch.optim.AdamW([g for g in groups if g["params"]], **kwargs)
@@ -269,8 +272,11 @@ def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
 
 
 @contextlib.contextmanager
-def process_group(info: DistInfo, device: torch.device) -> Iterator[None]:
-    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration."""
+def process_group(info: DistInfo, device: torch.device, hang_timeout: int = 0) -> Iterator[None]:
+    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration.
+
+    Its collective timeout is set past ftui's own ``hang_timeout``, so a hung rank is
+    reported by the supervisor, which can name it, before the collectives give up."""
     if info.world_size == 1:
         yield
         return
@@ -278,6 +284,8 @@ def process_group(info: DistInfo, device: torch.device) -> Iterator[None]:
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
+    if hang_timeout > 0:
+        kwargs["timeout"] = datetime.timedelta(seconds=hang_timeout + 120)
     dist.init_process_group(backend=backend, **kwargs)
     try:
         yield

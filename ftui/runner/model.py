@@ -115,6 +115,21 @@ def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
     return model
 
 
+def apply_speedups(model: nn.Module, cfg: RunConfig) -> None:
+    """Optional kernels, in place: Liger's Triton kernels (RMSNorm, SwiGLU, RoPE; not its
+    cross-entropy, since ftui computes the token-sum loss itself) and ``torch.compile`` of
+    each decoder layer (layer by layer, so FSDP can still wrap the layers and a graph break
+    costs one layer, not the model). Validation refuses both where they cannot run."""
+    if cfg.enable_liger_kernel:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        _apply_liger_kernel_to_instance(model=base, cross_entropy=False, fused_linear_cross_entropy=False)
+    if cfg.torch_compile:
+        for layer in decoder_layers(model):
+            layer.compile()
+
+
 def count_params(model: nn.Module) -> tuple[int, int]:
     total = trainable = 0
     for p in model.parameters():

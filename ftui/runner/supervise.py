@@ -8,17 +8,27 @@ Rank 0 writes run_end itself when training ends or fails in Python. When a rank 
 (-9, the OOM killer) or torchrun fails before rank 0 starts, nobody would; the supervisor
 then writes ``run_end`` status ``failed`` with the launcher's exit code and the last lines
 of train.log, so ``ftui runs`` and the dashboard tell the truth. No torch here.
+
+It also watches for a hung job: every rank touches ``heartbeat/rank-N`` as it makes
+progress; when none has for ``hang_timeout`` seconds, the supervisor names the rank (a
+stopped process, else the one that fell behind), kills the tree and records the hang.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
+
 from ftui.events import EVENTS_FILE, EventReader, EventWriter
-from ftui.runs import LOG_FILE
+from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE
+
+POLL_S = 2.0
 
 
 def last_log_lines(run_dir: Path, n: int = 8) -> str:
@@ -37,6 +47,97 @@ def has_run_end(run_dir: Path) -> bool:
     return any(e["event"] == "run_end" for e in EventReader(run_dir / EVENTS_FILE).read_new())
 
 
+def read_hang_timeout(run_dir: Path) -> int:
+    try:
+        from ftui.presets.config import load_config
+
+        return load_config(run_dir / CONFIG_FILE)[0].hang_timeout
+    except Exception:  # a config the runner cannot read fails there, with a message
+        return 0
+
+
+def rank_processes(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
+    """The launcher's descendants that are ranks, by their RANK environment variable."""
+    out: dict[int, psutil.Process] = {}
+    try:
+        children = psutil.Process(launcher.pid).children(recursive=True)
+    except psutil.Error:
+        return out
+    for child in children:
+        try:
+            rank = child.environ().get("RANK")
+        except psutil.Error:
+            continue
+        if rank is not None and rank.isdigit():
+            out.setdefault(int(rank), child)
+    return out
+
+
+def find_hang(run_dir: Path, timeout: int, launcher: subprocess.Popen, now: float | None = None) -> str | None:
+    """A message naming the hung rank when no rank has made progress for ``timeout`` seconds."""
+    beats: dict[int, float] = {}
+    try:
+        for f in (run_dir / HEARTBEAT_DIR).iterdir():
+            if f.name.startswith("rank-") and f.name[5:].isdigit():
+                beats[int(f.name[5:])] = f.stat().st_mtime
+    except OSError:
+        return None
+    if not beats:
+        return None  # not armed before the first step
+    now = time.time() if now is None else now
+    idle = now - max(beats.values())
+    if idle < timeout:
+        return None
+    procs = rank_processes(launcher)
+    stopped = sorted(r for r, p in procs.items() if _status(p) == psutil.STATUS_STOPPED)
+    if stopped:
+        who = ", ".join(f"rank {r}" for r in stopped)
+        why = "its process is stopped (SIGSTOP, Ctrl-Z or a debugger)" if len(stopped) == 1 else "their processes are stopped"
+    else:
+        oldest = min(beats.values())
+        late = sorted(r for r, t in beats.items() if t - oldest < 1.0)
+        who = "every rank" if len(late) == len(beats) and len(beats) > 1 else ", ".join(f"rank {r}" for r in late)
+        why = "last to make progress" if who != "every rank" else "all waiting (a stuck collective, GPU or filesystem)"
+    return f"{who} made no progress for {idle:.0f} s ({why}); ftui ended the job after hang_timeout={timeout} s"
+
+
+def _status(p: psutil.Process) -> str | None:
+    try:
+        return p.status()
+    except psutil.Error:
+        return None
+
+
+def kill_tree(launcher: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every descendant (ranks run in sessions of their own)."""
+    try:
+        procs = psutil.Process(launcher.pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()  # a stopped process dies from SIGKILL too
+        except psutil.Error:
+            pass
+    launcher.kill()
+
+
+def wait_watching(proc: subprocess.Popen, run_dir: Path) -> tuple[int, str | None]:
+    """Waits for the launcher; ends a hung job. Returns (exit code, hang message or None)."""
+    timeout = read_hang_timeout(run_dir)
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S if timeout > 0 else None), None
+        except subprocess.TimeoutExpired:
+            hang = find_hang(run_dir, timeout, proc)
+            if hang is not None:
+                print(f"[ftui] {hang}", flush=True)
+                kill_tree(proc)
+                return proc.wait(), hang
+        except InterruptedError:
+            continue
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     node_rank = 0
@@ -47,17 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
+    shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
     proc = subprocess.Popen(cmd)
     # The group's SIGTERM reaches torchrun directly; forwarding it too would be a second
     # signal, which means "exit at once".
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except InterruptedError:
-            continue
+    code, hang = wait_watching(proc, run_dir)
+    if hang is not None and not has_run_end(run_dir):
+        with EventWriter(run_dir / EVENTS_FILE) as writer:
+            writer.write("run_end", status="failed", reason=hang, error_type="Hang", error_message=hang,
+                         hint="if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "
+                              "check off); the newest checkpoint resumes with ftui train --resume RUN", exit_code=code)
+        print(f"[ftui] launcher exited with code {code}", flush=True)
+        return code
     if node_rank > 0:
         # Rank 0 (on node 0) writes this run's events; this node only records how it ended.
         if not has_run_end(run_dir):

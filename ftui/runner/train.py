@@ -41,8 +41,8 @@ from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
 from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
 from ftui.runner.metrics import Window, memory_row, peak_flops
-from ftui.runner.model import apply_method, count_params, flops_per_token, load_model, load_tokenizer
-from ftui.runs import CONFIG_FILE, FINAL_DIR, CheckpointError
+from ftui.runner.model import apply_method, apply_speedups, count_params, flops_per_token, load_model, load_tokenizer
+from ftui.runs import CONFIG_FILE, FINAL_DIR, HEARTBEAT_DIR, CheckpointError
 
 
 class NonFiniteLoss(RuntimeError):
@@ -66,6 +66,25 @@ class StopRequest:
         self.requested = True
         self.at = time.time()
         print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+
+
+class Heartbeat:
+    """A file per rank touched as the rank makes progress (every step, eval batch and
+    checkpoint), so the supervisor can tell a hung rank (SIGSTOP, a stuck collective, a
+    dead filesystem) and name it. Armed at the first step: loading a model may take long."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.path = run_dir / HEARTBEAT_DIR / f"rank-{rank}"
+
+    def beat(self) -> None:
+        try:
+            if not self.path.exists():
+                self.path.parent.mkdir(exist_ok=True)
+                self.path.touch()
+            else:
+                os.utime(self.path)
+        except OSError:
+            pass  # a full disk is reported where it matters (events, checkpoints)
 
 
 class DeferredFlag:
@@ -210,7 +229,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
     device = pick_device(cfg, info)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
-    with process_group(info, device):
+    with process_group(info, device, cfg.hang_timeout):
         seed_everything(cfg.seed)
 
         # --- Tokenizer and data (every rank builds the same examples; each reads its share)
@@ -229,6 +248,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir, cfg)
         model = apply_method(model, cfg)
+        apply_speedups(model, cfg)
         total, trainable = count_params(model)
 
         # --- Engine: wraps the model and owns the optimizer
@@ -298,7 +318,9 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 "total_tokens": total_tokens, "micro_batch_size": cfg.per_device_train_batch_size,
                 "accumulation": accum, "max_steps": max_steps,
             }
+            heartbeat.beat()
             path = save_checkpoint(engine, run_dir, step, trainer_state, cfg.save_total_limit)
+            heartbeat.beat()
             if writer is not None:
                 writer.write("checkpoint", step=step, path=str(path))
 
@@ -306,6 +328,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         stream = micro_batches(data, sampler, collator, device, start=step * accum)
         window = Window(device)
         flags = DeferredFlag(device, size=2)  # [stop requested anywhere, previous step's loss non-finite anywhere]
+        heartbeat = Heartbeat(run_dir, info.rank)
         eval_every = cfg.eval_steps or cfg.logging_steps * 10
         epoch = 0
         nonfinite = torch.zeros((), device=device)
@@ -345,6 +368,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             if not last_outcome.skipped:
                 scheduler.step()
             step += 1
+            heartbeat.beat()
             window.add(step_loss, counts[:2])
             last_counts = counts[:2]
 
@@ -363,7 +387,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 total_tokens = log_step(writer, engine, window, last_counts, last_outcome, scheduler, step,
                                         step / steps_per_epoch, total_tokens, fpt, peak, device, info, ranks)
             if data.eval and (step % eval_every == 0 or step == max_steps):
-                run_eval(writer, engine, data, cfg, collator, info, device, step)
+                run_eval(writer, engine, data, cfg, collator, info, device, step, heartbeat)
             if step % cfg.save_steps == 0 or step == max_steps or stopping:  # every way out of the loop saves
                 checkpoint(step_loss)
             if stopping:
@@ -371,6 +395,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         # --- Save
         if step >= max_steps:
+            heartbeat.beat()
             save_final(engine, tokenizer, cfg, run_dir)
         if info.world_size > 1:
             torch.distributed.barrier()
@@ -417,7 +442,7 @@ def engagement_rows(engine: Engine, device: torch.device) -> list[dict[str, int]
 
 @torch.no_grad()
 def run_eval(writer, engine: Engine, data: TokenizedData, cfg: RunConfig, collator: Collator, info: DistInfo,
-             device: torch.device, step: int) -> None:
+             device: torch.device, step: int, heartbeat: Heartbeat | None = None) -> None:
     engine.model.eval()
     mine = data.eval[info.rank :: info.world_size]
     sums = torch.zeros(2, device=device, dtype=torch.float64)
@@ -428,6 +453,8 @@ def run_eval(writer, engine: Engine, data: TokenizedData, cfg: RunConfig, collat
             logits = engine.model(**batch.model_inputs(), use_cache=False).logits
         sums[0] += token_loss_sum(logits, batch.labels).double()
         sums[1] += batch.trainable_tokens
+        if heartbeat is not None:
+            heartbeat.beat()
     engine.all_reduce_sum(sums)
     engine.model.train()
     total_loss, n = sums.tolist()

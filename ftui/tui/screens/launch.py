@@ -38,6 +38,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": False, "max_samples": None, "val_size": 0.0,
     "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
+    "torch_compile": False, "enable_liger_kernel": False,
     "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
@@ -82,6 +83,8 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("lora_target", "LoRA targets", only_for=("lora", "qlora")),
         F("freeze_trainable_layers", "trainable last layers", only_for=("freeze",)),
         F("gradient_checkpointing", "gradient checkpointing", "bool"),
+        F("torch_compile", "torch.compile layers", "bool"),
+        F("enable_liger_kernel", "Liger kernels (CUDA)", "bool"),
     ]),
     ("Engine", [
         F("engine", "engine", "select", tuple((e, e) for e in ENGINES)),
@@ -186,6 +189,7 @@ class LaunchScreen(Screen):
                         yield from (self._build_field(f) for f in fields)
                     yield Static("", id=NOTES[group], classes="note") if group in NOTES else Static("", classes="note")
             yield Static("", id="form-errors", classes="error")
+        yield Static("", id="plan-verdict")
         with Horizontal(id="launch-bar"):
             yield Button("Start", id="start", variant="success", disabled=True, compact=True)
             yield Button("Demo", id="demo", compact=True)
@@ -326,6 +330,10 @@ class LaunchScreen(Screen):
         errors.display = bool(general)
         start = self.query_one("#start", Button)
         start.disabled = cfg is None
+        if cfg is not None:
+            self.plan_memory(cfg)
+        else:
+            self.query_one("#plan-verdict", Static).update("")
         warning = unsupported_warning(sorted(self.extra))
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
         self.query_one("#status-line", Static).update(Text(status + (f" · {warning}" if warning else ""), style="red" if problems else "green"))
@@ -404,6 +412,35 @@ class LaunchScreen(Screen):
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(str(err), style="red")
         self.app.call_from_thread(self.query_one("#preview", Static).update, text)
+
+    @work(thread=True, exclusive=True, group="plan")
+    def plan_memory(self, cfg: "RunConfig") -> None:
+        """The planner's verdict for the config as it stands (reads config.json, samples NVML)."""
+        from ftui.plan import UnknownModel, plan
+
+        sampler = getattr(self.app, "sampler", None)
+        try:
+            gpus = sampler()[0] if sampler else None
+        except Exception:
+            gpus = None
+        gpu_bytes = None
+        if cfg.device != "cpu":
+            if gpus is None:
+                from ftui.gpu import sample_gpus
+
+                gpus = sample_gpus()
+            gpu_bytes = min((g.mem_total for g in gpus), default=None)
+        try:
+            verdict = plan(cfg, gpu_bytes)
+            split, result = verdict.short("process" if cfg.device == "cpu" else "GPU")
+            text = Text()
+            text.append("memory ", style="bold")
+            text.append(split)
+            if result:
+                text.append("\n" + result, style="green" if verdict.fits else "bold red")
+        except (UnknownModel, ValueError) as err:
+            text = Text(f"memory: no estimate ({err})", style="dim")
+        self.app.call_from_thread(self.query_one("#plan-verdict", Static).update, text)
 
     @work(thread=True, group="hardware")
     def detect_hardware(self) -> None:

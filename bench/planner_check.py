@@ -1,0 +1,85 @@
+"""Benchmark: the "will it fit?" planner against measured peaks.
+
+On CPU the runner reports each rank's peak resident memory (``mem[].peak`` of its step
+events). That includes the Python process itself (interpreter, torch, tokenizer, data),
+so every configuration is run twice: with the benchmark model and with the tiny demo
+model, same engine, world size and data. The difference of the peaks is what the model's
+weights, gradients, optimizer states and activations cost; the planner's estimate for the
+benchmark model (less its estimate for the demo model) is compared with it. On a GPU the
+peak is ``torch.cuda.max_memory_allocated`` and no floor is needed (the script still
+subtracts the demo's, which is small).
+
+Run: python bench/planner_check.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchlib import ftui_steps, machine, model_dir, record, run_ftui, varied_dataset, write_config  # noqa: E402
+
+from ftui.plan import GIB, ModelShape, estimate_for  # noqa: E402
+from ftui.presets.config import parse_config  # noqa: E402
+
+# About 85 M parameters: big enough that the training state dwarfs the process floor.
+MODEL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+             max_position_embeddings=1024)
+CASES = [  # (name, overrides)
+    ("full fp32 single", dict(finetuning_type="full", engine="single", nproc_per_node=1)),
+    ("full fp32 gradient checkpointing", dict(finetuning_type="full", engine="single", nproc_per_node=1, gradient_checkpointing=True)),
+    ("lora fp32 single", dict(finetuning_type="lora", lora_rank=16, engine="single", nproc_per_node=1)),
+    ("full fp32 ddp x2", dict(finetuning_type="full", engine="ddp", nproc_per_node=2)),
+    ("full fp32 zero2 x2", dict(finetuning_type="full", engine="zero2", nproc_per_node=2)),
+    ("full fp32 zero3 x2", dict(finetuning_type="full", engine="zero3", nproc_per_node=2)),
+    ("full fp32 fsdp x2", dict(finetuning_type="full", engine="fsdp", nproc_per_node=2)),
+]
+
+
+def peak_per_rank(run: Path) -> float:
+    """The largest peak any rank reached, over the run's step events."""
+    _, _, steps = ftui_steps(run)
+    return max(m["peak"] for ev in steps for m in ev.get("mem", []))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two cases with a small model, not recorded")
+    args = ap.parse_args()
+    cases = CASES[:1] + CASES[2:3] if args.quick else CASES
+    model = dict(MODEL, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2) if args.quick else MODEL
+    micro, cutoff = 4, 256
+    out = {"machine": machine(), "model": model, "micro_batch": micro, "cutoff_len": cutoff, "packing": True, "cases": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        big = model_dir(tmp / "bench-model", **model)
+        small = model_dir(tmp / "demo-model")
+        data = varied_dataset(tmp / "data.json", 400, max_words=400, seed=1)
+        for name, over in cases:
+            row = {"case": name}
+            for label, mdir in (("model", big), ("floor", small)):
+                cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=cutoff, packing=True,
+                           per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_steps=10**6, learning_rate=1e-4,
+                           device="cpu", output_dir=str(tmp / "runs"), run_name=f"{label}-{name.replace(' ', '-')}", **over)
+                run = run_ftui(write_config(tmp / f"{label}.yaml", cfg))
+                row[f"{label}_peak_bytes"] = peak_per_rank(run)
+                rc, _ = parse_config(cfg, "bench")
+                row[f"{label}_estimate_bytes"] = estimate_for(rc, ModelShape.from_config(json.loads((mdir / "config.json").read_text()))).total
+            row["measured_gib"] = (row["model_peak_bytes"] - row["floor_peak_bytes"]) / GIB
+            row["estimated_gib"] = (row["model_estimate_bytes"] - row["floor_estimate_bytes"]) / GIB
+            row["error"] = row["estimated_gib"] / row["measured_gib"] - 1
+            out["cases"].append(row)
+            print(f"{name}: measured {row['measured_gib']:.2f} GiB, estimated {row['estimated_gib']:.2f} GiB, error {100 * row['error']:+.1f}%",
+                  file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=1))
+    if not args.quick:
+        record("planner_check_" + ("gpu" if out["machine"].get("gpus") else "cpu"), out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Benchmark: ftui's runner against a plain transformers Trainer, in real tokens/s.
+
+Same random-weight model, same dataset (varied lengths: many short examples, a long tail),
+same precision, micro batch, learning rate and number of steps. Each repetition runs, one
+after another: the baseline (``bench/baseline_trainer.py``, padding to the batch's
+longest), ftui with padding, and ftui with ``packing: true``. Ratios are taken inside a
+repetition (so a noisy neighbour slows both sides of a ratio alike) and the median over the
+repetitions is reported. Modes: ``single`` (one process) and ``ddp`` (two processes; gloo
+on CPU, NCCL on GPUs).
+
+Run: python bench/throughput.py [--quick] [--reps N] [--steps N] [--modes single,ddp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import (ftui_steps, machine, median, model_dir, record, run_baseline, run_ftui, tokens_per_s,  # noqa: E402
+                      varied_dataset, write_config)
+
+MODEL = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=1024)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny model, few steps, one repetition, not recorded")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--modes", default="single,ddp")
+    args = ap.parse_args()
+    steps, reps, warmup = (6, 1, 1) if args.quick else (args.steps, args.reps, 5)
+    cutoff, batch = (128, 4) if args.quick else (512, 8)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        mdir = model_dir(tmp / "model", **({} if args.quick else MODEL))
+        data = varied_dataset(tmp / "varied.json", 200 if args.quick else 2000, max_words=cutoff // 2 if args.quick else 700)
+        common = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
+                      cutoff_len=cutoff, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+                      learning_rate=1e-4, max_steps=steps, lr_scheduler_type="cosine", logging_steps=1, save_steps=10**6,
+                      seed=42, device="auto", output_dir=str(tmp / "runs"))
+        results = {"machine": machine(), "model": MODEL if not args.quick else "demo", "cutoff_len": cutoff,
+                   "micro_batch": batch, "steps": steps, "warmup_steps_not_counted": warmup, "modes": {}}
+        for mode in args.modes.split(","):
+            world = 2 if mode == "ddp" else 1
+            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // world)))
+            cfgs = {}
+            for name, packing in (("ftui_padded", False), ("ftui_packed", True)):
+                cfgs[name] = write_config(tmp / f"{mode}-{name}.yaml", dict(common, packing=packing, nproc_per_node=world,
+                                                                          engine="ddp" if world > 1 else "single",
+                                                                          run_name=f"{mode}-{name}"))
+            base_cfg = write_config(tmp / f"{mode}-baseline.yaml", common)
+            reps_out = []
+            for rep in range(reps):
+                row = {}
+                t, n = run_baseline(base_cfg, tmp / f"{mode}-baseline-{rep}", world, env)
+                row["baseline"] = tokens_per_s(t, n, warmup)
+                for name, cfg in cfgs.items():
+                    t, n, _ = ftui_steps(run_ftui(cfg, env))
+                    row[name] = tokens_per_s(t, n, warmup)
+                row["padded_vs_baseline"] = row["ftui_padded"] / row["baseline"]
+                row["packed_vs_baseline"] = row["ftui_packed"] / row["baseline"]
+                reps_out.append(row)
+                print(f"[{mode} rep {rep + 1}/{reps}] " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), file=sys.stderr, flush=True)
+            results["modes"][mode] = {
+                "world_size": world,
+                "real_tokens_per_s_median": {k: median([r[k] for r in reps_out]) for k in ("baseline", "ftui_padded", "ftui_packed")},
+                "ratio_median": {k: median([r[k] for r in reps_out]) for k in ("padded_vs_baseline", "packed_vs_baseline")},
+                "repetitions": reps_out,
+            }
+    print(json.dumps(results, indent=1))
+    if not args.quick:
+        record("throughput_" + ("cpu" if not results["machine"].get("gpus") else "gpu"), results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+""""Will it fit?": per-GPU memory of a run, estimated from the model's config.json alone.
+
+No torch here (the launch form and ``ftui plan`` use it on a login node). The estimate
+follows what ftui's runner really allocates, engine by engine:
+
+- torch engines (single, ddp, fsdp): fp32 master weights, fp32 gradients and two fp32 AdamW
+  moments for what trains (16 bytes per trainable parameter); bf16/fp16 run as autocast,
+  which keeps a half-precision copy of the weights it used until backward. LoRA/QLoRA in
+  half precision load the frozen base in that type (2 bytes, or about 0.52 for NF4).
+  DDP uses gradients as bucket views (no second copy). FSDP shards weights, gradients and
+  moments over the processes and gathers one layer (and the root) at a time.
+- DeepSpeed (zero0-3): the module in bf16/fp16, half-precision gradients, and 12 bytes of
+  fp32 master weight + moments per trainable parameter, sharded by stage (1: optimizer,
+  2: + gradients, 3: + weights); the offload presets keep those on the host.
+- Activations per micro batch of ``micro_batch x cutoff_len`` tokens (padding to the longest
+  example, or packed rows, fill at most that): what each decoder layer saves for backward
+  with SDPA attention (no sequence-squared term), or only the layer inputs with gradient
+  checkpointing; plus the logits and the cross-entropy's fp32 copies, which dominate for
+  small models with large vocabularies.
+
+The estimate is what ``torch.cuda.max_memory_allocated`` would report; the verdict adds the
+CUDA context and allocator slack (:data:`CONTEXT_BYTES`, :data:`SLACK`) before comparing it
+with the GPU's memory. Checked against measured peaks in ``bench/planner_check.py``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, read_user_deepspeed
+
+GIB = 2**30
+CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context + NCCL buffers: outside the allocator's count
+SLACK = 1.05  # allocator fragmentation
+DEMO_CONFIG = Path(__file__).resolve().parent / "presets" / "demo" / "model" / "config.json"
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class UnknownModel(ValueError):
+    """The model's config.json cannot be found or read."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a decoder-only transformer that decide its memory."""
+
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool = False
+    attention_bias: bool = False
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
+        cfg = cfg.get("text_config") or cfg  # multimodal configs nest the language model
+        try:
+            hidden = int(cfg["hidden_size"])
+            heads = int(cfg["num_attention_heads"])
+            return cls(
+                vocab=int(cfg["vocab_size"]), hidden=hidden, intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
+                layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or hidden // heads), tied=bool(cfg.get("tie_word_embeddings", False)),
+                attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise UnknownModel(f"config.json lacks what the planner needs ({err}); it knows Llama-style decoder models") from None
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of one decoder layer."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        h, i = self.hidden, self.intermediate
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    @property
+    def layer_params(self) -> int:
+        shapes = self.linear_shapes()
+        n = sum(a * b for a, b in shapes.values()) + 2 * self.hidden  # two norms
+        if self.attention_bias:
+            n += shapes["q_proj"][1] + 2 * shapes["k_proj"][1]
+        return n
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embed_params * (1 if self.tied else 2) + self.hidden
+
+
+def read_model_config(model_name_or_path: str) -> dict[str, Any]:
+    """config.json of the demo, a local model directory, or a hub model already in the cache."""
+    if model_name_or_path == "ftui-demo":
+        candidates = [DEMO_CONFIG]
+    else:
+        candidates = [Path(model_name_or_path).expanduser() / "config.json"]
+        hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+        repo = "models--" + model_name_or_path.replace("/", "--")
+        candidates += [Path(p) for p in sorted(glob.glob(str(hub / repo / "snapshots" / "*" / "config.json")))]
+    for path in candidates:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    raise UnknownModel(f"no config.json for {model_name_or_path!r} (not a local directory nor in the hub cache)")
+
+
+@dataclass
+class Estimate:
+    """Bytes per GPU (per process), split the way people reason about it."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    params: int
+    trainable: int
+    host_bytes: float = 0.0  # what the offload presets keep in host memory, per process
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    @property
+    def needed(self) -> float:
+        """What the GPU must have: the estimate plus the CUDA context and allocator slack."""
+        return self.total * SLACK + CONTEXT_BYTES
+
+    def split(self) -> str:
+        return (f"weights {gib(self.weights)} · gradients {gib(self.gradients)} · optimizer {gib(self.optimizer)} · "
+                f"activations {gib(self.activations)}")
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= 0.1 * GIB else f"{n / 2**20:.0f} MiB"
+
+
+def count(n: float) -> str:
+    """A parameter count as people write it: 6.74 B, 20.0 M, 800 K."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return str(int(n))
+
+
+def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target: str, freeze_layers: int) -> int:
+    if method == "full":
+        return shape.params
+    if method == "freeze":
+        return min(freeze_layers, shape.layers) * shape.layer_params
+    shapes = shape.linear_shapes()
+    names = LINEARS if lora_target.strip() in ("all", "") else [t.strip() for t in lora_target.split(",")]
+    per_layer = sum(lora_rank * (shapes[n][0] + shapes[n][1]) for n in names if n in shapes)
+    return shape.layers * per_layer
+
+
+def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16", engine: str = "single", world_size: int = 1,
+             micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
+             lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None) -> Estimate:
+    """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
+    engine name implies (a user's own DeepSpeed file)."""
+    P = shape.params
+    T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
+    W = max(1, world_size)
+    half = precision in ("bf16", "fp16")
+    deepspeed = zero_stage is not None or engine.startswith("zero")
+    stage = zero_stage if zero_stage is not None else (int(engine[4]) if deepspeed else None)
+    offload = offload if offload is not None else engine.endswith("_offload")
+    notes: list[str] = []
+    layer = shape.layer_params
+    host = 0.0
+
+    # --- weights, gradients, optimizer
+    if deepspeed:
+        pbytes = 2 if half else 4
+        frozen_bytes = (P - T) * (0.52 if method == "qlora" else pbytes)
+        weights = (T * pbytes + frozen_bytes) / (W if stage == 3 else 1)
+        if stage == 3:
+            weights += 2 * layer * pbytes  # the gathered layer and the prefetched next one
+        grads = T * pbytes / (W if stage >= 2 else 1)
+        if half and stage <= 1:
+            grads += T * 4 / (W if stage == 1 else 1)  # fp32 gradient accumulation buffer
+        if stage >= 2:
+            grads += shape.hidden**2 * pbytes  # reduce bucket
+        opt = (8 * T if stage == 0 and not half else 12 * T) / (W if stage >= 1 else 1)
+        if offload:
+            host += opt
+            opt = 0.0
+            if stage == 3:
+                host += weights - 2 * layer * pbytes
+                weights = 2 * layer * pbytes
+        res_bytes = pbytes
+    else:
+        base_bytes = 4.0
+        if method in ("lora", "qlora") and half:
+            base_bytes = 2.0
+        frozen = (P - T) * (0.52 if method == "qlora" else base_bytes)
+        if method == "qlora":  # embeddings and the LM head stay in half precision
+            frozen = (P - T - shape.embed_params * (1 if shape.tied else 2)) * 0.52 + shape.embed_params * (1 if shape.tied else 2) * 2
+        weights, grads, opt = T * 4.0 + frozen, T * 4.0, T * 8.0
+        cast = 2 * (T if method in ("full", "freeze") else 0) if half else 0.0  # autocast's cached half weights
+        if engine.startswith("fsdp"):
+            pbytes = 2 if half else 4
+            working = (2 * layer + shape.embed_params * (1 if shape.tied else 2)) * pbytes
+            sharded = weights / W
+            weights, grads, opt = working, grads / W + layer * pbytes, opt / W
+            if engine == "fsdp_offload":
+                host += sharded + grads - layer * pbytes + opt
+                grads, opt = layer * pbytes, 0.0
+            else:
+                weights += sharded
+            cast = 0.0  # the gathered copies are already in the compute type
+        weights += cast
+        res_bytes = 4 if base_bytes == 4 else 2
+
+    # --- activations of one micro batch
+    tokens = micro_batch * seq_len
+    act = 2 if half else 4
+    kv = shape.kv_heads * shape.head_dim
+    per_layer = 6 * shape.hidden * res_bytes + (4 * shape.hidden + 3 * kv + 4 * shape.intermediate) * act
+    if method == "freeze":
+        saved_layers = min(freeze_layers, shape.layers)  # nothing before the first trainable layer keeps anything
+    else:
+        saved_layers = shape.layers
+    if gradient_checkpointing:
+        layers_act = tokens * (saved_layers * shape.hidden * res_bytes + 2 * per_layer)
+    else:
+        layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
+    logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
+    activations = layers_act + logits
+
+    if world_size == 1 and engine in NEEDS_SEVERAL:
+        notes.append(f"{engine} shards over processes: with one process it saves nothing")
+    return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
+                    host_bytes=host, notes=notes)
+
+
+def estimate_for(cfg: Any, shape: ModelShape | None = None, **overrides: Any) -> Estimate:
+    """The estimate for a RunConfig (fields overridable, for the what-ifs)."""
+    get = lambda k: overrides.get(k, getattr(cfg, k))  # noqa: E731
+    shape = shape or ModelShape.from_config(read_model_config(cfg.model_name_or_path))
+    method = overrides.get("method", cfg.method)
+    engine = get("engine")
+    stage = offload = None
+    precision = overrides.get("precision", cfg.precision)
+    if cfg.deepspeed and "engine" not in overrides:
+        ds = read_user_deepspeed(cfg.deepspeed)
+        zero = ds.get("zero_optimization") or {}
+        stage = int(zero.get("stage", 0))
+        offload = bool((zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"))
+        precision = deepspeed_precision(ds) or precision
+    return estimate(shape, method=method, precision=precision, engine=engine,
+                    world_size=overrides.get("world_size", cfg.world_size), micro_batch=get("per_device_train_batch_size"),
+                    seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),
+                    lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload)
+
+
+@dataclass
+class Verdict:
+    estimate: Estimate
+    gpu_bytes: int | None  # the smallest GPU's memory; None: no GPU known
+    suggestions: list[str]
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu_bytes is None else self.estimate.needed <= self.gpu_bytes
+
+    def short(self, unit: str = "GPU") -> tuple[str, str]:
+        """Two short lines for the launch form: the split, and the verdict with the best fix."""
+        e = self.estimate
+        split = (f"~{gib(e.total)}/{unit}: weights {gib(e.weights)} · grads {gib(e.gradients)} · "
+                 f"optimizer {gib(e.optimizer)} · activations {gib(e.activations)}")
+        if e.host_bytes:
+            split += f" · host {gib(e.host_bytes)}"
+        if self.fits is None:
+            return split, ""
+        if self.fits:
+            return split, f"fits {gib(self.gpu_bytes)} GPUs"
+        fix = f"; try {self.suggestions[0]} (ftui plan lists more)" if self.suggestions else "; more or larger GPUs needed"
+        return split, f"does NOT fit {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)}){fix}"
+
+    def summary(self) -> str:
+        e = self.estimate
+        head = f"about {gib(e.total)} per GPU ({e.split()})"
+        if e.host_bytes:
+            head += f"; {gib(e.host_bytes)} per process in host memory (offload)"
+        if self.fits is None:
+            return head + "; no GPU seen: nothing to compare with"
+        if self.fits:
+            return head + f"; fits {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)} with the CUDA context)"
+        tail = ("; try " + "; or ".join(self.suggestions)) if self.suggestions else "; nothing ftui offers makes it fit: use more or larger GPUs"
+        return head + f"; does NOT fit {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)})" + tail
+
+
+def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3) -> list[str]:
+    """Changes that make the run fit, least disruptive first: every combination of a more
+    memory-saving engine, a smaller micro batch (same effective batch), gradient
+    checkpointing and LoRA/QLoRA is estimated (a few hundred estimates, microseconds each)
+    and ranked by how much it changes the run."""
+    engines: list[tuple[str | None, int]] = [(None, 0)]
+    engine, seen = (None if cfg.deepspeed else cfg.engine), set()
+    while engine in MORE_MEMORY_SAVING and MORE_MEMORY_SAVING[engine] not in seen:
+        engine = MORE_MEMORY_SAVING[engine]
+        seen.add(engine)
+        if not (engine in NEEDS_SEVERAL and cfg.world_size == 1):
+            engines.append((engine, len(engines)))
+    batches = [(cfg.per_device_train_batch_size, 0)]
+    while batches[-1][0] > 1:
+        batches.append((batches[-1][0] // 2, len(batches)))
+    ckpts = [(cfg.gradient_checkpointing, 0)] + ([(True, 1)] if not cfg.gradient_checkpointing else [])
+    methods = [(cfg.method, 0)]
+    if cfg.method == "full":
+        methods.append(("lora", 3))
+    if cfg.method in ("full", "lora") and cfg.precision != "fp32":
+        methods.append(("qlora", 4))
+    found: list[tuple[int, float, str]] = []
+    for eng, c1 in engines:
+        for mb, c2 in batches:
+            for ck, c3 in ckpts:
+                for method, c4 in methods:
+                    cost = c1 + c2 + c3 + c4
+                    if cost == 0:
+                        continue
+                    over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method}
+                    if eng:
+                        over["engine"] = eng
+                    e = estimate_for(cfg, shape, **over)
+                    if e.needed > gpu_bytes:
+                        continue
+                    parts = []
+                    if eng:
+                        parts.append(f"engine {eng}")
+                    if mb != cfg.per_device_train_batch_size:
+                        accum = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size // mb
+                        parts.append(f"per_device_train_batch_size {mb} with gradient_accumulation_steps {accum}")
+                    if ck and not cfg.gradient_checkpointing:
+                        parts.append("gradient_checkpointing: true")
+                    if method != cfg.method:
+                        parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
+                    found.append((cost, e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
+    found.sort()
+    return [text for _, _, text in found[:limit]]
+
+
+def plan(cfg: Any, gpu_bytes: int | None = None) -> Verdict:
+    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest GPU NVML
+    sees), whether it fits and what would. Raises UnknownModel when config.json is missing."""
+    shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
+    if gpu_bytes is None:
+        from ftui.gpu import sample_gpus
+
+        totals = [g.mem_total for g in sample_gpus()]
+        gpu_bytes = min(totals) if totals else None
+    e = estimate_for(cfg, shape)
+    suggestions = what_fits(cfg, shape, gpu_bytes) if gpu_bytes is not None and e.needed > gpu_bytes else []
+    return Verdict(e, gpu_bytes, suggestions)

@@ -1,0 +1,156 @@
+"""The "will it fit?" planner against hand-computed figures for Llama-2-7B.
+
+Hand arithmetic used below (Llama-2-7B: vocab 32000, hidden 4096, intermediate 11008,
+32 layers, 32 heads, untied embeddings):
+  one layer = 4 x 4096^2 (attention) + 3 x 4096 x 11008 (MLP) + 2 x 4096 (norms) = 202,383,360
+  P = 32 x 202,383,360 + 2 x 32000 x 4096 + 4096 = 6,738,415,616  (the published count)
+  LoRA r=8 on all 7 linears: 32 x 8 x (4 x 8192 + 3 x 15104) = 19,988,480 trainable
+Mixed precision with AdamW keeps 16 bytes per trainable parameter (fp32 weight, gradient,
+two moments); ZeRO-3 keeps 2 + 2 + 12 = 16 bytes per parameter spread over the GPUs.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ftui.plan import GIB, ModelShape, estimate, estimate_for, plan, read_model_config
+from ftui.presets.config import demo_config, parse_config
+
+LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}
+P7 = 6_738_415_616
+
+
+@pytest.fixture
+def llama7b(tmp_path):
+    d = tmp_path / "llama-2-7b"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA2_7B))
+    return d
+
+
+def cfg_for(model_dir, **kw):
+    data = dict(model_name_or_path=str(model_dir), dataset="x.json", bf16=True, cutoff_len=2048, per_device_train_batch_size=1)
+    data.update(kw)
+    cfg, _ = parse_config(data, "test")
+    assert cfg is not None
+    return cfg
+
+
+def close(a, b, rel):
+    return abs(a - b) <= rel * b
+
+
+def test_parameter_counts_match_the_published_ones():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    assert shape.params == P7
+    qwen = ModelShape.from_config({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+                                   "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+                                   "tie_word_embeddings": True})
+    assert close(qwen.params, 494_032_768, 0.001)  # Qwen2-0.5B, with q/k/v biases and tied embeddings
+
+
+def test_full_finetuning_on_ddp_keeps_16_bytes_per_parameter_plus_the_autocast_copy():
+    e = estimate(ModelShape.from_config(LLAMA2_7B), method="full", precision="bf16", engine="ddp", world_size=8)
+    assert e.trainable == P7
+    assert close(e.weights, 4 * P7 + 2 * P7, 0.01)  # fp32 master + bf16 copies autocast keeps for backward
+    assert close(e.gradients, 4 * P7, 0.01)
+    assert close(e.optimizer, 8 * P7, 0.01)
+
+
+def test_zero3_on_8_gpus_spreads_the_16_bytes_per_parameter():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    z3 = estimate(shape, method="full", precision="bf16", engine="zero3", world_size=8)
+    states = z3.weights + z3.gradients + z3.optimizer
+    assert close(states, 16 * P7 / 8, 0.08)  # 13.5 GB, plus a gathered layer and a bucket
+    assert close(z3.optimizer, 12 * P7 / 8, 0.01)
+    ddp = estimate(shape, method="full", precision="bf16", engine="ddp", world_size=8)
+    assert ddp.weights + ddp.gradients + ddp.optimizer > 7 * states
+    # Sharding states does not shard activations (DeepSpeed's module is bf16, so its residual
+    # stream is too: a little less than autocast over fp32 weights).
+    assert 0.7 * ddp.activations < z3.activations < ddp.activations
+
+
+def test_lora_trains_twenty_million_parameters_over_a_bf16_base():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    lora = estimate(shape, method="lora", precision="bf16", engine="single", lora_rank=8, lora_target="all")
+    assert lora.trainable == 19_988_480
+    assert close(lora.weights, 2 * P7, 0.02)  # the base in bf16, adapters in fp32
+    assert close(lora.gradients + lora.optimizer, 12 * 19_988_480, 0.001)
+    full = estimate(shape, method="full", precision="bf16", engine="single")
+    assert full.total > 4 * lora.total
+    qlora = estimate(shape, method="qlora", precision="bf16", engine="single")
+    assert qlora.weights < 0.35 * lora.weights  # NF4 base: about half a byte per weight
+
+
+def test_activations_scale_with_tokens_and_checkpointing_cuts_them():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    a1 = estimate(shape, micro_batch=1, seq_len=2048).activations
+    a2 = estimate(shape, micro_batch=2, seq_len=2048).activations
+    assert close(a2, 2 * a1, 1e-9)
+    ck = estimate(shape, micro_batch=1, seq_len=2048, gradient_checkpointing=True).activations
+    assert ck < a1 / 5
+    # Korthikanti et al.: ~34 bytes x hidden per token per layer in 16-bit with flash attention;
+    # ftui's autocast keeps the residual stream and norms in fp32, so somewhat more.
+    per_token_layer = (a1 - 2048 * 32000 * 14) / (2048 * 33)
+    assert 34 * 4096 <= per_token_layer <= 2 * 34 * 4096
+
+
+def test_verdicts_for_known_cases(llama7b):
+    h100 = 80 * GIB
+    full = plan(cfg_for(llama7b, finetuning_type="full", engine="single"), h100)
+    assert full.fits is False
+    assert full.suggestions and any("zero3_offload" in s or "lora" in s.lower() for s in full.suggestions)
+    for s in full.suggestions:  # every suggestion really fits
+        assert "GiB" in s
+    z3 = plan(cfg_for(llama7b, finetuning_type="full", engine="zero3", nproc_per_node=8, gradient_checkpointing=True), h100)
+    assert z3.fits is True and z3.suggestions == []
+    lora = plan(cfg_for(llama7b, finetuning_type="lora", cutoff_len=512), 24 * GIB)
+    assert lora.fits is True
+    assert "fits" in lora.summary() and "NOT" not in lora.summary()
+
+
+def test_a_config_that_cannot_fit_says_so_and_what_would(llama7b):
+    cfg = cfg_for(llama7b, finetuning_type="full", engine="ddp", nproc_per_node=2, per_device_train_batch_size=8)
+    v = plan(cfg, 80 * GIB)
+    assert v.fits is False
+    text = v.summary()
+    assert "does NOT fit" in text and "try" in text
+    fixed = [s for s in v.suggestions if s.startswith("engine") or "batch" in s or "lora" in s.lower()]
+    assert fixed, v.suggestions
+    tiny = plan(cfg, 1 * GIB)
+    assert tiny.fits is False and tiny.suggestions == [] and "more or larger GPUs" in tiny.summary()
+
+
+def test_user_deepspeed_file_sets_the_stage(llama7b, tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": True}}))
+    e = estimate_for(cfg_for(llama7b, finetuning_type="full", engine="zero3", deepspeed=str(ds), nproc_per_node=8))
+    assert e.optimizer == 0 and close(e.host_bytes, 12 * P7 / 8 + 2 * P7 / 8, 0.05)
+
+
+def test_demo_and_hub_cache_configs_are_found(tmp_path, monkeypatch):
+    assert read_model_config("ftui-demo")["hidden_size"] == 128
+    snap = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(LLAMA2_7B))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert read_model_config("org/tiny")["num_hidden_layers"] == 32
+    with pytest.raises(ValueError, match="no config.json"):
+        read_model_config("org/absent")
+    assert estimate_for(demo_config()).total > 0
+
+
+def test_ftui_plan_cli(llama7b, tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: x.json\nfinetuning_type: full\nbf16: true\ncutoff_len: 2048\n")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ftui.cli", "plan", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
+    no_fit = run(str(conf), "--gpu-memory", "80")
+    assert no_fit.returncode == 1, no_fit.stderr
+    assert "does not fit" in no_fit.stdout and "try" in no_fit.stdout and "optimizer" in no_fit.stdout
+    fits = run(str(conf), "--gpu-memory", "80", "--set", "finetuning_type=lora")
+    assert fits.returncode == 0 and "fits" in fits.stdout
+    missing = run(str(conf), "--set", "model_name_or_path=org/not-downloaded")
+    assert missing.returncode == 2 and "no config.json" in missing.stderr
