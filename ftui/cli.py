@@ -175,6 +175,8 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
         return None
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
+    if cfg.trust_remote_code:
+        err.print("[yellow]warning:[/] trust_remote_code is on: Python code from the model's repository will run in the training processes")
     return cfg
 
 
@@ -194,10 +196,13 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     overrides = _parse_set(args.overrides)
     try:
         cfg, _ = load_config(run_dir / CONFIG_FILE, overrides)
-        ckpt = resolve_checkpoint(run_dir, args.checkpoint)
+        skipped: list[str] = []
+        ckpt = resolve_checkpoint(run_dir, args.checkpoint, skipped)
     except (ConfigError, CheckpointError) as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
         return None
+    for line in skipped:
+        err.print(f"[yellow]warning:[/] {escape(line)}; resuming from {escape(ckpt.name)} instead")
     if overrides:
         cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
     return run_dir, cfg, ckpt

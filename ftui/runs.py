@@ -253,16 +253,49 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from; the message says which and why."""
 
 
-def resolve_checkpoint(run_dir: Path, which: str | None) -> Path:
-    """``which``: None (the newest complete checkpoint), a step number, or a directory."""
+def checkpoint_damage(path: Path) -> str | None:
+    """Why a complete checkpoint cannot be trusted (a file missing or of another size than
+    when it was written), or None. Checkpoints from before the size list are trusted."""
+    try:
+        state = json.loads((path / TRAINER_STATE).read_text())
+    except (OSError, ValueError) as err:
+        return f"its {TRAINER_STATE} is unreadable ({err})"
+    for rel, size in (state.get("files") or {}).items():
+        f = path / rel
+        try:
+            actual = f.stat().st_size
+        except OSError:
+            return f"{rel} is missing"
+        if actual != size:
+            return f"{rel} is {actual} bytes, but {size} were written"
+    return None
+
+
+def resolve_checkpoint(run_dir: Path, which: str | None, skipped: list[str] | None = None) -> Path:
+    """``which``: None (the newest sound checkpoint), a step number, or a directory.
+
+    A damaged newest checkpoint is passed over for the one before it; each one passed over
+    is described in ``skipped`` (for the caller to say so). A damaged checkpoint asked for by
+    step raises, naming the newest sound one."""
     found = checkpoints(run_dir)
     if which is None or which == "latest":
         if not found:
             raise CheckpointError(f"{run_dir.name} has no complete checkpoint to resume from")
-        return found[-1][1]
+        for step, path in reversed(found):
+            damage = checkpoint_damage(path)
+            if damage is None:
+                return path
+            if skipped is not None:
+                skipped.append(f"checkpoint step-{step} is damaged: {damage}")
+        raise CheckpointError(f"every checkpoint of {run_dir.name} is damaged (newest: {checkpoint_damage(found[-1][1])}); start the run again")
     if which.isdigit():
         for step, path in found:
             if step == int(which):
+                damage = checkpoint_damage(path)
+                if damage is not None:
+                    sound = [s for s, p in found if checkpoint_damage(p) is None]
+                    alt = f"; the newest sound one is step {sound[-1]} (--checkpoint {sound[-1]})" if sound else ""
+                    raise CheckpointError(f"checkpoint step-{step} is damaged: {damage}{alt}")
                 return path
         steps = ", ".join(str(s) for s, _ in found) or "none"
         raise CheckpointError(f"{run_dir.name} has no checkpoint at step {which} (complete checkpoints: {steps})")

@@ -58,6 +58,25 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def storage_error(exc: BaseException, where: Path) -> BaseException:
+    """A failed write as the OSError it really was when the disk is (nearly) full or a
+    file-size limit is set: torch's zip writer reports a short write only as "unexpected
+    pos", and DCP wraps it again, so the cause is looked for on the filesystem instead."""
+    import errno
+    import resource
+
+    try:
+        free = shutil.disk_usage(where.parent).free
+    except OSError:
+        free = None
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if (free is not None and free < 256 * 2**20) or limit != resource.RLIM_INFINITY:
+        room = f"{free / 2**20:.0f} MiB free" if free is not None else "free space unknown"
+        cap = "" if limit == resource.RLIM_INFINITY else f", file-size limit {limit / 2**20:.0f} MiB"
+        return OSError(errno.ENOSPC, f"No space left on device while writing a checkpoint into {where} ({room}{cap}): {str(exc).splitlines()[0][:200]}")
+    return exc
+
+
 def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[str, Any],
                     save_total_limit: int | None = None) -> Path:
     """Writes checkpoints/step-N/ (collective: every rank calls it); returns its path."""
@@ -70,11 +89,19 @@ def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[s
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     _barrier(info.world_size)
-    engine.save_state(tmp)
-    torch.save(rng_state(), tmp / f"rng-{info.rank}.pt")
+    try:
+        engine.save_state(tmp)
+        torch.save(rng_state(), tmp / f"rng-{info.rank}.pt")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        raise storage_error(exc, tmp) from exc
     _barrier(info.world_size)
     if info.is_main:
-        state = dict(trainer_state, format=FORMAT, step=step, world_size=info.world_size, engine=engine.name)
+        # Sizes of every file, so a later resume can tell a damaged checkpoint (a truncated
+        # copy, a disk error) from a sound one without reading gigabytes of hashes.
+        files = {str(f.relative_to(tmp)): f.stat().st_size for f in sorted(tmp.rglob("*")) if f.is_file()}
+        state = dict(trainer_state, format=FORMAT, step=step, world_size=info.world_size, engine=engine.name, files=files)
         with open(tmp / TRAINER_STATE, "w", encoding="utf-8") as fh:
             json.dump(state, fh, indent=1)
             fh.flush()

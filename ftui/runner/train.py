@@ -20,6 +20,7 @@ from the same all-reduced flag, and after ``nonfinite_loss_limit`` in a row the 
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import random
@@ -160,6 +161,22 @@ def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator
         offset = 0
 
 
+DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write failed for lack of room, also when wrapped (DCP re-raises the ranks' errors
+    as a CheckpointException whose text carries the original)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return True
+        if any(t in str(seen) for t in DISK_FULL_TEXT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def hint_for(exc: BaseException, cfg: RunConfig) -> str:
     if isinstance(exc, torch.OutOfMemoryError):
         bs, accum = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
@@ -185,6 +202,10 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
         return "pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)"
     if isinstance(exc, DataFormatError):
         return "fix the dataset (or its dataset_info.json entry) and start again"
+    if disk_full(exc):
+        return ("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
+                "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
+                "ftui train --resume RUN once there is room")
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
         return "check model_name_or_path: a local directory with config.json, or a hub name this machine can reach"
     return "the traceback is at the end of train.log"
@@ -204,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     writer = EventWriter(run_dir / EVENTS_FILE) if info.is_main else None
     stop = StopRequest()
     stop.install()
+    # A file-size limit (ulimit -f) must fail the write with EFBIG, not kill the rank unseen.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     cfg: RunConfig | None = None
     try:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)

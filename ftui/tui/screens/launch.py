@@ -336,6 +336,8 @@ class LaunchScreen(Screen):
             self.query_one("#plan-verdict", Static).update("")
         warning = unsupported_warning(sorted(self.extra))
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
+        if values.get("trust_remote_code"):
+            status += " · trust_remote_code is ON: Python code from the model's repository will run"
         self.query_one("#status-line", Static).update(Text(status + (f" · {warning}" if warning else ""), style="red" if problems else "green"))
 
     def request_validation(self) -> None:

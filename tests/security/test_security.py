@@ -1,0 +1,220 @@
+"""Security: nothing escapes the runs root, run directories are private, secrets are not
+written down, remote code and pickles stay off, untrusted text is never markup, and the
+app listens on no port."""
+
+import ast
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from ftui.events import EVENTS_FILE, make_event
+from ftui.presets.config import ConfigError, RunConfig, parse_config
+from ftui.runs import create_run_dir, resolve_run
+from tests.fixtures_runs import T0, fixed_sampler, write_run
+
+FTUI = [sys.executable, "-m", "ftui.cli"]
+PACKAGE = Path(__file__).resolve().parents[2] / "ftui"
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc", "a/b", "..", ".hidden", "x\x00y", "a b", "-flag", "x" * 100])
+def test_run_names_that_could_escape_are_refused(name):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"model_name_or_path": "org/m", "dataset": "x", "run_name": name})
+    assert [p.field for p in info.value.problems] == ["run_name"]
+
+
+def test_run_directories_stay_under_the_root_whatever_the_label(tmp_path):
+    root = tmp_path / "runs"
+    for label in ("../../outside", "/etc/passwd", "a/../../b", "..", "~"):
+        d = create_run_dir(root, label)
+        assert d.resolve().parent == root.resolve(), label
+    assert not (tmp_path / "outside").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_a_planted_symlink_is_never_followed(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101-000000")
+    root, target = tmp_path / "runs", tmp_path / "elsewhere"
+    root.mkdir()
+    target.mkdir()
+    (root / "demo-20260101-000000").symlink_to(target)
+    d = create_run_dir(root, "demo")
+    assert d.name == "demo-20260101-000000-2" and not d.is_symlink()
+    assert list(target.iterdir()) == []
+
+
+def test_run_ids_are_looked_up_under_the_root_only(tmp_path, monkeypatch):
+    """A bare id (no slash) never resolves outside the root, whatever lies beside it."""
+    outside = tmp_path / "secret-run"
+    outside.mkdir()
+    (outside / "config.yaml").write_text("model_name_or_path: x\n")
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "ok-run").mkdir()
+    (root / "ok-run" / "config.yaml").write_text("model_name_or_path: x\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for ref in ("secret", "secret-run", "..", ".", ""):
+        with pytest.raises(LookupError):
+            resolve_run(ref, root)
+    assert resolve_run("ok", root) == root / "ok-run"
+
+
+def test_run_directory_is_owner_only_and_holds_no_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_envsecret123456")
+    monkeypatch.setenv("WANDB_API_KEY", "wandbsecret7890")
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump({
+        "model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "finetuning_type": "full",
+        "device": "cpu", "max_steps": 2, "max_samples": 8, "per_device_train_batch_size": 4, "logging_steps": 1,
+        "output_dir": str(tmp_path / "runs"), "hf_hub_token": "hf_cfgsecret654321", "report_to": "none",
+    }))
+    proc = subprocess.run([*FTUI, "train", str(conf)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    for f in run.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            for secret in (b"hf_envsecret123456", b"wandbsecret7890", b"hf_cfgsecret654321"):
+                assert secret not in data, f"{secret!r} written into {f.relative_to(run)}"
+    launch = json.loads((run / "launch.json").read_text())
+    assert launch.get("env", {}).get("HF_TOKEN", "<redacted>") == "<redacted>"
+
+
+def test_trust_remote_code_is_off_unless_set_and_said_when_on(tmp_path):
+    assert RunConfig(model_name_or_path="m", dataset="d").trust_remote_code is False
+    proc = subprocess.run([*FTUI, "plan", "--preset", "demo", "--set", "trust_remote_code=true"], capture_output=True, text=True, timeout=60)
+    assert "trust_remote_code is on" in proc.stderr
+
+
+async def test_the_form_says_when_remote_code_is_on(tmp_path):
+    from textual.widgets import Switch
+
+    from ftui.tui.app import FtuiApp
+
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        for _ in range(100):
+            if screen._ready:
+                break
+            await pilot.pause(0.1)
+        screen.fill({"model_name_or_path": "ftui-demo", "dataset": "ftui_demo"})
+        screen.query_one("#f-trust_remote_code", Switch).value = True
+        await pilot.pause(0.5)
+        assert "trust_remote_code is ON" in str(screen.query_one("#status-line").render())
+
+
+def _calls(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+            yield owner, name, {k.arg: k.value for k in node.keywords}
+
+
+def test_no_pickle_no_unsafe_yaml_in_the_package():
+    """Static check of every module: weights load with weights_only=True (or safetensors),
+    YAML through safe_load, and nothing imports pickle, dill, marshal or shelve."""
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                assert not {"pickle", "dill", "marshal", "shelve", "cloudpickle"} & {n.split(".")[0] for n in names}, path
+        for owner, name, kw in _calls(tree):
+            if owner == "torch" and name == "load":
+                assert isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value is True, f"{path}: torch.load without weights_only=True"
+            if owner == "yaml":
+                assert name not in ("load", "load_all", "unsafe_load", "full_load"), f"{path}: yaml.{name}"
+            if name == "from_pretrained" and "trust_remote_code" in kw:
+                v = kw["trust_remote_code"]
+                assert not (isinstance(v, ast.Constant) and v.value is True), f"{path}: trust_remote_code=True hard-coded"
+
+
+async def test_untrusted_text_is_literal_in_every_widget(tmp_path):
+    """Markup-looking text from a model name, a log, a failure, a run's reason and a dataset
+    is shown as written: in the dashboard header, log pane, end banner, runs list and the
+    form's dataset preview."""
+    from ftui.tui.app import FtuiApp
+    from ftui.tui.screens.runs import RunsScreen
+    from tests.test_tui_pilot import text_of, until
+
+    nasty = "[bold red]boom[/] [link=file:///etc/passwd]x[/link]"
+    run = write_run(tmp_path / "runs", "nasty", steps=10, max_steps=100, end="failed", model=f"org/{nasty}",
+                    log_lines=(f"log {nasty}",))
+    with open(run / EVENTS_FILE, "a") as fh:  # a second failure text, in the fields a crash fills
+        fh.write(json.dumps(make_event("log", t=T0 + 5, level="warning", message=f"warn {nasty}")) + "\n")
+    events = (run / EVENTS_FILE).read_text().replace("CUDA out of memory", f"CUDA out of memory {nasty}")
+    (run / EVENTS_FILE).write_text(events)
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps([{"instruction": f"q {nasty}", "input": "", "output": f"a {nasty}"}]))
+
+    app = FtuiApp(tmp_path / "runs", attach=run, clock=lambda: T0 + 100, sampler=fixed_sampler, offer_live=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.status == "failed")
+        await until(pilot, lambda: any(nasty in s.text for s in dash.query_one("#log-tail").lines))
+        assert nasty in text_of(dash.query_one("#run-header"))
+        assert nasty in text_of(dash.query_one("#end-banner"))
+        app.push_screen(RunsScreen(tmp_path / "runs"))
+        await pilot.pause(1.0)
+        table = app.screen.query_one("DataTable")
+        cells = " ".join(str(c) for row in range(table.row_count) for c in table.get_row_at(row))
+        assert "[bold red]boom[/]" in cells
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"dataset": str(data), "dataset_dir": str(tmp_path)})
+        screen.preview_dataset(str(data), str(tmp_path))
+        await until(pilot, lambda: f"q {nasty}"[:40] in text_of(screen.query_one("#preview")))
+
+
+def test_nothing_in_the_app_or_a_single_process_run_listens_off_loopback(tmp_path):
+    """The app, `ftui watch` and a training run's ranks open no port reachable from another
+    machine. (torchrun's own rendezvous store, used for several processes, binds every
+    interface; README says so. A one-process run is checked here.)"""
+    subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", "--set", "max_steps=3000", "--runs-root", str(tmp_path / "runs")],
+                   check=True, capture_output=True, timeout=60)
+    (run,) = (tmp_path / "runs").iterdir()
+    try:
+        from conftest import wait_for
+
+        assert wait_for(lambda: (run / EVENTS_FILE).exists() and b'"event":"step"' in (run / EVENTS_FILE).read_bytes(), timeout=120)
+        watcher = subprocess.Popen([*FTUI, "watch", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            import time
+
+            time.sleep(3)
+            ours = set()
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = " ".join(p.info["cmdline"] or [])
+                if str(run) in cmd and "torch.distributed.run" not in cmd:
+                    ours.add(p.pid)
+            ours.add(watcher.pid)
+            listening = [c for c in psutil.net_connections(kind="inet") if c.pid in ours and c.status == psutil.CONN_LISTEN]
+            off_loopback = [c for c in listening if c.laddr.ip not in ("127.0.0.1", "::1")]
+            assert off_loopback == [], off_loopback
+        finally:
+            watcher.kill()
+    finally:
+        from ftui.runner.launch import stop_run
+
+        stop_run(run, force=True)
+
+
+def test_the_package_opens_no_server_socket():
+    for path in PACKAGE.rglob("*.py"):
+        src = path.read_text()
+        for needle in (".bind(", ".listen(", "socketserver", "http.server", "asyncio.start_server", "create_server"):
+            assert needle not in src, f"{path}: {needle}"
