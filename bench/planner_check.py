@@ -5,9 +5,10 @@ events). That includes the Python process itself (interpreter, torch, tokenizer,
 so every configuration is run twice: with the benchmark model and with the tiny demo
 model, same engine, world size and data. The difference of the peaks is what the model's
 weights, gradients, optimizer states and activations cost; the planner's estimate for the
-benchmark model (less its estimate for the demo model) is compared with it. On a GPU the
-peak is ``torch.cuda.max_memory_allocated`` and no floor is needed (the script still
-subtracts the demo's, which is small).
+benchmark model (less its estimate for the demo model) is compared with it. The training
+processes run with a fixed glibc mmap threshold, so that RSS follows live memory (see
+below). On a GPU the peak is ``torch.cuda.max_memory_allocated`` and no floor is needed (the
+script still subtracts the demo's, which is small).
 
 Run: python bench/planner_check.py [--quick]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +57,12 @@ def main() -> None:
     model = dict(MODEL, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2) if args.quick else MODEL
     micro, cutoff = 4, 256
     out = {"machine": machine(), "model": model, "micro_batch": micro, "cutoff_len": cutoff, "packing": True, "cases": []}
+    # glibc keeps freed blocks below its (dynamic, up to 32 MiB) mmap threshold in the heap,
+    # so a process's RSS stays at its high-water mark of *fragmented* memory, well above what
+    # tensors held. A fixed 128 KiB threshold returns every freed tensor to the system, so
+    # peak RSS measures live memory, as torch.cuda.max_memory_allocated does on a GPU.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    out["malloc_mmap_threshold"] = 131072
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         big = model_dir(tmp / "bench-model", **model)
@@ -66,7 +74,7 @@ def main() -> None:
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=cutoff, packing=True,
                            per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_steps=10**6, learning_rate=1e-4,
                            device="cpu", output_dir=str(tmp / "runs"), run_name=f"{label}-{name.replace(' ', '-')}", **over)
-                run = run_ftui(write_config(tmp / f"{label}.yaml", cfg))
+                run = run_ftui(write_config(tmp / f"{label}.yaml", cfg), env)
                 row[f"{label}_peak_bytes"] = peak_per_rank(run)
                 rc, _ = parse_config(cfg, "bench")
                 row[f"{label}_estimate_bytes"] = estimate_for(rc, ModelShape.from_config(json.loads((mdir / "config.json").read_text()))).total

@@ -367,7 +367,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     table.add_column("estimate", justify="right")
     for name in ("weights", "gradients", "optimizer", "activations"):
         table.add_row(name, gib(getattr(e, name)))
-    table.add_row("[bold]total[/]", f"[bold]{gib(e.total)}[/]")
+    table.add_row("[bold]peak[/]" + (" (gradients replace activations in backward)" if e.gradients_overlap_activations else ""),
+                  f"[bold]{gib(e.total)}[/]")
     table.add_row("with CUDA context", gib(e.needed))
     if e.host_bytes:
         table.add_row("host memory (offload)", gib(e.host_bytes))

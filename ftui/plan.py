@@ -12,6 +12,9 @@ follows what ftui's runner really allocates, engine by engine:
 - DeepSpeed (zero0-3): the module in bf16/fp16, half-precision gradients, and 12 bytes of
   fp32 master weight + moments per trainable parameter, sharded by stage (1: optimizer,
   2: + gradients, 3: + weights); the offload presets keep those on the host.
+- Gradients and activations coexist only where gradients persist (DDP's buckets,
+  DeepSpeed's buffers); where they are freed after each step (one process, FSDP), the peak
+  holds the larger of the two (grads are born during backward as activations die).
 - Activations per micro batch of ``micro_batch x cutoff_len`` tokens (padding to the longest
   example, or packed rows, fill at most that): what each decoder layer saves for backward
   with SDPA attention (no sequence-squared term), or only the layer inputs with gradient
@@ -129,9 +132,16 @@ class Estimate:
     trainable: int
     host_bytes: float = 0.0  # what the offload presets keep in host memory, per process
     notes: list[str] = field(default_factory=list)
+    # True where gradients are freed after each optimizer step (single process, FSDP): they
+    # are born during backward as the activations die, so the peak holds the larger of the
+    # two, not both. DDP's buckets and DeepSpeed's flat buffers keep gradients all the time.
+    gradients_overlap_activations: bool = False
 
     @property
     def total(self) -> float:
+        """The peak: what max_memory_allocated reports at the end of the forward or during backward."""
+        if self.gradients_overlap_activations:
+            return self.weights + self.optimizer + max(self.gradients, self.activations)
         return self.weights + self.gradients + self.optimizer + self.activations
 
     @property
@@ -244,8 +254,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(f"{engine} shards over processes: with one process it saves nothing")
+    overlap = not deepspeed and (engine.startswith("fsdp") or W == 1)
     return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
-                    host_bytes=host, notes=notes)
+                    host_bytes=host, notes=notes, gradients_overlap_activations=overlap)
 
 
 def estimate_for(cfg: Any, shape: ModelShape | None = None, **overrides: Any) -> Estimate:

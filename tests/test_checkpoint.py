@@ -90,12 +90,13 @@ def test_resolve_checkpoint_messages(tmp_path):
     with pytest.raises(CheckpointError, match="no complete checkpoint"):
         resolve_checkpoint(tmp_path, None)
     (tmp_path / "checkpoints" / "step-3").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step-3" / "trainer_state.json").write_text("{}")  # written last, before the rename
     (tmp_path / "checkpoints" / ".step-5.tmp").mkdir()
     assert resolve_checkpoint(tmp_path, "3").name == "step-3"
     with pytest.raises(CheckpointError, match=r"no checkpoint at step 5 \(complete checkpoints: 3\)"):
         resolve_checkpoint(tmp_path, "5")
     with pytest.raises(CheckpointError, match="not a complete ftui checkpoint"):
-        resolve_checkpoint(tmp_path, str(tmp_path / "checkpoints" / "step-3"))
+        resolve_checkpoint(tmp_path, str(tmp_path / "checkpoints" / ".step-5.tmp"))
 
 
 @pytest.mark.dist

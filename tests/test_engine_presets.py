@@ -56,7 +56,7 @@ def test_sharding_presets_need_two_processes_and_say_what_to_use():
 
 
 def test_impossible_engine_combinations_are_refused_with_an_alternative():
-    assert "bf16" in problems(engine="fsdp", nproc_per_node=2, fp16=True)["fp16"]
+    assert "bf16" in problems(engine="fsdp", nproc_per_node=2, fp16=True, device="cuda")["fp16"]
     msg = problems(engine="zero3", nproc_per_node=2, finetuning_type="lora", quantization_bit=4)["engine"]
     assert "QLoRA" in msg and "ddp" in msg
 
@@ -69,9 +69,9 @@ def test_a_users_deepspeed_file_is_checked(tmp_path):
     fp16 = tmp_path / "fp16.json"
     fp16.write_text(json.dumps({"fp16": {"enabled": True}, "zero_optimization": {"stage": 2}}))
     assert "fp16" in problems(deepspeed=str(fp16), bf16=True)["deepspeed"]
-    assert problems(deepspeed=str(fp16), fp16=True, nproc_per_node=2) == {}
+    assert problems(deepspeed=str(fp16), fp16=True, nproc_per_node=2, device="cuda") == {}
     assert "DeepSpeed engine" in problems(deepspeed=str(fp16), fp16=True, engine="ddp", nproc_per_node=2)["deepspeed"]
-    cfg, _ = validate_config({**BASE, "deepspeed": str(fp16), "fp16": True})
+    cfg, _ = validate_config({**BASE, "deepspeed": str(fp16), "fp16": True, "device": "cuda"})
     assert cfg.uses_deepspeed and cfg.engine_name == "deepspeed:fp16.json"
 
 

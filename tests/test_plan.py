@@ -154,3 +154,13 @@ def test_ftui_plan_cli(llama7b, tmp_path):
     assert fits.returncode == 0 and "fits" in fits.stdout
     missing = run(str(conf), "--set", "model_name_or_path=org/not-downloaded")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
+
+
+def test_peak_counts_gradients_and_activations_together_only_where_both_persist():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    single = estimate(shape, method="full", precision="bf16", engine="single")
+    assert single.total == single.weights + single.optimizer + max(single.gradients, single.activations)
+    ddp = estimate(shape, method="full", precision="bf16", engine="ddp", world_size=2)  # buckets keep gradients
+    assert ddp.total == ddp.weights + ddp.gradients + ddp.optimizer + ddp.activations
+    z2 = estimate(shape, method="full", precision="bf16", engine="zero2", world_size=2)
+    assert z2.total == z2.weights + z2.gradients + z2.optimizer + z2.activations

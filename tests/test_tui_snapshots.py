@@ -30,6 +30,11 @@ def test_launch_screen_with_demo(snap_compare, tmp_path):
         while not pilot.app.screen._ready:
             await pilot.pause(0.1)
         await pilot.press("f2")
+        verdict = pilot.app.screen.query_one("#plan-verdict")
+        for _ in range(100):  # the planner's verdict comes from a worker
+            if "fits" in str(verdict.render()):
+                break
+            await pilot.pause(0.1)
         pilot.app.screen.set_focus(None)  # a blinking cursor would make the picture flaky
         await settle(pilot)
 

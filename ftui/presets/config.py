@@ -209,6 +209,10 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
     out += engine_problems(cfg)
+    if cfg.fp16 and not cfg.bf16 and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present())):
+        out.append(FieldProblem("fp16", True, "fp16 needs a CUDA GPU"
+                                + (" and none was found" if cfg.device == "auto" else "")
+                                + "; for a CPU run use bf16 (CPU autocast supports it) or fp32"))
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
             out.append(FieldProblem("enable_liger_kernel", True, "Liger's kernels are Triton GPU kernels; turn it off for a CPU run"))
@@ -253,6 +257,12 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
             if fixed and fixed != cfg.precision:
                 out.append(FieldProblem("deepspeed", cfg.deepspeed, f"the file turns {fixed} on but the run is {cfg.precision}; set {fixed}: true or set the file's value to \"auto\""))
     return out
+
+
+def gpu_present() -> bool:
+    from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
+
+    return gpu_count() > 0
 
 
 def qlora_unavailable_reason() -> str | None:

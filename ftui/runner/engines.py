@@ -250,7 +250,9 @@ class DDPEngine(Engine):
         if self.info.world_size == 1:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(model, device_ids=ids, find_unused_parameters=False)
+        # Gradients live in DDP's communication buckets instead of beside them: one copy
+        # of the gradients fewer (what the planner assumes).
+        return DDP(model, device_ids=ids, find_unused_parameters=False, gradient_as_bucket_view=True)
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         if last or not hasattr(self.model, "no_sync"):
