@@ -76,7 +76,8 @@ def main() -> None:
             }
     print(json.dumps(results, indent=1))
     if not args.quick:
-        record("throughput_" + ("cpu" if not results["machine"].get("gpus") else "gpu"), results)
+        suffix = "" if args.modes == "single,ddp" else "_" + args.modes.replace(",", "_")
+        record("throughput_" + ("cpu" if not results["machine"].get("gpus") else "gpu") + suffix, results)
 
 
 if __name__ == "__main__":
