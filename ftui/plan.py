@@ -370,7 +370,7 @@ def plan(cfg: Any, gpu_bytes: int | None = None) -> Verdict:
     """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest GPU NVML
     sees), whether it fits and what would. Raises UnknownModel when config.json is missing."""
     shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
-    if gpu_bytes is None:
+    if gpu_bytes is None and getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
         from ftui.gpu import sample_gpus
 
         totals = [g.mem_total for g in sample_gpus()]
