@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftui.presets.config import DEMO_MODEL
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, read_user_deepspeed
 
 GIB = 2**30
@@ -103,7 +104,7 @@ class ModelShape:
 
 def read_model_config(model_name_or_path: str) -> dict[str, Any]:
     """config.json of the demo, a local model directory, or a hub model already in the cache."""
-    if model_name_or_path == "ftui-demo":
+    if model_name_or_path == DEMO_MODEL:
         candidates = [DEMO_CONFIG]
     else:
         candidates = [Path(model_name_or_path).expanduser() / "config.json"]

@@ -16,6 +16,36 @@ from ftui.events import read_all
 from ftui.runner.launch import stop_run
 from ftui.runs import list_runs, pid_alive, read_launch_info
 
+FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli"
+
+
+def new_shell(session: str, cwd) -> None:
+    """A detached tmux session running a plain bash in ``cwd``, 100x32."""
+    tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "32", "-c", str(cwd),
+         "env", "-u", "FTUI_HOME", "TERM=xterm-256color", "bash", "--norc", "--noprofile")
+
+
+def start_demo_in_app(session: str) -> int:
+    """Opens ftui, loads the demo (F2), starts it (F5); returns the first step shown."""
+    tmux("send-keys", "-t", session, FTUI_CMD, "Enter")
+    wait_screen(session, r"Model")
+    tmux("send-keys", "-t", session, "F2")
+    wait_screen(session, r"ready")
+    tmux("send-keys", "-t", session, "F5")
+    return int(wait_screen(session, r"step\s+([1-9]\d*) / 390").group(1))
+
+
+def only_run_keeps_training(root, why: str):
+    """The one run under ``root``: its launcher is alive and it writes new steps."""
+    (summary,) = list_runs(root)
+    run = summary.path
+    assert pid_alive(read_launch_info(run)["pid"]), why
+    steps = sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step")
+    time.sleep(3)
+    assert sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step") > steps
+    return run
+
+
 pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")]
 
 
@@ -41,17 +71,10 @@ def wait_screen(session: str, pattern: str, timeout: float = 90.0) -> re.Match:
 
 def test_launch_quit_and_reattach_in_tmux(tmp_path):
     session = f"ftui-e2e-{os.getpid()}"
-    ftui = f"{shlex.quote(sys.executable)} -m ftui.cli"
-    tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "32", "-c", str(tmp_path),
-         "env", "-u", "FTUI_HOME", "TERM=xterm-256color", "bash", "--norc", "--noprofile")
+    new_shell(session, tmp_path)
     run = None
     try:
-        tmux("send-keys", "-t", session, ftui, "Enter")
-        wait_screen(session, r"Model")
-        tmux("send-keys", "-t", session, "F2")
-        wait_screen(session, r"ready")
-        tmux("send-keys", "-t", session, "F5")
-        first = int(wait_screen(session, r"step\s+([1-9]\d*) / 390").group(1))
+        first = start_demo_in_app(session)
         later = first
         deadline = time.time() + 60
         while later <= first + 2 and time.time() < deadline:
@@ -60,14 +83,9 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
 
         tmux("send-keys", "-t", session, "C-q")
         wait_screen(session, r"[$#]\s*$")  # back at the shell prompt
-        (summary,) = list_runs(tmp_path / "runs")
-        run = summary.path
-        assert pid_alive(read_launch_info(run)["pid"]), "quitting the app stopped the run"
-        steps_at_quit = sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step")
-        time.sleep(3)
-        assert sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step") > steps_at_quit
+        run = only_run_keeps_training(tmp_path / "runs", "quitting the app stopped the run")
 
-        tmux("send-keys", "-t", session, f"{ftui} attach {run.name}", "Enter")
+        tmux("send-keys", "-t", session, f"{FTUI_CMD} attach {run.name}", "Enter")
         wait_screen(session, re.escape(run.name))
         wait_screen(session, r"step\s+390 / 390", timeout=120)
         wait_screen(session, r"completed")

@@ -79,11 +79,13 @@ class Heartbeat:
 
     def beat(self) -> None:
         try:
-            if not self.path.exists():
+            os.utime(self.path)  # one syscall per step once the file exists
+        except FileNotFoundError:
+            try:
                 self.path.parent.mkdir(exist_ok=True)
                 self.path.touch()
-            else:
-                os.utime(self.path)
+            except OSError:
+                pass
         except OSError:
             pass  # a full disk is reported where it matters (events, checkpoints)
 

@@ -19,17 +19,9 @@ from conftest import tiny_config, wait_for
 from ftui.events import EVENTS_FILE, read_all
 from ftui.runner.launch import prepare_run, run_processes
 from ftui.runs import checkpoints, resolve_checkpoint, summarize_run
+from tests.test_launch import gone, steps_written
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
-
-
-def steps(run):
-    return [e for e in read_all(run / EVENTS_FILE) if e["event"] == "step"]
-
-
-def gone(run):
-    sup, children = run_processes(run)
-    return sup is None and not children
 
 
 def start_detached(tmp_path, cfg):
@@ -55,7 +47,7 @@ def rank_process(run, rank):
 @pytest.mark.dist
 def test_a_stopped_rank_ends_the_job_after_hang_timeout_naming_it(tmp_path):
     run = start_detached(tmp_path, tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=100000, hang_timeout=10))
-    assert wait_for(lambda: len(steps(run)) >= 3, timeout=120)
+    assert wait_for(lambda: steps_written(run) >= 3, timeout=120)
     victim = rank_process(run, 1)
     assert victim is not None
     os.kill(victim.pid, signal.SIGSTOP)
@@ -76,7 +68,7 @@ def test_kill_9_at_a_random_point_tells_the_truth_and_the_newest_checkpoint_resu
     at_step = rng.randint(3, 9)
     print(f"fault seed {seed}: kill -9 {victim_name} at step {at_step}")
     run = start_detached(tmp_path, tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=400, save_steps=2, logging_steps=1))
-    assert wait_for(lambda: len(steps(run)) >= at_step, timeout=120)
+    assert wait_for(lambda: steps_written(run) >= at_step, timeout=120)
     if victim_name == "torchrun":
         _sup, children = run_processes(run)
         victim = next(p for p in children if "torch.distributed.run" in p.cmdline())

@@ -420,18 +420,13 @@ class LaunchScreen(Screen):
         """The planner's verdict for the config as it stands (reads config.json, samples NVML)."""
         from ftui.plan import UnknownModel, plan
 
-        sampler = getattr(self.app, "sampler", None)
-        try:
-            gpus = sampler()[0] if sampler else None
-        except Exception:
-            gpus = None
         gpu_bytes = None
-        if cfg.device != "cpu":
-            if gpus is None:
-                from ftui.gpu import sample_gpus
-
-                gpus = sample_gpus()
-            gpu_bytes = min((g.mem_total for g in gpus), default=None)
+        sampler = getattr(self.app, "sampler", None)
+        if sampler and cfg.device != "cpu":  # the app's own sampler; without one, plan() reads NVML
+            try:
+                gpu_bytes = min((g.mem_total for g in sampler()[0]), default=None)
+            except Exception:
+                gpu_bytes = None
         try:
             verdict = plan(cfg, gpu_bytes)
             split, result = verdict.short("process" if cfg.device == "cpu" else "GPU")
