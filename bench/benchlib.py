@@ -26,6 +26,21 @@ RESULTS = BENCH / "results"
 DEMO_MODEL_DIR = BENCH.parent / "ftui" / "presets" / "demo" / "model"
 
 
+# Model shapes for the GPU benchmarks: with random weights (the published configs' dimensions; Llama architecture,
+# which is what Qwen2 is apart from q/k/v biases).
+SHAPES: dict[str, dict[str, Any]] = {
+    "demo": {},
+    "small": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+                  num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, max_position_embeddings=32768, vocab_size=151936,
+                         tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, max_position_embeddings=32768, vocab_size=151936,
+                         tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"host": platform.node(), "arch": platform.machine(), "cores": os.cpu_count(),
                             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}

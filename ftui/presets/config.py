@@ -57,6 +57,7 @@ class RunConfig(BaseModel):
     gradient_checkpointing: bool = False
     # --- Speed
     torch_compile: bool = Field(False, description="compile each decoder layer with torch.compile (the first steps are slower)")
+    tf32: bool = Field(True, description="fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower")
     enable_liger_kernel: bool = Field(False, description="Liger's Triton kernels (RMSNorm, SwiGLU, RoPE); needs liger-kernel and a CUDA GPU")
     # --- Data
     dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
@@ -244,8 +245,8 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("engine", cfg.engine, f"{cfg.engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger model"))
     if cfg.method == "qlora" and (cfg.engine.startswith(("fsdp", "zero3")) or cfg.deepspeed):
         out.append(FieldProblem("engine", cfg.engine, "QLoRA's 4/8-bit base cannot be sharded by ftui's engines; use single or ddp, or plain lora with fsdp/zero3"))
-    if cfg.engine.startswith("fsdp") and cfg.fp16:
-        out.append(FieldProblem("fp16", True, "the fsdp presets train in bf16 or fp32; use bf16 (or a zero* preset for fp16 with loss scaling)"))
+    if cfg.method == "qlora" and cfg.model_init == "random":
+        out.append(FieldProblem("model_init", cfg.model_init, "QLoRA quantizes pretrained weights as they load; a random model is never loaded from disk, so use lora (or save the random model and point model_name_or_path at it)"))
     if cfg.deepspeed:
         if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
             out.append(FieldProblem("deepspeed", cfg.deepspeed, f"a DeepSpeed config runs the DeepSpeed engine, but engine is {cfg.engine}; leave engine at single (the file decides) or pick a zero* preset"))

@@ -61,6 +61,15 @@ def pick_device(want: str | None) -> Any:
     return torch.device(want)
 
 
+def serving_dtype(device: Any) -> Any:
+    """bf16 on a GPU that has it in hardware, else fp32."""
+    import torch
+
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
 def check_free_memory(device: Any, need_bytes: int) -> None:
     """Says plainly when the chosen GPU has not enough free memory (e.g. training uses it)."""
     import torch
@@ -152,7 +161,7 @@ class ChatModel:
         from transformers import AutoModelForCausalLM
 
         check_free_memory(device, _weights_bytes(path))
-        dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+        dtype = serving_dtype(device)
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
         except OSError as err:
@@ -173,18 +182,24 @@ class ChatModel:
                 f"{ckpt.name} is a DeepSpeed checkpoint, which chat cannot read directly; use the run's final/ "
                 f"or convert it with DeepSpeed's zero_to_fp32.py ({ckpt / 'deepspeed'})"
             )
+        import torch
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
         from ftui.runner.model import apply_method
 
-        model = self._from_pretrained(base_path, device, cfg.trust_remote_code).float()
+        # Built and filled on the CPU in fp32 (the checkpoint's trainable weights are fp32),
+        # then cast to the serving dtype and moved: the GPU never holds an fp32 copy, so the
+        # free-memory check below (serving dtype) is the whole story.
+        model = self._from_pretrained(base_path, torch.device("cpu"), cfg.trust_remote_code).float()
         model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
         opts = StateDictOptions(ignore_frozen_params=True, strict=False)
         state = {"model": get_model_state_dict(model, options=opts)}
         dcp.load(state, checkpoint_id=str(state_dir))
         set_model_state_dict(model, state["model"], options=opts)
-        return model.to(device).eval()
+        dtype = serving_dtype(device)
+        check_free_memory(device, sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8)
+        return model.to(device=device, dtype=dtype).eval()
 
     def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
         from transformers import AutoTokenizer

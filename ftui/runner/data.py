@@ -98,6 +98,7 @@ class TokenizedData:
     records: int = 0
     truncated: int = 0
     dropped: int = 0
+    train_examples: int = 0  # examples in train before packing (a packed row holds several)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -136,6 +137,7 @@ def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
     n_eval = int(round(len(examples) * cfg.val_size)) if cfg.val_size else 0
     out.eval = [examples[i] for i in order[:n_eval]]
     train = [examples[i] for i in sorted(order[n_eval:])]
+    out.train_examples = len(train)
     out.train = pack_examples(train, cfg.cutoff_len) if cfg.packing else train
     return out
 

@@ -11,6 +11,7 @@ engine runs with ``managed_gradient_accumulation: false``: ``backward`` only acc
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,27 @@ class DeepSpeedEngine(Engine):
 
     @property
     def stage(self) -> int:
-        return int(self.ds_config.get("zero_optimization", {}).get("stage", 0))
+        return int((self.ds_config or self._source).get("zero_optimization", {}).get("stage", 0))
+
+    def load_device(self) -> torch.device:
+        """ZeRO-3 partitions from a CPU model (``partition_parameters`` below), one parameter
+        at a time, so the GPU never holds the whole model; stages 0-2 keep a full replica
+        on the GPU anyway."""
+        return torch.device("cpu") if self.stage == 3 else self.device
+
+    def partition_parameters(self, model: nn.Module, ds: dict[str, Any]) -> None:
+        """ZeRO-3: split a model built on the CPU into this rank's partitions before
+        ``deepspeed.initialize``, which would otherwise move the whole model to the GPU
+        first (it skips that only for parameters zero.Init has already partitioned)."""
+        import deepspeed
+
+        if self.stage != 3 or any(hasattr(p, "ds_id") for p in model.parameters()):
+            return
+        # DeepSpeed's comm layer over the process group ftui already joined (without it,
+        # zero.Init reads a world size of 1); deepspeed.initialize reuses it.
+        deepspeed.init_distributed(auto_mpi_discovery=False, verbose=False)
+        # Constructing Init with module= converts the existing parameters (no context needed).
+        deepspeed.zero.Init(module=model, config_dict_or_path=ds, dtype=next(model.parameters()).dtype)
 
     def prepare(self, model: nn.Module) -> None:
         import deepspeed
@@ -62,6 +83,10 @@ class DeepSpeedEngine(Engine):
         elif offload_opt and self.device.type == "cuda":
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # the offloaded step runs on the CPU
 
+            print("[ftui] loading DeepSpeed's CPU Adam for the offloaded optimizer step (DeepSpeed compiles it "
+                  "the first time on a machine: about 3 minutes, then cached in ~/.cache/torch_extensions)",
+                  file=sys.stderr, flush=True)
+
             groups = build_optimizer(model, cfg, torch.device("cpu")).param_groups
             kwargs["optimizer"] = DeepSpeedCPUAdam(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                                    eps=cfg.adam_epsilon, adamw_mode=True)
@@ -72,6 +97,7 @@ class DeepSpeedEngine(Engine):
         ds.pop("scheduler", None)  # ftui schedules the learning rate (lr_scheduler_type)
         self.ds_config = ds
         self.module = model
+        self.partition_parameters(model, ds)
         engine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds, **kwargs)
         self.model = engine
         self.optimizer = optimizer

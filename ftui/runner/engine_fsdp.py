@@ -26,17 +26,25 @@ class FSDPEngine(Engine):
     def __init__(self, cfg, info, device):
         super().__init__(cfg, info, device)
         self.settings = load_preset(cfg.engine).get("fsdp", {})
-        self.scaler = None  # fp16 is refused for fsdp at validation; bf16 needs no scaler
+        # fp16 keeps the base class's GradScaler: it works on FSDP2's DTensor gradients, and
+        # found_inf is agreed between the ranks in sync_found_inf.
 
     @property
     def dp_size(self) -> int:
         return self.info.world_size  # gradients are reduce-scattered as a mean over ranks
+
+    def load_device(self) -> torch.device:
+        """The CPU: ``fully_shard`` moves one layer at a time to the GPU and keeps only this
+        rank's shard there (or, with offload, keeps the shards on the host), so the GPU never
+        holds the whole model, which is what FSDP exists for."""
+        return torch.device("cpu")
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         mesh = init_device_mesh(self.device.type, (self.info.world_size,))
+        # bf16 or fp16 compute over fp32 master shards, gradients reduced in fp32
         mp = MixedPrecisionPolicy(param_dtype=self.half, reduce_dtype=torch.float32) if self.half else MixedPrecisionPolicy()
         offload = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if self.settings.get("cpu_offload") else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
@@ -50,12 +58,28 @@ class FSDPEngine(Engine):
         return contextlib.nullcontext()  # MixedPrecisionPolicy casts the gathered parameters
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
-        self.model.set_requires_gradient_sync(last)  # micro batches before the last keep unreduced grads
+        # Gradients are reduce-scattered after every micro batch, also with accumulation:
+        # skipping the sync (set_requires_gradient_sync(False)) makes FSDP2 keep full,
+        # unsharded fp32 gradients on every rank until the last micro batch, 4 bytes per
+        # parameter per GPU, which defeats the sharding the planner counts on.
         return contextlib.nullcontext()
 
     def clip(self) -> torch.Tensor:
         norm = super().clip()
-        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        return norm.to(self.device)  # CPU offload computes it on the host; the metrics live on the device
+
+    def sync_found_inf(self, optimizer: torch.optim.Optimizer) -> None:
+        """Each rank unscales only its own gradient shards, so an inf in one shard is seen by
+        one rank: agree (max over ranks) so that every rank skips the step together."""
+        if self.info.world_size == 1:
+            return
+        import torch.distributed as dist
+
+        # GradScaler keeps the per-device flags in its per-optimizer state (no public accessor).
+        state = self.scaler._per_optimizer_states[id(optimizer)]
+        for flag in state["found_inf_per_device"].values():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict

@@ -112,6 +112,11 @@ class Engine:
         """How many ranks average their gradients (the loss is scaled up by this)."""
         return 1
 
+    def load_device(self) -> torch.device:
+        """Where the model is built before ``prepare``: the training device, for engines that
+        keep a whole replica there anyway. Sharding engines load on the CPU (see overrides)."""
+        return self.device
+
     def prepare(self, model: nn.Module) -> None:
         self.module = model
         self.model = self.wrap(model)
@@ -148,6 +153,7 @@ class Engine:
             opt.zero_grad(set_to_none=True)
             return StepOutcome(norm.detach(), False, None)
         self.scaler.unscale_(opt)
+        self.sync_found_inf(opt)
         norm = self.clip()
         before = self.scaler.get_scale()
         self.scaler.step(opt)  # skipped when a gradient is inf/NaN
@@ -155,6 +161,10 @@ class Engine:
         after = self.scaler.get_scale()
         opt.zero_grad(set_to_none=True)
         return StepOutcome(norm.detach(), after < before, after)
+
+    def sync_found_inf(self, optimizer: torch.optim.Optimizer) -> None:
+        """fp16: make every rank agree on an overflow (sharded engines; DDP's gradients are
+        all-reduced already, so each rank sees the same infs)."""
 
     def unwrap(self) -> nn.Module:
         return self.module
@@ -273,22 +283,42 @@ def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
     return DDPEngine(cfg, info, device) if cfg.engine == "ddp" else Engine(cfg, info, device)
 
 
-@contextlib.contextmanager
-def process_group(info: DistInfo, device: torch.device, hang_timeout: int = 0) -> Iterator[None]:
-    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration.
+def needs_process_group(cfg: RunConfig, info: DistInfo) -> bool:
+    """FSDP2's device mesh and DeepSpeed need a process group even for one process."""
+    return info.world_size > 1 or cfg.uses_deepspeed or cfg.engine.startswith("fsdp")
 
-    Its collective timeout is set past ftui's own ``hang_timeout``, so a hung rank is
-    reported by the supervisor, which can name it, before the collectives give up."""
-    if info.world_size == 1:
+
+def backend_for(cfg: RunConfig, device: torch.device) -> str:
+    """NCCL on CUDA, gloo on CPU. FSDP with CPU offload keeps sharded gradients on the host,
+    so its gradient-norm all-reduce runs on CPU tensors: that needs gloo beside NCCL
+    (pytorch#148532: "No backend type associated with device type cpu")."""
+    if device.type != "cuda":
+        return "gloo"
+    if cfg.engine.startswith("fsdp") and cfg.engine.endswith("offload"):
+        return "cuda:nccl,cpu:gloo"
+    return "nccl"
+
+
+@contextlib.contextmanager
+def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Iterator[None]:
+    """Joins the job's process group for the duration (see ``backend_for``).
+
+    One process that still needs a group (FSDP's mesh, DeepSpeed) gets one over an
+    in-memory store: nothing listens on a socket. Several processes rendezvous through the
+    launcher's environment. The collective timeout is set past ftui's own
+    ``hang_timeout``, so a hung rank is reported by the supervisor, which can name it,
+    before the collectives give up."""
+    if not needs_process_group(cfg, info):
         yield
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    if hang_timeout > 0:
-        kwargs["timeout"] = datetime.timedelta(seconds=hang_timeout + 120)
-    dist.init_process_group(backend=backend, **kwargs)
+    if cfg.hang_timeout > 0:
+        kwargs["timeout"] = datetime.timedelta(seconds=cfg.hang_timeout + 120)
+    if info.world_size == 1:
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+    dist.init_process_group(backend=backend_for(cfg, device), **kwargs)
     try:
         yield
     finally:

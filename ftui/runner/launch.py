@@ -11,6 +11,8 @@ torchrun itself), so a run's status is always told by its files.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 import shlex
@@ -44,10 +46,29 @@ def torchrun_command(cfg: RunConfig, run_dir: Path, python: str | None = None, r
         cmd += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}"]
     else:
         cmd += ["--standalone"]
-    cmd += ["--max-restarts=0", f"--shutdown-timeout={cfg.stop_timeout}", "-m", "ftui.runner.train", str(run_dir)]
+    cmd += ["--max-restarts=0"]
+    if torchrun_has_shutdown_timeout():
+        cmd += [f"--shutdown-timeout={cfg.stop_timeout}"]
+    cmd += ["-m", "ftui.runner.train", str(run_dir)]
     if resume is not None:
         cmd += ["--resume", str(resume)]
     return cmd
+
+
+@functools.lru_cache(maxsize=1)
+def torchrun_has_shutdown_timeout() -> bool:
+    """Whether the installed torchrun takes ``--shutdown-timeout`` (torch 2.12 and later; an
+    older torchrun rejects the whole command). Read from its source file, not by importing
+    torch: this side of ftui never imports torch. Without it torchrun gives the ranks its
+    built-in 30 s after a Stop."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    run_py = Path(list(spec.submodule_search_locations)[0]) / "distributed" / "run.py"
+    try:
+        return "--shutdown-timeout" in run_py.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

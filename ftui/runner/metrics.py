@@ -6,8 +6,10 @@ Counters stay on the device between logging steps and are read in one batch when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from typing import Iterator
 from dataclasses import dataclass, field
 
 import psutil
@@ -23,14 +25,51 @@ PEAK_BF16_FLOPS = (
 )
 
 
-def peak_flops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, flops in PEAK_BF16_FLOPS:
+# Dense FP32 (CUDA cores, no tensor cores) peak: what an fp32 run reaches with TF32 off.
+PEAK_FP32_FLOPS = (
+    ("H200", 67e12), ("GH200", 67e12), ("H100 PCIe", 51e12), ("H100 NVL", 60e12), ("H100", 67e12), ("H800", 67e12),
+    ("H20", 44e12), ("B200", 80e12), ("A100", 19.5e12), ("A800", 19.5e12), ("L40S", 91.6e12), ("L40", 90.5e12),
+    ("L4", 30.3e12), ("A10G", 31.2e12), ("A10", 31.2e12), ("A6000", 38.7e12), ("RTX 6000 Ada", 91.1e12),
+    ("4090", 82.6e12), ("3090", 35.6e12), ("V100", 15.7e12),
+)
+
+
+def _lookup(table: tuple[tuple[str, float], ...], name: str) -> float | None:
+    for key, flops in table:
         if key in name:
             return flops
     return None
+
+
+def matmul_mode(precision: str, tf32: bool, capability: tuple[int, int]) -> str:
+    """What the matrix products of a run compute in: bf16/fp16 tensor cores, TF32 tensor
+    cores (fp32 runs on Ampere and later, unless turned off) or plain fp32."""
+    if precision in ("bf16", "fp16"):
+        return precision
+    return "tf32" if tf32 and capability >= (8, 0) else "fp32"
+
+
+def peak_flops(device: torch.device, mode: str = "bf16") -> float | None:
+    """The device's dense peak for the run's matmul mode, so MFU is taken against what the
+    arithmetic can reach: TF32 runs at half the bf16 rate on every tensor-core generation
+    since Ampere; plain fp32 at the CUDA-core rate."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    if mode == "fp32":
+        return _lookup(PEAK_FP32_FLOPS, name)
+    bf16 = _lookup(PEAK_BF16_FLOPS, name)
+    if bf16 is None:
+        return None
+    return bf16 / 2 if mode == "tf32" else bf16
+
+
+def set_matmul_precision(mode: str) -> None:
+    """TF32 on (or off) for cuBLAS and cuDNN in this process. torch leaves cuBLAS TF32 off by
+    default, so an fp32 run would otherwise compute at the plain fp32 rate."""
+    allow = mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
 
 
 def memory_row(device: torch.device) -> torch.Tensor:
@@ -72,3 +111,17 @@ class Window:
         self.steps = 0
         self.sums = None
         self.started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Time spent inside (eval, checkpoints) is left out of the window's elapsed time.
+        The queued training work is waited for first, so it stays inside the window."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.started += time.perf_counter() - began

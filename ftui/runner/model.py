@@ -34,13 +34,26 @@ def load_tokenizer(cfg: RunConfig) -> Any:
 
 
 def base_dtype(cfg: RunConfig) -> torch.dtype:
-    if cfg.method in ("lora", "qlora") and cfg.precision != "fp32":
-        return torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    """The dtype weights are loaded in: half for a frozen LoRA base, and half under DeepSpeed,
+    which casts the module to bf16/fp16 anyway (its fp32 master copy lives in the optimizer),
+    so an fp32 copy would only double the loading memory. FSDP, single and DDP keep fp32
+    master weights in the module."""
+    half = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    if cfg.precision != "fp32" and (cfg.method in ("lora", "qlora") or cfg.uses_deepspeed):
+        return half
     return torch.float32
 
 
+def compute_dtype(cfg: RunConfig) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
+
+
 def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
-    """The base model on ``device`` (not yet wrapped by an engine), with SDPA attention."""
+    """The base model on ``device`` (not yet wrapped by an engine), with SDPA attention.
+
+    ``device`` is where the engine wants the weights before it wraps them: the GPU for
+    single, DDP and ZeRO-0..2; the CPU for FSDP and ZeRO-3, which move only their shards to
+    the GPU (see ``Engine.load_device``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model_path(cfg.model_name_or_path)
@@ -60,7 +73,7 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
             load_in_8bit=cfg.quantization_bit == 8,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16 if cfg.precision == "bf16" else torch.float16,
+            bnb_4bit_compute_dtype=compute_dtype(cfg),  # fp32 runs compute in fp32 (fp16 would need loss scaling)
         )
         kwargs["device_map"] = {"": device}
         return AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -94,12 +107,15 @@ def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
         for layer in list(layers)[-cfg.freeze_trainable_layers :]:
             layer.requires_grad_(True)
         return model
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, get_peft_model
 
-    if cfg.method == "qlora":
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
-    elif cfg.gradient_checkpointing:
-        model.enable_input_require_grads()
+    # Not peft's prepare_model_for_kbit_training for QLoRA: it re-enables gradient
+    # checkpointing with reentrant checkpointing and upcasts the embeddings, LM head and norms
+    # to fp32 (about 2 GB on an 8B model, which the planner does not count). The base stays
+    # frozen in its load dtype, as LLaMA-Factory does; only the adapters are fp32 (below).
+    model.requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
     targets: Any = "all-linear" if cfg.lora_target == "all" else [t.strip() for t in cfg.lora_target.split(",")]
     lora = LoraConfig(
         r=cfg.lora_rank,
@@ -142,14 +158,32 @@ def count_params(model: nn.Module) -> tuple[int, int]:
     return total, trainable
 
 
-def flops_per_token(model_config: Any, total: int, trainable: int, seq_len: int) -> float:
-    """Training FLOPs per token: 2N forward, 2N input-gradients, 2N_trainable weight-gradients,
-    plus attention (PaLM's 12·L·H·T, as MFU is usually reported). Embedding lookups are free."""
+def backward_span(model: nn.Module) -> tuple[int, int]:
+    """(parameters the backward pass runs through, decoder layers it runs through).
+
+    Backward stops at the first layer with a trainable parameter: with ``freeze`` only the
+    top layers (and the LM head above them) see gradients; with full and LoRA every layer."""
+    layers = list(decoder_layers(model))
+    first = next((i for i, layer in enumerate(layers) if any(p.requires_grad for p in layer.parameters())), len(layers))
+    below = sum(p.numel() for layer in layers[:first] for p in layer.parameters())
+    return below, len(layers) - first
+
+
+def flops_per_token(model_config: Any, total: int, trainable: int, seq_len: int,
+                    frozen_below: int = 0, backward_layers: int | None = None) -> float:
+    """Training FLOPs per token: 2N forward, 2N input-gradients (only above ``frozen_below``,
+    the parameters under the first trainable layer, which backward never reaches),
+    2N_trainable weight-gradients, plus attention (PaLM's 12·L·H·T: 4 forward, 8 backward,
+    the backward part only for the ``backward_layers`` it runs through). Embedding lookups
+    are free."""
     vocab = getattr(model_config, "vocab_size", 0) or 0
     hidden = getattr(model_config, "hidden_size", 0) or 0
     layers = getattr(model_config, "num_hidden_layers", 0) or 0
+    bw_layers = layers if backward_layers is None else backward_layers
     embed = vocab * hidden
     tied = getattr(model_config, "tie_word_embeddings", False)
     dense = total - (0 if tied else embed)  # the LM head is a matmul; the input embedding is not
     dense_trainable = min(trainable, dense)
-    return 4.0 * dense + 2.0 * dense_trainable + 12.0 * layers * hidden * seq_len
+    dense_backward = max(0, dense - frozen_below)
+    return (2.0 * dense + 2.0 * dense_backward + 2.0 * dense_trainable
+            + 4.0 * layers * hidden * seq_len + 8.0 * bw_layers * hidden * seq_len)

@@ -41,8 +41,9 @@ from ftui.runner.data import IGNORE, Batch, Collator, DataFormatError, EpochSamp
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
 from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
-from ftui.runner.metrics import Window, memory_row, peak_flops
-from ftui.runner.model import apply_method, apply_speedups, count_params, flops_per_token, load_model, load_tokenizer
+from ftui.runner.metrics import Window, matmul_mode, memory_row, peak_flops, set_matmul_precision
+from ftui.runner.model import (apply_method, apply_speedups, backward_span, count_params, flops_per_token, load_model,
+                               load_tokenizer)
 from ftui.runs import CONFIG_FILE, FINAL_DIR, HEARTBEAT_DIR, CheckpointError
 
 
@@ -151,6 +152,30 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
+class StepCounts:
+    """The step's [real tokens, trainable tokens, stop requested, NaN flag] for the one
+    all-reduce, moved to the device without a host sync: written into a pinned host buffer
+    and copied with ``non_blocking`` (``torch.tensor(..., device=cuda)`` would block the host
+    on every step). Reusing one buffer is safe: the next step writes it only after
+    ``DeferredFlag.read`` has waited for an event recorded after this copy."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.host = torch.zeros(4, dtype=torch.float32, pin_memory=device.type == "cuda")
+
+    def to_device(self, tokens: float, trainable: float, stop: bool, nonfinite: torch.Tensor) -> torch.Tensor:
+        self.host[0], self.host[1], self.host[2] = tokens, trainable, float(stop)
+        counts = self.host.to(self.device, non_blocking=True) if self.device.type == "cuda" else self.host.clone()
+        counts[3] = nonfinite
+        return counts
+
+
+def uses_host_optimizer(cfg: RunConfig) -> bool:
+    """The offload presets step the optimizer on the CPU (FSDP's CPUOffloadPolicy, DeepSpeed's
+    CPU Adam), so their ranks need CPU threads as CPU runs do."""
+    return cfg.engine.endswith("offload")
+
+
 def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator, device: torch.device,
                   start: int = 0) -> Iterator[tuple[int, Batch]]:
     """Endless (epoch, batch) stream over the training examples, this rank's share, from the
@@ -253,9 +278,13 @@ def main(argv: list[str] | None = None) -> int:
 def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
           resume: Path | None = None) -> tuple[str, str]:
     device = pick_device(cfg, info)
-    if device.type == "cpu":
+    if device.type == "cpu" or uses_host_optimizer(cfg):
+        # torchrun sets OMP_NUM_THREADS=1; a rank that computes on the CPU gets its share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
-    with process_group(info, device, cfg.hang_timeout):
+    mode = matmul_mode(cfg.precision, cfg.tf32, torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0))
+    if device.type == "cuda":
+        set_matmul_precision(mode)
+    with process_group(cfg, info, device):
         seed_everything(cfg.seed)
 
         # --- Tokenizer and data (every rank builds the same examples; each reads its share)
@@ -270,16 +299,22 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if resume is not None and cfg.model_init == "random" and base_dir.is_dir():
             # the random base this run started from, so a resumed adapter sits on the same weights
             cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
-        model = load_model(cfg, device)
+        engine = make_engine(cfg, info, device)
+        model = load_model(cfg, engine.load_device())
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir, cfg)
         model = apply_method(model, cfg)
         apply_speedups(model, cfg)
         total, trainable = count_params(model)
+        frozen_below, backward_layers = backward_span(model)
 
         # --- Engine: wraps the model and owns the optimizer
-        engine = make_engine(cfg, info, device)
         engine.prepare(model)
+        load_peak = None
+        if device.type == "cuda":
+            # Peaks reported from here on cover training, not loading and sharding the model.
+            load_peak = torch.cuda.max_memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
 
         # --- Schedule
         sampler = EpochSampler(len(data.train), cfg.per_device_train_batch_size, info.rank, info.world_size, cfg.seed)
@@ -296,11 +331,10 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         scheduler = get_scheduler(cfg.lr_scheduler_type, engine.torch_optimizer(), num_warmup_steps=warmup, num_training_steps=max_steps)
         collator = Collator(tokenizer.pad_token_id, pad_to_multiple=8 if device.type == "cuda" else 1, pin_memory=device.type == "cuda")
-        peak = peak_flops(device)
-        seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, len(data.train)))
-        if cfg.packing:  # attention spans each packed example, not the row
-            seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, data.records - data.dropped))
-        fpt = flops_per_token(engine.unwrap().config, total, trainable, seq_for_flops)
+        peak = peak_flops(device, mode)
+        # attention spans each example (a packed row holds several), so average per example
+        seq_for_flops = max(1, sum(len(e.input_ids) for e in data.train) // max(1, data.train_examples or len(data.train)))
+        fpt = flops_per_token(engine.unwrap().config, total, trainable, seq_for_flops, frozen_below, backward_layers)
 
         # --- Resume: engine state, RNG, scheduler, scaler, data position
         step = 0
@@ -323,7 +357,9 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 planned_tokens_per_step=cfg.per_device_train_batch_size * accum * info.world_size * cfg.cutoff_len,
                 device=str(device.type), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 steps_per_epoch=steps_per_epoch, train_examples=len(data.train), eval_examples=len(data.eval),
-                warmup_steps=warmup, peak_flops=peak, flops_per_token=fpt, save_steps=cfg.save_steps,
+                warmup_steps=warmup, peak_flops=peak, matmul_mode=mode, flops_per_token=fpt, save_steps=cfg.save_steps,
+                memory_peak_window="training: peaks are reset after the model is loaded and the engine is set up",
+                load_peak=load_peak,
                 **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
 
@@ -360,6 +396,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         nonfinite = torch.zeros((), device=device)
         streak = 0
         last_counts = torch.zeros(2, device=device)
+        step_counts = StepCounts(device)
         last_outcome = None
         engine.model.train()
         while step < max_steps:
@@ -369,11 +406,8 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 batches.append(batch)
             # Token counts of this step on every rank, the stop request and the previous step's
             # NaN flag, in one all-reduce: every rank reaches the same decisions.
-            counts = torch.tensor(
-                [sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches), float(stop.requested), 0.0],
-                dtype=torch.float32, device=device,
-            )
-            counts[3] = nonfinite
+            counts = step_counts.to_device(sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches),
+                                           stop.requested, nonfinite)
             engine.all_reduce_sum(counts)
             flags.push(counts[2:4])
             # Each rank's gradient is averaged over dp ranks by the engine, so scale the
@@ -412,10 +446,14 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             if step % cfg.logging_steps == 0 or step == max_steps or stopping or ranks:
                 total_tokens = log_step(writer, engine, window, last_counts, last_outcome, scheduler, step,
                                         step / steps_per_epoch, total_tokens, fpt, peak, device, info, ranks)
-            if data.eval and (step % eval_every == 0 or step == max_steps):
-                run_eval(writer, engine, data, cfg, collator, info, device, step, heartbeat)
-            if step % cfg.save_steps == 0 or step == max_steps or stopping:  # every way out of the loop saves
-                checkpoint(step_loss)
+            evaluating = bool(data.eval) and (step % eval_every == 0 or step == max_steps)
+            saving = step % cfg.save_steps == 0 or step == max_steps or stopping  # every way out of the loop saves
+            if evaluating or saving:
+                with window.excluded():  # tokens/s, step time and MFU count training only
+                    if evaluating:
+                        run_eval(writer, engine, data, cfg, collator, info, device, step, heartbeat)
+                    if saving:
+                        checkpoint(step_loss)
             if stopping:
                 break
 

@@ -66,7 +66,7 @@ def test_impossible_combinations_are_refused_with_an_alternative():
         (dict(finetuning_type="lora", quantization_bit=4), "quantization_bit", "without quantization_bit"),
         (dict(engine="fsdp", nproc_per_node=1), "engine", "use single"),
         (dict(engine="zero3", nproc_per_node=1), "engine", "zero3_offload"),
-        (dict(engine="fsdp", nproc_per_node=2, fp16=True), "fp16", "use bf16"),
+        (dict(finetuning_type="lora", quantization_bit=4, model_init="random", device="cuda"), "model_init", "use lora"),
         (dict(enable_liger_kernel=True, device="cpu"), "enable_liger_kernel", "turn it off"),
         (dict(fp16=True, device="cpu"), "fp16", "use bf16"),
     ]
