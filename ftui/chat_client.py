@@ -63,7 +63,8 @@ class ChatWorker:
             [python or sys.executable, "-m", "ftui.runner.chat"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, encoding="utf-8", bufsize=1,
-            env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"),
+            # PCI order unless the user chose one: the app's cuda:N (ftui.gpu) is the worker's
+            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"},
         )
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("config", nargs="?", help="a RunConfig YAML file")
     pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU NVML sees)")
+    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU CUDA_VISIBLE_DEVICES leaves)")
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
@@ -345,7 +345,7 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
-    from ftui.plan import GIB, UnknownModel, count, gib, plan
+    from ftui.plan import GIB, SLACK, UnknownModel, count, gib, plan
 
     out, err = Console(), Console(stderr=True)
     args.node_rank = args.runs_root = None
@@ -369,7 +369,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         table.add_row(name, gib(getattr(e, name)))
     table.add_row("[bold]peak[/]" + (" (gradients replace activations in backward)" if e.gradients_overlap_activations else ""),
                   f"[bold]{gib(e.total)}[/]")
-    table.add_row("with CUDA context", gib(e.needed))
+    table.add_row(escape(e.overhead.describe()), gib(e.overhead.total))
+    table.add_row(f"needed (peak x {SLACK} for the allocator + the above)", gib(e.needed))
     if e.host_bytes:
         table.add_row("host memory (offload)", gib(e.host_bytes))
     out.print(table)

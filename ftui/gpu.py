@@ -7,8 +7,11 @@ so callers on the UI side run :func:`sample` in a worker thread, never on the UI
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -36,7 +39,7 @@ def _init() -> bool:
 
 @dataclass
 class GpuSample:
-    index: int
+    index: int  # the GPU's cuda:N in a run started from here (its place among the visible GPUs)
     name: str
     util_percent: float
     mem_used: int
@@ -44,6 +47,18 @@ class GpuSample:
     power_w: float | None
     temperature_c: float | None
     processes: dict[int, int] = field(default_factory=dict)  # pid -> bytes used
+    nvml_index: int | None = None  # the physical GPU as nvidia-smi numbers it (for MIG: its parent)
+
+    @property
+    def label(self) -> str:
+        return gpu_label(self.index, self.nvml_index)
+
+
+def gpu_label(cuda_index: int, nvml_index: int | None) -> str:
+    """A run's GPU number, with nvidia-smi's where CUDA_VISIBLE_DEVICES makes them differ."""
+    if nvml_index is None or nvml_index == cuda_index:
+        return str(cuda_index)
+    return f"{cuda_index} (nvidia-smi {nvml_index})"
 
 
 @dataclass
@@ -53,39 +68,168 @@ class HostSample:
     ram_total: int
 
 
-def gpu_count() -> int:
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU (or MIG instance) that a CUDA program started from here can use."""
+
+    cuda_index: int  # cuda:N inside that program: the place in CUDA_VISIBLE_DEVICES
+    nvml_index: int  # nvidia-smi's number of the physical GPU
+    uuid: str
+    handle: Any  # NVML handle of what the program uses (the MIG instance for MIG)
+    physical: Any  # NVML handle of the physical GPU (compute capability, power, temperature)
+
+    @property
+    def label(self) -> str:
+        where = f"nvidia-smi GPU {self.nvml_index}" + (", MIG" if self.uuid.startswith("MIG-") else "")
+        return f"cuda:{self.cuda_index} ({name_of(self.handle)}, {where})"
+
+
+def parse_visible_devices(value: str | None) -> list[int] | list[str] | None:
+    """CUDA_VISIBLE_DEVICES as CUDA reads it (the rules torch.cuda._parse_visible_devices copies):
+    None when unset (every GPU); ordinals, or UUID prefixes (``GPU-...`` / ``MIG-...``). The
+    list ends at the first entry CUDA would not accept; a repeated entry hides every GPU; an
+    empty string hides them all."""
+    if value is None:
+        return None
+    entries = [e.strip() for e in value.split(",")]
+    for prefix in ("GPU-", "MIG-"):
+        if value.strip().startswith(prefix):
+            uuids: list[str] = []
+            for e in entries:
+                if not e.startswith(prefix):
+                    break
+                if e in uuids:
+                    return []
+                uuids.append(e)
+            return uuids
+    ordinals: list[int] = []
+    for e in entries:
+        digits = re.match(r"[+]?\d+", e)  # like strtoul: "1gpu" is 1; "-1", "" or "x" end the list
+        if digits is None:
+            break
+        n = int(digits.group())
+        if n in ordinals:
+            return []
+        ordinals.append(n)
+    return ordinals
+
+
+def _uuid(handle: Any) -> str:
+    u = pynvml.nvmlDeviceGetUUID(handle)
+    return u.decode() if isinstance(u, bytes) else str(u)
+
+
+def _mig_instances(physical: list[tuple[int, Any]]) -> list[tuple[int, Any, Any, str]]:
+    """(nvml index of the parent, parent handle, MIG handle, MIG UUID) of every MIG instance."""
+    out = []
+    for i, h in physical:
+        try:
+            slots = pynvml.nvmlDeviceGetMaxMigDeviceCount(h)
+        except Exception:  # not MIG-capable, or MIG off
+            continue
+        for j in range(slots):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+                out.append((i, h, mig, _uuid(mig)))
+            except Exception:  # an empty slot
+                continue
+    return out
+
+
+def _match_prefix(wanted: str, uuids: list[str]) -> int | None:
+    """The one UUID that starts with ``wanted`` (CUDA accepts unambiguous prefixes)."""
+    hits = [k for k, u in enumerate(uuids) if u.startswith(wanted)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def visible_gpus() -> list[VisibleGpu]:
+    """The GPUs a program started from here sees, in its cuda:N order; [] without NVML.
+
+    NVML numbers every GPU of the machine in PCI bus order; CUDA numbers only those that
+    CUDA_VISIBLE_DEVICES names, in the order it names them. Ordinals in CUDA_VISIBLE_DEVICES
+    mean NVML's numbers when CUDA_DEVICE_ORDER=PCI_BUS_ID, which ftui sets (unless the user
+    chose otherwise) for the processes it starts."""
     if not _init():
-        return 0
+        return []
     try:
-        return pynvml.nvmlDeviceGetCount()
+        physical = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
     except Exception:
-        return 0
+        return []
+    wanted = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    chosen: list[tuple[int, Any, Any, str]] = []  # (nvml index, handle, physical handle, uuid)
+    if wanted is None or (wanted and isinstance(wanted[0], int)):
+        for n in wanted if wanted is not None else range(len(physical)):
+            if n >= len(physical):  # CUDA stops at the first ordinal past the last GPU
+                break
+            i, h = physical[n]
+            chosen.append((i, h, h, _opt(_uuid, h) or ""))
+    elif wanted:
+        if str(wanted[0]).startswith("MIG-"):
+            candidates = [(i, mig, parent, u) for i, parent, mig, u in _mig_instances(physical)]
+        else:
+            candidates = [(i, h, h, _opt(_uuid, h) or "") for i, h in physical]
+        taken: list[int] = []
+        for w in wanted:
+            k = _match_prefix(str(w), [c[3] for c in candidates])
+            if k is None:  # unknown or ambiguous: CUDA ignores it and everything after it
+                break
+            if k in taken:  # two prefixes of one GPU: CUDA shows none
+                return []
+            taken.append(k)
+        chosen = [candidates[k] for k in taken]
+    return [VisibleGpu(n, i, u, h, p) for n, (i, h, p, u) in enumerate(chosen)]
+
+
+def name_of(handle: Any) -> str:
+    try:
+        name = pynvml.nvmlDeviceGetName(handle)
+    except Exception:
+        return "unknown GPU"
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def gpu_count() -> int:
+    """How many GPUs a run started from here can use (CUDA_VISIBLE_DEVICES respected)."""
+    return len(visible_gpus())
 
 
 def gpu_names() -> list[str]:
-    if not _init():
-        return []
-    names = []
-    for i in range(gpu_count()):
-        try:
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        except Exception:
-            names.append("unknown GPU")
-    return names
+    return [name_of(g.handle) for g in visible_gpus()]
 
 
-def bf16_unsupported_reason() -> str | None:
-    """Why bf16 cannot run on the GPUs NVML sees (compute capability below 8.0), else None."""
-    if not _init():
+def device_choices() -> list[tuple[str, str]]:
+    """(label, torch device) of each visible GPU, for a chat worker started from here."""
+    return [(f"GPU {gpu_label(g.cuda_index, g.nvml_index)}", f"cuda:{g.cuda_index}") for g in visible_gpus()]
+
+
+def visibility_note() -> str | None:
+    """What CUDA_VISIBLE_DEVICES leaves visible, for the launch form; None when it is unset."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or not _init():
         return None
-    for i in range(gpu_count()):
+    total = _opt(pynvml.nvmlDeviceGetCount)
+    return f"CUDA_VISIBLE_DEVICES={value!r}: {gpu_count()} of {total if total is not None else '?'} GPUs visible"
+
+
+def compute_capabilities(count: int | None = None) -> list[tuple[VisibleGpu, tuple[int, int]]]:
+    """(GPU, compute capability) of the first ``count`` visible GPUs (all by default): the
+    ones a run of ``count`` processes per node uses. GPUs NVML cannot tell are left out."""
+    out = []
+    for g in visible_gpus()[:count]:
         try:
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(i))
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(g.physical)
         except Exception:
             continue
+        out.append((g, (int(major), int(minor))))
+    return out
+
+
+def bf16_unsupported_reason(count: int | None = None) -> str | None:
+    """Why bf16 cannot run on the first ``count`` visible GPUs (compute capability below 8.0:
+    V100, T4 emulate it, many times slower), else None."""
+    for g, (major, minor) in compute_capabilities(count):
         if major < 8:
-            return f"GPU {i} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer"
+            return f"{g.label} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer"
     return None
 
 
@@ -97,31 +241,28 @@ def _opt(fn, *args):
 
 
 def sample_gpus() -> list[GpuSample]:
-    """One reading of every GPU; an empty list when NVML is unavailable."""
+    """One reading of every GPU a run started from here can use; [] when NVML is unavailable."""
     out: list[GpuSample] = []
-    if not _init():
-        return out
-    for i in range(gpu_count()):
+    for g in visible_gpus():
         try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(g.handle)
         except Exception:
             continue
-        util = _opt(pynvml.nvmlDeviceGetUtilizationRates, h)
-        power = _opt(pynvml.nvmlDeviceGetPowerUsage, h)
-        temp = _opt(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
-        procs = _opt(pynvml.nvmlDeviceGetComputeRunningProcesses, h) or []
+        util = _opt(pynvml.nvmlDeviceGetUtilizationRates, g.handle)
+        power = _opt(pynvml.nvmlDeviceGetPowerUsage, g.physical)
+        temp = _opt(pynvml.nvmlDeviceGetTemperature, g.physical, pynvml.NVML_TEMPERATURE_GPU)
+        procs = _opt(pynvml.nvmlDeviceGetComputeRunningProcesses, g.handle) or []
         out.append(
             GpuSample(
-                index=i,
-                name=name.decode() if isinstance(name, bytes) else str(name),
+                index=g.cuda_index,
+                name=name_of(g.handle),
                 util_percent=float(util.gpu) if util is not None else 0.0,
                 mem_used=int(mem.used),
                 mem_total=int(mem.total),
                 power_w=power / 1000.0 if power is not None else None,
                 temperature_c=float(temp) if temp is not None else None,
                 processes={p.pid: int(p.usedGpuMemory or 0) for p in procs},
+                nvml_index=g.nvml_index,
             )
         )
     return out

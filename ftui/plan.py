@@ -21,9 +21,11 @@ follows what ftui's runner really allocates, engine by engine:
   checkpointing; plus the logits and the cross-entropy's fp32 copies, which dominate for
   small models with large vocabularies.
 
-The estimate is what ``torch.cuda.max_memory_allocated`` would report; the verdict adds the
-CUDA context and allocator slack (:data:`CONTEXT_BYTES`, :data:`SLACK`) before comparing it
-with the GPU's memory. Checked against measured peaks in ``bench/planner_check.py``.
+The estimate is what ``torch.cuda.max_memory_allocated`` would report; the verdict adds
+allocator slack (:data:`SLACK`) and what the processes hold outside the allocator (the CUDA
+context and NCCL's buffers, :func:`runtime_overhead`: assumed, and said so in the output)
+before comparing it with the GPU's memory. Checked against measured peaks in
+``bench/planner_check.py``.
 """
 
 from __future__ import annotations
@@ -39,14 +41,70 @@ from ftui.presets.config import DEMO_MODEL
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, read_user_deepspeed
 
 GIB = 2**30
-CONTEXT_BYTES = int(0.75 * GIB)  # CUDA context + NCCL buffers: outside the allocator's count
 SLACK = 1.05  # allocator fragmentation
+# Memory outside the allocator's count, per GPU. These are assumptions, not measurements:
+# - the CUDA context with cuBLAS/cuDNN workspaces and kernels: 0.75 GiB (a few hundred MB
+#   to about 1 GB depending on the CUDA version and the libraries loaded);
+# - NCCL's buffers, per communicator: NVIDIA/nccl#964 measured 544 MB (2 GPUs) and 688 MB
+#   (3-4 GPUs) per communicator on 4x A100 with NVLink, and NCCL's maintainers say it grows
+#   with the channel count, i.e. with link bandwidth (nccl#864, nccl#986); 0.75 GiB rounds
+#   the larger figure up;
+# - NVLS (NVLink SHARP: Hopper and newer behind an NVSwitch, used from 3 GPUs of one node)
+#   maps another 2,415,919,104 B per communicator (NCCL's "nvlsTotalSize" on 8x H100/H200,
+#   vllm-project/vllm#9699; NCCL_NVLS_ENABLE=0 turns it off). NVML cannot tell whether an
+#   NVSwitch is there, so every Hopper+ node with 3 or more processes is assumed to use it.
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)
+NCCL_COMMUNICATOR_BYTES = int(0.75 * GIB)
+NCCL_NVLS_BYTES = 2_415_919_104
+NVLS_MIN_LOCAL_PROCESSES = 3
+NVLS_MIN_COMPUTE_MAJOR = 9  # Hopper
 DEMO_CONFIG = Path(__file__).resolve().parent / "presets" / "demo" / "model" / "config.json"
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class UnknownModel(ValueError):
     """The model's config.json cannot be found or read."""
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What each process holds on its GPU outside PyTorch's allocator (assumed, see above)."""
+
+    context: int = CUDA_CONTEXT_BYTES
+    communicators: int = 0  # NCCL communicators on this GPU
+    per_communicator: int = 0
+    nvls: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.context + self.communicators * self.per_communicator
+
+    def describe(self) -> str:
+        """E.g. "CUDA context 0.8 GiB + NCCL buffers 2 x 0.8 GiB (assumed)"."""
+        text = f"CUDA context {gib(self.context)}"
+        if self.communicators:
+            times = f"{self.communicators} x " if self.communicators > 1 else ""
+            text += f" + NCCL buffers{' incl. NVLS' if self.nvls else ''} {times}{gib(self.per_communicator)}"
+        return text + " (assumed)"
+
+    def brief(self) -> str:
+        """The same in few words, for the launch form: "CUDA context + NCCL 1.5 GiB, assumed"."""
+        return f"CUDA context{' + NCCL' if self.communicators else ''} {gib(self.total)}, assumed"
+
+
+def runtime_overhead(*, deepspeed: bool, world_size: int, nproc_per_node: int, compute_major: int | None) -> Overhead:
+    """The CUDA context, plus NCCL's buffers when there are several processes: one
+    communicator for the torch engines (the default group), two for DeepSpeed (it clones the
+    world group for data parallelism: deepspeed/utils/groups.py, _clone_world_group); NVLS
+    buffers on Hopper and newer with 3 or more processes on the node, unless the environment
+    the run inherits turns NVLS off. ``compute_major`` None (no GPU known) plans for the
+    older generations."""
+    if world_size <= 1:
+        return Overhead()
+    nvls = ((compute_major or 0) >= NVLS_MIN_COMPUTE_MAJOR and nproc_per_node >= NVLS_MIN_LOCAL_PROCESSES
+            and os.environ.get("NCCL_NVLS_ENABLE") != "0")
+    return Overhead(communicators=2 if deepspeed else 1, nvls=nvls,
+                    per_communicator=NCCL_COMMUNICATOR_BYTES + (NCCL_NVLS_BYTES if nvls else 0))
 
 
 @dataclass(frozen=True)
@@ -137,6 +195,7 @@ class Estimate:
     # are born during backward as the activations die, so the peak holds the larger of the
     # two, not both. DDP's buckets and DeepSpeed's flat buffers keep gradients all the time.
     gradients_overlap_activations: bool = False
+    overhead: Overhead = field(default_factory=Overhead)  # CUDA context + NCCL buffers
 
     @property
     def total(self) -> float:
@@ -147,8 +206,8 @@ class Estimate:
 
     @property
     def needed(self) -> float:
-        """What the GPU must have: the estimate plus the CUDA context and allocator slack."""
-        return self.total * SLACK + CONTEXT_BYTES
+        """What the GPU must have: the estimate plus allocator slack, the CUDA context and NCCL's buffers."""
+        return self.total * SLACK + self.overhead.total
 
     def split(self) -> str:
         return (f"weights {gib(self.weights)} · gradients {gib(self.gradients)} · optimizer {gib(self.optimizer)} · "
@@ -180,9 +239,12 @@ def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target
 
 def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16", engine: str = "single", world_size: int = 1,
              micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
-             lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None) -> Estimate:
+             lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
+             nproc_per_node: int | None = None, compute_major: int | None = None) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
-    engine name implies (a user's own DeepSpeed file)."""
+    engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
+    processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
+    decide NCCL's share of :attr:`Estimate.overhead`."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -256,12 +318,14 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(f"{engine} shards over processes: with one process it saves nothing")
     overlap = not deepspeed and (engine.startswith("fsdp") or W == 1)
+    overhead = runtime_overhead(deepspeed=deepspeed, world_size=W, nproc_per_node=nproc_per_node or W, compute_major=compute_major)
     return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
-                    host_bytes=host, notes=notes, gradients_overlap_activations=overlap)
+                    host_bytes=host, notes=notes, gradients_overlap_activations=overlap, overhead=overhead)
 
 
-def estimate_for(cfg: Any, shape: ModelShape | None = None, **overrides: Any) -> Estimate:
-    """The estimate for a RunConfig (fields overridable, for the what-ifs)."""
+def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int | None = None, **overrides: Any) -> Estimate:
+    """The estimate for a RunConfig (fields overridable, for the what-ifs) on GPUs of compute
+    capability ``compute_major`` (None: unknown)."""
     get = lambda k: overrides.get(k, getattr(cfg, k))  # noqa: E731
     shape = shape or ModelShape.from_config(read_model_config(cfg.model_name_or_path))
     method = overrides.get("method", cfg.method)
@@ -277,7 +341,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, **overrides: Any) ->
     return estimate(shape, method=method, precision=precision, engine=engine,
                     world_size=overrides.get("world_size", cfg.world_size), micro_batch=get("per_device_train_batch_size"),
                     seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),
-                    lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload)
+                    lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload,
+                    nproc_per_node=cfg.nproc_per_node, compute_major=compute_major)
 
 
 @dataclass
@@ -299,10 +364,11 @@ class Verdict:
             split += f" · host {gib(e.host_bytes)}"
         if self.fits is None:
             return split, ""
+        needs = f"needs ~{gib(e.needed)} incl. {e.overhead.brief()}"
         if self.fits:
-            return split, f"fits {gib(self.gpu_bytes)} GPUs"
+            return split, f"fits {gib(self.gpu_bytes)} GPUs ({needs})"
         fix = f"; try {self.suggestions[0]} (ftui plan lists more)" if self.suggestions else "; more or larger GPUs needed"
-        return split, f"does NOT fit {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)}){fix}"
+        return split, f"does NOT fit {gib(self.gpu_bytes)} GPUs ({needs}){fix}"
 
     def summary(self) -> str:
         e = self.estimate
@@ -311,13 +377,14 @@ class Verdict:
             head += f"; {gib(e.host_bytes)} per process in host memory (offload)"
         if self.fits is None:
             return head + "; no GPU seen: nothing to compare with"
+        needs = f"needs ~{gib(e.needed)} with {e.overhead.describe()}"
         if self.fits:
-            return head + f"; fits {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)} with the CUDA context)"
+            return head + f"; fits {gib(self.gpu_bytes)} GPUs ({needs})"
         tail = ("; try " + "; or ".join(self.suggestions)) if self.suggestions else "; nothing ftui offers makes it fit: use more or larger GPUs"
-        return head + f"; does NOT fit {gib(self.gpu_bytes)} GPUs (needs ~{gib(e.needed)})" + tail
+        return head + f"; does NOT fit {gib(self.gpu_bytes)} GPUs ({needs})" + tail
 
 
-def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3) -> list[str]:
+def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None) -> list[str]:
     """Changes that make the run fit, least disruptive first: every combination of a more
     memory-saving engine, a smaller micro batch (same effective batch), gradient
     checkpointing and LoRA/QLoRA is estimated (a few hundred estimates, microseconds each)
@@ -349,7 +416,7 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3) -> li
                     over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method}
                     if eng:
                         over["engine"] = eng
-                    e = estimate_for(cfg, shape, **over)
+                    e = estimate_for(cfg, shape, compute_major, **over)
                     if e.needed > gpu_bytes:
                         continue
                     parts = []
@@ -367,15 +434,21 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3) -> li
     return [text for _, _, text in found[:limit]]
 
 
-def plan(cfg: Any, gpu_bytes: int | None = None) -> Verdict:
-    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest GPU NVML
-    sees), whether it fits and what would. Raises UnknownModel when config.json is missing."""
+def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = None) -> Verdict:
+    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest GPU a run
+    started here can use), whether it fits and what would. ``compute_major`` (default: the
+    oldest of those GPUs, from NVML) sizes NCCL's buffers. Raises UnknownModel when
+    config.json is missing."""
     shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
-    if gpu_bytes is None and getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
-        from ftui.gpu import sample_gpus
+    if getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
+        from ftui.gpu import compute_capabilities, sample_gpus
 
-        totals = [g.mem_total for g in sample_gpus()]
-        gpu_bytes = min(totals) if totals else None
-    e = estimate_for(cfg, shape)
-    suggestions = what_fits(cfg, shape, gpu_bytes) if gpu_bytes is not None and e.needed > gpu_bytes else []
+        if gpu_bytes is None:
+            totals = [g.mem_total for g in sample_gpus()]
+            gpu_bytes = min(totals) if totals else None
+        if compute_major is None:
+            majors = [major for _gpu, (major, _minor) in compute_capabilities(cfg.nproc_per_node)]
+            compute_major = min(majors) if majors else None
+    e = estimate_for(cfg, shape, compute_major)
+    suggestions = what_fits(cfg, shape, gpu_bytes, compute_major=compute_major) if gpu_bytes is not None and e.needed > gpu_bytes else []
     return Verdict(e, gpu_bytes, suggestions)

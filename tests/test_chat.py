@@ -222,3 +222,52 @@ def test_chat_screen_snapshot(snap_compare, tmp_path):
         await pilot.pause(0.1)
 
     assert snap_compare(chat_app(run, []), terminal_size=(100, 30), run_before=ask)
+
+
+async def test_chat_screen_offers_the_visible_gpus_numbered_as_the_worker_sees_them(tmp_path, monkeypatch):
+    from textual.widgets import Select
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-dddd")  # CUDA stops at the UUID: one GPU
+    app = chat_app(fake_run(tmp_path), [])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        options = app.screen.query_one("#chat-device", Select)._options
+        assert [(str(label), value) for label, value in options] == [("CPU", "cpu"), ("GPU 0 (nvidia-smi 2)", "cuda:0")]
+
+
+def test_worker_refuses_a_gpu_the_process_cannot_see(monkeypatch):
+    import torch
+
+    from ftui.runner.chat import ChatError, pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert pick_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(ChatError, match=r"sees 1 GPU\(s\) \(CUDA_VISIBLE_DEVICES='3'\); use cuda:0 to cuda:0, or cpu"):
+        pick_device("cuda:3")
+
+
+def test_worker_uses_bf16_only_where_the_chosen_gpu_computes_it(monkeypatch):
+    """A V100 / T4: is_bf16_supported() is True through emulation, False without it."""
+    import contextlib
+
+    import torch
+
+    from ftui.runner.chat import chat_dtype
+
+    chosen = []
+
+    def device(d):
+        chosen.append(d)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert chat_dtype(torch.device("cuda:1")) == torch.float32 and chosen == [torch.device("cuda:1")]
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert chat_dtype(torch.device("cuda:1")) == torch.bfloat16
+    assert chat_dtype(torch.device("cpu")) == torch.float32

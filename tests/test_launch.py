@@ -1,5 +1,6 @@
 """`ftui train` end to end: detached start, follow, graceful stop (Ctrl-C), crash of a rank."""
 
+import json
 import os
 import signal
 import subprocess
@@ -35,9 +36,12 @@ def gone(run: Path) -> bool:
 
 @pytest.mark.dist
 def test_completed_run_exits_0_and_is_listed(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_ORDER"}
     proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--set", "max_steps=6", "--set", "max_samples=16"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    launch = json.loads((only_run(tmp_path) / "launch.json").read_text())
+    assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.gpu do
     assert "completed" in proc.stdout and "6/6" in proc.stdout
     (summary,) = list_runs(tmp_path / "runs")
     assert summary.status == "completed" and summary.step == 6 and summary.method == "full"

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ftui.plan import GIB, ModelShape, estimate, estimate_for, plan, read_model_config
+from ftui.plan import CUDA_CONTEXT_BYTES, GIB, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
 from ftui.presets.config import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
@@ -152,6 +152,7 @@ def test_ftui_plan_cli(llama7b, tmp_path):
     assert "does not fit" in no_fit.stdout and "try" in no_fit.stdout and "optimizer" in no_fit.stdout
     fits = run(str(conf), "--gpu-memory", "80", "--set", "finetuning_type=lora")
     assert fits.returncode == 0 and "fits" in fits.stdout
+    assert "CUDA context 0.8 GiB (assumed)" in fits.stdout  # one process: no NCCL
     missing = run(str(conf), "--set", "model_name_or_path=org/not-downloaded")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
 
@@ -164,3 +165,57 @@ def test_peak_counts_gradients_and_activations_together_only_where_both_persist(
     assert ddp.total == ddp.weights + ddp.gradients + ddp.optimizer + ddp.activations
     z2 = estimate(shape, method="full", precision="bf16", engine="zero2", world_size=2)
     assert z2.total == z2.weights + z2.gradients + z2.optimizer + z2.activations
+
+
+def test_nccl_buffers_grow_the_overhead_with_processes_communicators_and_nvls(monkeypatch):
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    shape = ModelShape.from_config(LLAMA2_7B)
+    over = lambda **kw: estimate(shape, method="lora", **kw).overhead.total  # noqa: E731
+    one = over(engine="single")
+    assert one == CUDA_CONTEXT_BYTES  # one process: no NCCL communicator
+    ddp = over(engine="ddp", world_size=2)
+    assert ddp == one + NCCL_COMMUNICATOR_BYTES
+    assert over(engine="fsdp", world_size=8, compute_major=8) == ddp  # A100: no NVLS
+    assert over(engine="zero2", world_size=2) == one + 2 * NCCL_COMMUNICATOR_BYTES  # DeepSpeed clones the world group
+    assert over(engine="ddp", world_size=2, compute_major=9) == ddp  # NVLS needs 3 or more GPUs of a node
+    assert over(engine="ddp", world_size=8, compute_major=9) == ddp + NCCL_NVLS_BYTES  # 8x H100
+    assert over(engine="ddp", world_size=8, nproc_per_node=2, compute_major=9) == ddp  # 4 nodes of 2
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    assert over(engine="ddp", world_size=8, compute_major=9) == ddp  # NVLS turned off
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")
+    e1 = estimate(shape, method="lora", engine="ddp", world_size=2)
+    e8 = estimate(shape, method="lora", engine="ddp", world_size=8, compute_major=9)
+    assert e8.total == e1.total and e8.needed - e1.needed == NCCL_NVLS_BYTES
+
+
+def test_the_verdict_states_what_it_assumed_for_the_context_and_nccl(llama7b, monkeypatch):
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    cfg = cfg_for(llama7b, finetuning_type="lora", cutoff_len=512, engine="ddp", nproc_per_node=8)
+    h100 = plan(cfg, 80 * GIB, compute_major=9)
+    a100 = plan(cfg, 80 * GIB, compute_major=8)
+    assert h100.estimate.needed - a100.estimate.needed == NCCL_NVLS_BYTES
+    _split, result = h100.short()
+    assert "incl. CUDA context + NCCL 3.8 GiB, assumed" in result  # the form's line
+    assert "CUDA context 0.8 GiB + NCCL buffers incl. NVLS 3.0 GiB (assumed)" in h100.summary()
+    single = plan(cfg_for(llama7b, finetuning_type="lora", cutoff_len=512), 80 * GIB)
+    assert "incl. CUDA context 0.8 GiB, assumed" in single.short()[1] and "NCCL" not in single.summary()
+
+
+def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(llama7b, tmp_path, monkeypatch, capsys):
+    from ftui.cli import main
+    from tests.fake_nvml import FakeGpu, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, [FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}", capability=(9, 0)) for i in range(8)])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: x.json\nfinetuning_type: lora\nbf16: true\n"
+                    "engine: zero2\nnproc_per_node: 8\ncutoff_len: 512\n")
+    assert main(["plan", str(conf)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "CUDA context 0.8 GiB + NCCL buffers incl. NVLS 2 x 3.0 GiB (assumed)" in out
+    assert "fits 80.0 GiB GPUs" in out
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two processes: no NVLS
+    assert main(["plan", str(conf), "--set", "nproc_per_node=2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NCCL buffers 2 x 0.8 GiB (assumed)" in out and "NVLS" not in out

@@ -232,6 +232,24 @@ async def test_form_shows_the_planners_verdict_before_start(tmp_path):
         verdict = screen.query_one("#plan-verdict")
         await until(pilot, lambda: "does NOT fit 80.0 GiB" in text_of(verdict))
         assert "try " in text_of(verdict) and "optimizer" in text_of(verdict)
+        assert "CUDA context 0.8 GiB, assumed" in text_of(verdict)  # what the verdict adds, said
         assert not screen.query_one("#start", Button).disabled  # a warning, not a refusal
         screen.fill({"method": "lora", "cutoff_len": "512"})
         await until(pilot, lambda: "fits 80.0 GiB" in text_of(verdict))
+
+
+async def test_form_counts_and_checks_only_the_gpus_cuda_visible_devices_leaves(tmp_path, monkeypatch):
+    from textual.widgets import RadioButton, Select
+
+    from tests.fake_nvml import FakeGpu, use_fake_nvml
+
+    volta = FakeGpu(name="Tesla V100-SXM2-16GB", uuid="GPU-aaaa", capability=(7, 0))
+    use_fake_nvml(monkeypatch, [volta] + [FakeGpu(uuid=f"GPU-{c * 4}") for c in "bcd"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")  # two A100s; the V100 is hidden
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen.query_one("#f-nproc_per_node", Input).value == "2")
+        assert screen.query_one("#f-engine", Select).value == "ddp"
+        await until(pilot, lambda: "2 of 4 GPUs visible" in text_of(screen.query_one("#precision-help")))
+        assert not screen.query_one("#p-bf16", RadioButton).disabled

@@ -214,6 +214,13 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("fp16", True, "fp16 needs a CUDA GPU"
                                 + (" and none was found" if cfg.device == "auto" else "")
                                 + "; for a CPU run use bf16 (CPU autocast supports it) or fp32"))
+    if cfg.bf16 and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
+        from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
+
+        reason = bf16_unsupported_reason(cfg.nproc_per_node)  # the GPUs this node's ranks use
+        if reason:
+            out.append(FieldProblem("bf16", True, f"{reason} (older GPUs only emulate it, many times slower); "
+                                    "use fp16 (with loss scaling) or fp32, or other GPUs (CUDA_VISIBLE_DEVICES)"))
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
             out.append(FieldProblem("enable_liger_kernel", True, "Liger's kernels are Triton GPU kernels; turn it off for a CPU run"))

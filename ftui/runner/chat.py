@@ -21,6 +21,7 @@ tokens stream.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -58,16 +59,26 @@ def pick_device(want: str | None) -> Any:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if want.startswith("cuda") and not torch.cuda.is_available():
         raise ChatError(f"device {want} was asked for but torch sees no CUDA GPU; use cpu")
-    return torch.device(want)
+    device = torch.device(want)
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        # cuda:N counts only the GPUs CUDA_VISIBLE_DEVICES leaves, in its order
+        n = torch.cuda.device_count()
+        raise ChatError(f"device {want} was asked for but this process sees {n} GPU(s) "
+                        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); use cuda:0 to cuda:{n - 1}, or cpu")
+    return device
 
 
-def serving_dtype(device: Any) -> Any:
-    """bf16 on a GPU that has it in hardware, else fp32."""
+def chat_dtype(device: Any) -> Any:
+    """bf16 where the chosen GPU computes it (compute capability 8.0+), else fp32. V100 / T4
+    only emulate bf16, many times slower, and plain is_bf16_supported() says True there; it
+    also asks about the current device, not the chosen one."""
     import torch
 
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
+    if device.type != "cuda":
+        return torch.float32
+    with torch.cuda.device(device):
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.bfloat16 if native else torch.float32
 
 
 def check_free_memory(device: Any, need_bytes: int) -> None:
@@ -157,11 +168,10 @@ class ChatModel:
         return self._loaded_info()
 
     def _from_pretrained(self, path: Path, device: Any, trust_remote_code: bool) -> Any:
-        import torch
         from transformers import AutoModelForCausalLM
 
         check_free_memory(device, _weights_bytes(path))
-        dtype = serving_dtype(device)
+        dtype = chat_dtype(device)
         try:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
         except OSError as err:
@@ -197,7 +207,7 @@ class ChatModel:
         state = {"model": get_model_state_dict(model, options=opts)}
         dcp.load(state, checkpoint_id=str(state_dir))
         set_model_state_dict(model, state["model"], options=opts)
-        dtype = serving_dtype(device)
+        dtype = chat_dtype(device)
         check_free_memory(device, sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8)
         return model.to(device=device, dtype=dtype).eval()
 

@@ -95,6 +95,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env.update(extra_env or {})
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do
     log = open(run_dir / LOG_FILE, "ab", buffering=0)
     try:
         proc = subprocess.Popen(

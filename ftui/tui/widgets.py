@@ -159,7 +159,7 @@ class GpuPanel(Static):
                 t.add_column(col, no_wrap=True)
             for g in gpus:
                 t.add_row(
-                    f"{g.index}", f"{g.util_percent:3.0f}%", f"{g.mem_used / 2**30:.1f}/{g.mem_total / 2**30:.0f}G",
+                    g.label, f"{g.util_percent:3.0f}%", f"{g.mem_used / 2**30:.1f}/{g.mem_total / 2**30:.0f}G",
                     "-" if g.power_w is None else f"{g.power_w:.0f} W",
                     "-" if g.temperature_c is None else f"{g.temperature_c:.0f}°C",
                 )

@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Select, Static
 
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
-from ftui.gpu import gpu_count
+from ftui.gpu import device_choices
 from ftui.runs import FINAL_DIR, checkpoints
 
 BASE = "base"
@@ -96,7 +96,7 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         sources = chat_sources(self.run_dir) if self.run_dir else []
-        devices = [("CPU", "cpu")] + [(f"GPU {i}", f"cuda:{i}") for i in range(gpu_count())]
+        devices = [("CPU", "cpu"), *device_choices()]  # cuda:N is the Nth GPU CUDA_VISIBLE_DEVICES leaves
         with Horizontal(id="chat-controls"):
             if sources:
                 yield Select(sources, value=sources[0][1], allow_blank=False, id="chat-source")

@@ -441,14 +441,14 @@ class LaunchScreen(Screen):
 
     @work(thread=True, group="hardware")
     def detect_hardware(self) -> None:
-        from ftui.gpu import bf16_unsupported_reason, gpu_count
+        from ftui.gpu import bf16_unsupported_reason, gpu_count, visibility_note
 
-        n, reason = gpu_count(), bf16_unsupported_reason()
-        self.app.call_from_thread(self._apply_hardware, n, reason)
+        n, reason = gpu_count(), bf16_unsupported_reason()  # the GPUs CUDA_VISIBLE_DEVICES leaves
+        self.app.call_from_thread(self._apply_hardware, n, reason, visibility_note())
 
-    def _apply_hardware(self, n: int, bf16_reason: str | None) -> None:
+    def _apply_hardware(self, n: int, bf16_reason: str | None, visibility: str | None = None) -> None:
         help_ = self.query_one("#precision-help", Static)
-        notes = []
+        notes = [visibility] if visibility else []
         if n and self.query_one("#f-nproc_per_node", Input).value in ("", "1") and not self._initial:
             self.query_one("#f-nproc_per_node", Input).value = str(n)
             if n > 1:

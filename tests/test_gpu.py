@@ -1,0 +1,127 @@
+"""Which GPUs ftui counts, samples and validates against: only those CUDA_VISIBLE_DEVICES
+leaves (ordinals, UUID prefixes, MIG instances; empty: none; unset: all), numbered as the
+run numbers them (cuda:N), with nvidia-smi's number kept for the dashboard. NVML is faked."""
+
+import pytest
+import yaml
+
+from ftui import gpu
+from ftui.presets.config import validate_config
+from tests.fake_nvml import FakeGpu, four_gpus, use_fake_nvml
+
+
+@pytest.mark.parametrize("value, parsed", [
+    (None, None),
+    ("", []),
+    ("1", [1]),
+    ("3, 1", [3, 1]),
+    ("1,1", []),            # a repeated entry hides every GPU
+    ("0,-1,2", [0]),        # an invalid entry ends the list
+    ("1gpu,2", [1, 2]),     # read like strtoul
+    ("GPU-abc,GPU-def", ["GPU-abc", "GPU-def"]),
+    ("GPU-abc,2", ["GPU-abc"]),
+    ("MIG-xyz", ["MIG-xyz"]),
+])
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, parsed):
+    assert gpu.parse_visible_devices(value) == parsed
+
+
+def machine(monkeypatch, gpus, cuda_visible_devices=None):
+    """NVML shows ``gpus``; CUDA_VISIBLE_DEVICES is set to the value (None: unset)."""
+    use_fake_nvml(monkeypatch, gpus)
+    if cuda_visible_devices is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cuda_visible_devices)
+
+
+def visible(monkeypatch, value, gpus=None):
+    """(cuda index, nvidia-smi index, name) of each GPU sampled under CUDA_VISIBLE_DEVICES=value."""
+    machine(monkeypatch, gpus or four_gpus(), value)
+    return [(s.index, s.nvml_index, s.name) for s in gpu.sample_gpus()]
+
+
+def test_unset_means_every_gpu_numbered_as_nvidia_smi_does(monkeypatch):
+    assert visible(monkeypatch, None) == [(i, i, f"GPU model {i}") for i in range(4)]
+    assert gpu.gpu_count() == 4
+    assert [s.label for s in gpu.sample_gpus()] == ["0", "1", "2", "3"]
+
+
+def test_an_ordinal_shows_that_gpu_as_cuda_0(monkeypatch):
+    assert visible(monkeypatch, "1") == [(0, 1, "GPU model 1")]
+    assert gpu.gpu_count() == 1 and gpu.gpu_names() == ["GPU model 1"]
+    assert gpu.sample_gpus()[0].label == "0 (nvidia-smi 1)"
+    assert gpu.device_choices() == [("GPU 0 (nvidia-smi 1)", "cuda:0")]
+
+
+def test_a_uuid_prefix_picks_its_gpu(monkeypatch):
+    assert visible(monkeypatch, "GPU-cccc") == [(0, 2, "GPU model 2")]
+    assert visible(monkeypatch, "GPU-dddd,GPU-aaaa") == [(0, 3, "GPU model 3"), (1, 0, "GPU model 0")]
+    assert visible(monkeypatch, "GPU-bbbb,GPU-nope,GPU-aaaa") == [(0, 1, "GPU model 1")]  # CUDA stops at the unknown one
+    assert visible(monkeypatch, "GPU-aaaa,GPU-aaaaaaaa") == []  # the same GPU twice
+
+
+def test_empty_means_no_gpu_and_a_cpu_run(monkeypatch):
+    assert visible(monkeypatch, "") == []
+    assert gpu.gpu_count() == 0 and gpu.device_choices() == []
+    cfg, problems = validate_config({"model_name_or_path": "org/m", "dataset": "x", "fp16": True})
+    assert cfg is None and "fp16 needs a CUDA GPU" in problems[0].message
+    assert "0 of 4 GPUs visible" in gpu.visibility_note()
+
+
+def test_ordinals_past_the_last_gpu_end_the_list(monkeypatch):
+    assert visible(monkeypatch, "2,7,0") == [(0, 2, "GPU model 2")]
+
+
+def test_mig_instances_are_sampled_as_themselves(monkeypatch):
+    mig = FakeGpu(name="NVIDIA A100 MIG 3g.40gb", uuid="MIG-1234-5678", mem_total=40 << 30)
+    gpus = [FakeGpu(name="NVIDIA H100", uuid="GPU-aaaa"), FakeGpu(name="NVIDIA A100", uuid="GPU-bbbb", migs=[mig])]
+    assert visible(monkeypatch, "MIG-1234", gpus) == [(0, 1, "NVIDIA A100 MIG 3g.40gb")]
+    assert gpu.sample_gpus()[0].mem_total == 40 << 30
+
+
+def test_bf16_check_looks_only_at_the_gpus_the_run_uses(monkeypatch):
+    mixed = [FakeGpu(name="Tesla V100-SXM2-16GB", uuid="GPU-aaaa", capability=(7, 0)),
+             FakeGpu(name="NVIDIA A100", uuid="GPU-bbbb", capability=(8, 0))]
+    machine(monkeypatch, mixed)
+    reason = gpu.bf16_unsupported_reason()
+    assert "cuda:0 (Tesla V100-SXM2-16GB, nvidia-smi GPU 0)" in reason and "7.0" in reason
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu.bf16_unsupported_reason() is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert gpu.bf16_unsupported_reason(1) is None  # one process uses cuda:0 only
+    assert "cuda:1 (Tesla V100" in gpu.bf16_unsupported_reason(2)
+
+
+def bf16_config(**kw):
+    return {"model_name_or_path": "org/m", "dataset": "x", "bf16": True, **kw}
+
+
+def test_bf16_on_a_pre_ampere_gpu_is_refused_naming_it_and_fp16(monkeypatch):
+    machine(monkeypatch, [FakeGpu(name="Tesla T4", uuid="GPU-aaaa", capability=(7, 5))])
+    cfg, problems = validate_config(bf16_config())
+    assert cfg is None
+    (p,) = problems
+    assert p.field == "bf16" and "Tesla T4" in p.message and "7.5" in p.message and "use fp16" in p.message
+    assert validate_config(bf16_config(device="cpu"))[0] is not None  # a CPU run does bf16 through autocast
+    assert validate_config({**bf16_config(), "bf16": False, "fp16": True})[0] is not None
+
+
+def test_bf16_on_ampere_is_accepted(monkeypatch):
+    machine(monkeypatch, [FakeGpu(capability=(8, 0))])
+    cfg, problems = validate_config(bf16_config())
+    assert cfg is not None and problems == []
+
+
+def test_ftui_train_refuses_bf16_on_a_volta_gpu(monkeypatch, tmp_path, capsys):
+    from ftui.cli import main
+
+    machine(monkeypatch, [FakeGpu(name="Tesla V100-SXM2-32GB", uuid="GPU-aaaa", capability=(7, 0))])
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump({"model_name_or_path": "ftui-demo", "dataset": "x.json", "bf16": True,
+                                    "output_dir": str(tmp_path / "runs")}))
+    assert main(["train", str(conf)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # Rich wraps lines
+    assert "Tesla V100-SXM2-32GB" in err and "compute capability 7.0" in err and "fp16" in err
+    assert not (tmp_path / "runs").exists()
+    assert main(["plan", str(conf)]) == 2  # the same validation
