@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
 
 from ftui.events import EVENTS_FILE, EventWriter
 from ftui.presets.config import RunConfig, load_config
-from ftui.runner.data import IGNORE, Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
+from ftui.runner.data import Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
+from ftui.runner.loss import install_chunked_loss, micro_batch_loss, output_projection
 from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
 from ftui.runner.metrics import Window, matmul_mode, memory_row, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, count_params, flops_per_token, load_model,
@@ -142,14 +142,6 @@ def seed_everything(seed: int) -> None:
         np.random.seed(seed)
     except ImportError:
         pass
-
-
-def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sum (not mean) of next-token cross-entropy over the tokens that carry loss."""
-    vocab = logits.size(-1)
-    return F.cross_entropy(
-        logits[:, :-1].float().reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=IGNORE, reduction="sum"
-    )
 
 
 class StepCounts:
@@ -305,6 +297,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             save_random_base(model, tokenizer, run_dir, cfg)
         model = apply_method(model, cfg)
         apply_speedups(model, cfg)
+        loss_head = output_projection(model) if cfg.chunked_loss and install_chunked_loss(model) else None
         total, trainable = count_params(model)
         frozen_below, backward_layers = backward_span(model)
 
@@ -417,12 +410,9 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             step_loss = torch.zeros((), device=device)
             for i, batch in enumerate(batches):
                 with engine.accumulating(last=i == accum - 1):
-                    with engine.autocast():
-                        logits = engine.model(**batch.model_inputs(), use_cache=False).logits
-                    loss_sum = token_loss_sum(logits, batch.labels)
+                    loss_sum = micro_batch_loss(engine.model, loss_head, batch.model_inputs(), batch.labels, engine.autocast)
                     engine.backward(loss_sum / divisor)
                 step_loss += loss_sum.detach()
-                del logits
             nonfinite = (~torch.isfinite(step_loss)).float()
             last_outcome = engine.step()
             if not last_outcome.skipped:
@@ -513,9 +503,10 @@ def run_eval(writer, engine: Engine, data: TokenizedData, cfg: RunConfig, collat
     bs = cfg.per_device_eval_batch_size
     for i in range(0, len(mine), bs):
         batch = collator(mine[i : i + bs]).to(device)
-        with engine.autocast():
-            logits = engine.model(**batch.model_inputs(), use_cache=False).logits
-        sums[0] += token_loss_sum(logits, batch.labels).double()
+        head = output_projection(engine.unwrap()) if cfg.chunked_loss else None
+        loss = micro_batch_loss(engine.model, head if getattr(head, "_ftui_chunked", False) else None,
+                                batch.model_inputs(), batch.labels, engine.autocast)
+        sums[0] += loss.double()
         sums[1] += batch.trainable_tokens
         if heartbeat is not None:
             heartbeat.beat()

@@ -1,0 +1,65 @@
+"""The loss from hidden states in chunks (never the full logits) equals the full-logits loss:
+value and gradients on a model (untied and tied embeddings, masked labels, several
+chunks), and the step losses of real runs under the single engine and FSDP (2 gloo ranks).
+Every other engine test trains with it on (it is the default)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from conftest import steps_of, tiny_config, train_sync
+from ftui.runner import loss as L
+from test_gpu_readiness import tiny_llama
+
+
+def _loss_and_grads(model, head, ids, labels):
+    model.zero_grad()
+    value = L.micro_batch_loss(model, head, {"input_ids": ids}, labels, contextlib.nullcontext)
+    value.backward()
+    return value.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_chunked_loss_equals_the_full_logits_loss_and_its_gradients(tied, monkeypatch):
+    model = tiny_llama(layers=2, hidden=64, vocab=1000)
+    if tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    ids = torch.randint(0, 1000, (3, 50), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[:, :12] = -100  # a masked prompt
+    keys = set(model.state_dict())
+    full, full_grads = _loss_and_grads(model, None, ids, labels)
+    monkeypatch.setattr(L, "ELEMENTS_PER_CHUNK", 64 * 1000)  # 64 tokens a chunk: 3 chunks of 147 positions
+    assert L.install_chunked_loss(model)
+    head = L.output_projection(model)
+    chunked, chunked_grads = _loss_and_grads(model, head, ids, labels)
+    assert chunked.item() == pytest.approx(full.item(), rel=1e-6)
+    assert len(chunked_grads) == len(full_grads)
+    for a, b in zip(full_grads, chunked_grads):
+        assert (a - b).abs().max() <= 1e-5 * a.abs().max()  # fp32 rounding: another summation order
+    # outside ftui's loss the model still returns its logits (chat, generation, saving)
+    assert model(input_ids=ids).logits.shape == (3, 50, 1000)
+    assert set(model.state_dict()) == keys  # checkpoints and final/ keep their names
+
+
+def test_models_that_post_process_logits_keep_the_full_path():
+    model = tiny_llama(layers=1)
+    model.config.final_logit_softcapping = 30.0  # Gemma 2/3
+    assert not L.install_chunked_loss(model)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("engine", ["single", "fsdp"])
+def test_runs_with_chunked_and_full_logits_loss_give_the_same_curve(tmp_path, engine):
+    curves = {}
+    for chunked in (True, False):
+        cfg = tiny_config(tmp_path / str(chunked), engine=engine, nproc_per_node=1 if engine == "single" else 2,
+                          max_steps=6, chunked_loss=chunked, run_name=f"{engine}-{chunked}")
+        _run, events, proc = train_sync(cfg)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        curves[chunked] = [e["loss"] for e in steps_of(events)]
+    assert len(curves[True]) == 6
+    assert curves[True] == pytest.approx(curves[False], rel=1e-5)
