@@ -64,3 +64,43 @@ def test_a_damaged_newest_checkpoint_is_noticed_and_the_previous_one_offered(tmp
     starts = [e for e in read_all(run / EVENTS_FILE) if e["event"] == "run_start"]
     assert starts[-1]["resumed_from_step"] == 2
     assert summarize_run(run).status == "completed"
+
+
+def _self_caused(exc: BaseException) -> BaseException:
+    exc.__cause__ = exc  # what `raise err from err` leaves behind
+    return exc
+
+
+def test_error_walks_end_on_a_self_causing_or_cyclic_chain():
+    import errno
+
+    from ftui.runner.train import disk_full, exception_chain
+
+    emfile = _self_caused(OSError(errno.EMFILE, "Too many open files"))
+    assert list(exception_chain(emfile)) == [emfile]
+    assert not disk_full(emfile)
+    first, second = RuntimeError("checkpoint failed"), OSError(errno.ENOSPC, "No space left on device")
+    first.__context__, second.__context__ = second, first
+    assert list(exception_chain(first)) == [first, second]
+    assert disk_full(first)
+    assert not disk_full(_self_caused(RuntimeError("a -> a")))
+
+
+def test_a_failed_checkpoint_save_raises_the_storage_error_without_making_it_its_own_cause(tmp_path):
+    import errno
+
+    import pytest
+
+    from ftui.runner.checkpoint import save_checkpoint
+    from ftui.runner.engines import DistInfo
+
+    class FailingEngine:
+        info = DistInfo()
+        name = "single"
+
+        def save_state(self, directory):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    with pytest.raises(OSError) as raised:
+        save_checkpoint(FailingEngine(), tmp_path, 1, {})
+    assert raised.value.errno == errno.EMFILE and raised.value.__cause__ is not raised.value
