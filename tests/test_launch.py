@@ -12,7 +12,7 @@ import pytest
 
 from conftest import wait_for
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import run_processes, stop_run
+from ftui.runner.launch import is_rank, run_processes, stop_run
 from ftui.runs import list_runs, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -87,7 +87,7 @@ def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
     run = only_run(tmp_path)
     assert wait_for(lambda: steps_written(run) >= 2)
     _sup, children = run_processes(run)
-    (rank,) = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    (rank,) = [p for p in children if is_rank(p)]
     os.kill(rank.pid, signal.SIGKILL)
     assert wait_for(lambda: gone(run), timeout=60)
     end = read_all(run / EVENTS_FILE)[-1]
@@ -97,19 +97,19 @@ def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("victim", ["supervisor", "torchrun"])
+@pytest.mark.parametrize("victim", ["supervisor", "launcher"])
 def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
     subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", *LONG], cwd=tmp_path, check=True, capture_output=True, timeout=60)
     run = only_run(tmp_path)
     assert wait_for(lambda: steps_written(run) >= 2)
     sup, children = run_processes(run)
-    ranks = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    ranks = [p for p in children if is_rank(p)]
     assert ranks
     if victim == "supervisor":
         stop_run(run, force=True)  # what a second Stop does
     else:
-        (torchrun,) = [p for p in children if "torch.distributed.run" in p.cmdline()]
-        os.kill(torchrun.pid, signal.SIGKILL)
+        (launcher,) = [p for p in children if "ftui.runner.spawn" in p.cmdline()]
+        os.kill(launcher.pid, signal.SIGKILL)
     assert wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks), timeout=30)
     assert wait_for(lambda: gone(run), timeout=30)
 

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ftui.presets.config import RunConfig
+from ftui.runner.spawn import STORE_ENV
 
 STATE_DIR = "state"  # inside checkpoints/step-N/: the DCP checkpoint of model (or adapter) + optimizer
 
@@ -274,12 +275,16 @@ def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
 
 
 @contextlib.contextmanager
-def process_group(info: DistInfo, device: torch.device, hang_timeout: int = 0) -> Iterator[None]:
-    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration.
+def process_group(info: DistInfo, device: torch.device, hang_timeout: int = 0, always: bool = False) -> Iterator[None]:
+    """Joins the job's process group (NCCL on CUDA, gloo on CPU) for the duration; a single
+    process joins none unless ``always`` (DeepSpeed needs one even for one rank).
 
-    Its collective timeout is set past ftui's own ``hang_timeout``, so a hung rank is
-    reported by the supervisor, which can name it, before the collectives give up."""
-    if info.world_size == 1:
+    On one node the ranks meet through the launcher's FileStore (``FTUI_STORE``, a file in
+    the 0700 run directory: no socket, see ftui.runner.spawn); under torchrun (several
+    nodes) through its environment. Its collective timeout is set past ftui's own
+    ``hang_timeout``, so a hung rank is reported by the supervisor, which can name it,
+    before the collectives give up."""
+    if info.world_size == 1 and not always:
         yield
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -288,6 +293,9 @@ def process_group(info: DistInfo, device: torch.device, hang_timeout: int = 0) -
         kwargs["device_id"] = device
     if hang_timeout > 0:
         kwargs["timeout"] = datetime.timedelta(seconds=hang_timeout + 120)
+    store_file = os.environ.get(STORE_ENV)
+    if store_file:
+        kwargs.update(store=dist.FileStore(store_file, info.world_size), rank=info.rank, world_size=info.world_size)
     dist.init_process_group(backend=backend, **kwargs)
     try:
         yield

@@ -1,4 +1,5 @@
-"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by torchrun).
+"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by ftui.runner.spawn,
+or by torchrun on several nodes).
 
 One explicit training loop, readable top to bottom (after torchtune's recipes):
 
@@ -116,8 +117,9 @@ class DeferredFlag:
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this rank when its launcher (torchrun) dies, even by kill -9, so a
-    dead launcher never leaves ranks holding GPUs. No-op elsewhere."""
+    """Ask Linux to kill this rank when its launcher (ftui.runner.spawn, or torchrun on several
+    nodes) dies, even by kill -9, so a dead launcher never leaves ranks holding GPUs. No-op
+    elsewhere."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -264,7 +266,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
     device = pick_device(cfg, info)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
-    with process_group(info, device, cfg.hang_timeout):
+    with process_group(info, device, cfg.hang_timeout, always=cfg.uses_deepspeed):
         seed_everything(cfg.seed)
 
         # --- Tokenizer and data (every rank builds the same examples; each reads its share)

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import tiny_config, train_sync
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import torchrun_command
+from ftui.runner.launch import launch_command
 from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -31,7 +31,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     from ftui.presets.config import load_config
 
     rc, _ = load_config(run / "config.yaml")
-    cmd = torchrun_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
+    cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
     assert proc.returncode != 0
