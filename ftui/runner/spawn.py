@@ -14,7 +14,7 @@ the training user). Here nothing listens for the launch itself:
 What torchrun did for us is kept: a Stop (SIGTERM or SIGINT to this process) is passed to the
 ranks once, they get ``stop_timeout`` seconds to finish the step and save a checkpoint, then
 are killed; a second signal kills them at once; when a rank fails the others are asked to stop
-and killed after ``stop_timeout`` (no rank waits in a collective forever); the ranks die with
+and killed 30 s later (no rank waits in a collective forever); the ranks die with
 this process (they set PDEATHSIG, train.die_with_parent); the exit code is the first failing
 rank's. No torch here: it starts fast and holds no GPU memory.
 """
@@ -34,6 +34,7 @@ import psutil
 STORE_ENV = "FTUI_STORE"  # the rendezvous file of a several-process run (engines.process_group reads it)
 STORE_PREFIX = ".store-"  # inside the run directory; removed when the launcher ends
 POLL_S = 0.2
+FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
 
 
 def loopback_interface() -> str:
@@ -83,9 +84,10 @@ class Ranks:
             print("[ftui] launcher: second signal: killing the ranks", flush=True)
             self.kill()
 
-    def ask_to_stop(self) -> None:
-        if self.kill_at is None:
-            self.kill_at = time.monotonic() + self.stop_timeout
+    def ask_to_stop(self, grace: float | None = None) -> None:
+        """SIGTERM to the ranks, SIGKILL after ``grace`` (``stop_timeout`` by default)."""
+        kill_at = time.monotonic() + (self.stop_timeout if grace is None else grace)
+        self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
         self.send(signal.SIGTERM)
 
     def kill(self) -> None:
@@ -110,7 +112,8 @@ class Ranks:
                 if code not in (None, 0) and failed is None:
                     failed = code if code > 0 else 128 - code
                     print(f"[ftui] launcher: rank {rank} exited with code {code}; stopping the other ranks", flush=True)
-                    self.ask_to_stop()
+                    # No checkpoint can be saved without it: the others only write why they end.
+                    self.ask_to_stop(min(self.stop_timeout, FAILURE_GRACE_S))
             if all(c is not None for c in codes):
                 return failed or 0
             if self.kill_at is not None and time.monotonic() >= self.kill_at:
