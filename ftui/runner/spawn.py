@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-STORE_ENV = "FTUI_STORE"  # the rendezvous file of a several-process run (engines.process_group reads it)
+STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
 STORE_PREFIX = ".store-"  # inside the run directory; removed when the launcher ends
 POLL_S = 0.2
 FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
