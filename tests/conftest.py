@@ -1,5 +1,5 @@
 """Shared fixtures: the demo tokenizer, LLaMA-Factory's demo data, and a synchronous runner
-that trains a tiny model through the real torchrun entry point."""
+that trains a tiny model through the real launcher (ftui.runner.spawn)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from ftui.events import EVENTS_FILE, read_all
 from ftui.presets.config import demo_config
-from ftui.runner.launch import prepare_run, torchrun_command
+from ftui.runner.launch import prepare_run, launch_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -64,10 +64,10 @@ def tiny_config(tmp_path: Path, **overrides):
 
 
 def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.CompletedProcess]:
-    """Runs torchrun in the foreground (not detached) and returns the run's events."""
+    """Runs the launch command in the foreground (not detached) and returns the run's events."""
     run_dir = prepare_run(cfg).resolve()
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(torchrun_command(cfg, run_dir, sys.executable), env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(launch_command(cfg, run_dir, sys.executable), env=env, capture_output=True, text=True, timeout=timeout)
     (run_dir / "train.log").write_text(proc.stdout + proc.stderr)
     return run_dir, read_all(run_dir / EVENTS_FILE), proc
 
@@ -78,7 +78,7 @@ def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[li
 
     cfg, _ = load_config(run_dir / "config.yaml")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-    cmd = torchrun_command(cfg, run_dir, sys.executable, resume=checkpoint)
+    cmd = launch_command(cfg, run_dir, sys.executable, resume=checkpoint)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     with open(run_dir / "train.log", "a") as fh:
         fh.write(proc.stdout + proc.stderr)

@@ -253,11 +253,13 @@ def test_torchrun_gets_shutdown_timeout_only_when_it_knows_it(tmp_path, monkeypa
     monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: spec)
     launch.torchrun_has_shutdown_timeout.cache_clear()
     try:
-        cmd = launch.torchrun_command(tiny_config(tmp_path), tmp_path / "run")
+        two_nodes = tiny_config(tmp_path, engine="ddp", nnodes=2, rdzv_endpoint="127.0.0.1:29500")  # torchrun's case
+        cmd = launch.launch_command(two_nodes, tmp_path / "run")
+        assert "torch.distributed.run" in cmd
         assert not any(a.startswith("--shutdown-timeout") for a in cmd)
         (fake / "distributed" / "run.py").write_text("parser.add_argument('--shutdown-timeout')\n")
         launch.torchrun_has_shutdown_timeout.cache_clear()
-        cmd = launch.torchrun_command(tiny_config(tmp_path), tmp_path / "run")
+        cmd = launch.launch_command(two_nodes, tmp_path / "run")
         assert "--shutdown-timeout=600" in cmd
     finally:
         launch.torchrun_has_shutdown_timeout.cache_clear()

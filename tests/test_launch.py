@@ -13,7 +13,7 @@ import pytest
 
 from conftest import wait_for
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import run_processes, stop_run
+from ftui.runner.launch import is_rank, run_processes, stop_run
 from ftui.runs import list_runs, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -91,7 +91,7 @@ def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
     run = only_run(tmp_path)
     assert wait_for(lambda: steps_written(run) >= 2)
     _sup, children = run_processes(run)
-    (rank,) = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    (rank,) = [p for p in children if is_rank(p)]
     os.kill(rank.pid, signal.SIGKILL)
     assert wait_for(lambda: gone(run), timeout=60)
     end = read_all(run / EVENTS_FILE)[-1]
@@ -101,19 +101,19 @@ def test_killed_rank_ends_the_run_as_failed_with_nothing_left_running(tmp_path):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("victim", ["supervisor", "torchrun"])
+@pytest.mark.parametrize("victim", ["supervisor", "launcher"])
 def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
     subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", *LONG], cwd=tmp_path, check=True, capture_output=True, timeout=60)
     run = only_run(tmp_path)
     assert wait_for(lambda: steps_written(run) >= 2)
     sup, children = run_processes(run)
-    ranks = [p for p in children if "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    ranks = [p for p in children if is_rank(p)]
     assert ranks
     if victim == "supervisor":
         stop_run(run, force=True)  # what a second Stop does
     else:
-        (torchrun,) = [p for p in children if "torch.distributed.run" in p.cmdline()]
-        os.kill(torchrun.pid, signal.SIGKILL)
+        (launcher,) = [p for p in children if "ftui.runner.spawn" in p.cmdline()]
+        os.kill(launcher.pid, signal.SIGKILL)
     assert wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks), timeout=30)
     assert wait_for(lambda: gone(run), timeout=30)
 
@@ -136,3 +136,37 @@ def test_secrets_in_the_environment_are_redacted():
 
     out = redact_env({"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0,1"})
     assert out == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def test_one_node_starts_ftuis_launcher_and_several_nodes_torchrun(tmp_path):
+    from conftest import tiny_config
+    from ftui.runner.launch import launch_command
+
+    one = launch_command(tiny_config(tmp_path, engine="ddp", nproc_per_node=2), tmp_path / "run")
+    assert one[1:3] == ["-m", "ftui.runner.spawn"] and "--nproc-per-node=2" in one and "torch.distributed.run" not in one
+    two = launch_command(tiny_config(tmp_path, engine="ddp", nnodes=2, rdzv_endpoint="10.0.0.1:29500"), tmp_path / "run")
+    assert two[1:3] == ["-m", "torch.distributed.run"] and "--master-addr=10.0.0.1" in two
+
+
+def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_path):
+    from ftui.runner.spawn import STORE_ENV, loopback_interface, new_store_file, rank_environments
+
+    store = new_store_file(tmp_path)
+    assert store.parent == tmp_path and oct(store.stat().st_mode & 0o777) == "0o600" and store.stat().st_size == 0
+    envs = rank_environments(2, store, {"MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
+    for env in envs:
+        assert "MASTER_PORT" not in env and "TORCHELASTIC_USE_AGENT_STORE" not in env and env[STORE_ENV] == str(store)
+        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == loopback_interface()
+    assert new_store_file(tmp_path) != store  # unique per launch
+
+
+def test_a_failing_rank_makes_the_launcher_end_the_others_and_fail():
+    from ftui.runner.spawn import Ranks
+
+    failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    # A rank stuck where SIGTERM cannot help (a collective): ignored from before it starts.
+    stubborn = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    assert Ranks([failing, stubborn], stop_timeout=1).wait() == 3
+    assert stubborn.returncode == -signal.SIGKILL  # it ignored the stop and was killed after stop_timeout

@@ -1,5 +1,5 @@
-"""The training loop for real: torchrun, single and DDP (2 gloo processes), full and LoRA,
-bf16 and fp32; fp16 with its gradient scaler."""
+"""The training loop for real (through the launcher): single and DDP (2 gloo processes), full
+and LoRA, bf16 and fp32; fp16 with its gradient scaler."""
 
 import json
 

@@ -95,7 +95,10 @@ def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[s
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException
-        raise storage_error(exc, tmp) from exc
+        err = storage_error(exc, tmp)
+        if err is exc:
+            raise  # as it was: `raise exc from exc` would make it its own cause
+        raise err from exc
     _barrier(info.world_size)
     if info.is_main:
         # Sizes of every file, so a later resume can tell a damaged checkpoint (a truncated

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ftui.presets.config import RunConfig
+from ftui.runner.spawn import STORE_ENV
 
 STATE_DIR = "state"  # inside checkpoints/step-N/: the DCP checkpoint of model (or adapter) + optimizer
 
@@ -304,8 +305,9 @@ def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Itera
     """Joins the job's process group for the duration (see ``backend_for``).
 
     One process that still needs a group (FSDP's mesh, DeepSpeed) gets one over an
-    in-memory store: nothing listens on a socket. Several processes rendezvous through the
-    launcher's environment. The collective timeout is set past ftui's own
+    in-memory store: nothing listens on a socket. Several processes on one node meet
+    through the launcher's FileStore (``FTUI_STORE``, a file in the 0700 run directory, see
+    ftui.runner.spawn); several nodes through torchrun's environment. The collective timeout is set past ftui's own
     ``hang_timeout``, so a hung rank is reported by the supervisor, which can name it,
     before the collectives give up."""
     if not needs_process_group(cfg, info):
@@ -316,8 +318,11 @@ def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Itera
         kwargs["device_id"] = device
     if cfg.hang_timeout > 0:
         kwargs["timeout"] = datetime.timedelta(seconds=cfg.hang_timeout + 120)
+    store_file = os.environ.get(STORE_ENV)
     if info.world_size == 1:
-        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # in memory: nothing listens
+    elif store_file:  # one node: the launcher's FileStore in the 0700 run directory
+        kwargs.update(store=dist.FileStore(store_file, info.world_size), rank=info.rank, world_size=info.world_size)
     dist.init_process_group(backend=backend_for(cfg, device), **kwargs)
     try:
         yield

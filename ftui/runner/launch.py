@@ -1,12 +1,14 @@
-"""Launching and stopping runs: build the torchrun command, start it detached, signal it.
+"""Launching and stopping runs: build the launch command, start it detached, signal it.
 
 No torch here (the dashboard starts runs too). A run starts as
 
-    setsid: python -m ftui.runner.supervise RUN_DIR -- torchrun ... -m ftui.runner.train RUN_DIR
+    setsid: python -m ftui.runner.supervise RUN_DIR -- python -m ftui.runner.spawn ... RUN_DIR
 
 in its own session, so closing the terminal, the app or the SSH connection never reaches
-it. The supervisor writes ``run_end`` if the ranks died without one (kill -9, a crash in
-torchrun itself), so a run's status is always told by its files.
+it. ``ftui.runner.spawn`` starts the ranks of one node without opening a port; a run over
+several nodes uses torchrun's static rendezvous instead. The supervisor writes ``run_end``
+if the ranks died without one (kill -9, a crash in the launcher itself), so a run's status
+is always told by its files.
 """
 
 from __future__ import annotations
@@ -31,28 +33,29 @@ from ftui.runs import CONFIG_FILE, LOG_FILE, create_run_dir, hostname, read_laun
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
 
-def torchrun_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None) -> list[str]:
+def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None) -> list[str]:
     """The exact command that starts the ranks on this node.
 
+    One node: ftui's own launcher (``ftui.runner.spawn``), which opens no port: the ranks
+    meet through a file in the 0700 run directory and talk over loopback only. torchrun's
+    single-node rendezvous would listen on every interface and hold pickles another user
+    could replace (code execution as you).
+
     Several nodes meet by torchrun's static rendezvous at ``rdzv_endpoint`` (node 0's
-    address): global ranks follow ``node_rank``, so rank 0, which writes the events and
-    final/, is on node 0. DeepSpeed runs under torchrun too (it reads the same environment),
-    so no hostfile or ssh between nodes is needed. ``--shutdown-timeout`` gives the ranks
-    ``stop_timeout`` seconds to finish the step and save a checkpoint after a Stop."""
+    address; its store stores no pickles): global ranks follow ``node_rank``, so rank 0,
+    which writes the events and final/, is on node 0. DeepSpeed runs under either launcher
+    (it reads the same environment), so no hostfile or ssh between nodes is needed. Both
+    give the ranks ``stop_timeout`` seconds to finish the step and save a checkpoint after
+    a Stop."""
     py = python or sys.executable
-    cmd = [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}"]
-    if cfg.nnodes > 1:
-        host, _, port = cfg.rdzv_endpoint.rpartition(":")
-        cmd += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}"]
-    else:
-        cmd += ["--standalone"]
-    cmd += ["--max-restarts=0"]
-    if torchrun_has_shutdown_timeout():
-        cmd += [f"--shutdown-timeout={cfg.stop_timeout}"]
-    cmd += ["-m", "ftui.runner.train", str(run_dir)]
-    if resume is not None:
-        cmd += ["--resume", str(resume)]
-    return cmd
+    tail = [str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
+    if cfg.nnodes == 1:
+        return [py, "-m", "ftui.runner.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
+    host, _, port = cfg.rdzv_endpoint.rpartition(":")
+    return [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}", f"--nnodes={cfg.nnodes}",
+            f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}",
+            "--max-restarts=0", *([f"--shutdown-timeout={cfg.stop_timeout}"] if torchrun_has_shutdown_timeout() else []),
+            "-m", "ftui.runner.train", *tail]
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,9 +87,9 @@ def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
 
 
 def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None) -> dict[str, Any]:
-    """Starts the supervisor + torchrun in a new session; returns what launch.json records."""
+    """Starts the supervisor + launcher in a new session; returns what launch.json records."""
     run_dir = run_dir.resolve()
-    cmd = torchrun_command(cfg, run_dir, resume=resume)
+    cmd = launch_command(cfg, run_dir, resume=resume)
     sup = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir)]
     if cfg.node_rank > 0:
         sup += ["--node-rank", str(cfg.node_rank)]
@@ -145,14 +148,14 @@ def run_processes(run_dir: Path) -> tuple[psutil.Process | None, list[psutil.Pro
 
 
 def stop_run(run_dir: Path, force: bool = False) -> str:
-    """Graceful: SIGTERM to the launcher's process group (supervisor + torchrun). torchrun
-    passes it to the ranks, which finish the step, save a checkpoint and write run_end
-    `stopped`; it waits up to ``stop_timeout`` for them. Force: SIGKILL every process of the run."""
+    """Graceful: SIGTERM to the launcher's process group (supervisor + launcher). The launcher
+    passes it to the ranks once; they finish the step, save a checkpoint and write run_end
+    `stopped`; it kills them after ``stop_timeout``. Force: SIGKILL every process of the run."""
     sup, children = run_processes(run_dir)
     if sup is None:
         return "the run is not running"
     if force:
-        # torchrun starts each rank in a session of its own, so killing the supervisor's
+        # The launcher starts each rank in a session of its own, so killing the supervisor's
         # process group would leave the ranks running: kill every process of the tree.
         for p in [*children, sup]:
             try:
@@ -164,12 +167,14 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
         os.killpg(sup.pid, signal.SIGTERM)  # start_new_session: the supervisor leads the group
     except (ProcessLookupError, PermissionError):
         return "the run is not running"
-    ranks = [p for p in children if _is_rank(p)]
+    ranks = [p for p in children if is_rank(p)]
     return f"asked the launcher to stop {len(ranks)} rank(s): they finish the step and save a checkpoint"
 
 
-def _is_rank(p: psutil.Process) -> bool:
+def is_rank(p: psutil.Process) -> bool:
+    """A training rank (not the supervisor or the launcher that started it)."""
     try:
-        return "ftui.runner.train" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+        cmd = p.cmdline()
+        return "ftui.runner.train" in cmd and "torch.distributed.run" not in cmd
     except psutil.Error:
         return False

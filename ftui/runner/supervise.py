@@ -1,11 +1,12 @@
 """``python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...``: run the launcher,
 make sure the run's events end with ``run_end``.
 
-Stop signals go to the process group this supervisor leads (it and torchrun): the supervisor
-ignores SIGTERM and SIGINT and keeps waiting, torchrun passes the signal to the ranks once.
+Stop signals go to the process group this supervisor leads (it and the launcher,
+ftui.runner.spawn or torchrun on several nodes): the supervisor ignores SIGTERM and SIGINT and
+keeps waiting, the launcher passes the signal to the ranks once.
 
 Rank 0 writes run_end itself when training ends or fails in Python. When a rank is killed
-(-9, the OOM killer) or torchrun fails before rank 0 starts, nobody would; the supervisor
+(-9, the OOM killer) or the launcher fails before rank 0 starts, nobody would; the supervisor
 then writes ``run_end`` status ``failed`` with the launcher's exit code and the last lines
 of train.log, so ``ftui runs`` and the dashboard tell the truth. No torch here.
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir, cmd = Path(argv[0]), argv[2:]
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
     proc = subprocess.Popen(cmd)
-    # The group's SIGTERM reaches torchrun directly; forwarding it too would be a second
+    # The group's SIGTERM reaches the launcher directly; forwarding it too would be a second
     # signal, which means "exit at once".
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)

@@ -1,4 +1,5 @@
-"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by torchrun).
+"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by ftui.runner.spawn,
+or by torchrun on several nodes).
 
 One explicit training loop, readable top to bottom (after torchtune's recipes):
 
@@ -117,8 +118,9 @@ class DeferredFlag:
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this rank when its launcher (torchrun) dies, even by kill -9, so a
-    dead launcher never leaves ranks holding GPUs. No-op elsewhere."""
+    """Ask Linux to kill this rank when its launcher (ftui.runner.spawn, or torchrun on several
+    nodes) dies, even by kill -9, so a dead launcher never leaves ranks holding GPUs. No-op
+    elsewhere."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -186,14 +188,23 @@ DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota excee
 def disk_full(exc: BaseException) -> bool:
     """A write failed for lack of room, also when wrapped (DCP re-raises the ranks' errors
     as a CheckpointException whose text carries the original)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+    for link in exception_chain(exc):
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             return True
-        if any(t in str(seen) for t in DISK_FULL_TEXT):
+        if any(t in str(link) for t in DISK_FULL_TEXT):
             return True
-        seen = seen.__cause__ or seen.__context__
     return False
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes (or contexts), each once: ``raise err from err`` or a cycle
+    of contexts makes the chain loop, and a walk that follows it would spin forever."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def hint_for(exc: BaseException, cfg: RunConfig) -> str:

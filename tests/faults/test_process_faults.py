@@ -2,7 +2,7 @@
 one name, two dashboards on one run, a runs root that cannot be written.
 
 Each checks what is on disk and what the run's status says afterwards, and that nothing is
-left running. (Kill -9 of one rank, of the supervisor and of torchrun at a fixed point, and
+left running. (Kill -9 of one rank, of the supervisor and of the launcher at a fixed point, and
 during a checkpoint write, are in tests/test_launch.py and tests/test_checkpoint.py.)
 """
 
@@ -64,14 +64,14 @@ def test_a_stopped_rank_ends_the_job_after_hang_timeout_naming_it(tmp_path):
 def test_kill_9_at_a_random_point_tells_the_truth_and_the_newest_checkpoint_resumes(tmp_path):
     seed = int(os.environ.get("FTUI_FAULT_SEED", random.randrange(10**6)))
     rng = random.Random(seed)
-    victim_name = rng.choice(["rank0", "rank1", "torchrun"])
+    victim_name = rng.choice(["rank0", "rank1", "launcher"])
     at_step = rng.randint(3, 9)
     print(f"fault seed {seed}: kill -9 {victim_name} at step {at_step}")
     run = start_detached(tmp_path, tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=400, save_steps=2, logging_steps=1))
     assert wait_for(lambda: steps_written(run) >= at_step, timeout=120)
-    if victim_name == "torchrun":
+    if victim_name == "launcher":
         _sup, children = run_processes(run)
-        victim = next(p for p in children if "torch.distributed.run" in p.cmdline())
+        victim = next(p for p in children if "ftui.runner.spawn" in p.cmdline())
     else:
         victim = rank_process(run, int(victim_name[-1]))
     victim.kill()

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import tiny_config, train_sync
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import torchrun_command
+from ftui.runner.launch import launch_command
 from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -31,7 +31,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     from ftui.presets.config import load_config
 
     rc, _ = load_config(run / "config.yaml")
-    cmd = torchrun_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
+    cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
     assert proc.returncode != 0
@@ -64,3 +64,43 @@ def test_a_damaged_newest_checkpoint_is_noticed_and_the_previous_one_offered(tmp
     starts = [e for e in read_all(run / EVENTS_FILE) if e["event"] == "run_start"]
     assert starts[-1]["resumed_from_step"] == 2
     assert summarize_run(run).status == "completed"
+
+
+def _self_caused(exc: BaseException) -> BaseException:
+    exc.__cause__ = exc  # what `raise err from err` leaves behind
+    return exc
+
+
+def test_error_walks_end_on_a_self_causing_or_cyclic_chain():
+    import errno
+
+    from ftui.runner.train import disk_full, exception_chain
+
+    emfile = _self_caused(OSError(errno.EMFILE, "Too many open files"))
+    assert list(exception_chain(emfile)) == [emfile]
+    assert not disk_full(emfile)
+    first, second = RuntimeError("checkpoint failed"), OSError(errno.ENOSPC, "No space left on device")
+    first.__context__, second.__context__ = second, first
+    assert list(exception_chain(first)) == [first, second]
+    assert disk_full(first)
+    assert not disk_full(_self_caused(RuntimeError("a -> a")))
+
+
+def test_a_failed_checkpoint_save_raises_the_storage_error_without_making_it_its_own_cause(tmp_path):
+    import errno
+
+    import pytest
+
+    from ftui.runner.checkpoint import save_checkpoint
+    from ftui.runner.engines import DistInfo
+
+    class FailingEngine:
+        info = DistInfo()
+        name = "single"
+
+        def save_state(self, directory):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    with pytest.raises(OSError) as raised:
+        save_checkpoint(FailingEngine(), tmp_path, 1, {})
+    assert raised.value.errno == errno.EMFILE and raised.value.__cause__ is not raised.value

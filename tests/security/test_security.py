@@ -1,6 +1,6 @@
 """Security: nothing escapes the runs root, run directories are private, secrets are not
-written down, remote code and pickles stay off, untrusted text is never markup, and the
-app listens on no port."""
+written down, remote code and pickles stay off, untrusted text is never markup, the app
+listens on no port and a run on nothing beyond loopback."""
 
 import ast
 import json
@@ -180,37 +180,97 @@ async def test_untrusted_text_is_literal_in_every_widget(tmp_path):
         await until(pilot, lambda: f"q {nasty}"[:40] in text_of(screen.query_one("#preview")))
 
 
-def test_nothing_in_the_app_or_a_single_process_run_listens_off_loopback(tmp_path):
-    """The app, `ftui watch` and a training run's ranks open no port reachable from another
-    machine. (torchrun's own rendezvous store, used for several processes, binds every
-    interface; README says so. A one-process run is checked here.)"""
-    subprocess.run([*FTUI, "train", "--preset", "demo", "--detach", "--set", "max_steps=3000", "--runs-root", str(tmp_path / "runs")],
-                   check=True, capture_output=True, timeout=60)
-    (run,) = (tmp_path / "runs").iterdir()
-    try:
-        from conftest import wait_for
+class WritesAMarker:
+    """A hostile pickle: unpickling it creates ``path`` (a command would run the same way)."""
 
-        assert wait_for(lambda: (run / EVENTS_FILE).exists() and b'"event":"step"' in (run / EVENTS_FILE).read_bytes(), timeout=120)
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def listening_sockets(processes: list[psutil.Process]) -> list:
+    out = []
+    for p in processes:
+        try:
+            out += [c for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            continue
+    return out
+
+
+PLANT = """
+import datetime, sys
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+for key in sys.argv[3:]:
+    store.set(key, sys.argv[2])
+"""
+
+
+def try_hostile_pickles(ports: list[int], processes: list[psutil.Process], marker: Path) -> None:
+    """What an attacker on this machine would do: join each listening port as a torch store
+    client and put a pickle where a rendezvous would read one (torchrun's c10d rendezvous
+    unpickles ``torch.rendezvous.<run id>`` at every keep-alive). From a process of its own:
+    on a port that is not a torch store the client waits for an answer that never comes."""
+    import pickle
+    from base64 import b64encode
+
+    run_ids = {"default", "none"}
+    for p in processes:
+        try:
+            run_ids.add(p.environ().get("TORCHELASTIC_RUN_ID", "none"))
+        except psutil.Error:
+            continue
+    payload = b64encode(pickle.dumps(WritesAMarker(marker))).decode()
+    keys = [f"torch.rendezvous.{run_id}" for run_id in sorted(run_ids)]
+    for port in ports:
+        try:
+            subprocess.run([sys.executable, "-c", PLANT, str(port), payload, *keys], capture_output=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pass  # subprocess.run killed the client
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_run_listens_on_no_port_beyond_loopback_and_runs_no_planted_pickle(tmp_path, nproc):
+    """The whole process tree of a training run (supervisor, launcher, ranks): one process
+    listens on nothing; two ranks at most on loopback, meeting through a private file in the
+    0700 run directory; a hostile pickle written to any port the tree opens never runs."""
+    from conftest import tiny_config, wait_for
+    from ftui.runner.launch import run_processes, stop_run
+    from tests.faults.test_process_faults import start_detached
+    from tests.test_launch import steps_written
+
+    run = start_detached(tmp_path, tiny_config(tmp_path, engine="ddp" if nproc > 1 else "single", nproc_per_node=nproc,
+                                               max_steps=100000, logging_steps=1))
+    marker = tmp_path / "pwned"
+    try:
+        assert wait_for(lambda: steps_written(run) >= 2, timeout=180)
+        sup, children = run_processes(run)
+        tree = [sup, *children]
         watcher = subprocess.Popen([*FTUI, "watch", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            import time
-
-            time.sleep(3)
-            ours = set()
-            for p in psutil.process_iter(["cmdline"]):
-                cmd = " ".join(p.info["cmdline"] or [])
-                if str(run) in cmd and "torch.distributed.run" not in cmd:
-                    ours.add(p.pid)
-            ours.add(watcher.pid)
-            listening = [c for c in psutil.net_connections(kind="inet") if c.pid in ours and c.status == psutil.CONN_LISTEN]
-            off_loopback = [c for c in listening if c.laddr.ip not in ("127.0.0.1", "::1")]
-            assert off_loopback == [], off_loopback
+            wait_for(lambda: False, timeout=3)  # let `ftui watch` start up
+            assert listening_sockets([psutil.Process(watcher.pid)]) == []
         finally:
             watcher.kill()
+        listening = listening_sockets(tree)
+        if nproc == 1:
+            assert listening == []
+        assert [c.laddr for c in listening if c.laddr.ip not in ("127.0.0.1", "::1")] == []
+        stores = [p for p in run.iterdir() if p.name.startswith(".store-")]
+        assert len(stores) == 1 and stat.S_IMODE(stores[0].stat().st_mode) == 0o600
+        assert stat.S_IMODE(run.stat().st_mode) == 0o700
+        try_hostile_pickles(sorted({c.laddr.port for c in listening}), tree, marker)
+        # torchrun's rendezvous read its state back every 5 s; the run must carry on regardless.
+        reached = steps_written(run) + 2
+        assert not wait_for(marker.exists, timeout=20)
+        assert wait_for(lambda: steps_written(run) >= reached, timeout=180)
     finally:
-        from ftui.runner.launch import stop_run
-
         stop_run(run, force=True)
+    assert not marker.exists()
 
 
 def test_the_package_opens_no_server_socket():

@@ -534,7 +534,7 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self.notify, f"saved {path}{note}", markup=False)
 
     def action_command(self) -> None:
-        from ftui.runner.launch import torchrun_command
+        from ftui.runner.launch import launch_command
         import shlex
 
         self.revalidate()
@@ -544,7 +544,7 @@ class LaunchScreen(Screen):
         name = self.config.run_name or f"{Path(self.config.model_name_or_path).name}-{self.config.method}"
         run_dir = Path(self.config.output_dir) / f"{name}-<timestamp>"
         self.app.push_screen(ShowText("The exact launch command (the run directory is created at Start):",
-                                      shlex.join(torchrun_command(self.config, run_dir))))
+                                      shlex.join(launch_command(self.config, run_dir))))
 
     def action_start(self) -> None:
         self.revalidate()  # the latest keystrokes may not be validated yet
