@@ -280,7 +280,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         # --- Tokenizer and data (every rank builds the same examples; each reads its share)
         tokenizer = load_tokenizer(cfg)
-        data = build_datasets(cfg, tokenizer)
+        data = build_datasets(cfg, tokenizer, progress=prepare_reporter(writer))
         if writer is not None:
             for w in data.warnings:
                 writer.write("log", level="warning", message=w)
@@ -448,6 +448,14 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if step < max_steps:
             return "stopped", f"stop requested at step {step} of {max_steps}"
         return "completed", f"{max_steps} steps"
+
+
+def prepare_reporter(writer: EventWriter | None):
+    """`prepare` events (records tokenized so far) for the dashboard and `ftui watch`: a big
+    dataset takes a minute before the first step."""
+    if writer is None:
+        return None
+    return lambda done, total: writer.write("prepare", done=done, total=total)
 
 
 def log_step(writer, engine: Engine, window: Window, last_counts, outcome, scheduler, step: int, epoch: float,
