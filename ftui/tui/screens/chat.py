@@ -276,6 +276,8 @@ class ChatScreen(Screen):
             return
 
     def _tokens(self, pane: str, text: str) -> None:
+        if self._closed:
+            return
         self.query_one(f"#pane-{pane}", ChatPane).add_tokens(text)
 
     def _finished(self, pane: str, reply: dict[str, Any]) -> None:
