@@ -66,7 +66,10 @@ class StopRequest:
             os._exit(128 + signum)
         self.requested = True
         self.at = time.time()
-        print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+        try:
+            print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+        except OSError:
+            pass  # train.log on a full disk: the stop goes on all the same
 
 
 class Heartbeat:
