@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f) fails a write with EFBIG instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
     if not reserve_room(run_dir):
         return 1
