@@ -122,9 +122,12 @@ class ChatWorker:
     def stop(self) -> None:
         self.send("stop")
 
-    def close_in_background(self) -> None:
-        """For the UI thread: ask the worker to quit and reap it without waiting here."""
-        threading.Thread(target=self.close, daemon=True).start()
+    def kill(self) -> None:
+        """Ends the worker at once (it ignores "stop" while it reads a long prompt)."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
 
     def close(self) -> None:
         self.send("quit")

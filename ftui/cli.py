@@ -28,6 +28,14 @@ from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+
+def safe_console(stderr: bool = False) -> Console:
+    """Every console here prints untrusted text (dataset records, run names, model output):
+    callers escape markup, and emoji codes (``:x:``), which rich.markup.escape leaves alone,
+    are never replaced."""
+    return Console(stderr=stderr, emoji=False)
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -129,7 +137,7 @@ def cmd_app(args: argparse.Namespace) -> int:
             cfg, _ = load_config(args.app_config)
             initial = cfg.to_dict()
         except ConfigError as e:  # open the form anyway, filled with what could be read
-            Console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
+            safe_console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
             initial = yaml.safe_load(Path(args.app_config).read_text()) if Path(args.app_config).exists() else None
     FtuiApp(args.app_root or default_runs_root(), initial_config=initial).run()
     return EXIT_OK
@@ -138,7 +146,7 @@ def cmd_app(args: argparse.Namespace) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     from ftui.tui.app import FtuiApp
 
-    run_dir = _resolve(args.run, args.root, Console(stderr=True))
+    run_dir = _resolve(args.run, args.root, safe_console(stderr=True))
     if run_dir is None:
         return EXIT_USAGE
     FtuiApp(args.root or default_runs_root(), attach=run_dir, offer_live=False).run()
@@ -148,7 +156,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from ftui.watch import watch_run
 
-    run_dir = _resolve(args.run, args.root, Console(stderr=True))
+    run_dir = _resolve(args.run, args.root, safe_console(stderr=True))
     if run_dir is None:
         return EXIT_USAGE
     status = watch_run(run_dir, interval=args.interval)
@@ -175,6 +183,12 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
         return None
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
+    from ftui.runner.records import dataset_path_problem
+
+    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
+    if problem:
+        err.print(f"[red]error:[/] {escape(problem)}")
+        return None
     if cfg.trust_remote_code:
         err.print("[yellow]warning:[/] trust_remote_code is on: Python code from the model's repository will run in the training processes")
     return cfg
@@ -212,7 +226,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ftui.follow import follow_run
     from ftui.runner.launch import other_node_commands, prepare_run, start_run, stop_run
 
-    out, err = Console(), Console(stderr=True)
+    out, err = safe_console(), safe_console(stderr=True)
     resume = None
     if args.checkpoint and not args.resume:
         err.print("[red]error:[/] --checkpoint goes with --resume RUN")
@@ -262,7 +276,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 
-    err = Console(stderr=True)
+    err = safe_console(stderr=True)
     if bool(args.run) == bool(args.model):
         err.print("[red]error:[/] give either --run RUN or --model PATH")
         return EXIT_USAGE
@@ -347,7 +361,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
     from ftui.plan import GIB, SLACK, UnknownModel, count, gib, plan
 
-    out, err = Console(), Console(stderr=True)
+    out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None
     cfg = _load_train_config(args, err)
     if cfg is None:
@@ -393,10 +407,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     from ftui.presets.engine_presets import PRESET_NAMES, describe, preset_path
 
-    out = Console()
+    out = safe_console()
     if args.name:
         if args.name not in PRESET_NAMES:
-            Console(stderr=True).print(f"[red]error:[/] no preset {escape(args.name)!r}; presets: {', '.join(PRESET_NAMES)}")
+            safe_console(stderr=True).print(f"[red]error:[/] no preset {escape(args.name)!r}; presets: {', '.join(PRESET_NAMES)}")
             return EXIT_USAGE
         sys.stdout.write(preset_path(args.name).read_text(encoding="utf-8"))
         return EXIT_OK
@@ -421,7 +435,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     root = args.root or default_runs_root()
     runs = list_runs(root)
-    console = Console()
+    console = safe_console()
     if not runs:
         console.print(f"no runs under {escape(str(Path(root).resolve()))}")
         return EXIT_OK

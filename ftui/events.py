@@ -11,6 +11,7 @@ every line so that a reader in another process sees it at once.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -22,6 +23,11 @@ from typing import Any, Iterable, NamedTuple
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
+# Room kept beside events.jsonl for the final record: the supervisor fills this file at
+# start; a run_end that finds the disk full deletes it and writes into the space it held.
+RESERVE_FILE = ".run-end-reserve"
+RESERVE_BYTES = 64 * 1024
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 # Required fields per event kind. Fields may be ``None`` where the meaning says so
 # (``mfu`` when the device's peak is unknown, ``loss_scale`` outside fp16, ``grad_norm``
@@ -38,6 +44,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "eval": ("step", "eval_loss"),
     "checkpoint": ("step", "path"),
     "log": ("level", "message"),
+    "prepare": ("done", "total"),
     "run_end": ("status", "reason"),
 }
 NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}
@@ -86,28 +93,85 @@ def validate_event(event: Any) -> list[str]:
 
 
 class EventWriter:
-    """Appends events to a run's events.jsonl, one flushed line each (rank 0 only)."""
+    """Appends events to a run's events.jsonl, one flushed line each (rank 0 only).
+
+    Written with os.write on an O_APPEND descriptor, so a failed write leaves no buffered
+    half line behind to come out later. On a full disk a ``run_end`` may use the space of
+    :data:`RESERVE_FILE`; other kinds raise the OSError (and the run then ends with it)."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._torn = False  # a write stopped halfway: the next line starts on a fresh one
+        self.disk_full = False  # a write failed for lack of room (ENOSPC, EFBIG, EDQUOT)
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = make_event(kind, **fields)
         # allow_nan=False: a NaN loss is written as null, never as the non-JSON token NaN.
         line = json.dumps(_finite(event), allow_nan=False, separators=(",", ":"))
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        try:
+            self._append(line)
+        except OSError as err:
+            if err.errno not in DISK_FULL_ERRNOS:
+                raise
+            self.disk_full = True
+            if kind != "run_end" or not release_reserve(self.path.parent):
+                raise
+            self._append(line)
         return event
 
+    def _append(self, line: str) -> None:
+        if self._fd is None:
+            raise ValueError("write to a closed EventWriter")
+        data = (("\n" if self._torn else "") + line + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except OSError:
+                self._torn = self._torn or len(view) < len(data)
+                raise
+            view = view[n:]
+            self._torn = bool(view)
+        self._torn = False
+
     def close(self) -> None:
-        self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> "EventWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def make_reserve(run_dir: Path) -> None:
+    """Fills :data:`RESERVE_FILE` with real blocks (not a sparse file, which a full disk
+    could not back). Raises the OSError, leaving no file, when that fails."""
+    path = Path(run_dir) / RESERVE_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(bytes(RESERVE_BYTES))
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        release_reserve(run_dir)
+        raise
+
+
+def release_reserve(run_dir: Path) -> bool:
+    """Deletes the reserve (True when there was one to free)."""
+    try:
+        os.unlink(Path(run_dir) / RESERVE_FILE)
+        return True
+    except OSError:
+        return False
 
 
 def _finite(value: Any) -> Any:

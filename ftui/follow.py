@@ -52,6 +52,14 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
+def fmt_prepare(event: dict) -> str:
+    """A `prepare` event as one line (its numbers may be anything: a run directory is untrusted)."""
+    done, total = event.get("done"), event.get("total")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (done, total)):
+        return "preparing data"
+    return f"preparing data: {done:,} / {total:,} records"
+
+
 def follow_run(
     run_dir: Path,
     console: Console | None = None,
@@ -63,7 +71,7 @@ def follow_run(
 
     ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
     the old part ends with the previous run_end)."""
-    console = console or Console()
+    console = console or Console(emoji=False)  # untrusted text: no `:x:` -> emoji
     if on_interrupt is not None and threading.current_thread() is threading.main_thread():
         # Ctrl-C must reach us even when started with SIGINT ignored (e.g. from a background
         # job of a non-interactive shell, where Python inherits SIG_IGN).
@@ -126,6 +134,8 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(f"[yellow]{event['level']}:[/] {escape(str(event.get('message')))}")
     elif kind == "checkpoint":
         console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
+    elif kind == "prepare":
+        console.print(f"[dim]{fmt_prepare(event)}[/]")
 
 
 def _print_end(summary: RunSummary, console: Console) -> None:

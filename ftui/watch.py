@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ftui.events import EVENTS_FILE, EventReader
-from ftui.follow import EtaWindow, fmt_duration
+from ftui.follow import EtaWindow, fmt_duration, fmt_prepare
 from ftui.runs import RunSummary, launcher_gone, read_launch_info
 
 
@@ -29,6 +29,8 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             print(f"step {e['step']} eval_loss {e['eval_loss']:.4f}", file=out, flush=True)
         elif e["event"] == "log" and e.get("level") in ("warning", "error"):
             print(f"{e['level']}: {e['message']}", file=out, flush=True)
+        elif e["event"] == "prepare":
+            print(fmt_prepare(e), file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
         loss = "nan" if latest.get("loss") is None else f"{latest['loss']:.4f}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from conftest import train_sync
+from conftest import train_sync, wait_for
 from ftui.chat_client import ChatWorker, GenerationSettings
 from ftui.presets.config import demo_config
 
@@ -139,8 +139,6 @@ class FakeWorker:
     def close(self):
         pass
 
-    close_in_background = close
-
 
 def fake_run(tmp_path: Path) -> Path:
     run = tmp_path / "run-1"
@@ -206,6 +204,89 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         await pilot.press("ctrl+l")
         await pilot.pause(0.1)
         assert screen.conversations["main"].messages == []
+
+
+# --- The chat screen with real worker processes (a stub program in place of the model worker)
+
+STUB = """
+import json, sys, time
+print(json.dumps({"type": "ready"}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["op"] == "load":
+        time.sleep(1.5)  # loading a model
+        print(json.dumps({"type": "loaded", "label": "stub", "device": "cpu", "params": 1}), flush=True)
+    elif req["op"] == "quit":
+        break
+    # "generate": reads a huge prompt for ever, and "stop" is not read meanwhile
+"""
+
+
+def stub_workers(tmp_path: Path):
+    """A worker factory whose processes run STUB (ChatWorker runs `PYTHON -m ftui.runner.chat`)."""
+    stub = tmp_path / "stub-python"
+    stub.write_text(f"#!{sys.executable}\n{STUB}")
+    stub.chmod(0o755)
+    return stub, lambda: ChatWorker(python=str(stub))
+
+
+def worker_processes(stub: Path) -> list:
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if str(stub) in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+async def test_closing_the_chat_screen_at_once_ends_its_worker_every_time(tmp_path):
+    from textual.app import App
+
+    from tests.test_tui_pilot import until
+
+    from ftui.tui.screens.chat import ChatScreen
+
+    run = fake_run(tmp_path)
+    stub, factory = stub_workers(tmp_path)
+    app = App()
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(5):  # open, and close again while the model is still loading
+            app.push_screen(ChatScreen(run, worker_factory=factory))
+            await pilot.pause(0.1)
+            await pilot.press("escape")
+            await pilot.pause(0.1)
+        await until(pilot, lambda: not worker_processes(stub))  # while the app still runs
+
+
+async def test_esc_ends_a_worker_that_does_not_stop_and_reloads_it(tmp_path):
+    from textual.app import App
+
+    from ftui.tui.screens.chat import ChatPane, ChatScreen
+    from tests.test_tui_pilot import until
+
+    run = fake_run(tmp_path)
+    stub, factory = stub_workers(tmp_path)
+    app = App()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = ChatScreen(run, worker_factory=factory)
+        app.push_screen(screen)
+        await until(pilot, lambda: "main" in screen.workers_by_pane)
+        first = screen.workers_by_pane["main"]
+        screen.query_one("#chat-prompt").value = "x" * 100_000
+        await pilot.press("enter")
+        await until(pilot, lambda: screen.busy)
+        await pilot.press("escape")  # "stop" is ignored: the screen ends the worker
+        await until(pilot, lambda: not screen.busy and first.proc.poll() is not None)
+        answers = "".join(w.render().plain for w in screen.query_one("#pane-main", ChatPane).query(".answer"))
+        assert "stopped" in answers
+        assert screen.conversations["main"].messages == []  # the unanswered question is not history
+        await until(pilot, lambda: screen.workers_by_pane.get("main") not in (None, first))  # loaded again
+        assert app.screen is screen  # Esc stopped the answer; it did not leave the screen
+    assert wait_for(lambda: not worker_processes(stub), timeout=60)  # and the reloaded one ended with the app
 
 
 def test_chat_screen_snapshot(snap_compare, tmp_path):

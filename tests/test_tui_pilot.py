@@ -33,6 +33,14 @@ def text_of(widget) -> str:
     return console.export_text()
 
 
+async def open_form(pilot, app):
+    """F2, then the launch form once its first validation has enabled Start."""
+    await pilot.press("f2")
+    screen = app.screen
+    await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+    return screen
+
+
 def make_app(tmp_path, **kw):
     kw.setdefault("sampler", fixed_sampler)
     kw.setdefault("offer_live", False)

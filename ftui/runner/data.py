@@ -11,8 +11,9 @@ sync to know them.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -23,6 +24,7 @@ from ftui.runner.records import DataFormatError, DatasetSpec, HubDataset, apply_
 __all__ = ["DataFormatError", "IGNORE", "Example", "build_datasets", "pack_examples", "Collator", "Batch", "EpochSampler"]
 
 IGNORE = -100
+PROGRESS_EVERY_S = 3.0  # how often build_datasets reports while it tokenizes
 
 
 @dataclass
@@ -102,11 +104,16 @@ class TokenizedData:
     warnings: list[str] = field(default_factory=list)
 
 
-def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
-    """Reads, checks, tokenizes, splits and (optionally) packs every dataset of the config."""
+def build_datasets(cfg: RunConfig, tokenizer: Any, progress: Callable[[int, int], None] | None = None) -> TokenizedData:
+    """Reads, checks, tokenizes, splits and (optionally) packs every dataset of the config.
+
+    ``progress(done, total)`` is called with the records tokenized so far: once at the start,
+    every few seconds, and at the end (200,000 records take about a minute on one CPU core,
+    which the dashboard shows rather than a silent wait)."""
     encoder = Encoder(tokenizer, chat_template_for(cfg, tokenizer))
     examples: list[Example] = []
     out = TokenizedData(train=[], eval=[])
+    loaded = []
     for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
         records = load_records(spec)
         if cfg.max_samples:
@@ -114,10 +121,15 @@ def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
         if not records:
             raise DataFormatError(f"dataset {spec.name!r} has no records")
         apply_detected_format(spec, records[0])
+        loaded.append((spec, records))
+    total = sum(len(records) for _, records in loaded)
+    report = _Progress(progress, total)
+    for spec, records in loaded:
         for i, record in enumerate(records):
             messages, tools = to_messages(record, spec, i)
             ids, labels = encoder.encode(messages, tools)
             out.records += 1
+            report.tick(out.records)
             if len(ids) > cfg.cutoff_len:
                 out.truncated += 1
                 ids, labels = ids[: cfg.cutoff_len], labels[: cfg.cutoff_len]
@@ -125,6 +137,7 @@ def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
                 out.dropped += 1
                 continue
             examples.append(Example(ids, labels, real_tokens=len(ids)))
+    report.done()
     if out.truncated:
         out.warnings.append(f"{out.truncated} of {out.records} examples were longer than cutoff_len={cfg.cutoff_len} and were cut")
     if out.dropped:
@@ -140,6 +153,27 @@ def build_datasets(cfg: RunConfig, tokenizer: Any) -> TokenizedData:
     out.train_examples = len(train)
     out.train = pack_examples(train, cfg.cutoff_len) if cfg.packing else train
     return out
+
+
+class _Progress:
+    """Calls ``progress(done, total)`` at the start, at most every PROGRESS_EVERY_S, and at the end."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int):
+        self.progress, self.total = progress, total
+        self.last = time.monotonic()
+        self.count = 0
+        if progress is not None:
+            progress(0, total)
+
+    def tick(self, done: int) -> None:
+        self.count = done
+        if self.progress is not None and done % 64 == 0 and time.monotonic() - self.last >= PROGRESS_EVERY_S:
+            self.last = time.monotonic()
+            self.progress(done, self.total)
+
+    def done(self) -> None:
+        if self.progress is not None:
+            self.progress(self.count, self.total)
 
 
 def pack_examples(examples: list[Example], row_len: int) -> list[Example]:

@@ -9,6 +9,8 @@ No torch here: the launch form previews and checks datasets with this same code.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,16 @@ EXPECTED = {
 
 class DataFormatError(ValueError):
     """A dataset that cannot be used; the message shows the offending record."""
+
+
+class DatasetPathError(DataFormatError):
+    """A dataset_info.json entry whose file lies outside dataset_dir (refused before any read)."""
+
+
+# Secrets that a file mistaken for a dataset may hold: never copied into a message (those
+# end up in train.log and events.jsonl).
+SECRET = re.compile(r"\b(hf_|sk-|ghp_|gho_|github_pat_|xox[abp]-|AKIA)[A-Za-z0-9_\-]{8,}")
+PREVIEW_CHARS = 120
 
 
 @dataclass
@@ -59,7 +71,7 @@ class DatasetSpec:
 
 def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
     path = Path(dataset_dir).expanduser() / "dataset_info.json"
-    if not path.exists():
+    if not _exists(path):
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -80,19 +92,40 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
             specs.append(_spec_from_entry(name, entry, dataset_dir if name in registry else None))
             continue
         path = Path(name).expanduser()
-        if not path.is_absolute() and not path.exists():
+        if not path.is_absolute() and not _exists(path):
             path = Path(dataset_dir).expanduser() / name
-        if path.exists():
+        if _exists(path):
             specs.append(DatasetSpec(name=name, file_name=str(path), explicit_format=False))
-        elif "/" in name and not name.startswith((".", "/", "~")):
+        elif "/" in name and not name.startswith((".", "/", "~")) and len(name) < 200:
             specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
         else:
-            known = ", ".join(sorted(registry)[:8]) or "none"
+            known = ", ".join(_clip(k, 40) for k in sorted(registry)[:8]) or "none"
             raise DataFormatError(
-                f"dataset {name!r} is neither in {Path(dataset_dir) / 'dataset_info.json'} "
+                f"dataset {_clip(name, 200)!r} is neither in {_clip(str(Path(dataset_dir) / 'dataset_info.json'), 200)} "
                 f"(known: {known}) nor a file; give a registry name, a .json/.jsonl/.parquet path or a hub name"
             )
     return specs
+
+
+def dataset_path_problem(dataset: str, dataset_dir: str) -> str | None:
+    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir), else None.
+    Checked before a run starts (CLI, form); other dataset problems are left to the run,
+    which reports them with the offending record."""
+    try:
+        resolve_datasets(dataset, dataset_dir)
+    except DatasetPathError as err:
+        return str(err)
+    except (DataFormatError, OSError, ValueError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists, False where the name cannot even be looked up (a 100 KB paste: ENAMETOOLONG)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
@@ -100,7 +133,7 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
         raise DataFormatError(f"dataset {name!r} is a preference (ranking) dataset; ftui trains SFT only")
     file_name = entry.get("file_name")
     if file_name and dataset_dir is not None:
-        file_name = str(Path(dataset_dir).expanduser() / file_name)
+        file_name = registry_path(name, str(file_name), dataset_dir)
     fmt = entry.get("formatting", "alpaca")
     if fmt not in EXPECTED:
         raise DataFormatError(f"dataset {name!r} has formatting {fmt!r}; ftui reads alpaca and sharegpt")
@@ -109,6 +142,21 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
         split=entry.get("split", "train"), subset=entry.get("subset"),
     )
+
+
+def registry_path(name: str, file_name: str, dataset_dir: str) -> str:
+    """A registry entry's file, which must stay inside dataset_dir. Checked on the path as
+    written (no symlink is followed): a link the user placed inside dataset_dir is their
+    choice, an absolute path or a ``..`` in the registry entry is not."""
+    root = os.path.normpath(os.path.abspath(Path(dataset_dir).expanduser()))
+    joined = os.path.normpath(os.path.join(root, file_name))
+    if Path(file_name).is_absolute() or os.path.commonpath([root, joined]) != root:
+        raise DatasetPathError(
+            f"dataset {_clip(name, 80)!r} in {_clip(str(Path(dataset_dir) / 'dataset_info.json'), 200)}: file_name "
+            f"{_clip(file_name, 200)!r} leaves dataset_dir; registry entries may only name files inside {_clip(root, 200)} "
+            "(copy or link the file there, or give its path as the dataset instead)"
+        )
+    return joined
 
 
 def read_records(spec: DatasetSpec, limit: int | None = None) -> list[dict[str, Any]]:
@@ -192,8 +240,16 @@ def apply_detected_format(spec: DatasetSpec, first: Any) -> None:
     spec.formatting = fmt
 
 
-def _snippet(record: Any, limit: int = 300) -> str:
-    text = record if isinstance(record, str) else json.dumps(record, ensure_ascii=False, default=str)
+def _snippet(record: Any, limit: int = PREVIEW_CHARS) -> str:
+    """A short, escaped preview of a record for an error message (which lands in train.log
+    and events.jsonl): JSON-quoted, so control characters show as escapes, with anything
+    that looks like an access token blanked out."""
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    text = SECRET.sub(lambda m: m.group(1) + "<redacted>", text)
+    return _clip(text, limit)
+
+
+def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 

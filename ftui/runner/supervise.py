@@ -10,6 +10,10 @@ Rank 0 writes run_end itself when training ends or fails in Python. When a rank 
 then writes ``run_end`` status ``failed`` with the launcher's exit code and the last lines
 of train.log, so ``ftui runs`` and the dashboard tell the truth. No torch here.
 
+On a full disk the final record still fits: the supervisor fills ``.run-end-reserve`` beside
+events.jsonl at start, and whoever writes ``run_end`` into a full disk frees it first. A
+disk too full for even that ends the run before it starts, saying so.
+
 It also watches for a hung job: every rank touches ``heartbeat/rank-N`` as it makes
 progress; when none has for ``hang_timeout`` seconds, the supervisor names the rank (a
 stopped process, else the one that fell behind), kills the tree and records the hang.
@@ -26,10 +30,44 @@ from pathlib import Path
 
 import psutil
 
-from ftui.events import EVENTS_FILE, EventReader, EventWriter
+from ftui.events import DISK_FULL_ERRNOS, EVENTS_FILE, RESERVE_BYTES, EventReader, EventWriter, make_reserve, release_reserve
 from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE
 
 POLL_S = 2.0
+DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
+DISK_FULL_HINT = ("the disk is full where the run directory is: free space (or raise the quota), then start again "
+                  "(ftui train --resume RUN continues from the newest checkpoint, if any); train.log may be empty or "
+                  "cut short because it could not be written either")
+
+
+def say(message: str) -> None:
+    """A line for train.log, which is on the same disk: a full disk must not end the supervisor."""
+    try:
+        print(message, flush=True)
+    except OSError:
+        pass
+
+
+def free_bytes(run_dir: Path) -> int | None:
+    try:
+        return shutil.disk_usage(run_dir).free
+    except OSError:
+        return None
+
+
+def looks_disk_full(run_dir: Path, log_tail: str) -> bool:
+    """The ranks died of a full disk: their log says so, or there is no room left at all."""
+    free = free_bytes(run_dir)
+    return any(t in log_tail for t in DISK_FULL_TEXT) or (free is not None and free < RESERVE_BYTES)
+
+
+def write_run_end(run_dir: Path, **fields) -> None:
+    """Writes the supervisor's run_end; on a full disk it takes the reserve's room (EventWriter)."""
+    try:
+        with EventWriter(run_dir / EVENTS_FILE) as writer:
+            writer.write("run_end", **fields)
+    except OSError as err:
+        say(f"[ftui] could not record how the run ended: {err}")
 
 
 def last_log_lines(run_dir: Path, n: int = 8) -> str:
@@ -132,7 +170,7 @@ def wait_watching(proc: subprocess.Popen, run_dir: Path) -> tuple[int, str | Non
         except subprocess.TimeoutExpired:
             hang = find_hang(run_dir, timeout, proc)
             if hang is not None:
-                print(f"[ftui] {hang}", flush=True)
+                say(f"[ftui] {hang}")
                 kill_tree(proc)
                 return proc.wait(), hang
         except InterruptedError:
@@ -149,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
+    if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f) fails a write with EFBIG instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
+    if not reserve_room(run_dir):
+        return 1
     proc = subprocess.Popen(cmd)
     # The group's SIGTERM reaches the launcher directly; forwarding it too would be a second
     # signal, which means "exit at once".
@@ -157,35 +199,52 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda s, f: None)
     code, hang = wait_watching(proc, run_dir)
     if hang is not None and not has_run_end(run_dir):
-        with EventWriter(run_dir / EVENTS_FILE) as writer:
-            writer.write("run_end", status="failed", reason=hang, error_type="Hang", error_message=hang,
-                         hint="if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "
-                              "check off); the newest checkpoint resumes with ftui train --resume RUN", exit_code=code)
-        print(f"[ftui] launcher exited with code {code}", flush=True)
-        return code
+        write_run_end(run_dir, status="failed", reason=hang, error_type="Hang", error_message=hang,
+                      hint="if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "
+                           "check off); the newest checkpoint resumes with ftui train --resume RUN", exit_code=code)
+        return finish(run_dir, code)
     if node_rank > 0:
         # Rank 0 (on node 0) writes this run's events; this node only records how it ended.
         if not has_run_end(run_dir):
-            with EventWriter(run_dir / EVENTS_FILE) as writer:
-                writer.write("run_end", status="completed" if code == 0 else "failed",
-                             reason=f"node {node_rank} of a multi-node run: its ranks exited with code {code}; "
-                                    "the run's events and final/ are on node 0",
-                             **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
-                                                      "hint": "see train.log on this node and the run on node 0"}))
-        print(f"[ftui] launcher exited with code {code}", flush=True)
-        return code
+            write_run_end(run_dir, status="completed" if code == 0 else "failed",
+                          reason=f"node {node_rank} of a multi-node run: its ranks exited with code {code}; "
+                                 "the run's events and final/ are on node 0",
+                          **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
+                                                   "hint": "see train.log on this node and the run on node 0"}))
+        return finish(run_dir, code)
     if not has_run_end(run_dir):
         tail = last_log_lines(run_dir)
-        with EventWriter(run_dir / EVENTS_FILE) as writer:
-            writer.write(
-                "run_end", status="failed",
-                reason=f"the training processes ended without a result (launcher exit code {code})",
-                error_type="ProcessDied", error_message=tail[-2000:],
-                hint="a rank was killed (out of host memory? kill -9?) or crashed before Python could report it; see train.log",
-                exit_code=code,
-            )
-    print(f"[ftui] launcher exited with code {code}", flush=True)
+        if looks_disk_full(run_dir, tail):
+            write_run_end(run_dir, status="failed", reason=f"disk full: the training processes could not write (launcher exit code {code})",
+                          error_type="DiskFull", error_message=tail[-2000:], hint=DISK_FULL_HINT, exit_code=code)
+        else:
+            write_run_end(run_dir, status="failed", reason=f"the training processes ended without a result (launcher exit code {code})",
+                          error_type="ProcessDied", error_message=tail[-2000:],
+                          hint="a rank was killed (out of host memory? kill -9?) or crashed before Python could report it; see train.log",
+                          exit_code=code)
+    return finish(run_dir, code)
+
+
+def finish(run_dir: Path, code: int) -> int:
+    release_reserve(run_dir)
+    say(f"[ftui] launcher exited with code {code}")
     return code
+
+
+def reserve_room(run_dir: Path) -> bool:
+    """Keeps room for run_end. False (and the run ended, saying why) when the disk is full already."""
+    try:
+        make_reserve(run_dir)
+    except OSError as err:
+        if err.errno not in DISK_FULL_ERRNOS:
+            return True  # no reserve, but no reason not to try either
+        free = free_bytes(run_dir)
+        room = f"{free // 1024} KiB free" if free is not None else "no room"
+        write_run_end(run_dir, status="failed", reason=f"disk full before the start: {room} where the run directory is",
+                      error_type="DiskFull", error_message=str(err), hint=DISK_FULL_HINT)
+        say(f"[ftui] not started: the disk is full ({room} in {run_dir})")
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -68,7 +68,10 @@ class StopRequest:
             os._exit(128 + signum)
         self.requested = True
         self.at = time.time()
-        print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+        try:
+            print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+        except OSError:
+            pass  # train.log on a full disk: the stop goes on all the same
 
 
 class Heartbeat:
@@ -263,19 +266,39 @@ def main(argv: list[str] | None = None) -> int:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)
         status, reason = train(run_dir, cfg, info, writer, stop, resume)
     except BaseException as exc:  # every failure ends with a run_end that says why
-        traceback.print_exc()
-        sys.stderr.flush()
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except OSError:
+            pass  # train.log is on a full disk too: the run_end below still says why
         if writer is not None:
-            writer.write(
-                "run_end", status="failed", reason=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                error_type=type(exc).__name__, error_message=str(exc)[:4000],
-                hint=hint_for(exc, cfg) if cfg is not None else "the config could not be read",
-            )
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            full = writer.disk_full or disk_full(exc)
+            write_end(writer, status="failed", reason=("disk full: " if full else "") + reason,
+                      error_type=type(exc).__name__, error_message=str(exc)[:4000],
+                      hint=DISK_FULL_HINT if writer.disk_full else hint_for(exc, cfg) if cfg is not None
+                      else "the config could not be read")
         return 1
     if writer is not None:
-        writer.write("run_end", status=status, reason=reason)
+        write_end(writer, status=status, reason=reason)
         writer.close()
     return 0
+
+
+DISK_FULL_HINT = ("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
+                  "ftui train --resume RUN continues from the newest checkpoint; train.log may be cut short for the same reason")
+
+
+def write_end(writer: EventWriter, **fields: Any) -> None:
+    """run_end, which EventWriter fits into the reserved room on a full disk; if even that
+    fails, the supervisor's own record (which reads train.log and the free space) stands."""
+    try:
+        writer.write("run_end", **fields)
+    except OSError as err:
+        try:
+            print(f"[ftui] could not write run_end: {err}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
 
 
 def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
@@ -292,7 +315,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         # --- Tokenizer and data (every rank builds the same examples; each reads its share)
         tokenizer = load_tokenizer(cfg)
-        data = build_datasets(cfg, tokenizer)
+        data = build_datasets(cfg, tokenizer, progress=prepare_reporter(writer))
         if writer is not None:
             for w in data.warnings:
                 writer.write("log", level="warning", message=w)
@@ -467,6 +490,14 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if step < max_steps:
             return "stopped", f"stop requested at step {step} of {max_steps}"
         return "completed", f"{max_steps} steps"
+
+
+def prepare_reporter(writer: EventWriter | None):
+    """`prepare` events (records tokenized so far) for the dashboard and `ftui watch`: a big
+    dataset takes a minute before the first step."""
+    if writer is None:
+        return None
+    return lambda done, total: writer.write("prepare", done=done, total=total)
 
 
 def log_step(writer, engine: Engine, window: Window, last_counts, outcome, scheduler, step: int, epoch: float,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ftui.events import StepColumns
-from ftui.follow import EtaWindow
+from ftui.follow import EtaWindow, fmt_prepare
 from ftui.runs import RunSummary
 
 
@@ -84,6 +84,7 @@ class RunView:
     error: str | None = None
     hint: str | None = None
     loading: float | None = None
+    preparing: str | None = None  # "preparing data: N / M records" until the run starts
 
     @property
     def ended(self) -> bool:
@@ -108,6 +109,7 @@ class RunState:
     events_seen: int = 0
     loading: float | None = None  # share of the history still being read on attach
     resumed_from: int | None = None  # the last resume's checkpoint step: later history is stale
+    preparing: str | None = None
 
     def apply(self, events: list[Any]) -> None:
         """Folds events (dicts, or StepColumns from a compact read) in file order."""
@@ -130,6 +132,10 @@ class RunState:
                 continue
             summary.apply(e)
             kind = e["event"]
+            if kind == "prepare":
+                self.preparing = fmt_prepare(e)
+            elif kind in ("run_start", "step", "run_end"):
+                self.preparing = None
             if kind == "run_start" and e.get("resumed_from_step") is not None:
                 self.resumed_from = int(e["resumed_from_step"])
                 keep = bisect_right(self.eval_steps, self.resumed_from)
@@ -206,5 +212,5 @@ class RunState:
             recent=(list(s.loss_steps[recent_from:]), list(s.loss_values[recent_from:])),
             evals=(list(self.eval_steps), list(self.eval_values)),
             rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
-            reason=s.reason, error=s.error, hint=s.hint, loading=self.loading,
+            reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
         )

@@ -52,6 +52,8 @@ class RunHeader(Static):
             line.append(f" │ ETA {fmt_duration(view.eta)}")
         if view.loading is not None:
             line.append(f" │ reading history {100 * view.loading:.0f}%", style="yellow")
+        if view.preparing and not view.ended:
+            line.append(f" │ {view.preparing}", style="yellow")
         if view.model:
             line.append(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", style="dim")
         self.update(line)

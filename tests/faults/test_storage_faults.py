@@ -1,16 +1,21 @@
 """Faults of the storage under a run: a full disk while writing a checkpoint (simulated with
-a file-size limit, RLIMIT_FSIZE, on the training processes), and a damaged newest checkpoint."""
+a file-size limit, RLIMIT_FSIZE, on the training processes), a disk that fills up while
+events are written or is nearly full at the start (a small tmpfs), and a damaged newest
+checkpoint."""
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import yaml
 
-from conftest import tiny_config, train_sync
-from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import launch_command
+from conftest import tiny_config, train_sync, wait_for
+from ftui.events import EVENTS_FILE, RESERVE_FILE, read_all
+from ftui.runner.launch import launch_command, prepare_run
 from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -104,3 +109,68 @@ def test_a_failed_checkpoint_save_raises_the_storage_error_without_making_it_its
     with pytest.raises(OSError) as raised:
         save_checkpoint(FailingEngine(), tmp_path, 1, {})
     assert raised.value.errno == errno.EMFILE and raised.value.__cause__ is not raised.value
+
+
+# --- A disk that fills up under a run (a real small filesystem: tmpfs, so root only)
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MiB tmpfs (the demo model's random base, saved into the run, is ~10 MB)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def fill_disk(where: Path, leave: int = 0) -> None:
+    """Writes a filler file until only ``leave`` bytes are free."""
+    with open(where / "filler", "wb") as fh:
+        try:
+            while True:
+                free = shutil.disk_usage(where).free - leave
+                if free <= 0:
+                    break
+                fh.write(bytes(min(free, 1 << 20)))
+                fh.flush()
+        except OSError:
+            pass
+
+
+def supervise(cfg, run: Path) -> subprocess.Popen:
+    """The supervisor + launcher as `ftui train --detach` starts them (train.log in the run directory)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "ftui.runner.supervise", str(run), "--", *launch_command(cfg, run, sys.executable)]
+    with open(run / "train.log", "ab", buffering=0) as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def test_disk_full_while_events_are_written_ends_the_run_saying_disk_full(small_disk):
+    cfg = tiny_config(small_disk, max_steps=100000, save_steps=100000, max_samples=16)
+    run = prepare_run(cfg).resolve()
+    proc = supervise(cfg, run)
+    try:
+        assert wait_for(lambda: any(e["event"] == "step" for e in read_all(run / EVENTS_FILE)), timeout=300)
+        fill_disk(small_disk)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    end = read_all(run / EVENTS_FILE)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed", end
+    assert "disk full" in end["reason"] and "disk is full" in end["hint"]
+    summary = summarize_run(run)
+    assert summary.status == "failed" and "disk full" in summary.reason
+    assert not (run / RESERVE_FILE).exists()
+
+
+def test_a_disk_with_8_kib_free_at_start_says_disk_full(small_disk):
+    cfg = tiny_config(small_disk, max_steps=2)
+    run = prepare_run(cfg).resolve()
+    fill_disk(small_disk, leave=8192)
+    proc = supervise(cfg, run)
+    assert proc.wait(timeout=300) != 0
+    end = read_all(run / EVENTS_FILE)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed", end
+    assert "disk full" in end["reason"] and "train.log may be empty" in end["hint"]

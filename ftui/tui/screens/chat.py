@@ -9,6 +9,7 @@ markup, so ``[bold]`` or ``[/]`` in an answer prints literally.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ from ftui.gpu import device_choices
 from ftui.runs import FINAL_DIR, checkpoints
 
 BASE = "base"
+# Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
+# tokenized and prefilled before the first token, where no stop is read) is ended and reloaded.
+STOP_GRACE_S = 2.0
 
 
 def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
@@ -93,6 +97,13 @@ class ChatScreen(Screen):
         self.conversations: dict[str, Conversation] = {}
         self.busy: set[str] = set()
         self.compare = False
+        self.specs: dict[str, dict[str, Any]] = {}  # what each pane loaded, to reload after a forced stop
+        self.stop_asked: dict[str, float] = {}  # pane -> when Esc asked it to stop
+        # Every worker process this screen started, until closed: loads finish in threads,
+        # possibly after the screen is gone, and those workers must end too.
+        self._started: set[Any] = set()
+        self._lock = threading.Lock()
+        self._closed = False
 
     def compose(self) -> ComposeResult:
         sources = chat_sources(self.run_dir) if self.run_dir else []
@@ -155,20 +166,48 @@ class ChatScreen(Screen):
 
     @work(thread=True, group="chat-load")
     def load_pane(self, pane: str, spec: dict[str, Any]) -> None:
-        self.app.call_from_thread(self._status, "loading the model…")
+        self._call_ui(self._status, "loading the model…")
+        self.specs[pane] = spec
         old = self.workers_by_pane.pop(pane, None)
         if old is not None:
-            old.close()
-        worker = self.worker_factory()
+            self._close_worker(old)
+        worker = self._start_worker()
+        if worker is None:
+            return  # the screen closed meanwhile
         reply = worker.load(**spec)
-        if reply["type"] != "loaded":
-            worker.close()
-            self.app.call_from_thread(self._loaded, pane, None, reply.get("message", "cannot load the model"))
+        with self._lock:
+            closed = self._closed
+            if not closed and reply["type"] == "loaded":
+                self.workers_by_pane[pane] = worker
+        if closed or reply["type"] != "loaded":
+            self._close_worker(worker)
+            if not closed:
+                self._call_ui(self._loaded, pane, None, reply.get("message", "cannot load the model"))
             return
-        self.workers_by_pane[pane] = worker
-        self.app.call_from_thread(self._loaded, pane, reply, None)
+        self._call_ui(self._loaded, pane, reply, None)
+
+    def _start_worker(self) -> Any:
+        """A new worker process, registered so that closing the screen ends it; None once closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            worker = self.worker_factory()
+            self._started.add(worker)
+            return worker
+
+    def _close_worker(self, worker: Any) -> None:
+        worker.close()
+        with self._lock:
+            self._started.discard(worker)
+
+    def _call_ui(self, fn, *args: Any) -> None:
+        """call_from_thread, dropped once the screen is closed (its widgets are gone)."""
+        if not self._closed:
+            self.app.call_from_thread(fn, *args)
 
     def _loaded(self, pane: str, reply: dict[str, Any] | None, error: str | None) -> None:
+        if self._closed:
+            return
         widget = self.query_one(f"#pane-{pane}", ChatPane)
         if error:
             widget.show_error(error)
@@ -214,7 +253,12 @@ class ChatScreen(Screen):
         rid = worker.generate(messages, settings)
         pending: list[str] = []
         last = time.monotonic()
+        killed = False
         while True:
+            asked = self.stop_asked.get(pane)
+            if not killed and asked is not None and time.monotonic() - asked > STOP_GRACE_S:
+                worker.kill()  # its reader then reports an exit, which ends this loop
+                killed = True
             reply = worker.get(timeout=0.05)
             if reply is not None and reply.get("id") not in (None, rid):
                 continue
@@ -222,25 +266,34 @@ class ChatScreen(Screen):
                 pending.append(reply["text"])
             now = time.monotonic()
             if pending and (reply is None or now - last > 0.05):  # batch tokens: at most ~20 redraws/s
-                self.app.call_from_thread(self._tokens, pane, "".join(pending))
+                self._call_ui(self._tokens, pane, "".join(pending))
                 pending, last = [], now
             if reply is None or reply["type"] == "token":
                 continue
             if pending:
-                self.app.call_from_thread(self._tokens, pane, "".join(pending))
-            self.app.call_from_thread(self._finished, pane, reply)
+                self._call_ui(self._tokens, pane, "".join(pending))
+            self._call_ui(self._finished, pane, {"type": "killed"} if killed and reply["type"] == "exit" else reply)
             return
 
     def _tokens(self, pane: str, text: str) -> None:
+        if self._closed:
+            return
         self.query_one(f"#pane-{pane}", ChatPane).add_tokens(text)
 
     def _finished(self, pane: str, reply: dict[str, Any]) -> None:
+        if self._closed:
+            return
         self.busy.discard(pane)
+        self.stop_asked.pop(pane, None)
         widget = self.query_one(f"#pane-{pane}", ChatPane)
         conv = self.conversations[pane]
         if reply["type"] == "done":
             note = f"{reply['tokens']} tokens · {reply.get('tokens_per_s') or 0:.1f} tokens/s" + (" · stopped" if reply["stopped"] else "")
             conv.answer(widget.finish(note))
+        elif reply["type"] == "killed":
+            conv.messages.pop()
+            widget.finish("stopped (the model was still reading the prompt, so its worker was ended; reloading it)")
+            self.load_pane(pane, self.specs[pane])
         else:
             conv.messages.pop()  # the question stays on screen, not in the history sent next time
             widget.show_error(reply.get("message", "the answer failed"))
@@ -251,6 +304,7 @@ class ChatScreen(Screen):
         if self.busy:
             for pane in self.busy:
                 self.workers_by_pane[pane].stop()
+                self.stop_asked.setdefault(pane, time.monotonic())
             return
         self.app.pop_screen()
 
@@ -284,7 +338,7 @@ class ChatScreen(Screen):
             self.compare = False
             worker = self.workers_by_pane.pop("base", None)
             if worker is not None:
-                worker.close_in_background()
+                self._close_in_background(worker)
             self.conversations.pop("base", None)
             self.query_one("#pane-base").remove()
             return
@@ -292,7 +346,15 @@ class ChatScreen(Screen):
         panes.mount(ChatPane("base model", id="pane-base"))
         self.load_pane("base", {"run": str(self.run_dir), "base": True, "device": self._device()})
 
+    def _close_in_background(self, worker: Any) -> None:
+        threading.Thread(target=self._close_worker, args=(worker,), daemon=True).start()  # the UI thread never waits on a process
+
     def on_unmount(self) -> None:
-        for worker in self.workers_by_pane.values():
-            worker.close_in_background()  # the UI thread never waits on a process
-        self.workers_by_pane.clear()
+        """Ends every worker this screen started: loaded, still loading or still starting
+        (a load that finishes later sees ``_closed`` and ends its own)."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._started)
+            self.workers_by_pane.clear()
+        for worker in workers:
+            self._close_in_background(worker)

@@ -179,6 +179,7 @@ class LaunchScreen(Screen):
         self._shown_errors: dict[str, str] = {}
         self._validation_pending = False
         self._ready = False
+        self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -288,6 +289,11 @@ class LaunchScreen(Screen):
 
         values = self.values()
         cfg, problems = validate_config(self.current_config_dict())
+        if self._dataset_problem:
+            from ftui.presets.config import FieldProblem
+
+            problems = [*problems, FieldProblem("dataset", values.get("dataset"), self._dataset_problem)]
+            cfg = None
         self.config, self.problems = cfg, problems
         by_field: dict[str, list[str]] = {}
         general = []
@@ -388,9 +394,12 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str) -> None:
-        from ftui.runner.records import DataFormatError, HubDataset, apply_detected_format, read_records, resolve_datasets, to_messages
+        from ftui.runner.records import DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records, resolve_datasets, to_messages
 
         text = Text()
+        problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
+        if problem != self._dataset_problem:
+            self.app.call_from_thread(self._set_dataset_problem, problem)
         try:
             specs = resolve_datasets(dataset, dataset_dir) if dataset.strip() else []
             for spec in specs[:2]:
@@ -412,8 +421,12 @@ class LaunchScreen(Screen):
                     text.append(" → ", style="dim")
                     text.append(_clip(answer, 60) + "\n")
         except (DataFormatError, OSError, ValueError) as err:
-            text = Text(str(err), style="red")
+            text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
         self.app.call_from_thread(self.query_one("#preview", Static).update, text)
+
+    def _set_dataset_problem(self, problem: str | None) -> None:
+        self._dataset_problem = problem
+        self.revalidate()
 
     @work(thread=True, exclusive=True, group="plan")
     def plan_memory(self, cfg: "RunConfig") -> None:
@@ -547,6 +560,10 @@ class LaunchScreen(Screen):
                                       shlex.join(launch_command(self.config, run_dir))))
 
     def action_start(self) -> None:
+        from ftui.runner.records import dataset_path_problem
+
+        if self.config is not None:  # the preview may not have read the latest dataset_info.json yet
+            self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir)
         self.revalidate()  # the latest keystrokes may not be validated yet
         if self.config is None:
             self.notify("the form has problems: fix the fields marked in red", severity="error")
@@ -577,6 +594,14 @@ class LaunchScreen(Screen):
                    "save": self.action_save, "command": self.action_command}
         if event.button.id in actions:
             actions[event.button.id]()
+
+
+PREVIEW_ERROR_CHARS = 600
+
+
+def _shorten(text: str, n: int) -> str:
+    """Like _clip, but keeps the line breaks (a record error spans lines)."""
+    return text if len(text) <= n else text[:n] + f"… ({len(text):,} characters)"
 
 
 def _clip(text: str, n: int) -> str:
