@@ -42,6 +42,8 @@ from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deeps
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
+# The chunked loss (ftui.runner.loss) computes at most this many logits at once.
+LOSS_CHUNK_ELEMENTS = 2**26
 # Memory outside the allocator's count, per GPU. These are assumptions, not measurements:
 # - the CUDA context with cuBLAS/cuDNN workspaces and kernels: 0.75 GiB (a few hundred MB
 #   to about 1 GB depending on the CUDA version and the libraries loaded);
@@ -240,7 +242,7 @@ def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target
 def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16", engine: str = "single", world_size: int = 1,
              micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
-             nproc_per_node: int | None = None, compute_major: int | None = None) -> Estimate:
+             nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -312,7 +314,13 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         layers_act = tokens * (saved_layers * shape.hidden * res_bytes + 2 * per_layer)
     else:
         layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
-    logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
+    if chunked_loss:
+        # one chunk's logits at a time (as below, for the chunk only), plus the flattened copy
+        # of the last hidden states the chunks are cut from
+        chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
+        logits = chunk * shape.vocab * (act + 12) + tokens * shape.hidden * act
+    else:
+        logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
     activations = layers_act + logits
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
@@ -342,7 +350,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     world_size=overrides.get("world_size", cfg.world_size), micro_batch=get("per_device_train_batch_size"),
                     seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),
                     lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload,
-                    nproc_per_node=cfg.nproc_per_node, compute_major=compute_major)
+                    nproc_per_node=cfg.nproc_per_node, compute_major=compute_major,
+                    chunked_loss=get("chunked_loss"))
 
 
 @dataclass

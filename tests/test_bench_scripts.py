@@ -49,3 +49,10 @@ def test_planner_check_bench_runs():
     assert [c["case"] for c in result["cases"]] == ["full fp32 single", "lora fp32 single"]
     for case in result["cases"]:
         assert case["model_peak_bytes"] > 0 and case["estimated_gib"] > 0
+
+
+def test_loss_memory_bench_runs_both_paths():
+    out = run("loss_memory.py")
+    (row,) = out["reps"]
+    assert row["chunked_peak_bytes"] > 0 and row["full_logits_peak_bytes"] > 0
+    assert row["chunked_planned_bytes"] > 0 and row["full_logits_planned_bytes"] > 0

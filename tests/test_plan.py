@@ -87,15 +87,28 @@ def test_lora_trains_twenty_million_parameters_over_a_bf16_base():
 
 def test_activations_scale_with_tokens_and_checkpointing_cuts_them():
     shape = ModelShape.from_config(LLAMA2_7B)
-    a1 = estimate(shape, micro_batch=1, seq_len=2048).activations
-    a2 = estimate(shape, micro_batch=2, seq_len=2048).activations
+    a1 = estimate(shape, micro_batch=1, seq_len=2048, chunked_loss=False).activations
+    a2 = estimate(shape, micro_batch=2, seq_len=2048, chunked_loss=False).activations
     assert close(a2, 2 * a1, 1e-9)
-    ck = estimate(shape, micro_batch=1, seq_len=2048, gradient_checkpointing=True).activations
+    ck = estimate(shape, micro_batch=1, seq_len=2048, gradient_checkpointing=True, chunked_loss=False).activations
     assert ck < a1 / 5
     # Korthikanti et al.: ~34 bytes x hidden per token per layer in 16-bit with flash attention;
     # ftui's autocast keeps the residual stream and norms in fp32, so somewhat more.
     per_token_layer = (a1 - 2048 * 32000 * 14) / (2048 * 33)
     assert 34 * 4096 <= per_token_layer <= 2 * 34 * 4096
+
+
+def test_the_chunked_loss_holds_one_chunk_of_logits_not_the_whole_micro_batchs():
+    qwen = ModelShape.from_config(dict(LLAMA2_7B, vocab_size=151936, hidden_size=64, intermediate_size=256,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+    kw = dict(micro_batch=4, seq_len=1024, precision="fp32")
+    full = estimate(qwen, chunked_loss=False, **kw).activations
+    chunked = estimate(qwen, **kw).activations
+    chunk_tokens = 2**26 // 151936
+    # the whole micro batch's logits (+ fp32 copy, log-softmax, gradient) against one chunk's
+    # and the flattened last hidden states
+    assert full - chunked == 4096 * 151936 * 16 - (chunk_tokens * 151936 * 16 + 4096 * 64 * 4)
+    assert chunked < 0.25 * full
 
 
 def test_verdicts_for_known_cases(llama7b):

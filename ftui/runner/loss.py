@@ -29,9 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ftui.plan import LOSS_CHUNK_ELEMENTS
 from ftui.runner.data import IGNORE
 
-ELEMENTS_PER_CHUNK = 2**26  # logits per chunk: 64 Mi elements, 256 MiB in fp32
+ELEMENTS_PER_CHUNK = LOSS_CHUNK_ELEMENTS  # logits per chunk: 64 Mi elements, 256 MiB in fp32 (the planner counts it)
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
