@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from ftui.events import EVENTS_FILE, EventReader, EventWriter
-from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE
+from ftui.events import EVENTS_FILE, EventWriter, last_lifecycle_event
+from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
 
 POLL_S = 2.0
 
@@ -44,7 +44,10 @@ def last_log_lines(run_dir: Path, n: int = 8) -> str:
 
 
 def has_run_end(run_dir: Path) -> bool:
-    return any(e["event"] == "run_end" for e in EventReader(run_dir / EVENTS_FILE).read_new())
+    """Whether this job's ranks wrote run_end: it is the last record of the file, so only the
+    tail is read (a million-step run is not parsed again), and a resumed run's earlier
+    run_end does not count (a run_start follows it)."""
+    return last_lifecycle_event(run_dir / EVENTS_FILE) == "run_end"
 
 
 def read_hang_timeout(run_dir: Path) -> int:
@@ -149,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
-    proc = subprocess.Popen(cmd)
     # The group's SIGTERM reaches torchrun directly; forwarding it too would be a second
-    # signal, which means "exit at once".
+    # signal, which means "exit at once". Set before torchrun starts, so a Stop at launch
+    # cannot kill the supervisor (which would leave no run_end).
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)
+    proc = subprocess.Popen(cmd)
     code, hang = wait_watching(proc, run_dir)
     if hang is not None and not has_run_end(run_dir):
         with EventWriter(run_dir / EVENTS_FILE) as writer:
@@ -173,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                                                       "hint": "see train.log on this node and the run on node 0"}))
         print(f"[ftui] launcher exited with code {code}", flush=True)
         return code
+    if not has_run_end(run_dir) and (run_dir / STOP_FILE).exists():
+        # Stop reached the ranks before they could handle it (during start-up): a stop, not a crash.
+        with EventWriter(run_dir / EVENTS_FILE) as writer:
+            writer.write("run_end", status="stopped", reason=STOPPED_EARLY_REASON, exit_code=code)
     if not has_run_end(run_dir):
         tail = last_log_lines(run_dir)
         with EventWriter(run_dir / EVENTS_FILE) as writer:
