@@ -183,16 +183,24 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
 
 def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path, int] | None:
     """The run directory, its config (with --set overrides), the checkpoint to resume and the
-    run directory's job lock (taken first: two resumes at once must not both start)."""
+    run directory's job lock (two resumes at once must not both start: the lock decides)."""
     import os
 
     from ftui.runner.launch import RunBusy, lock_run_dir
+    from ftui.runs import summarize_run
 
     if args.config or args.preset:
         err.print("[red]error:[/] --resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")
         return None
     run_dir = _resolve(args.resume, args.runs_root, err)
     if run_dir is None:
+        return None
+    summary = summarize_run(run_dir)
+    if summary.live:
+        err.print(f"[red]error:[/] {escape(run_dir.name)} is still running; stop it first (ftui attach {escape(run_dir.name)}, then Stop)")
+        return None
+    if summary.status == "unreadable":
+        err.print(f"[red]error:[/] {escape(run_dir.name)} is unreadable: {escape(str(summary.reason))}")
         return None
     try:
         lock = lock_run_dir(run_dir)
@@ -202,23 +210,17 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     except OSError as e:
         err.print(f"[red]error:[/] cannot lock {escape(str(run_dir))}: {escape(e.strerror or str(e))}")
         return None
-    found = _check_resumable(args, run_dir, err)
+    found = _resume_config(args, run_dir, err)
     if found is None:
         os.close(lock)
         return None
     return (*found, lock)
 
 
-def _check_resumable(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
-    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint, summarize_run
+def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
+    """With the run's lock held: its config with the overrides (saved) and the checkpoint."""
+    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
-    summary = summarize_run(run_dir)
-    if summary.live:  # a job started before ftui kept a lock, still running
-        err.print(f"[red]error:[/] {escape(run_dir.name)} is still running; stop it first (ftui attach {escape(run_dir.name)}, then Stop)")
-        return None
-    if summary.status == "unreadable":
-        err.print(f"[red]error:[/] {escape(run_dir.name)} is unreadable: {escape(str(summary.reason))}")
-        return None
     overrides = _parse_set(args.overrides)
     try:
         cfg, _ = load_config(run_dir / CONFIG_FILE, overrides)

@@ -185,7 +185,7 @@ def line_start_after(path: Path, offset: int) -> int:
         return 0
     pos = offset - 1
     while True:
-        chunk = read_at(path, pos, 64 << 10)
+        chunk = read_at(path, pos, 4096)
         if not chunk:
             return pos
         nl = chunk.find(b"\n")
@@ -251,16 +251,16 @@ class EventReader:
         dashboard shows). A file that cannot be read sets ``problem`` and gives nothing."""
         out: list[Any] = []
         while True:
+            before = self.offset
             try:
                 complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
             except UnreadableFile as err:
                 self.problem = str(err)
                 return out
             self.problem = None
-            if complete is None:
-                return out
-            out.extend(self._parse_compact(complete) if compact else self._parse(complete.split(b"\n")))
-            if max_bytes is not None:
+            if complete is not None:
+                out.extend(self._parse_compact(complete) if compact else self._parse(complete.split(b"\n")))
+            if max_bytes is not None or self.offset == before:
                 return out
 
     def _parse_compact(self, chunk: bytes) -> list[Any]:
@@ -364,10 +364,14 @@ def well_formed(event: Any) -> bool:
     return True
 
 
-def last_lifecycle_event(path: Path, tail: int = 1 << 20) -> str | None:
-    """The kind of the last run_start or run_end in the file's last ``tail`` bytes (None if
-    neither is there). run_end is always a job's last record, so this says whether the job
+LIFECYCLE_TAIL = 1 << 20
+
+
+def last_lifecycle_event(path: Path) -> str | None:
+    """The kind of the last run_start or run_end in the file's last LIFECYCLE_TAIL bytes (None
+    if neither is there). run_end is always a job's last record, so this says whether the job
     that wrote the file last has ended, without reading a long run's whole history."""
+    tail = LIFECYCLE_TAIL
     try:
         size = file_size(path)
         reader = EventReader(path, offset=line_start_after(path, size - tail))

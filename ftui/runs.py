@@ -117,7 +117,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 DIED_REASON = "the launcher exited without writing run_end"
-STOPPED_EARLY_REASON = "stopped during start-up, before training could report its end"
+STOPPED_EARLY_REASON = "stopped before the job could record its end (a Stop during start-up, or a second Stop that killed it)"
 
 
 def launcher_process(launch: dict[str, Any], run_dir: Path) -> psutil.Process | None:
@@ -430,10 +430,18 @@ def checkpoint_damage(path: Path) -> str | None:
     """Why a complete checkpoint cannot be trusted (a file missing or of another size than
     when it was written), or None. Checkpoints from before the size list are trusted."""
     try:
-        state = json.loads((path / TRAINER_STATE).read_text())
-    except (OSError, ValueError) as err:
+        raw = read_at(path / TRAINER_STATE, 0, 16 << 20)  # a regular file only: a FIFO must not hang --resume
+        if raw is None:
+            raise FileNotFoundError("missing")
+        state = json.loads(raw)
+    except (OSError, ValueError, UnreadableFile) as err:
         return f"its {TRAINER_STATE} is unreadable ({err})"
-    for rel, size in (state.get("files") or {}).items():
+    if not isinstance(state, dict):
+        return f"its {TRAINER_STATE} is not a JSON object"
+    files = state.get("files")
+    if not isinstance(files, (dict, type(None))):
+        return f"its {TRAINER_STATE} has no list of file sizes"
+    for rel, size in (files or {}).items():
         f = path / rel
         try:
             actual = f.stat().st_size

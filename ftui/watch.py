@@ -60,9 +60,7 @@ def _skip_history(path: Path, summary: RunSummary, reader: EventReader, out: Tex
         if size <= HEAD_BYTES + TAIL_BYTES:
             return
         head = EventReader(path).read_new(HEAD_BYTES)
-        for e in head:
-            if e["event"] == "run_start":
-                summary.apply(e)
+        _print_events([e for e in head if e["event"] == "run_start"], summary, EtaWindow(), None, out)
         reader.offset = line_start_after(path, size - TAIL_BYTES)
     except UnreadableFile as err:
         reader.problem = str(err)

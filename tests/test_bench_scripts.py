@@ -49,3 +49,8 @@ def test_planner_check_bench_runs():
     assert [c["case"] for c in result["cases"]] == ["full fp32 single", "lora fp32 single"]
     for case in result["cases"]:
         assert case["model_peak_bytes"] > 0 and case["estimated_gib"] > 0
+
+
+def test_run_summaries_bench_runs():
+    result = run("run_summaries.py")
+    assert result["steps"] == 20000 and all(r["seconds"] > 0 for r in result["results"].values())

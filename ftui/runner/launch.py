@@ -103,7 +103,6 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     ``lock``: the run directory's job lock if the caller took it already (lock_run_dir);
     else it is taken here (RunBusy when another job runs)."""
     run_dir = run_dir.resolve()
-    lock = lock_run_dir(run_dir) if lock is None else lock
     cmd = torchrun_command(cfg, run_dir, resume=resume)
     sup = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir)]
     if cfg.node_rank > 0:
@@ -113,7 +112,12 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env.update(extra_env or {})
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    log = open(run_dir / LOG_FILE, "ab", buffering=0)
+    lock = lock_run_dir(run_dir) if lock is None else lock
+    try:
+        log = open(run_dir / LOG_FILE, "ab", buffering=0)
+    except OSError:
+        os.close(lock)
+        raise
     try:
         proc = subprocess.Popen(
             full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

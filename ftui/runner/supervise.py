@@ -152,12 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
+    proc = subprocess.Popen(cmd)
     # The group's SIGTERM reaches torchrun directly; forwarding it too would be a second
-    # signal, which means "exit at once". Set before torchrun starts, so a Stop at launch
-    # cannot kill the supervisor (which would leave no run_end).
+    # signal, which means "exit at once". (A Stop before this point ends the supervisor
+    # itself, and torchrun with it: the run reads `stopped` from stop_requested.)
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)
-    proc = subprocess.Popen(cmd)
     code, hang = wait_watching(proc, run_dir)
     if hang is not None and not has_run_end(run_dir):
         with EventWriter(run_dir / EVENTS_FILE) as writer:
