@@ -85,7 +85,7 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
         return {}, f"{name} is not JSON"
     if not isinstance(info, dict):
         return {}, f"{name} holds {type(info).__name__}, not a launch record"
-    checks = {"pid": lambda v: type(v) is int and v > 0, "pgid": lambda v: type(v) is int and v > 0,
+    checks = {"pid": lambda v: type(v) is int and 0 < v < 1 << 31, "pgid": lambda v: type(v) is int and 0 < v < 1 << 31,
               "start_time": lambda v: type(v) in (int, float), "create_time": lambda v: type(v) in (int, float),
               "host": lambda v: isinstance(v, str)}
     bad = [k for k, ok in checks.items() if k in info and info[k] is not None and not ok(info[k])]

@@ -107,6 +107,7 @@ def _resumable_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.dist
 def test_two_resumes_at_the_same_moment_start_one_job(tmp_path):
     run = _resumable_run(tmp_path)
     cmd = [*FTUI, "train", "--resume", str(run), "--detach"]
@@ -266,6 +267,29 @@ async def test_the_app_lists_and_attaches_unreadable_runs(tmp_path):
                 await pilot.pause(0.2)
             assert app.screen.view.status == "unreadable" and app.screen.view.reason
             app.pop_screen()
+
+
+@pytest.mark.timeout(120)
+async def test_the_app_starts_and_says_so_when_the_runs_root_is_unreadable(tmp_path, monkeypatch):
+    from fixtures_runs import fixed_sampler
+    from ftui.tui.app import FtuiApp
+    from ftui.tui.screens.runs import RunsScreen
+
+    root = tmp_path / "home" / "runs"
+    write_run(root, "r", steps=2, max_steps=2, end="completed")
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p=".": (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+                        if "home" in os.fspath(p) else real(p))
+    app = FtuiApp(root, sampler=fixed_sampler)  # offers live runs at start: lists the root
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.action_show_runs()
+        deadline = time.monotonic() + 60
+        title = ""
+        while "cannot list the runs root" not in title and time.monotonic() < deadline:
+            await pilot.pause(0.2)
+            if isinstance(app.screen, RunsScreen):
+                title = str(app.screen.query_one("#runs-title").render())
+        assert "cannot list the runs root" in title and app.screen.runs == []
 
 
 # --- item 7: a long run is summarised from a bounded read
