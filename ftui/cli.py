@@ -22,6 +22,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
 
@@ -194,9 +195,13 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
     return cfg
 
 
-def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path] | None:
-    """The run directory, its config (with --set overrides) and the checkpoint to resume."""
-    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint, summarize_run
+def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path, int] | None:
+    """The run directory, its config (with --set overrides), the checkpoint to resume and the
+    run directory's job lock (two resumes at once must not both start: the lock decides)."""
+    import os
+
+    from ftui.runner.launch import RunBusy, lock_run_dir
+    from ftui.runs import summarize_run
 
     if args.config or args.preset:
         err.print("[red]error:[/] --resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")
@@ -204,9 +209,32 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     run_dir = _resolve(args.resume, args.runs_root, err)
     if run_dir is None:
         return None
-    if summarize_run(run_dir).status == "running":
+    summary = summarize_run(run_dir)
+    if summary.live:
         err.print(f"[red]error:[/] {escape(run_dir.name)} is still running; stop it first (ftui attach {escape(run_dir.name)}, then Stop)")
         return None
+    if summary.status == "unreadable":
+        err.print(f"[red]error:[/] {escape(run_dir.name)} is unreadable: {escape(str(summary.reason))}")
+        return None
+    try:
+        lock = lock_run_dir(run_dir)
+    except RunBusy as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return None
+    except OSError as e:
+        err.print(f"[red]error:[/] cannot lock {escape(str(run_dir))}: {escape(e.strerror or str(e))}")
+        return None
+    found = _resume_config(args, run_dir, err)
+    if found is None:
+        os.close(lock)
+        return None
+    return (*found, lock)
+
+
+def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
+    """With the run's lock held: its config with the overrides (saved) and the checkpoint."""
+    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+
     overrides = _parse_set(args.overrides)
     try:
         cfg, _ = load_config(run_dir / CONFIG_FILE, overrides)
@@ -224,10 +252,10 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ftui.follow import follow_run
-    from ftui.runner.launch import other_node_commands, prepare_run, start_run, stop_run
+    from ftui.runner.launch import RunBusy, other_node_commands, prepare_run, start_run, stop_run
 
     out, err = safe_console(), safe_console(stderr=True)
-    resume = None
+    resume = lock = None
     if args.checkpoint and not args.resume:
         err.print("[red]error:[/] --checkpoint goes with --resume RUN")
         return EXIT_USAGE
@@ -235,7 +263,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         found = _prepare_resume(args, err)
         if found is None:
             return EXIT_USAGE
-        run_dir, cfg, resume = found
+        run_dir, cfg, resume, lock = found
     else:
         cfg = _load_train_config(args, err)
         if cfg is None:
@@ -249,7 +277,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     events_path = run_dir / EVENTS_FILE
     offset = events_path.stat().st_size if resume and events_path.exists() else 0
-    info = start_run(run_dir, cfg, resume=resume)
+    try:
+        info = start_run(run_dir, cfg, resume=resume, lock=lock)
+    except RunBusy as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE
     verb = f"resumed from {escape(resume.name)}" if resume else "started"
     out.print(f"run [bold]{escape(run_dir.name)}[/] {verb} in {escape(str(run_dir))}")
     out.print(f"[dim]{escape(info['command_line'])}[/]")
@@ -429,13 +461,17 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from ftui.follow import fmt_duration
-    from ftui.runs import list_runs
+    from ftui.runs import RunsRootError, list_runs
 
     import time
 
     root = args.root or default_runs_root()
-    runs = list_runs(root)
     console = safe_console()
+    try:
+        runs = list_runs(root)
+    except RunsRootError as e:
+        safe_console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_FAILED
     if not runs:
         console.print(f"no runs under {escape(str(Path(root).resolve()))}")
         return EXIT_OK
@@ -453,13 +489,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        return EXIT_OK
-    table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
-    for col in header:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    console.print(table)
+    else:
+        table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
+        for col in header:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+    for r in runs:
+        if r.status == "unreadable":  # the others are listed; this one says why it is not
+            line = f"{r.run_id}: unreadable: {r.reason}"
+            if console.is_terminal:
+                console.print(Text(line))
+            else:
+                print(line)
     return EXIT_OK
 
 

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import stat
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -184,19 +185,91 @@ def _finite(value: Any) -> Any:
     return value
 
 
+MAX_READ = 64 << 20  # bytes one read takes at most: a reader never holds more of a file at once
+MAX_LINE = 64 << 20  # a torn line longer than this is dropped (no writer makes one; /dev/zero would)
+
+
+class UnreadableFile(Exception):
+    """A run file that is there but cannot be read as one (permissions, a FIFO, a directory,
+    a device): the message says which and why, for the run to be listed as unreadable."""
+
+
+def open_regular(path: Path) -> int | None:
+    """A read-only descriptor of ``path`` if it is a regular file; None if there is none.
+
+    O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever, and a FIFO,
+    /dev/zero or a directory (behind a symlink or not) is refused before anything is read."""
+    name = Path(path).name
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise UnreadableFile(f"{name}: {err.strerror or err}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as err:
+        os.close(fd)
+        raise UnreadableFile(f"{name}: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise UnreadableFile(f"{name} is {kind}, not a regular file")
+    return fd
+
+
+def read_at(path: Path, offset: int, size: int) -> bytes | None:
+    """Up to ``size`` bytes (never more than MAX_READ) of a regular file from ``offset``;
+    None when the file does not exist. Every read of a run's events goes through here."""
+    fd = open_regular(path)
+    if fd is None:
+        return None
+    try:
+        return os.pread(fd, min(size, MAX_READ), offset)
+    except OSError as err:
+        raise UnreadableFile(f"{Path(path).name}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+
+
+def file_size(path: Path) -> int:
+    """The size of a regular file (0 when it does not exist; UnreadableFile when not regular)."""
+    fd = open_regular(path)
+    if fd is None:
+        return 0
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def line_start_after(path: Path, offset: int) -> int:
+    """The offset of the first line that starts at or after ``offset``."""
+    if offset <= 0:
+        return 0
+    pos = offset - 1
+    while True:
+        chunk = read_at(path, pos, 4096)
+        if not chunk:
+            return pos
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(chunk)
+
+
 def read_complete_lines(path: Path, offset: int, pending: bytes, max_bytes: int | None = None) -> tuple[bytes | None, int, bytes]:
     """Reads what a growing file gained since ``offset`` and returns (the complete lines, or
     None; the new offset; the torn last line to keep for next time). Shared by the event
-    reader and the log tailer: both must never re-read a file and never split a line."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read() if max_bytes is None else fh.read(max_bytes)
-    except FileNotFoundError:
-        return None, offset, pending
+    reader and the log tailer: both must never re-read a file and never split a line.
+    Reads at most MAX_READ bytes per call; raises UnreadableFile for a file that is not a
+    regular one."""
+    data = read_at(path, offset, MAX_READ if max_bytes is None else max_bytes)
     if not data:
         return None, offset, pending
     complete, sep, rest = (pending + data).rpartition(b"\n")
+    if len(rest) > MAX_LINE:
+        rest = b""  # not a line any writer makes: drop it rather than grow without bound
     return (complete if sep else None), offset + len(data), rest
 
 
@@ -204,7 +277,8 @@ def read_complete_lines(path: Path, offset: int, pending: bytes, max_bytes: int 
 # (t, step, loss) out of a run of such lines with one `findall` costs a small fraction of
 # json.loads per line, which is what lets the dashboard attach to a run with a million step
 # events in about a second. Lines of any other shape take the full parse.
-_STEP_LINE = re.compile(rb'\{"v":1,"t":([-+0-9.eE]+),"event":"step","step":(\d+),"epoch":[^,\n]*,"loss":(null|[-+0-9.eE]+)[,}]')
+_NUM = rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+_STEP_LINE = re.compile(rb'\{"v":1,"t":(' + _NUM + rb'),"event":"step","step":([0-9]{1,15}),"epoch":[^,\n]*,"loss":(null|' + _NUM + rb')[,}]')
 _OTHER_KIND = re.compile(rb',"event":"(?!step")')
 
 
@@ -227,6 +301,7 @@ class EventReader:
     path: Path
     offset: int = 0
     skipped: int = 0
+    problem: str | None = None  # why the file cannot be read (then read_new returns nothing)
     _pending: bytes = field(default=b"", repr=False)
     _seen_step: bool = field(default=False, repr=False)
 
@@ -234,15 +309,23 @@ class EventReader:
         self.path = Path(self.path)
 
     def read_new(self, max_bytes: int | None = None, compact: bool = False) -> list[Any]:
-        """New complete events. With ``compact``, runs of step events come as
-        :class:`StepColumns`; the first step event ever seen and the last one of the batch
-        still come as full dicts (they carry the figures the dashboard shows)."""
-        complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
-        if complete is None:
-            return []
-        if not compact:
-            return list(self._parse(complete.split(b"\n")))
-        return self._parse_compact(complete)
+        """New complete events (all there are when ``max_bytes`` is None). With ``compact``,
+        runs of step events come as :class:`StepColumns`; the first step event ever seen and
+        the last one of the batch still come as full dicts (they carry the figures the
+        dashboard shows). A file that cannot be read sets ``problem`` and gives nothing."""
+        out: list[Any] = []
+        while True:
+            before = self.offset
+            try:
+                complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
+            except UnreadableFile as err:
+                self.problem = str(err)
+                return out
+            self.problem = None
+            if complete is not None:
+                out.extend(self._parse_compact(complete) if compact else self._parse(complete.split(b"\n")))
+            if max_bytes is not None or self.offset == before:
+                return out
 
     def _parse_compact(self, chunk: bytes) -> list[Any]:
         out: list[Any] = []
@@ -297,16 +380,70 @@ class EventReader:
             except (ValueError, UnicodeDecodeError):
                 self.skipped += 1
                 continue
-            if (
-                not isinstance(event, dict)
-                or event.get("v") != SCHEMA_VERSION
-                or event.get("event") not in REQUIRED
-            ):
+            if not well_formed(event):
                 self.skipped += 1
                 continue
             if event["event"] == "step":
                 self._seen_step = True
             yield event
+
+
+_INT_FIELDS = ("step", "max_steps", "world_size", "nodes", "tokens", "trainable_tokens", "total_tokens",
+               "total_params", "trainable_params", "resumed_from_step", "exit_code", "planned_tokens_per_step")
+_FLOAT_FIELDS = ("t", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "loss_scale", "eval_loss")
+_TEXT_FIELDS = ("run_id", "engine", "precision", "method", "model", "status", "reason", "hint", "error_type",
+                "error_message", "level", "message", "path")
+_BIG = 1 << 62  # the loss curve keeps steps in C longs
+
+
+def well_formed(event: Any) -> bool:
+    """Whether a parsed line is an event readers can fold without checking each field again:
+    a known kind of schema v1 whose fields, where present, have their types (a string
+    ``"step"``, a ``"loss": "NaN"`` or an out-of-range number would crash them later)."""
+    if not isinstance(event, dict) or event.get("v") != SCHEMA_VERSION or event.get("event") not in REQUIRED:
+        return False
+    for name in _INT_FIELDS:
+        v = event.get(name)
+        if v is not None and (type(v) is not int or not -_BIG < v < _BIG):
+            return False
+    for name in _FLOAT_FIELDS:
+        v = event.get(name)
+        if v is not None and (type(v) not in (int, float) or (type(v) is int and not -_BIG < v < _BIG)):
+            return False
+    if not isinstance(event.get("t"), (int, float)):
+        return False
+    for name in _TEXT_FIELDS:
+        if event.get(name) is not None and not isinstance(event[name], str):
+            return False
+    kind = event["event"]
+    if kind in ("step", "eval") and event.get("step") is None:
+        return False
+    if kind == "run_end" and event.get("status") not in RUN_END_STATUSES:
+        return False
+    mem = event.get("mem")
+    if mem is not None and not (isinstance(mem, list) and all(
+            isinstance(m, dict) and all(m.get(k) is None or (type(m[k]) is int and -_BIG < m[k] < _BIG) for k in MEM_FIELDS)
+            for m in mem)):
+        return False
+    return True
+
+
+LIFECYCLE_TAIL = 1 << 20
+
+
+def last_lifecycle_event(path: Path) -> str | None:
+    """The kind of the last run_start or run_end in the file's last LIFECYCLE_TAIL bytes (None
+    if neither is there). run_end is always a job's last record, so this says whether the job
+    that wrote the file last has ended, without reading a long run's whole history."""
+    tail = LIFECYCLE_TAIL
+    try:
+        size = file_size(path)
+        reader = EventReader(path, offset=line_start_after(path, size - tail))
+        events = reader.read_new(tail + (64 << 10))
+    except UnreadableFile:
+        return None
+    kinds = [e["event"] for e in events if e["event"] in ("run_start", "run_end")]
+    return kinds[-1] if kinds else None
 
 
 def read_all(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ftui.events import EVENTS_FILE, EventReader
-from ftui.runs import RunSummary, launcher_gone, read_launch_info
+from ftui.runs import RunSummary, launcher_gone
 
 
 class EtaWindow:
@@ -95,7 +95,10 @@ def follow_run(
                     _show(event, summary, progress, task, eta, stats, console)
                 if summary.status in ("completed", "stopped", "failed"):
                     break
-                if launcher_gone(read_launch_info(run_dir)):
+                if reader.problem is not None:
+                    summary.mark_unreadable(reader.problem)
+                    break
+                if launcher_gone(run_dir):
                     time.sleep(poll_s)
                     for event in reader.read_new():
                         summary.apply(event)
@@ -119,23 +122,28 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(
             f"[dim]{escape(str(event.get('model')))} · {event.get('method')} · {event.get('engine')} · "
             f"{event.get('precision')} · {event.get('world_size')} process(es) · "
-            f"{event.get('trainable_params', 0):,} of {event.get('total_params', 0):,} parameters train[/]"
+            f"{event.get('trainable_params') or 0:,} of {event.get('total_params') or 0:,} parameters train[/]"
         )
     elif kind == "step":
         eta.add(event["t"], event["step"])
         loss = event.get("loss")
-        stats["loss"] = f"{loss:.4f}" if loss is not None else "nan"
-        stats["tps"] = f"{event.get('tokens_per_s', 0):,.0f}"
+        stats["loss"] = _num(loss)
+        stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
         stats["eta"] = fmt_duration(eta.eta(event["step"], summary.max_steps))
         progress.update(task, completed=event["step"], **stats)
     elif kind == "eval":
-        console.print(f"step {event['step']}: eval_loss {event['eval_loss']:.4f}")
+        console.print(f"step {event['step']}: eval_loss {_num(event.get('eval_loss'))}")
     elif kind == "log" and event.get("level") in ("warning", "error"):
         console.print(f"[yellow]{event['level']}:[/] {escape(str(event.get('message')))}")
     elif kind == "checkpoint":
         console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
     elif kind == "prepare":
         console.print(f"[dim]{fmt_prepare(event)}[/]")
+
+
+def _num(value: float | None) -> str:
+    """A loss for display: a null (NaN or inf at the source) shows as nan."""
+    return "nan" if value is None else f"{value:.4f}"
 
 
 def _print_end(summary: RunSummary, console: Console) -> None:

@@ -9,6 +9,7 @@ No torch here.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from array import array
@@ -20,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftui.events import EVENTS_FILE, EventReader, read_complete_lines
+import psutil
+
+from ftui.events import EVENTS_FILE, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
 CONFIG_FILE = "config.yaml"
 LAUNCH_FILE = "launch.json"
@@ -28,6 +31,8 @@ LOG_FILE = "train.log"
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
 HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
+LOCK_FILE = "job.lock"  # flock'ed by the job's supervisor for its whole life: one job per run directory
+STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that ends without run_end was stopped
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -58,11 +63,40 @@ def write_launch_info(run_dir: Path, info: dict[str, Any]) -> None:
     tmp.replace(run_dir / LAUNCH_FILE)
 
 
-def read_launch_info(run_dir: Path) -> dict[str, Any]:
+LAUNCH_MAX = 1 << 20  # launch.json is a few KB; more is not one ftui wrote
+
+
+def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """launch.json's fields that have their types, and what is wrong with it (None when it is
+    sound or absent). Only a dict with an int pid, a number start_time, a string host is
+    trusted: a ``null``, a list or a string pid must not crash a reader or name a process."""
+    name = LAUNCH_FILE
     try:
-        return json.loads((Path(run_dir) / LAUNCH_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
+        raw = read_at(Path(run_dir) / LAUNCH_FILE, 0, LAUNCH_MAX + 1)
+    except UnreadableFile as err:
+        return {}, str(err)
+    if raw is None:
+        return {}, None
+    if len(raw) > LAUNCH_MAX:
+        return {}, f"{name} is larger than {LAUNCH_MAX} bytes"
+    try:
+        info = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {}, f"{name} is not JSON"
+    if not isinstance(info, dict):
+        return {}, f"{name} holds {type(info).__name__}, not a launch record"
+    checks = {"pid": lambda v: type(v) is int and 0 < v < 1 << 31, "pgid": lambda v: type(v) is int and 0 < v < 1 << 31,
+              "start_time": lambda v: type(v) in (int, float), "create_time": lambda v: type(v) in (int, float),
+              "host": lambda v: isinstance(v, str)}
+    bad = [k for k, ok in checks.items() if k in info and info[k] is not None and not ok(info[k])]
+    for k in bad:
+        del info[k]
+    return info, (f"{name} has a malformed {', '.join(bad)}" if bad else None)
+
+
+def read_launch_info(run_dir: Path) -> dict[str, Any]:
+    """launch.json's trusted fields ({} when absent or unreadable)."""
+    return read_launch_record(run_dir)[0]
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -83,16 +117,66 @@ def pid_alive(pid: int | None) -> bool:
 
 
 DIED_REASON = "the launcher exited without writing run_end"
+STOPPED_EARLY_REASON = "stopped before the job could record its end (a Stop during start-up, or a second Stop that killed it)"
 
 
-def launcher_gone(launch: dict[str, Any], missing_means_gone: bool = False) -> bool:
-    """Whether this host's launcher of a run has exited. A run started on another host cannot
-    be checked from here and counts as alive. Readers that see this must read the events once
-    more before calling the run `died`: the launcher may have written run_end just before."""
+def launcher_process(launch: dict[str, Any], run_dir: Path) -> psutil.Process | None:
+    """The run's supervisor if it still runs on this host, else None.
+
+    A pid alone is not enough: after the supervisor exits, the kernel may give its pid to any
+    other process. It must also have the start time launch.json recorded (``create_time``),
+    or, for runs recorded before that, the run directory on its command line."""
     pid = launch.get("pid")
-    if not pid:
-        return missing_means_gone
-    return launch.get("host") in (None, socket.gethostname()) and not pid_alive(pid)
+    if not pid or launch.get("host") not in (None, socket.gethostname()):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        recorded = launch.get("create_time")
+        if recorded is not None:
+            return proc if abs(proc.create_time() - recorded) < 1.0 else None
+        resolved = str(Path(run_dir).resolve())
+        return proc if any(resolved in arg for arg in proc.cmdline()) else None
+    except psutil.Error:
+        return None
+
+
+def job_lock_held(run_dir: Path) -> bool | None:
+    """Whether a job holds the run directory's lock; None when the run has no lock file
+    (it was started before ftui kept one) or it cannot be tried. The probe takes a shared
+    lock for an instant, so it never keeps a job from starting."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the probe's shared lock
+    return False
+
+
+def launcher_gone(run_dir: Path, launch: dict[str, Any] | None = None) -> bool:
+    """Whether nothing runs the run's job any more. Every reader (runs, attach, watch, the
+    follower, --resume) decides with this one function, so they agree.
+
+    A run started on another host cannot be checked from here and counts as alive. Else the
+    job's lock decides (held for exactly the supervisor's life); runs from before the lock
+    fall back to the recorded launcher process. No launch record and no lock: nothing runs it.
+    Readers that see this must read the events once more before calling the run `died`:
+    the launcher may have written run_end just before."""
+    launch = read_launch_info(run_dir) if launch is None else launch
+    if launch.get("host") not in (None, socket.gethostname()):
+        return False
+    held = job_lock_held(run_dir)
+    if held is not None:
+        return not held
+    return launcher_process(launch, run_dir) is None
 
 
 @dataclass
@@ -133,7 +217,17 @@ class RunSummary:
         return self.status in ("starting", "running")
 
     def mark_died(self) -> None:
-        self.status, self.reason = "died", DIED_REASON
+        """The job is gone without run_end: say why as well as the files can tell."""
+        _launch, problem = read_launch_record(self.path)
+        if problem is not None:
+            self.mark_unreadable(f"{problem}: ftui cannot tell what became of its job")
+        elif os.path.exists(self.path / STOP_FILE):
+            self.status, self.reason = "stopped", STOPPED_EARLY_REASON
+        else:
+            self.status, self.reason = "died", DIED_REASON
+
+    def mark_unreadable(self, reason: str) -> None:
+        self.status, self.reason = "unreadable", reason
 
     def truncate_after(self, step: int) -> None:
         keep = bisect_right(self.loss_steps, step)
@@ -173,64 +267,143 @@ class RunSummary:
                 self.error = f"{event['error_type']}: {event.get('error_message', '')}"
 
 
-def summarize_run(run_dir: str | os.PathLike[str]) -> RunSummary:
-    """Reads a run directory once and says what state the run is in.
+SUMMARY_HEAD = 256 << 10  # bytes of events.jsonl a summary reads from its start (run_start) ...
+SUMMARY_TAIL = 1 << 20  # ... and from its end (the last steps, the last run_start / run_end)
 
-    A run without ``run_end`` whose launcher process is gone has ``died`` (killed with
-    -9, machine rebooted): the events cannot say so themselves.
-    """
+
+def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSummary:
+    """Reads a run directory and says what state the run is in.
+
+    A run without ``run_end`` whose launcher is gone has ``died`` (killed with -9, machine
+    rebooted): the events cannot say so themselves. A long run is summarised from the
+    head and the tail of its events (a bounded read, however many steps it has: the runs
+    list refreshes every few seconds); ``full`` reads all of it (the whole loss curve).
+    A run whose files cannot be read is ``unreadable``, with the reason."""
     path = Path(run_dir)
     summary = RunSummary(run_id=path.name, path=path)
     launch = read_launch_info(path)
     summary.started = launch.get("start_time")
     summary.host = launch.get("host")
     summary.launcher_pid = launch.get("pid")
-    for event in EventReader(path / EVENTS_FILE).read_new():
-        summary.apply(event)
-    if summary.live and launcher_gone(launch, missing_means_gone=True):
+    events = path / EVENTS_FILE
+    reader = EventReader(events)
+    try:
+        size = file_size(events)
+        if not full and size > SUMMARY_HEAD + SUMMARY_TAIL:
+            for event in reader.read_new(SUMMARY_HEAD):
+                summary.apply(event)
+            reader = EventReader(events, offset=line_start_after(events, size - SUMMARY_TAIL))
+            for event in reader.read_new(SUMMARY_TAIL + MAX_TAIL_LINE):
+                summary.apply(event)
+        else:
+            for event in reader.read_new():
+                summary.apply(event)
+    except UnreadableFile as err:
+        reader.problem = str(err)
+    if reader.problem is not None:
+        summary.mark_unreadable(reader.problem)
+        return summary
+    if summary.live and launcher_gone(path, launch):
         summary.mark_died()
     if summary.model is None:
         summary.model = _config_value(path, "model_name_or_path")
     return summary
 
 
+MAX_TAIL_LINE = 64 << 10  # slack for the line that straddles the tail's end while the run writes
+
+
 def _config_value(run_dir: Path, key: str) -> Any:
     try:
         import yaml
 
-        return (yaml.safe_load((run_dir / CONFIG_FILE).read_text()) or {}).get(key)
+        raw = read_at(run_dir / CONFIG_FILE, 0, 1 << 20)
+        value = (yaml.safe_load(raw or b"") or {}).get(key)
+        return value if isinstance(value, (str, int, float)) else None
     except Exception:
         return None
 
 
-def list_runs(root: str | os.PathLike[str]) -> list[RunSummary]:
-    """Every run directory under the root, newest first."""
-    root_path = Path(root).expanduser()
-    if not root_path.is_dir():
+class RunsRootError(OSError):
+    """The runs root exists but cannot be listed (permissions): the message says so."""
+
+
+def _run_dirs(root_path: Path) -> list[Path]:
+    try:
+        with os.scandir(root_path) as it:
+            entries = list(it)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    dirs = [d for d in root_path.iterdir() if d.is_dir() and (d / CONFIG_FILE).exists()]
-    runs = [summarize_run(d) for d in dirs]
+    except OSError as err:
+        raise RunsRootError(f"cannot list the runs root {root_path}: {err.strerror or err}") from None
+    out = []
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                out.append(Path(entry.path))
+        except OSError:
+            continue
+    return out
+
+
+def _unreadable(path: Path, reason: str) -> RunSummary:
+    summary = RunSummary(run_id=path.name, path=path)
+    summary.mark_unreadable(reason)
+    return summary
+
+
+def _summarize_listed(d: Path) -> RunSummary | None:
+    """One entry of the runs list: None when ``d`` is not a run directory; a run that cannot
+    be read is listed as ``unreadable`` with the reason, so it never hides the others."""
+    try:
+        os.stat(d / CONFIG_FILE)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        return _unreadable(d, f"{err.strerror or err} (another user's run?)")
+    try:
+        return summarize_run(d)
+    except Exception as err:  # a run directory shaped in a way no reader foresaw: list it, keep going
+        return _unreadable(d, f"{type(err).__name__}: {err}")
+
+
+def list_runs(root: str | os.PathLike[str]) -> list[RunSummary]:
+    """Every run directory under the root, newest first (RunsRootError if it cannot be listed)."""
+    runs = [r for d in _run_dirs(Path(root).expanduser()) if (r := _summarize_listed(d)) is not None]
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id), reverse=True)
     return runs
+
+
+def _is_run(path: Path) -> bool:
+    try:
+        os.stat(path / CONFIG_FILE)
+        return True
+    except OSError as err:
+        if isinstance(err, PermissionError):
+            raise LookupError(f"{path} cannot be read: {err.strerror} (another user's run?)") from None
+        return False
 
 
 def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
     """A run given as a path or as a run id under the root (a unique prefix is enough)."""
     direct = Path(ref).expanduser()
-    if (direct / CONFIG_FILE).exists():
+    if _is_run(direct):
         return direct
     root_path = Path(root).expanduser()
     if "/" not in ref and ref not in ("", ".", ".."):
         exact = root_path / ref
-        if (exact / CONFIG_FILE).exists():
+        if _is_run(exact):
             return exact
-        if root_path.is_dir():
-            matches = sorted(d for d in root_path.iterdir() if d.name.startswith(ref) and (d / CONFIG_FILE).exists())
-            if len(matches) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                names = ", ".join(m.name for m in matches[:5])
-                raise LookupError(f"{ref!r} matches {len(matches)} runs under {root_path}: {names}; give more of the name")
+        try:
+            dirs = _run_dirs(root_path)
+        except RunsRootError as err:
+            raise LookupError(str(err)) from None
+        matches = sorted(d for d in dirs if d.name.startswith(ref) and _is_run(d))
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            names = ", ".join(m.name for m in matches[:5])
+            raise LookupError(f"{ref!r} matches {len(matches)} runs under {root_path}: {names}; give more of the name")
     raise LookupError(f"no run {ref!r} under {root_path} (ftui runs lists them)")
 
 
@@ -257,10 +430,18 @@ def checkpoint_damage(path: Path) -> str | None:
     """Why a complete checkpoint cannot be trusted (a file missing or of another size than
     when it was written), or None. Checkpoints from before the size list are trusted."""
     try:
-        state = json.loads((path / TRAINER_STATE).read_text())
-    except (OSError, ValueError) as err:
+        raw = read_at(path / TRAINER_STATE, 0, 16 << 20)  # a regular file only: a FIFO must not hang --resume
+        if raw is None:
+            raise FileNotFoundError("missing")
+        state = json.loads(raw)
+    except (OSError, ValueError, UnreadableFile) as err:
         return f"its {TRAINER_STATE} is unreadable ({err})"
-    for rel, size in (state.get("files") or {}).items():
+    if not isinstance(state, dict):
+        return f"its {TRAINER_STATE} is not a JSON object"
+    files = state.get("files")
+    if not isinstance(files, (dict, type(None))):
+        return f"its {TRAINER_STATE} has no list of file sizes"
+    for rel, size in (files or {}).items():
         f = path / rel
         try:
             actual = f.stat().st_size
@@ -317,18 +498,12 @@ class LogTailer:
         self._pending = b""
 
     def read_new(self, max_bytes: int = 1 << 20) -> list[str]:
-        if self.offset is None:
-            try:
-                with open(self.path, "rb") as fh:
-                    fh.seek(0, os.SEEK_END)
-                    start = max(0, fh.tell() - self.backlog)
-                    if start:
-                        fh.seek(start)
-                        start += len(fh.readline())  # skip the partial first line
-            except FileNotFoundError:
-                return []
-            self.offset = start
-        complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
+        try:
+            if self.offset is None:
+                self.offset = line_start_after(self.path, max(0, file_size(self.path) - self.backlog))
+            complete, self.offset, self._pending = read_complete_lines(self.path, self.offset, self._pending, max_bytes)
+        except UnreadableFile:
+            return []  # train.log as a FIFO or a device: show no log rather than hang
         if complete is None:
             return []
         # Progress bars rewrite one line with \r: keep what the terminal would show last.

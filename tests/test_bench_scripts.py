@@ -56,3 +56,8 @@ def test_loss_memory_bench_runs_both_paths():
     (row,) = out["reps"]
     assert row["chunked_peak_bytes"] > 0 and row["full_logits_peak_bytes"] > 0
     assert row["chunked_planned_bytes"] > 0 and row["full_logits_planned_bytes"] > 0
+
+
+def test_run_summaries_bench_runs():
+    result = run("run_summaries.py")
+    assert result["steps"] == 20000 and all(r["seconds"] > 0 for r in result["results"].values())

@@ -197,7 +197,10 @@ async def test_live_run_is_offered_on_start(tmp_path):
     import os
 
     run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
-    (run / "launch.json").write_text('{"pid": %d, "start_time": %f}' % (os.getpid(), T0))
+    import psutil
+
+    me = psutil.Process()  # stands in for the run's supervisor: pid and start time both match
+    (run / "launch.json").write_text('{"pid": %d, "create_time": %f, "start_time": %f}' % (me.pid, me.create_time(), T0))
     app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")

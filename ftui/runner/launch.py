@@ -13,6 +13,7 @@ is always told by its files.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import os
@@ -28,7 +29,8 @@ from typing import Any
 import psutil
 
 from ftui.presets.config import RunConfig
-from ftui.runs import CONFIG_FILE, LOG_FILE, create_run_dir, hostname, read_launch_info, write_launch_info
+from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, launcher_process, read_launch_info,
+                       write_launch_info)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
@@ -86,8 +88,44 @@ def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
     return run_dir
 
 
-def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None) -> dict[str, Any]:
-    """Starts the supervisor + launcher in a new session; returns what launch.json records."""
+class RunBusy(RuntimeError):
+    """Another job holds the run directory's lock; the message says what to do."""
+
+
+def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
+    """Takes the run directory's job lock and returns its descriptor (RunBusy if a job holds it).
+
+    One job per run directory: two jobs would interleave steps and write every checkpoint
+    and final/ twice. The lock is an flock on ``job.lock``: start_run hands the descriptor
+    to the supervisor, which holds it for the job's whole life, so it is released however
+    the job ends (a crash or kill -9 included) and never goes stale. Readers probe it for an
+    instant with a shared lock, hence the short wait. Taking it clears the previous job's
+    Stop request."""
+    path = Path(run_dir) / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            os.close(fd)
+            name = Path(run_dir).name
+            raise RunBusy(f"{name} already has a job running (it holds {LOCK_FILE}); follow it with ftui attach {name}, "
+                          "or stop it before starting another") from None
+    (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
+    return fd
+
+
+def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None,
+              lock: int | None = None) -> dict[str, Any]:
+    """Starts the supervisor + launcher in a new session; returns what launch.json records.
+
+    ``lock``: the run directory's job lock if the caller took it already (lock_run_dir);
+    else it is taken here (RunBusy when another job runs)."""
     run_dir = run_dir.resolve()
     cmd = launch_command(cfg, run_dir, resume=resume)
     sup = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir)]
@@ -99,18 +137,25 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do
-    log = open(run_dir / LOG_FILE, "ab", buffering=0)
+    lock = lock_run_dir(run_dir) if lock is None else lock
+    try:
+        log = open(run_dir / LOG_FILE, "ab", buffering=0)
+    except OSError:
+        os.close(lock)
+        raise
     try:
         proc = subprocess.Popen(
             full, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=env, cwd=os.getcwd(), close_fds=True,
+            start_new_session=True, env=env, cwd=os.getcwd(), close_fds=True, pass_fds=(lock,),
         )
     finally:
         log.close()
+        os.close(lock)  # the supervisor holds it now (pass_fds), for as long as it lives
     info = {
         "command": cmd,
         "command_line": shlex.join(cmd),
         "pid": proc.pid,
+        "create_time": _create_time(proc.pid),  # with the pid, identifies the supervisor (pids are reused)
         "pgid": proc.pid,  # start_new_session: the supervisor leads its own group
         "host": hostname(),
         "start_time": time.time(),
@@ -133,14 +178,20 @@ def other_node_commands(cfg: RunConfig, run_dir: Path) -> list[str]:
     return out
 
 
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 def run_processes(run_dir: Path) -> tuple[psutil.Process | None, list[psutil.Process]]:
-    """The run's supervisor and every process below it (launcher and ranks)."""
-    info = read_launch_info(run_dir)
-    pid = info.get("pid")
-    if not pid:
+    """The run's supervisor and every process below it (launcher and ranks). A process that
+    merely has the recorded pid (reused after the supervisor exited) is not the run's."""
+    sup = launcher_process(read_launch_info(run_dir), run_dir)
+    if sup is None:
         return None, []
     try:
-        sup = psutil.Process(pid)
         children = sup.children(recursive=True)
     except psutil.Error:
         return None, []
@@ -150,7 +201,11 @@ def run_processes(run_dir: Path) -> tuple[psutil.Process | None, list[psutil.Pro
 def stop_run(run_dir: Path, force: bool = False) -> str:
     """Graceful: SIGTERM to the launcher's process group (supervisor + launcher). The launcher
     passes it to the ranks once; they finish the step, save a checkpoint and write run_end
-    `stopped`; it kills them after ``stop_timeout``. Force: SIGKILL every process of the run."""
+    `stopped`; it kills them after ``stop_timeout``. Force: SIGKILL every process of the run.
+
+    Only a supervisor identified by more than its pid is signalled (launcher_process), and a
+    graceful Stop first leaves ``stop_requested`` in the run directory: a job stopped during
+    start-up, before any rank could write run_end, still ends `stopped`."""
     sup, children = run_processes(run_dir)
     if sup is None:
         return "the run is not running"
@@ -164,8 +219,15 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
                 pass
         return "killed"
     try:
-        os.killpg(sup.pid, signal.SIGTERM)  # start_new_session: the supervisor leads the group
-    except (ProcessLookupError, PermissionError):
+        (Path(run_dir) / STOP_FILE).write_text(f"{time.time()}\n")
+    except OSError:
+        pass  # the signal still stops it; only a stop during start-up would then read as failed
+    try:
+        if os.getpgid(sup.pid) == sup.pid:
+            os.killpg(sup.pid, signal.SIGTERM)  # start_new_session: the supervisor leads the group
+        else:
+            sup.send_signal(signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, psutil.Error):
         return "the run is not running"
     ranks = [p for p in children if is_rank(p)]
     return f"asked the launcher to stop {len(ranks)} rank(s): they finish the step and save a checkpoint"

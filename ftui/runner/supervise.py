@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from ftui.events import DISK_FULL_ERRNOS, EVENTS_FILE, RESERVE_BYTES, EventReader, EventWriter, make_reserve, release_reserve
-from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE
+from ftui.events import DISK_FULL_ERRNOS, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
+from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
 
 POLL_S = 2.0
 DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
@@ -83,7 +83,10 @@ def last_log_lines(run_dir: Path, n: int = 8) -> str:
 
 
 def has_run_end(run_dir: Path) -> bool:
-    return any(e["event"] == "run_end" for e in EventReader(run_dir / EVENTS_FILE).read_new())
+    """Whether this job's ranks wrote run_end: it is the last record of the file, so only the
+    tail is read (a million-step run is not parsed again), and a resumed run's earlier
+    run_end does not count (a run_start follows it)."""
+    return last_lifecycle_event(run_dir / EVENTS_FILE) == "run_end"
 
 
 def read_hang_timeout(run_dir: Path) -> int:
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     proc = subprocess.Popen(cmd)
     # The group's SIGTERM reaches the launcher directly; forwarding it too would be a second
-    # signal, which means "exit at once".
+    # signal, which means "exit at once". (A Stop before this point ends the supervisor
+    # itself, and the launcher with it: the run reads `stopped` from stop_requested.)
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)
     code, hang = wait_watching(proc, run_dir)
@@ -212,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                           **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
                                                    "hint": "see train.log on this node and the run on node 0"}))
         return finish(run_dir, code)
+    if not has_run_end(run_dir) and (run_dir / STOP_FILE).exists():
+        # Stop reached the ranks before they could handle it (during start-up): a stop, not a crash.
+        write_run_end(run_dir, status="stopped", reason=STOPPED_EARLY_REASON, exit_code=code)
     if not has_run_end(run_dir):
         tail = last_log_lines(run_dir)
         if looks_disk_full(run_dir, tail):

@@ -52,9 +52,12 @@ class FtuiApp(App):
 
     @work(thread=True, group="live")
     def find_live_run(self) -> None:
-        from ftui.runs import list_runs
+        from ftui.runs import RunsRootError, list_runs
 
-        live = [r for r in list_runs(self.runs_root) if r.live]
+        try:
+            live = [r for r in list_runs(self.runs_root) if r.live]
+        except RunsRootError:
+            return  # the runs screen says why it cannot list them
         if live:
             self.call_from_thread(self._offer, live[0])
 

@@ -88,7 +88,7 @@ class RunView:
 
     @property
     def ended(self) -> bool:
-        return self.status in ("completed", "stopped", "failed", "died")
+        return self.status in ("completed", "stopped", "failed", "died", "unreadable")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ftui.tui.state import RunView, ema
 
 STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
-    "stopped": "bold yellow", "failed": "bold red", "died": "bold red",
+    "stopped": "bold yellow", "failed": "bold red", "died": "bold red", "unreadable": "bold red",
 }
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
 
@@ -148,7 +148,7 @@ class EndBanner(Static):
             text.append("\nhint: ", style="bold")
             text.append(view.hint)
         self.update(text)
-        self.set_class(view.status in ("failed", "died"), "-failed")
+        self.set_class(view.status in ("failed", "died", "unreadable"), "-failed")
 
 
 class GpuPanel(Static):

@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
-from ftui.events import EVENTS_FILE, EventReader
+from ftui.events import EVENTS_FILE, EventReader, UnreadableFile, file_size, line_start_after
 from ftui.gpu import sample_gpus, sample_host
 from ftui.runs import LOG_FILE, LogTailer, RunSummary, launcher_gone, read_launch_info
 from ftui.tui.screens.modals import Confirm
@@ -94,7 +94,7 @@ class DashboardScreen(Screen):
             # stretch between in the background and splice it in front.
             head = EventReader(path).read_new(HEAD_BYTES, compact=True)
             state.apply([e for e in head if isinstance(e, dict) and e["event"] == "run_start"])
-            tail_start = _line_start_after(path, size - TAIL_BYTES)
+            tail_start = line_start_after(path, size - TAIL_BYTES)
             history = (0, tail_start)
             events.offset = tail_start
             state.loading = 0.0
@@ -109,7 +109,9 @@ class DashboardScreen(Screen):
             if not launch:
                 launch = read_launch_info(self.run_dir)
                 state.summary.started = state.summary.started or launch.get("start_time")
-            if state.summary.live and launcher_gone(launch):
+            if events.problem is not None:
+                state.summary.mark_unreadable(events.problem)
+            elif state.summary.live and launcher_gone(self.run_dir, launch):
                 state.apply(events.read_new(compact=True))  # it may have written run_end just before exiting
                 if state.summary.live:
                     state.summary.mark_died()
@@ -239,17 +241,8 @@ class DashboardScreen(Screen):
         self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
 
 
-def _line_start_after(path: Path, offset: int) -> int:
-    """The offset of the first line that starts at or after ``offset``."""
-    with open(path, "rb") as fh:
-        fh.seek(max(0, offset - 1))
-        if offset > 0 and fh.read(1) != b"\n":
-            fh.readline()
-        return fh.tell()
-
-
 def _size(path: Path) -> int:
     try:
-        return path.stat().st_size
-    except OSError:
+        return file_size(path)
+    except UnreadableFile:
         return 0

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from ftui.follow import fmt_duration
-from ftui.runs import RunSummary, list_runs
+from ftui.runs import RunsRootError, RunSummary, list_runs, summarize_run
 from ftui.tui.state import downsample
 from ftui.tui.widgets import STATUS_STYLE, LossPlot
 
@@ -54,19 +54,27 @@ class RunsScreen(Screen):
     def refresh_runs(self) -> None:
         worker = get_current_worker()
         while not worker.is_cancelled:
-            runs = list_runs(self.root)
-            self.app.call_from_thread(self.show_runs, runs)
+            try:
+                runs, problem = list_runs(self.root), None
+            except RunsRootError as err:
+                runs, problem = [], str(err)
+            self.app.call_from_thread(self.show_runs, runs, problem)
             time.sleep(REFRESH_S)
 
-    def show_runs(self, runs: list[RunSummary]) -> None:
+    def show_runs(self, runs: list[RunSummary], problem: str | None = None) -> None:
         self.runs = runs
+        title = Text(f"runs in {self.root}", style="bold")
+        if problem is not None:
+            title.append(f"  {problem}", style="bold red")
+        self.query_one("#runs-title", Static).update(title)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         table.clear()
         for r in runs:
             table.add_row(
                 "●" if r.run_id in self.marked else " ",
-                Text(r.run_id), Text(r.status, style=STATUS_STYLE.get(r.status, "")), Text(str(r.model or "-")),
+                Text(r.run_id), Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                Text(str(r.reason if r.status == "unreadable" else r.model or "-")),
                 r.method or "-", r.engine or "-", f"{r.step}/{r.max_steps or '?'}",
                 f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
                 time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
@@ -99,9 +107,22 @@ class RunsScreen(Screen):
 
     def action_overlay(self) -> None:
         chosen = [r for r in self.runs if r.run_id in self.marked] or [r for r in [self._current()] if r]
+        self.load_curves(chosen)
+
+    @work(thread=True, exclusive=True, group="overlay")
+    def load_curves(self, chosen: list[RunSummary]) -> None:
+        """The list holds summaries from the head and tail of each run's events; the overlay
+        reads the chosen runs whole (off the UI thread: a long run takes a while)."""
+        curves = []
+        for r in chosen:
+            full = summarize_run(r.path, full=True)
+            curves.append((r.run_id, downsample(full.loss_steps, full.loss_values, 1000)))
+        self.app.call_from_thread(self._show_curves, curves)
+
+    def _show_curves(self, curves: list) -> None:
         plot = self.query_one(LossPlot)
-        plot.display = bool(chosen)
-        plot.show_many([(r.run_id, downsample(r.loss_steps, r.loss_values, 1000)) for r in chosen])
+        plot.display = bool(curves)
+        plot.show_many(curves)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
