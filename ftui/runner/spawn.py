@@ -52,6 +52,8 @@ def rank_environments(nproc: int, store: Path, base: dict[str, str] | None = Non
     base = dict(os.environ if base is None else base)
     for key in ("MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", STORE_ENV):
         base.pop(key, None)
+    if nproc > 1:
+        base.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: ranks that compute on the CPU set their share
     lo = loopback_interface()
     base.update({"MASTER_ADDR": "127.0.0.1", STORE_ENV: str(store), "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo})
     return [dict(base, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),

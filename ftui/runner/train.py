@@ -305,7 +305,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
           resume: Path | None = None) -> tuple[str, str]:
     device = pick_device(cfg, info)
     if device.type == "cpu" or uses_host_optimizer(cfg):
-        # torchrun sets OMP_NUM_THREADS=1; a rank that computes on the CPU gets its share of the cores
+        # the launcher sets OMP_NUM_THREADS=1 for several ranks; a rank that computes on the CPU gets its share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
     mode = matmul_mode(cfg.precision, cfg.tf32, torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0))
     if device.type == "cuda":
