@@ -78,7 +78,8 @@ def main() -> None:
                 row["padded_vs_baseline"] = row["ftui_padded"] / row["baseline"]
                 row["packed_vs_baseline"] = row["ftui_packed"] / row["baseline"]
                 reps_out.append(row)
-                print(f"[{mode} rep {rep + 1}/{reps}] " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), file=sys.stderr, flush=True)
+                print(f"[{mode} rep {rep + 1}/{reps}] " + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if v is not None),
+                      file=sys.stderr, flush=True)
             results["modes"][mode] = {
                 "world_size": world,
                 "real_tokens_per_s_median": {k: median([r[k] for r in reps_out]) for k in ("baseline", "ftui_padded", "ftui_packed")},

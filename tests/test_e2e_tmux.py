@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import wait_for
 from ftui.events import read_all
 from ftui.runner.launch import stop_run
 from ftui.runs import list_runs, pid_alive, read_launch_info
@@ -40,9 +41,12 @@ def only_run_keeps_training(root, why: str):
     (summary,) = list_runs(root)
     run = summary.path
     assert pid_alive(read_launch_info(run)["pid"]), why
-    steps = sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step")
-    time.sleep(3)
-    assert sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step") > steps
+    def steps() -> int:
+        return sum(1 for e in read_all(run / "events.jsonl") if e["event"] == "step")
+
+    before = steps()
+    # a new step, however long a loaded machine takes for it (no wall-clock budget)
+    assert wait_for(lambda: steps() > before, timeout=300), why
     return run
 
 
@@ -57,7 +61,7 @@ def screen(session: str) -> str:
     return tmux("capture-pane", "-p", "-t", session)
 
 
-def wait_screen(session: str, pattern: str, timeout: float = 90.0) -> re.Match:
+def wait_screen(session: str, pattern: str, timeout: float = 240.0) -> re.Match:
     deadline = time.time() + timeout
     text = ""
     while time.time() < deadline:
@@ -76,7 +80,7 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
     try:
         first = start_demo_in_app(session)
         later = first
-        deadline = time.time() + 60
+        deadline = time.time() + 240
         while later <= first + 2 and time.time() < deadline:
             later = int(wait_screen(session, r"step\s+(\d+) / 390").group(1))
         assert later > first, "the step counter did not move"
@@ -87,7 +91,7 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
 
         tmux("send-keys", "-t", session, f"{FTUI_CMD} attach {run.name}", "Enter")
         wait_screen(session, re.escape(run.name))
-        wait_screen(session, r"step\s+390 / 390", timeout=120)
+        wait_screen(session, r"step\s+390 / 390", timeout=480)  # a loaded machine may take long: no budget
         wait_screen(session, r"completed")
         tmux("send-keys", "-t", session, "C-q")
         wait_screen(session, r"[$#]\s*$")
