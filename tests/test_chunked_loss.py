@@ -63,3 +63,20 @@ def test_runs_with_chunked_and_full_logits_loss_give_the_same_curve(tmp_path, en
         curves[chunked] = [e["loss"] for e in steps_of(events)]
     assert len(curves[True]) == 6
     assert curves[True] == pytest.approx(curves[False], rel=1e-5)
+
+
+def test_under_autocast_the_chunks_compute_in_the_autocast_type_as_the_full_path_does():
+    model = tiny_llama(layers=2, hidden=64, vocab=1000)
+    ids = torch.randint(0, 1000, (2, 40), generator=torch.Generator().manual_seed(2))
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    model.zero_grad()
+    full = L.micro_batch_loss(model, None, {"input_ids": ids}, ids, bf16)
+    full.backward()
+    full_grad = model.lm_head.weight.grad.clone()
+    assert L.install_chunked_loss(model)
+    model.zero_grad()
+    chunked = L.micro_batch_loss(model, L.output_projection(model), {"input_ids": ids}, ids, bf16)
+    chunked.backward()
+    assert chunked.item() == pytest.approx(full.item(), rel=1e-4)
+    grad = model.lm_head.weight.grad
+    assert (grad - full_grad).abs().max() <= 2e-2 * full_grad.abs().max()  # bf16 products, another order

@@ -4,9 +4,9 @@ A causal LM's output projection turns every position's hidden state into ``vocab
 with 128k-152k vocabularies (Llama 3, Qwen) the full logits of one micro batch plus their
 fp32 copy and gradient are the largest single item of training memory (4,096 tokens x
 151,936 x 4 bytes = 2.5 GB per copy). Here the model's own output projection computes the
-summed cross-entropy of a chunk of positions at a time; each chunk's logits are freed at
-once and recomputed in backward (activation checkpointing of the chunk), so at most one
-chunk's logits exist.
+summed cross-entropy of a chunk of positions at a time and, in the same pass, that chunk's
+gradients (``ChunkedLinearCrossEntropy``); each chunk's logits are freed at once, so at most
+one chunk's logits exist and nothing is recomputed in backward.
 
 It works by giving the output projection *module* a different ``forward`` for ftui's own
 training and eval forwards (labels are handed to it just before): the module, its
@@ -27,7 +27,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from ftui.plan import LOSS_CHUNK_ELEMENTS
 from ftui.runner.data import IGNORE
@@ -47,9 +46,68 @@ def chunk_tokens(vocab: int) -> int:
     return max(64, ELEMENTS_PER_CHUNK // max(1, vocab))
 
 
-def _chunk_loss(head: nn.Linear, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    logits = F.linear(hidden, head.weight, head.bias).float()
-    return F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of ``hidden @ weight.T (+ bias)`` against ``labels``, a chunk of
+    positions at a time, with the gradients computed in the same pass (as Liger's fused
+    linear cross-entropy does): each chunk's logits give their softmax gradient at once, which
+    gives the chunk's gradient for the hidden states and adds to the weight's gradient; the
+    logits are then freed. Backward only scales the kept gradients by the incoming one, so
+    the projection costs the same three matrix products as the full-logits path and nothing
+    is recomputed. The products run in the autocast type when autocast is on (what the full
+    path's ``F.linear`` would use), the softmax and the loss in fp32."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, chunk, dtype):  # noqa: D102
+        need_h, need_w = hidden.requires_grad, weight.requires_grad
+        need_b = bias is not None and bias.requires_grad
+        w = weight.to(dtype)
+        b = bias.to(dtype) if bias is not None else None
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, hidden.size(0), chunk):
+            h = hidden[start:start + chunk].to(dtype)
+            y = labels[start:start + chunk]
+            logits = F.linear(h, w, b).float()
+            valid = y != IGNORE
+            target = y.clamp(min=0)
+            lse = torch.logsumexp(logits, dim=-1)
+            total += ((lse - logits.gather(1, target[:, None]).squeeze(1)) * valid).sum()
+            if not (need_h or need_w or need_b):
+                continue
+            d = torch.exp(logits.sub_(lse[:, None]))  # softmax, in place of the logits
+            d[torch.arange(d.size(0), device=d.device), target] -= 1.0
+            d *= valid[:, None]
+            d = d.to(dtype)
+            if need_h:
+                grad_h[start:start + chunk] = (d @ w).to(grad_h.dtype)
+            if need_w:
+                grad_w += (d.t() @ h).float()
+            if need_b:
+                grad_b += d.float().sum(0)
+            del logits, d
+        ctx.save_for_backward(*(t if t is not None else torch.empty(0) for t in (grad_h, grad_w, grad_b)))
+        ctx.present = (need_h, need_w, need_b)
+        ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out):  # noqa: D102
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.present
+        w_dtype, b_dtype = ctx.dtypes
+        return (grad_h * grad_out.to(grad_h.dtype) if need_h else None,
+                (grad_w * grad_out).to(w_dtype) if need_w else None,
+                (grad_b * grad_out).to(b_dtype) if need_b else None,
+                None, None, None)
+
+
+def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return hidden.dtype
 
 
 def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
@@ -58,12 +116,9 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.weight, self.bias)
     h = hidden[:, :-1].reshape(-1, hidden.size(-1))
     y = labels[:, 1:].reshape(-1)
-    step = chunk_tokens(self.out_features)
-    total = None
-    for start in range(0, h.size(0), step):
-        part = checkpoint(_chunk_loss, self, h[start:start + step], y[start:start + step], use_reentrant=False)
-        total = part if total is None else total + part
-    return total
+    dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
+    with torch.autocast(hidden.device.type, enabled=False):
+        return ChunkedLinearCrossEntropy.apply(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype)
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:

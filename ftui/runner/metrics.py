@@ -100,6 +100,7 @@ class Window:
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
     sums: torch.Tensor | None = None  # [loss_sum, tokens, trainable_tokens]
+    data_wait: float = 0.0  # seconds the loop waited for the next micro batch
 
     def add(self, loss_sum: torch.Tensor, counts: torch.Tensor) -> None:
         """loss_sum: this rank's summed token losses; counts: global [tokens, trainable]."""
@@ -110,6 +111,7 @@ class Window:
     def reset(self) -> None:
         self.steps = 0
         self.sums = None
+        self.data_wait = 0.0
         self.started = time.perf_counter()
 
     @contextlib.contextmanager

@@ -24,10 +24,12 @@ from __future__ import annotations
 import errno
 import math
 import os
+import queue
 import random
 import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -173,16 +175,52 @@ def uses_host_optimizer(cfg: RunConfig) -> bool:
     return cfg.engine.endswith("offload")
 
 
-def micro_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator, device: torch.device,
-                  start: int = 0) -> Iterator[tuple[int, Batch]]:
-    """Endless (epoch, batch) stream over the training examples, this rank's share, from the
-    ``start``-th micro batch overall (a resumed run continues exactly where it stopped)."""
+def host_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator,
+                 start: int = 0) -> Iterator[tuple[int, Batch]]:
+    """Endless (epoch, batch) stream over the training examples, this rank's share, collated
+    on the host (pinned on CUDA), from the ``start``-th micro batch overall (a resumed run
+    continues exactly where it stopped)."""
     epoch, offset = divmod(start, sampler.batches_per_epoch)
     while True:
         for idx in sampler.batches(epoch, offset):
-            yield epoch, collator([data.train[i] for i in idx]).to(device)
+            yield epoch, collator([data.train[i] for i in idx])
         epoch += 1
         offset = 0
+
+
+class Prefetcher:
+    """Collates the next micro batches in a background thread while the current one computes,
+    so the loop waits for data only when collation is slower than a step; ``waited`` adds up
+    the time the loop did wait (reported per step as ``data_wait_s``). The order is the
+    source's, so exact resume is unaffected. A thread, not DataLoader workers: collation is a
+    few list operations and one tensor per field, the records are already tokenized, and
+    worker processes would each copy the whole dataset."""
+
+    def __init__(self, source: Iterator[tuple[int, Batch]], device: torch.device, depth: int):
+        self.device = device
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self.waited = 0.0
+        self.thread = threading.Thread(target=self._fill, args=(source,), name="ftui-prefetch", daemon=True)
+        self.thread.start()
+
+    def _fill(self, source: Iterator[tuple[int, Batch]]) -> None:
+        try:
+            for item in source:
+                self.queue.put(item)
+        except BaseException as exc:  # handed to the loop, which raises it
+            self.queue.put(exc)
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self) -> tuple[int, Batch]:
+        began = time.perf_counter()
+        item = self.queue.get()
+        self.waited += time.perf_counter() - began
+        if isinstance(item, BaseException):
+            raise item
+        epoch, batch = item
+        return epoch, batch.to(self.device)
 
 
 DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded")
@@ -414,7 +452,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 writer.write("checkpoint", step=step, path=str(path))
 
         # --- The loop
-        stream = micro_batches(data, sampler, collator, device, start=step * accum)
+        stream = Prefetcher(host_batches(data, sampler, collator, start=step * accum), device, depth=2 * accum)
         window = Window(device)
         flags = DeferredFlag(device, size=2)  # [stop requested anywhere, previous step's loss non-finite anywhere]
         heartbeat = Heartbeat(run_dir, info.rank)
@@ -454,6 +492,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             step += 1
             heartbeat.beat()
             window.add(step_loss, counts[:2])
+            window.data_wait, stream.waited = window.data_wait + stream.waited, 0.0
             last_counts = counts[:2]
 
             stop_any, prev_nonfinite = flags.read()
@@ -509,6 +548,7 @@ def log_step(writer, engine: Engine, window: Window, last_counts, outcome, sched
     vals = torch.cat([loss_sum, window.sums[1:], last_counts.float(), norm]).tolist()
     mem = engine.gather_rows(memory_row(device))
     elapsed = time.perf_counter() - window.started
+    data_wait = window.data_wait
     win_loss, win_tokens, win_trainable, tokens, trainable, grad_norm = vals
     steps = window.steps
     window.reset()
@@ -523,6 +563,7 @@ def log_step(writer, engine: Engine, window: Window, last_counts, outcome, sched
         tokens_per_s=tokens_per_s, step_time_s=elapsed / steps,
         mfu=(fpt * tokens_per_s / (peak * info.world_size)) if peak else None,
         loss_scale=outcome.loss_scale, skipped=outcome.skipped, window_steps=steps, total_tokens=int(total_tokens),
+        data_wait_s=data_wait / steps,
         mem=[{"rank": r, "allocated": int(m[0]), "reserved": int(m[1]), "peak": int(m[2])} for r, m in enumerate(mem)],
         **({"ranks": ranks} if ranks else {}),
     )
