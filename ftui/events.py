@@ -29,6 +29,8 @@ EVENTS_FILE = "events.jsonl"
 RESERVE_FILE = ".run-end-reserve"
 RESERVE_BYTES = 64 * 1024
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+# How those errors read in text (a log, or an exception that wraps the OSError in its message)
+DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded")
 
 # Required fields per event kind. Fields may be ``None`` where the meaning says so
 # (``mfu`` when the device's peak is unknown, ``loss_scale`` outside fp16, ``grad_norm``

@@ -54,15 +54,19 @@ def test_models_that_post_process_logits_keep_the_full_path():
 @pytest.mark.dist
 @pytest.mark.parametrize("engine", ["single", "fsdp"])
 def test_runs_with_chunked_and_full_logits_loss_give_the_same_curve(tmp_path, engine):
-    curves = {}
+    curves, evals = {}, {}
     for chunked in (True, False):
         cfg = tiny_config(tmp_path / str(chunked), engine=engine, nproc_per_node=1 if engine == "single" else 2,
-                          max_steps=6, chunked_loss=chunked, run_name=f"{engine}-{chunked}")
+                          max_steps=6, chunked_loss=chunked, run_name=f"{engine}-{chunked}", max_samples=24,
+                          val_size=0.25, eval_steps=3)
         _run, events, proc = train_sync(cfg)
         assert proc.returncode == 0, proc.stderr[-3000:]
         curves[chunked] = [e["loss"] for e in steps_of(events)]
+        evals[chunked] = [e["eval_loss"] for e in events if e["event"] == "eval"]
     assert len(curves[True]) == 6
     assert curves[True] == pytest.approx(curves[False], rel=1e-5)
+    assert len(evals[True]) == 2  # eval goes through the same loss path
+    assert evals[True] == pytest.approx(evals[False], rel=1e-5)
 
 
 def test_under_autocast_the_chunks_compute_in_the_autocast_type_as_the_full_path_does():

@@ -127,16 +127,16 @@ def output_projection(model: nn.Module) -> nn.Module | None:
     return getter() if getter is not None else None
 
 
-def install_chunked_loss(model: nn.Module) -> bool:
-    """Gives the model's output projection the chunked-loss forward; False where the model
-    cannot take it (the full-logits path is used then)."""
+def install_chunked_loss(model: nn.Module) -> nn.Module | None:
+    """Gives the model's output projection the chunked-loss forward and returns it (the
+    ``head`` micro_batch_loss takes); None where the model cannot take it (the full-logits
+    path is used then)."""
     head = output_projection(model)
     config = getattr(model, "config", None)
     if type(head) is not nn.Linear or getattr(config, "final_logit_softcapping", None):
-        return False
+        return None
     head.forward = types.MethodType(_chunked_forward, head)
-    head._ftui_chunked = True
-    return True
+    return head
 
 
 def micro_batch_loss(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor,

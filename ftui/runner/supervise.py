@@ -30,11 +30,10 @@ from pathlib import Path
 
 import psutil
 
-from ftui.events import DISK_FULL_ERRNOS, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
+from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
 from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
 
 POLL_S = 2.0
-DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
 DISK_FULL_HINT = ("the disk is full where the run directory is: free space (or raise the quota), then start again "
                   "(ftui train --resume RUN continues from the newest checkpoint, if any); train.log may be empty or "
                   "cut short because it could not be written either")

@@ -21,7 +21,6 @@ from the same all-reduced flag, and after ``nonfinite_loss_limit`` in a row the 
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import queue
@@ -37,12 +36,12 @@ from typing import Any, Iterator
 
 import torch
 
-from ftui.events import EVENTS_FILE, EventWriter
+from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, EventWriter
 from ftui.presets.config import RunConfig, load_config
 from ftui.runner.data import Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
-from ftui.runner.loss import install_chunked_loss, micro_batch_loss, output_projection
+from ftui.runner.loss import install_chunked_loss, micro_batch_loss
 from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
 from ftui.runner.metrics import Window, matmul_mode, memory_row, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, count_params, flops_per_token, load_model,
@@ -223,14 +222,11 @@ class Prefetcher:
         return epoch, batch.to(self.device)
 
 
-DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded")
-
-
 def disk_full(exc: BaseException) -> bool:
     """A write failed for lack of room, also when wrapped (DCP re-raises the ranks' errors
     as a CheckpointException whose text carries the original)."""
     for link in exception_chain(exc):
-        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if isinstance(link, OSError) and link.errno in DISK_FULL_ERRNOS:
             return True
         if any(t in str(link) for t in DISK_FULL_TEXT):
             return True
@@ -369,7 +365,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             save_random_base(model, tokenizer, run_dir, cfg)
         model = apply_method(model, cfg)
         apply_speedups(model, cfg)
-        loss_head = output_projection(model) if cfg.chunked_loss and install_chunked_loss(model) else None
+        loss_head = install_chunked_loss(model) if cfg.chunked_loss else None
         total, trainable = count_params(model)
         frozen_below, backward_layers = backward_span(model)
 
@@ -514,7 +510,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             if evaluating or saving:
                 with window.excluded():  # tokens/s, step time and MFU count training only
                     if evaluating:
-                        run_eval(writer, engine, data, cfg, collator, info, device, step, heartbeat)
+                        run_eval(writer, engine, data, cfg, collator, info, device, step, loss_head, heartbeat)
                     if saving:
                         checkpoint(step_loss)
             if stopping:
@@ -579,17 +575,17 @@ def engagement_rows(engine: Engine, device: torch.device) -> list[dict[str, int]
 
 @torch.no_grad()
 def run_eval(writer, engine: Engine, data: TokenizedData, cfg: RunConfig, collator: Collator, info: DistInfo,
-             device: torch.device, step: int, heartbeat: Heartbeat | None = None) -> None:
+             device: torch.device, step: int, loss_head: torch.nn.Module | None = None,
+             heartbeat: Heartbeat | None = None) -> None:
+    """Eval loss over this rank's share of the eval examples, with the training loss path
+    (``loss_head``: the chunked loss's output projection, None for full logits)."""
     engine.model.eval()
     mine = data.eval[info.rank :: info.world_size]
     sums = torch.zeros(2, device=device, dtype=torch.float64)
     bs = cfg.per_device_eval_batch_size
     for i in range(0, len(mine), bs):
         batch = collator(mine[i : i + bs]).to(device)
-        head = output_projection(engine.unwrap()) if cfg.chunked_loss else None
-        loss = micro_batch_loss(engine.model, head if getattr(head, "_ftui_chunked", False) else None,
-                                batch.model_inputs(), batch.labels, engine.autocast)
-        sums[0] += loss.double()
+        sums[0] += micro_batch_loss(engine.model, loss_head, batch.model_inputs(), batch.labels, engine.autocast).double()
         sums[1] += batch.trainable_tokens
         if heartbeat is not None:
             heartbeat.beat()
