@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     from ftui.plan import ModelShape, estimate_for
-    from ftui.presets.config import parse_config
+    from ftui.config import parse_config
 
     model = dict(MODEL, vocab_size=8192) if args.quick else MODEL
     steps, reps, warmup = (4, 1, 1) if args.quick else (args.steps, args.reps, 3)

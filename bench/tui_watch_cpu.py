@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ftui.presets.config import demo_config
-from ftui.runner.launch import prepare_run, start_run, stop_run
+from ftui.config import demo_config
+from ftui.jobs.launch import prepare_run, start_run, stop_run
 from ftui.tui.app import FtuiApp
 
 

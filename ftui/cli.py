@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.presets.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
+from ftui.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -184,7 +184,7 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
         return None
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
-    from ftui.runner.records import dataset_path_problem
+    from ftui.records import dataset_path_problem
 
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
     if problem:
@@ -200,7 +200,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     run directory's job lock (two resumes at once must not both start: the lock decides)."""
     import os
 
-    from ftui.runner.launch import RunBusy, lock_run_dir
+    from ftui.jobs.launch import RunBusy, lock_run_dir
     from ftui.runs import summarize_run
 
     if args.config or args.preset:
@@ -252,7 +252,7 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ftui.follow import follow_run
-    from ftui.runner.launch import RunBusy, other_node_commands, prepare_run, start_run, stop_run
+    from ftui.jobs.launch import RunBusy, other_node_commands, prepare_run, start_run, stop_run
 
     out, err = safe_console(), safe_console(stderr=True)
     resume = lock = None

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+from ftui.paths import EVENTS_FILE, RESERVE_FILE  # noqa: F401 (re-exported)
+
 SCHEMA_VERSION = 1
-EVENTS_FILE = "events.jsonl"
-# Room kept beside events.jsonl for the final record: the supervisor fills this file at
+# Room kept beside events.jsonl for the final record (RESERVE_FILE): the supervisor fills it at
 # start; a run_end that finds the disk full deletes it and writes into the space it held.
-RESERVE_FILE = ".run-end-reserve"
 RESERVE_BYTES = 64 * 1024
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 # How those errors read in text (a log, or an exception that wraps the OSError in its message)

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftui.presets.config import DEMO_MODEL
-from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, read_user_deepspeed
+from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
+from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
@@ -60,7 +60,7 @@ NCCL_COMMUNICATOR_BYTES = int(0.75 * GIB)
 NCCL_NVLS_BYTES = 2_415_919_104
 NVLS_MIN_LOCAL_PROCESSES = 3
 NVLS_MIN_COMPUTE_MAJOR = 9  # Hopper
-DEMO_CONFIG = Path(__file__).resolve().parent / "presets" / "demo" / "model" / "config.json"
+DEMO_CONFIG = DEMO_MODEL_DIR / "config.json"
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -251,9 +251,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
     half = precision in ("bf16", "fp16")
-    deepspeed = zero_stage is not None or engine.startswith("zero")
-    stage = zero_stage if zero_stage is not None else (int(engine[4]) if deepspeed else None)
-    offload = offload if offload is not None else engine.endswith("_offload")
+    spec = engine_spec(engine)
+    deepspeed = zero_stage is not None or spec.deepspeed
+    stage = zero_stage if zero_stage is not None else spec.zero_stage
+    offload = offload if offload is not None else spec.host_optimizer
     notes: list[str] = []
     layer = shape.layer_params
     host = 0.0
@@ -287,12 +288,12 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
             frozen = (P - T - shape.embed_params * (1 if shape.tied else 2)) * 0.52 + shape.embed_params * (1 if shape.tied else 2) * 2
         weights, grads, opt = T * 4.0 + frozen, T * 4.0, T * 8.0
         cast = 2 * (T if method in ("full", "freeze") else 0) if half else 0.0  # autocast's cached half weights
-        if engine.startswith("fsdp"):
+        if spec.fsdp:
             pbytes = 2 if half else 4
             working = (2 * layer + shape.embed_params * (1 if shape.tied else 2)) * pbytes
             sharded = weights / W
             weights, grads, opt = working, grads / W + layer * pbytes, opt / W
-            if engine == "fsdp_offload":
+            if offload:
                 host += sharded + grads - layer * pbytes + opt
                 grads, opt = layer * pbytes, 0.0
             else:
@@ -325,7 +326,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(f"{engine} shards over processes: with one process it saves nothing")
-    overlap = not deepspeed and (engine.startswith("fsdp") or W == 1)
+    overlap = not deepspeed and (spec.fsdp or W == 1)
     overhead = runtime_overhead(deepspeed=deepspeed, world_size=W, nproc_per_node=nproc_per_node or W, compute_major=compute_major)
     return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
                     host_bytes=host, notes=notes, gradients_overlap_activations=overlap, overhead=overhead)
@@ -341,11 +342,9 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
     stage = offload = None
     precision = overrides.get("precision", cfg.precision)
     if cfg.deepspeed and "engine" not in overrides:
-        ds = read_user_deepspeed(cfg.deepspeed)
-        zero = ds.get("zero_optimization") or {}
-        stage = int(zero.get("stage", 0))
-        offload = bool((zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"))
-        precision = deepspeed_precision(ds) or precision
+        spec = cfg.engine_spec
+        stage, offload = spec.zero_stage, spec.host_optimizer
+        precision = deepspeed_precision(read_user_deepspeed(cfg.deepspeed)) or precision
     return estimate(shape, method=method, precision=precision, engine=engine,
                     world_size=overrides.get("world_size", cfg.world_size), micro_batch=get("per_device_train_batch_size"),
                     seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),

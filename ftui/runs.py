@@ -23,16 +23,10 @@ from typing import Any
 
 import psutil
 
-from ftui.events import EVENTS_FILE, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
+from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
+                        STOP_FILE, TRAINER_STATE)
+from ftui.events import EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
-CONFIG_FILE = "config.yaml"
-LAUNCH_FILE = "launch.json"
-LOG_FILE = "train.log"
-CHECKPOINTS_DIR = "checkpoints"
-FINAL_DIR = "final"
-HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
-LOCK_FILE = "job.lock"  # flock'ed by the job's supervisor for its whole life: one job per run directory
-STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that ends without run_end was stopped
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -419,7 +413,6 @@ def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-TRAINER_STATE = "trainer_state.json"  # inside a checkpoint; written last, before the rename
 
 
 class CheckpointError(RuntimeError):

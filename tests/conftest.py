@@ -1,5 +1,5 @@
 """Shared fixtures: the demo tokenizer, LLaMA-Factory's demo data, and a synchronous runner
-that trains a tiny model through the real launcher (ftui.runner.spawn)."""
+that trains a tiny model through the real launcher (ftui.jobs.spawn)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ftui.events import EVENTS_FILE, read_all
-from ftui.presets.config import demo_config
-from ftui.runner.launch import prepare_run, launch_command
+from ftui.config import demo_config
+from ftui.jobs.launch import prepare_run, launch_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -74,7 +74,7 @@ def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.Co
 
 def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[list[dict], subprocess.CompletedProcess]:
     """Resumes a run from a checkpoint in the foreground; returns the events of the resumed part."""
-    from ftui.presets.config import load_config
+    from ftui.config import load_config
 
     cfg, _ = load_config(run_dir / "config.yaml")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from conftest import train_sync, wait_for
 from ftui.chat_client import ChatWorker, GenerationSettings
-from ftui.presets.config import demo_config
+from ftui.config import demo_config
 
 QUESTION = "What is ftui?"
 ANSWER = "ftui is a terminal dashboard for fine-tuning language models on GPU servers."

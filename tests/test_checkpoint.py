@@ -102,7 +102,7 @@ def test_resolve_checkpoint_messages(tmp_path):
 @pytest.mark.dist
 def test_kill_during_checkpoint_write_leaves_the_previous_one(tmp_path):
     """kill -9 of the whole job while it writes step-N: step-(N-k) stays and resumes."""
-    from ftui.runner.launch import prepare_run, start_run, stop_run
+    from ftui.jobs.launch import prepare_run, start_run, stop_run
 
     cfg = tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=100000, save_steps=2, logging_steps=1)
     run_dir = prepare_run(cfg)

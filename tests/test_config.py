@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from ftui.presets.config import ConfigError, RunConfig, load_config, parse_config
+from ftui.config import ConfigError, RunConfig, load_config, parse_config
 
 LF_LORA_SFT = """\
 ### model

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import wait_for
 from ftui.events import read_all
-from ftui.runner.launch import stop_run
+from ftui.jobs.launch import stop_run
 from ftui.runs import list_runs, pid_alive, read_launch_info
 
 FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ftui.presets.config import validate_config
+from ftui.config import validate_config
 from ftui.presets.engine_presets import PRESET_NAMES, PRESET_DIR, describe, fill_deepspeed, load_preset
 
 BASE = dict(model_name_or_path="ftui-demo", dataset="ftui_demo")

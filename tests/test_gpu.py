@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from ftui import gpu
-from ftui.presets.config import validate_config
+from ftui.config import validate_config
 from tests.fake_nvml import FakeGpu, four_gpus, use_fake_nvml
 
 

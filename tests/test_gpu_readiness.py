@@ -18,8 +18,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import tiny_config
-from ftui.presets.config import demo_config
-from ftui.runner.engines import DistInfo, backend_for, make_engine, needs_process_group
+from ftui.config import demo_config
+from ftui.runner.distributed import backend_for, needs_process_group
+from ftui.runner.engines import DistInfo, make_engine
 from ftui.runner.metrics import Window, matmul_mode, peak_flops, set_matmul_precision
 from ftui.runner.model import apply_method, backward_span, base_dtype, compute_dtype, flops_per_token
 
@@ -243,7 +244,7 @@ def test_qlora_preparation_keeps_the_base_dtype_and_non_reentrant_checkpointing(
 def test_torchrun_gets_shutdown_timeout_only_when_it_knows_it(tmp_path, monkeypatch):
     import importlib.machinery
 
-    from ftui.runner import launch
+    from ftui.jobs import launch
 
     fake = tmp_path / "torch"
     (fake / "distributed").mkdir(parents=True)

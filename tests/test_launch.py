@@ -13,7 +13,7 @@ import pytest
 
 from conftest import wait_for
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import is_rank, run_processes, stop_run
+from ftui.jobs.launch import is_rank, run_processes, stop_run
 from ftui.runs import list_runs, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -112,7 +112,7 @@ def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
     if victim == "supervisor":
         stop_run(run, force=True)  # what a second Stop does
     else:
-        (launcher,) = [p for p in children if "ftui.runner.spawn" in p.cmdline()]
+        (launcher,) = [p for p in children if "ftui.jobs.spawn" in p.cmdline()]
         os.kill(launcher.pid, signal.SIGKILL)
     assert wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks), timeout=30)
     assert wait_for(lambda: gone(run), timeout=30)
@@ -132,7 +132,7 @@ def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
 
 
 def test_secrets_in_the_environment_are_redacted():
-    from ftui.runner.launch import redact_env
+    from ftui.jobs.launch import redact_env
 
     out = redact_env({"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "0,1"})
     assert out == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>", "CUDA_VISIBLE_DEVICES": "0,1"}
@@ -140,16 +140,16 @@ def test_secrets_in_the_environment_are_redacted():
 
 def test_one_node_starts_ftuis_launcher_and_several_nodes_torchrun(tmp_path):
     from conftest import tiny_config
-    from ftui.runner.launch import launch_command
+    from ftui.jobs.launch import launch_command
 
     one = launch_command(tiny_config(tmp_path, engine="ddp", nproc_per_node=2), tmp_path / "run")
-    assert one[1:3] == ["-m", "ftui.runner.spawn"] and "--nproc-per-node=2" in one and "torch.distributed.run" not in one
+    assert one[1:3] == ["-m", "ftui.jobs.spawn"] and "--nproc-per-node=2" in one and "torch.distributed.run" not in one
     two = launch_command(tiny_config(tmp_path, engine="ddp", nnodes=2, rdzv_endpoint="10.0.0.1:29500"), tmp_path / "run")
     assert two[1:3] == ["-m", "torch.distributed.run"] and "--master-addr=10.0.0.1" in two
 
 
 def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_path):
-    from ftui.runner.spawn import STORE_ENV, loopback_interface, new_store_file, rank_environments
+    from ftui.jobs.spawn import STORE_ENV, loopback_interface, new_store_file, rank_environments
 
     store = new_store_file(tmp_path)
     assert store.parent == tmp_path and oct(store.stat().st_mode & 0o777) == "0o600" and store.stat().st_size == 0
@@ -162,7 +162,7 @@ def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_p
 
 
 def test_a_failing_rank_makes_the_launcher_end_the_others_and_fail():
-    from ftui.runner.spawn import Ranks
+    from ftui.jobs.spawn import Ranks
 
     failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
     # A rank stuck where SIGTERM cannot help (a collective): ignored from before it starts.

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from ftui.plan import CUDA_CONTEXT_BYTES, GIB, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
-from ftui.presets.config import demo_config, parse_config
+from ftui.config import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}

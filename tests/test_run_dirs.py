@@ -20,7 +20,7 @@ from fixtures_runs import T0, write_run
 from ftui import cli, watch
 from ftui.events import make_event
 from ftui.runner import supervise
-from ftui.runner.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
+from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
 from ftui.runs import RunsRootError, launcher_gone, list_runs, summarize_run, write_launch_info
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -87,7 +87,7 @@ def test_a_second_job_on_a_run_directory_is_refused(tmp_path):
 def test_a_crashed_jobs_lock_does_not_block(tmp_path):
     run = write_run(tmp_path / "runs", "crashed", steps=3, max_steps=10, end="stopped")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from ftui.runner.launch import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
+                               "from ftui.jobs.launch import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
                                "time.sleep(300)", str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(RunBusy):

@@ -28,7 +28,7 @@ def wait_for_exit(pid: int, timeout=180.0) -> None:
 
 @pytest.mark.dist
 def test_sigterm_to_the_group_stops_saves_and_resumes_exactly(tmp_path):
-    from ftui.runner.launch import prepare_run, start_run, stop_run
+    from ftui.jobs.launch import prepare_run, start_run, stop_run
 
     cfg = tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=400, save_steps=1000, run_name="stopme")
     run_dir = prepare_run(cfg)
@@ -76,7 +76,7 @@ def _free_port() -> int:
 
 @pytest.mark.dist
 def test_two_nodes_on_localhost_form_one_job(tmp_path):
-    from ftui.runner.launch import other_node_commands, prepare_run, start_run
+    from ftui.jobs.launch import other_node_commands, prepare_run, start_run
 
     port = _free_port()
     base = dict(engine="ddp", nproc_per_node=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", max_steps=6)

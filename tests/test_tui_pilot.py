@@ -176,7 +176,7 @@ async def test_dashboard_figures_match_the_events(tmp_path):
 
 
 async def test_form_defaults_equal_runconfig_defaults():
-    from ftui.presets.config import config_defaults
+    from ftui.config import config_defaults
     from ftui.tui.screens.launch import FORM_DEFAULTS
 
     defaults = config_defaults()

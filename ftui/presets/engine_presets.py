@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-PRESET_DIR = Path(__file__).resolve().parent / "engines"
+from ftui.paths import ENGINE_PRESETS_DIR
+
+PRESET_DIR = ENGINE_PRESETS_DIR
 
 # The order `ftui presets` and the form list them: from least to most memory-saving.
 PRESET_NAMES = (
     "single", "ddp", "fsdp", "fsdp_offload", "zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload",
 )
-# Presets that shard across processes and are pointless (refused) with one process.
-NEEDS_SEVERAL = ("fsdp", "zero1", "zero2", "zero3")
 # What to try next when a preset runs out of memory (used in out-of-memory hints).
 MORE_MEMORY_SAVING = {
     "single": "zero3_offload", "ddp": "zero2", "zero0": "zero2", "zero1": "zero2", "zero2": "zero3",
@@ -48,8 +49,57 @@ def load_preset(name: str) -> dict[str, Any]:
     return copy.deepcopy(_read(str(preset_path(name))))
 
 
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine is, read from its preset file's ``ftui`` section (or a user's DeepSpeed
+    file): every decision that depends on the engine asks this, never the engine's name."""
+
+    name: str
+    backend: str  # "torch" or "deepspeed": which library runs it
+    strategy: str  # "single", "ddp", "fsdp" or "deepspeed": the runner's engine class
+    min_processes: int = 1  # sharding presets are pointless (refused) with one process
+    zero_stage: int | None = None  # DeepSpeed's ZeRO stage
+    host_optimizer: bool = False  # the optimizer steps on the CPU (FSDP CPU offload, ZeRO optimizer offload)
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.backend == "deepspeed"
+
+    @property
+    def fsdp(self) -> bool:
+        return self.strategy == "fsdp"
+
+    @property
+    def shards_parameters(self) -> bool:
+        """Each rank holds only a shard of the weights (FSDP, ZeRO-3): the model is built on
+        the CPU and sharded from there, and cannot be quantized (QLoRA)."""
+        return self.fsdp or self.zero_stage == 3
+
+
+def spec_from(name: str, data: dict[str, Any]) -> EngineSpec:
+    meta = data.get("ftui") or {}
+    zero = data.get("zero_optimization") or {}
+    deepspeed = meta.get("backend", "deepspeed") == "deepspeed"
+    offload = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme") or bool((data.get("fsdp") or {}).get("cpu_offload"))
+    return EngineSpec(
+        name=name, backend="deepspeed" if deepspeed else "torch",
+        strategy="deepspeed" if deepspeed else meta.get("strategy", "single"),
+        min_processes=int(meta.get("min_processes", 1)),
+        zero_stage=int(zero.get("stage", 0)) if deepspeed else None, host_optimizer=offload,
+    )
+
+
+def engine_spec(name: str) -> EngineSpec:
+    """The spec of a shipped preset."""
+    return spec_from(name, _read(str(preset_path(name))))
+
+
 def is_deepspeed(name: str) -> bool:
-    return name.startswith("zero")
+    return engine_spec(name).deepspeed
+
+
+# Presets that shard across processes and are pointless (refused) with one process.
+NEEDS_SEVERAL = tuple(n for n in PRESET_NAMES if engine_spec(n).min_processes > 1)
 
 
 def describe(name: str) -> tuple[str, str]:

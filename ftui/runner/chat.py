@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ftui.presets.config import ConfigError, RunConfig, load_config
+from ftui.config import ConfigError, RunConfig, load_config
 from ftui.runs import CONFIG_FILE, FINAL_DIR, CheckpointError, resolve_checkpoint
 
 
@@ -300,7 +300,7 @@ class ChatModel:
 
 
 def _resolve_model(name: str) -> str:
-    from ftui.runner.model import resolve_model_path
+    from ftui.paths import resolve_model_path
 
     return resolve_model_path(name)
 

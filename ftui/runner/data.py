@@ -1,6 +1,6 @@
 """Training data: tokenized with the chat template, prompt masked, cut, optionally packed.
 
-Records come from ``ftui.runner.records`` (LLaMA-Factory's formats and registry). Each
+Records come from ``ftui.records`` (LLaMA-Factory's formats and registry). Each
 conversation is rendered with the tokenizer's chat template (or a named built-in one);
 everything but the assistant's turns is masked from the loss; examples are cut at
 ``cutoff_len``; short ones can be packed into full rows. The collator counts real
@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ftui.presets.config import RunConfig
+from ftui.config import RunConfig
 from ftui.presets.templates import TEMPLATES
-from ftui.runner.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets, to_messages
+from ftui.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets, to_messages
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "build_datasets", "pack_examples", "Collator", "Batch", "EpochSampler"]
 

@@ -15,13 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.presets.config import DEMO_MODEL, RunConfig
+from ftui.config import RunConfig
+from ftui.paths import resolve_model_path
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "presets" / "demo" / "model"
-
-
-def resolve_model_path(name: str) -> str:
-    return str(DEMO_MODEL_DIR) if name == DEMO_MODEL else name
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:

@@ -1,4 +1,4 @@
-"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by ftui.runner.spawn,
+"""The rank entry point: ``python -m ftui.runner.train RUN_DIR`` (started by ftui.jobs.spawn,
 or by torchrun on several nodes).
 
 One explicit training loop, readable top to bottom (after torchtune's recipes):
@@ -37,12 +37,13 @@ from typing import Any, Iterator
 import torch
 
 from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, EventWriter
-from ftui.presets.config import RunConfig, load_config
+from ftui.config import RunConfig, load_config
 from ftui.runner.data import Batch, Collator, DataFormatError, EpochSampler, TokenizedData, build_datasets, chat_template_for
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.runner.checkpoint import load_checkpoint, save_checkpoint
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
-from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device, process_group
+from ftui.runner.distributed import process_group
+from ftui.runner.engines import DistInfo, Engine, make_engine, pick_device
 from ftui.runner.metrics import Window, matmul_mode, memory_row, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, count_params, flops_per_token, load_model,
                                load_tokenizer)
@@ -122,7 +123,7 @@ class DeferredFlag:
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this rank when its launcher (ftui.runner.spawn, or torchrun on several
+    """Ask Linux to kill this rank when its launcher (ftui.jobs.spawn, or torchrun on several
     nodes) dies, even by kill -9, so a dead launcher never leaves ranks holding GPUs. No-op
     elsewhere."""
     if not sys.platform.startswith("linux"):
@@ -171,7 +172,7 @@ class StepCounts:
 def uses_host_optimizer(cfg: RunConfig) -> bool:
     """The offload presets step the optimizer on the CPU (FSDP's CPUOffloadPolicy, DeepSpeed's
     CPU Adam), so their ranks need CPU threads as CPU runs do."""
-    return cfg.engine.endswith("offload")
+    return cfg.engine_spec.host_optimizer
 
 
 def host_batches(data: TokenizedData, sampler: EpochSampler, collator: Collator,

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from ftui.runner.launch import stop_run
+from ftui.jobs.launch import stop_run
 from ftui.runs import summarize_run
 from tests.test_e2e_tmux import FTUI_CMD, new_shell, only_run_keeps_training, start_demo_in_app, tmux, wait_screen
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config
-from ftui.presets.config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
+from ftui.config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
 from ftui.runner.data import DataFormatError, build_datasets
 
 KEYS = sorted(RunConfig.model_fields)
@@ -34,7 +34,7 @@ def test_any_mapping_validates_or_gives_per_field_messages(data):
 def test_any_yaml_text_loads_or_raises_config_error(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("y") / "c.yaml"
     path.write_text(text, encoding="utf-8")
-    from ftui.presets.config import load_config
+    from ftui.config import load_config
 
     try:
         load_config(path)

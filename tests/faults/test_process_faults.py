@@ -17,7 +17,7 @@ import pytest
 
 from conftest import tiny_config, wait_for
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runner.launch import prepare_run, run_processes
+from ftui.jobs.launch import prepare_run, run_processes
 from ftui.runs import checkpoints, resolve_checkpoint, summarize_run
 from tests.test_launch import gone, steps_written
 
@@ -71,7 +71,7 @@ def test_kill_9_at_a_random_point_tells_the_truth_and_the_newest_checkpoint_resu
     assert wait_for(lambda: steps_written(run) >= at_step, timeout=120)
     if victim_name == "launcher":
         _sup, children = run_processes(run)
-        victim = next(p for p in children if "ftui.runner.spawn" in p.cmdline())
+        victim = next(p for p in children if "ftui.jobs.spawn" in p.cmdline())
     else:
         victim = rank_process(run, int(victim_name[-1]))
     victim.kill()

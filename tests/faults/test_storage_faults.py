@@ -15,7 +15,7 @@ import yaml
 
 from conftest import tiny_config, train_sync, wait_for
 from ftui.events import EVENTS_FILE, RESERVE_FILE, read_all
-from ftui.runner.launch import launch_command, prepare_run
+from ftui.jobs.launch import launch_command, prepare_run
 from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -33,7 +33,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     def limit_file_size():  # each checkpoint file of this model is ~10 MB; events stay far below 1 MB
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    from ftui.presets.config import load_config
+    from ftui.config import load_config
 
     rc, _ = load_config(run / "config.yaml")
     cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
@@ -141,7 +141,7 @@ def fill_disk(where: Path, leave: int = 0) -> None:
 def supervise(cfg, run: Path) -> subprocess.Popen:
     """The supervisor + launcher as `ftui train --detach` starts them (train.log in the run directory)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-    cmd = [sys.executable, "-m", "ftui.runner.supervise", str(run), "--", *launch_command(cfg, run, sys.executable)]
+    cmd = [sys.executable, "-m", "ftui.jobs.supervise", str(run), "--", *launch_command(cfg, run, sys.executable)]
     with open(run / "train.log", "ab", buffering=0) as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ftui.events import EVENTS_FILE, make_event
-from ftui.presets.config import ConfigError, RunConfig, parse_config
+from ftui.config import ConfigError, RunConfig, parse_config
 from ftui.runs import create_run_dir, resolve_run
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 
@@ -239,7 +239,7 @@ def test_a_run_listens_on_no_port_beyond_loopback_and_runs_no_planted_pickle(tmp
     listens on nothing; two ranks at most on loopback, meeting through a private file in the
     0700 run directory; a hostile pickle written to any port the tree opens never runs."""
     from conftest import tiny_config, wait_for
-    from ftui.runner.launch import run_processes, stop_run
+    from ftui.jobs.launch import run_processes, stop_run
     from tests.faults.test_process_faults import start_detached
     from tests.test_launch import steps_written
 

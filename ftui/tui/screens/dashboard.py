@@ -235,7 +235,7 @@ class DashboardScreen(Screen):
 
     @work(thread=True, group="control")
     def send_stop(self, force: bool) -> None:
-        from ftui.runner.launch import stop_run
+        from ftui.jobs.launch import stop_run
 
         result = stop_run(self.run_dir, force=force)
         self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)

@@ -28,7 +28,7 @@ from ftui.presets.templates import TEMPLATES
 from ftui.tui.screens.modals import AskPath, ShowText
 
 if TYPE_CHECKING:
-    from ftui.presets.config import FieldProblem, RunConfig
+    from ftui.config import FieldProblem, RunConfig
 
 METHODS = ("full", "lora", "qlora", "freeze")
 # Defaults of the form before the RunConfig model is loaded (it is imported after the first
@@ -239,7 +239,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.presets.config import default_runs_root
+        from ftui.config import default_runs_root
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
@@ -285,12 +285,12 @@ class LaunchScreen(Screen):
     def revalidate(self) -> None:
         if not self._ready:
             return
-        from ftui.presets.config import unsupported_warning, validate_config
+        from ftui.config import unsupported_warning, validate_config
 
         values = self.values()
         cfg, problems = validate_config(self.current_config_dict())
         if self._dataset_problem:
-            from ftui.presets.config import FieldProblem
+            from ftui.config import FieldProblem
 
             problems = [*problems, FieldProblem("dataset", values.get("dataset"), self._dataset_problem)]
             cfg = None
@@ -394,7 +394,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str) -> None:
-        from ftui.runner.records import DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records, resolve_datasets, to_messages
+        from ftui.records import DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records, resolve_datasets, to_messages
 
         text = Text()
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
@@ -483,7 +483,7 @@ class LaunchScreen(Screen):
             self.request_validation()
 
     def action_demo(self) -> None:
-        from ftui.presets.config import demo_config
+        from ftui.config import demo_config
 
         self.extra = {}
         if not self._ready:  # pressed during the first moment: apply once the form is complete
@@ -511,7 +511,7 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self._apply_loaded, path, data)
 
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
-        from ftui.presets.config import RunConfig, unsupported_warning
+        from ftui.config import RunConfig, unsupported_warning
 
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
@@ -534,7 +534,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, group="io")
     def save_yaml(self, path: str, data: dict[str, Any]) -> None:
-        from ftui.presets.config import RunConfig
+        from ftui.config import RunConfig
 
         try:
             cfg = RunConfig.model_validate(data) if not self.problems else None
@@ -547,7 +547,7 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self.notify, f"saved {path}{note}", markup=False)
 
     def action_command(self) -> None:
-        from ftui.runner.launch import launch_command
+        from ftui.jobs.launch import launch_command
         import shlex
 
         self.revalidate()
@@ -560,7 +560,7 @@ class LaunchScreen(Screen):
                                       shlex.join(launch_command(self.config, run_dir))))
 
     def action_start(self) -> None:
-        from ftui.runner.records import dataset_path_problem
+        from ftui.records import dataset_path_problem
 
         if self.config is not None:  # the preview may not have read the latest dataset_info.json yet
             self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir)
@@ -576,7 +576,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="start")
     def start_run(self, cfg: "RunConfig") -> None:
-        from ftui.runner.launch import prepare_run, start_run
+        from ftui.jobs.launch import prepare_run, start_run
 
         try:
             run_dir = prepare_run(cfg)

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ftui.paths import DEEPSPEED_TAG
 from ftui.presets.engine_presets import fill_deepspeed, load_preset, read_user_deepspeed
-from ftui.runner.engines import Engine, StepOutcome, build_optimizer
+from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer
 
-TAG = "deepspeed"  # DeepSpeed's tag directory inside checkpoints/step-N/
 
 
 class DeepSpeedEngine(Engine):
@@ -131,11 +131,11 @@ class DeepSpeedEngine(Engine):
     # --- Checkpoints: DeepSpeed's own (each rank writes its partitions)
 
     def save_state(self, directory: Path) -> None:
-        self.model.save_checkpoint(str(directory), tag=TAG, client_state={}, save_latest=False,
+        self.model.save_checkpoint(str(directory), tag=DEEPSPEED_TAG, client_state={}, save_latest=False,
                                    exclude_frozen_parameters=self.cfg.finetuning_type != "full")
 
     def load_state(self, directory: Path) -> None:
-        path, _ = self.model.load_checkpoint(str(directory), tag=TAG, load_module_strict=False,
+        path, _ = self.model.load_checkpoint(str(directory), tag=DEEPSPEED_TAG, load_module_strict=False,
                                              load_optimizer_states=True, load_lr_scheduler_states=False)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")

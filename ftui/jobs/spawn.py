@@ -1,4 +1,4 @@
-"""``python -m ftui.runner.spawn --nproc-per-node N --stop-timeout S RUN_DIR [--resume CKPT]``:
+"""``python -m ftui.jobs.spawn --nproc-per-node N --stop-timeout S RUN_DIR [--resume CKPT]``:
 ftui's launcher for the ranks of a one-node run.
 
 It replaces torchrun on one node because torchrun's rendezvous store listens on every
@@ -31,8 +31,9 @@ from pathlib import Path
 
 import psutil
 
+from ftui.paths import STORE_PREFIX
+
 STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
-STORE_PREFIX = ".store-"  # inside the run directory; removed when the launcher ends
 POLL_S = 0.2
 FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rest.append(arg)
     if not rest or nproc < 1:
-        print("usage: python -m ftui.runner.spawn --nproc-per-node=N --stop-timeout=S RUN_DIR [--resume CHECKPOINT_DIR]",
+        print("usage: python -m ftui.jobs.spawn --nproc-per-node=N --stop-timeout=S RUN_DIR [--resume CHECKPOINT_DIR]",
               file=sys.stderr)
         return 2
     run_dir = Path(rest[0])

@@ -1,8 +1,8 @@
-"""``python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...``: run the launcher,
+"""``python -m ftui.jobs.supervise RUN_DIR [--node-rank N] -- COMMAND...``: run the launcher,
 make sure the run's events end with ``run_end``.
 
 Stop signals go to the process group this supervisor leads (it and the launcher,
-ftui.runner.spawn or torchrun on several nodes): the supervisor ignores SIGTERM and SIGINT and
+ftui.jobs.spawn or torchrun on several nodes): the supervisor ignores SIGTERM and SIGINT and
 keeps waiting, the launcher passes the signal to the ranks once.
 
 Rank 0 writes run_end itself when training ends or fails in Python. When a rank is killed
@@ -90,7 +90,7 @@ def has_run_end(run_dir: Path) -> bool:
 
 def read_hang_timeout(run_dir: Path) -> int:
     try:
-        from ftui.presets.config import load_config
+        from ftui.config import load_config
 
         return load_config(run_dir / CONFIG_FILE)[0].hang_timeout
     except Exception:  # a config the runner cannot read fails there, with a message
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         node_rank = int(argv[2])
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m ftui.runner.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
+        print("usage: python -m ftui.jobs.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f) fails a write with EFBIG instead of killing us

@@ -20,11 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ftui.presets.choices import ENGINES, SCHEDULERS
-from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, is_deepspeed, read_user_deepspeed
+from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
-DEMO_MODEL = "ftui-demo"
-DEMO_DATASET = "ftui_demo"
+from ftui.paths import DEMO_DATASET, DEMO_MODEL  # noqa: F401 (re-exported)
+
+
 def default_runs_root() -> str:
     home = os.environ.get("FTUI_HOME")
     return str(Path(home) / "runs") if home else "runs"
@@ -123,8 +124,16 @@ class RunConfig(BaseModel):
         return self.engine
 
     @property
+    def engine_spec(self) -> EngineSpec:
+        """What the engine is (backend, strategy, ZeRO stage, offload), from the preset's file
+        or the user's DeepSpeed JSON; raises ValueError when that file cannot be read."""
+        if self.deepspeed:
+            return spec_from(self.engine_name, read_user_deepspeed(self.deepspeed))
+        return engine_spec(self.engine)
+
+    @property
     def uses_deepspeed(self) -> bool:
-        return bool(self.deepspeed) or is_deepspeed(self.engine)
+        return bool(self.deepspeed) or engine_spec(self.engine).deepspeed
 
     @property
     def world_size(self) -> int:
@@ -251,7 +260,7 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.engine in NEEDS_SEVERAL and cfg.world_size == 1 and not cfg.deepspeed:
         offload = "fsdp_offload" if cfg.engine == "fsdp" else "zero3_offload"
         out.append(FieldProblem("engine", cfg.engine, f"{cfg.engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger model"))
-    if cfg.method == "qlora" and (cfg.engine.startswith(("fsdp", "zero3")) or cfg.deepspeed):
+    if cfg.method == "qlora" and (cfg.deepspeed or engine_spec(cfg.engine).shards_parameters):
         out.append(FieldProblem("engine", cfg.engine, "QLoRA's 4/8-bit base cannot be sharded by ftui's engines; use single or ddp, or plain lora with fsdp/zero3"))
     if cfg.method == "qlora" and cfg.model_init == "random":
         out.append(FieldProblem("model_init", cfg.model_init, "QLoRA quantizes pretrained weights as they load; a random model is never loaded from disk, so use lora (or save the random model and point model_name_or_path at it)"))

@@ -2,10 +2,10 @@
 
 No torch here (the dashboard starts runs too). A run starts as
 
-    setsid: python -m ftui.runner.supervise RUN_DIR -- python -m ftui.runner.spawn ... RUN_DIR
+    setsid: python -m ftui.jobs.supervise RUN_DIR -- python -m ftui.jobs.spawn ... RUN_DIR
 
 in its own session, so closing the terminal, the app or the SSH connection never reaches
-it. ``ftui.runner.spawn`` starts the ranks of one node without opening a port; a run over
+it. ``ftui.jobs.spawn`` starts the ranks of one node without opening a port; a run over
 several nodes uses torchrun's static rendezvous instead. The supervisor writes ``run_end``
 if the ranks died without one (kill -9, a crash in the launcher itself), so a run's status
 is always told by its files.
@@ -28,7 +28,7 @@ from typing import Any
 
 import psutil
 
-from ftui.presets.config import RunConfig
+from ftui.config import RunConfig
 from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, launcher_process, read_launch_info,
                        write_launch_info)
 
@@ -38,7 +38,7 @@ SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", 
 def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None) -> list[str]:
     """The exact command that starts the ranks on this node.
 
-    One node: ftui's own launcher (``ftui.runner.spawn``), which opens no port: the ranks
+    One node: ftui's own launcher (``ftui.jobs.spawn``), which opens no port: the ranks
     meet through a file in the 0700 run directory and talk over loopback only. torchrun's
     single-node rendezvous would listen on every interface and hold pickles another user
     could replace (code execution as you).
@@ -52,7 +52,7 @@ def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, res
     py = python or sys.executable
     tail = [str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
     if cfg.nnodes == 1:
-        return [py, "-m", "ftui.runner.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
+        return [py, "-m", "ftui.jobs.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
     host, _, port = cfg.rdzv_endpoint.rpartition(":")
     return [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}", f"--nnodes={cfg.nnodes}",
             f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}",
@@ -128,7 +128,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     else it is taken here (RunBusy when another job runs)."""
     run_dir = run_dir.resolve()
     cmd = launch_command(cfg, run_dir, resume=resume)
-    sup = [sys.executable, "-m", "ftui.runner.supervise", str(run_dir)]
+    sup = [sys.executable, "-m", "ftui.jobs.supervise", str(run_dir)]
     if cfg.node_rank > 0:
         sup += ["--node-rank", str(cfg.node_rank)]
     full = [*sup, "--", *cmd]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ftui.presets.engine_presets import load_preset
-from ftui.runner.engines import Engine
+from ftui.runner.engines.base import Engine
 from ftui.runner.model import decoder_layers
 
 

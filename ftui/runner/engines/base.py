@@ -1,6 +1,6 @@
-"""Engines: how the one training loop runs on one device or many.
+"""The engine interface, and the single-device engine every other engine refines.
 
-The loop in ``ftui.runner.train`` calls only this interface and never branches on the engine:
+The loop in ``ftui.runner.loop`` calls only this interface and never branches on the engine:
 
     engine.prepare(model)                      wrap the model, build the optimizer
     with engine.accumulating(last):            no gradient sync except on the last micro batch
@@ -11,7 +11,8 @@ The loop in ``ftui.runner.train`` calls only this interface and never branches o
     engine.save_state(dir) / load_state(dir)   resumable state (collective)
     engine.full_state_dict()                   full weights on rank 0 for final/ (collective)
 
-FSDP2 (``engine_fsdp``) and DeepSpeed (``engine_deepspeed``) implement the same methods.
+DDP (``ddp``), FSDP2 (``fsdp``) and DeepSpeed (``deepspeed``) refine this base class; the
+package's ``make_engine`` picks one from the preset's own metadata (``EngineSpec.strategy``).
 Mixed precision for single and DDP is ``torch.autocast`` over fp32 master weights; fp16 adds
 ``torch.amp.GradScaler``. The torch engines checkpoint through torch.distributed.checkpoint
 (DCP), which writes each rank's shard and reshards on load; DeepSpeed uses its own format.
@@ -20,20 +21,17 @@ Mixed precision for single and DDP is ``torch.autocast`` over fp32 master weight
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from ftui.presets.config import RunConfig
-from ftui.runner.spawn import STORE_ENV
-
-STATE_DIR = "state"  # inside checkpoints/step-N/: the DCP checkpoint of model (or adapter) + optimizer
+from ftui.config import RunConfig
+from ftui.paths import STATE_DIR
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -246,86 +244,3 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
                 v = v.to_local() if hasattr(v, "to_local") else v
                 total += v.numel() * v.element_size()
     return total
-
-
-class DDPEngine(Engine):
-    """DistributedDataParallel: a full replica per rank, gradients all-reduced (averaged)."""
-
-    @property
-    def dp_size(self) -> int:
-        return self.info.world_size
-
-    def wrap(self, model: nn.Module) -> nn.Module:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        if self.info.world_size == 1:
-            return model
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        # Gradients live in DDP's communication buckets instead of beside them: one copy
-        # of the gradients fewer (what the planner assumes).
-        return DDP(model, device_ids=ids, find_unused_parameters=False, gradient_as_bucket_view=True)
-
-    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
-        if last or not hasattr(self.model, "no_sync"):
-            return contextlib.nullcontext()
-        return self.model.no_sync()
-
-
-def make_engine(cfg: RunConfig, info: DistInfo, device: torch.device) -> Engine:
-    """The strategy for the config's engine preset (DeepSpeed is imported only when used)."""
-    if cfg.uses_deepspeed:
-        from ftui.runner.engine_deepspeed import DeepSpeedEngine
-
-        return DeepSpeedEngine(cfg, info, device)
-    if cfg.engine.startswith("fsdp"):
-        from ftui.runner.engine_fsdp import FSDPEngine
-
-        return FSDPEngine(cfg, info, device)
-    return DDPEngine(cfg, info, device) if cfg.engine == "ddp" else Engine(cfg, info, device)
-
-
-def needs_process_group(cfg: RunConfig, info: DistInfo) -> bool:
-    """FSDP2's device mesh and DeepSpeed need a process group even for one process."""
-    return info.world_size > 1 or cfg.uses_deepspeed or cfg.engine.startswith("fsdp")
-
-
-def backend_for(cfg: RunConfig, device: torch.device) -> str:
-    """NCCL on CUDA, gloo on CPU. FSDP with CPU offload keeps sharded gradients on the host,
-    so its gradient-norm all-reduce runs on CPU tensors: that needs gloo beside NCCL
-    (pytorch#148532: "No backend type associated with device type cpu")."""
-    if device.type != "cuda":
-        return "gloo"
-    if cfg.engine.startswith("fsdp") and cfg.engine.endswith("offload"):
-        return "cuda:nccl,cpu:gloo"
-    return "nccl"
-
-
-@contextlib.contextmanager
-def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Iterator[None]:
-    """Joins the job's process group for the duration (see ``backend_for``).
-
-    One process that still needs a group (FSDP's mesh, DeepSpeed) gets one over an
-    in-memory store: nothing listens on a socket. Several processes on one node meet
-    through the launcher's FileStore (``FTUI_STORE``, a file in the 0700 run directory, see
-    ftui.runner.spawn); several nodes through torchrun's environment. The collective timeout is set past ftui's own
-    ``hang_timeout``, so a hung rank is reported by the supervisor, which can name it,
-    before the collectives give up."""
-    if not needs_process_group(cfg, info):
-        yield
-        return
-    kwargs: dict[str, Any] = {}
-    if device.type == "cuda":
-        kwargs["device_id"] = device
-    if cfg.hang_timeout > 0:
-        kwargs["timeout"] = datetime.timedelta(seconds=cfg.hang_timeout + 120)
-    store_file = os.environ.get(STORE_ENV)
-    if info.world_size == 1:
-        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # in memory: nothing listens
-    elif store_file:  # one node: the launcher's FileStore in the 0700 run directory
-        kwargs.update(store=dist.FileStore(store_file, info.world_size), rank=info.rank, world_size=info.world_size)
-    dist.init_process_group(backend=backend_for(cfg, device), **kwargs)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()

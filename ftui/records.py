@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 
-from ftui.presets.config import DEMO_DATASET
+from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "presets" / "demo"
-BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DIR / "dataset.json")}}
+BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": None, "tools": None}
 SHAREGPT_TAGS = {

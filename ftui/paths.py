@@ -1,0 +1,48 @@
+"""Every name in a run directory, and where the shipped demo lives, defined once.
+
+The run directory is the contract between the jobs (torch processes) and everything that
+reads a run (dashboard, CLI, runs list): see docs/architecture.md. No torch here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# --- A run directory
+CONFIG_FILE = "config.yaml"  # the resolved RunConfig the job reads
+LAUNCH_FILE = "launch.json"  # the supervisor's pid, start time, host and command
+EVENTS_FILE = "events.jsonl"  # the event stream (ftui.events), written by rank 0
+LOG_FILE = "train.log"  # every process's stdout and stderr
+RESERVE_FILE = ".run-end-reserve"  # room kept on disk for the final run_end
+CHECKPOINTS_DIR = "checkpoints"  # checkpoints/step-N/, complete or absent
+FINAL_DIR = "final"  # the trained model or adapter + tokenizer, loadable by transformers / peft
+BASE_MODEL_DIR = "base_model"  # a random-weight base (model_init: random), kept so adapters load
+HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
+LOCK_FILE = "job.lock"  # flock'ed by the job's supervisor for its whole life: one job per run directory
+STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that ends without run_end was stopped
+STORE_PREFIX = ".store-"  # the one-node launcher's FileStore, removed when it ends
+
+# --- Inside checkpoints/step-N/
+TRAINER_STATE = "trainer_state.json"  # step, data position, scheduler, scaler; written last, before the rename
+STATE_DIR = "state"  # the torch engines' DCP checkpoint of model (or adapter) + optimizer
+DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own checkpoint (its tag directory)
+
+
+def rng_file(rank: int) -> str:
+    """Each rank's RNG states inside a checkpoint."""
+    return f"rng-{rank}.pt"
+
+
+# --- What ships with ftui
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+ENGINE_PRESETS_DIR = PRESETS_DIR / "engines"
+DEMO_DIR = PRESETS_DIR / "demo"
+DEMO_MODEL = "ftui-demo"  # a model name that means the shipped tiny Llama config + tokenizer
+DEMO_MODEL_DIR = DEMO_DIR / "model"
+DEMO_DATASET = "ftui_demo"  # a dataset name that means the shipped Q&A set
+DEMO_DATASET_FILE = DEMO_DIR / "dataset.json"
+
+
+def resolve_model_path(name: str) -> str:
+    """A model name as a path transformers can load: the demo's name is its shipped directory."""
+    return str(DEMO_MODEL_DIR) if name == DEMO_MODEL else name

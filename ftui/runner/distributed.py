@@ -1,0 +1,64 @@
+"""The job's process group: which backend, whether one is needed, joining and leaving it."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from ftui.config import RunConfig
+from ftui.jobs.spawn import STORE_ENV
+from ftui.runner.engines.base import DistInfo
+
+
+def needs_process_group(cfg: RunConfig, info: DistInfo) -> bool:
+    """FSDP2's device mesh and DeepSpeed need a process group even for one process."""
+    spec = cfg.engine_spec
+    return info.world_size > 1 or spec.deepspeed or spec.fsdp
+
+
+def backend_for(cfg: RunConfig, device: torch.device) -> str:
+    """NCCL on CUDA, gloo on CPU. FSDP with CPU offload keeps sharded gradients on the host,
+    so its gradient-norm all-reduce runs on CPU tensors: that needs gloo beside NCCL
+    (pytorch#148532: "No backend type associated with device type cpu")."""
+    if device.type != "cuda":
+        return "gloo"
+    spec = cfg.engine_spec
+    if spec.fsdp and spec.host_optimizer:
+        return "cuda:nccl,cpu:gloo"
+    return "nccl"
+
+
+@contextlib.contextmanager
+def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Iterator[None]:
+    """Joins the job's process group for the duration (see ``backend_for``).
+
+    One process that still needs a group (FSDP's mesh, DeepSpeed) gets one over an
+    in-memory store: nothing listens on a socket. Several processes on one node meet
+    through the launcher's FileStore (``FTUI_STORE``, a file in the 0700 run directory, see
+    ftui.jobs.spawn); several nodes through torchrun's environment. The collective timeout is set past ftui's own
+    ``hang_timeout``, so a hung rank is reported by the supervisor, which can name it,
+    before the collectives give up."""
+    if not needs_process_group(cfg, info):
+        yield
+        return
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    if cfg.hang_timeout > 0:
+        kwargs["timeout"] = datetime.timedelta(seconds=cfg.hang_timeout + 120)
+    store_file = os.environ.get(STORE_ENV)
+    if info.world_size == 1:
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)  # in memory: nothing listens
+    elif store_file:  # one node: the launcher's FileStore in the 0700 run directory
+        kwargs.update(store=dist.FileStore(store_file, info.world_size), rank=info.rank, world_size=info.world_size)
+    dist.init_process_group(backend=backend_for(cfg, device), **kwargs)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
