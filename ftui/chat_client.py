@@ -1,4 +1,4 @@
-"""The app's side of the chat worker: start ``python -m ftui.runner.chat``, send requests,
+"""The app's side of the chat worker: start ``python -m ftui.runner chat``, send requests,
 receive its JSON-line replies. No torch here (the dashboard and the CLI use it).
 
 Replies are read by a daemon thread into a queue, so a caller can wait with a timeout and
@@ -60,7 +60,7 @@ class ChatWorker:
 
     def __init__(self, python: str | None = None):
         self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "ftui.runner.chat"],
+            [python or sys.executable, "-m", "ftui.runner", "chat"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, encoding="utf-8", bufsize=1,
             # PCI order unless the user chose one: the app's cuda:N (ftui.gpu) is the worker's

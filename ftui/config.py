@@ -26,6 +26,10 @@ from ftui.presets.templates import TEMPLATES
 from ftui.paths import DEMO_DATASET, DEMO_MODEL  # noqa: F401 (re-exported)
 
 
+# The training stages (LLaMA-Factory's names); each is a module in ftui/runner/stages/.
+STAGES = ("sft", "pt")
+
+
 def default_runs_root() -> str:
     home = os.environ.get("FTUI_HOME")
     return str(Path(home) / "runs") if home else "runs"
@@ -44,7 +48,7 @@ class RunConfig(BaseModel):
     trust_remote_code: bool = False
     template: str | None = Field(None, description="a built-in chat template name; empty: the tokenizer's own")
     # --- Method
-    stage: Literal["sft"] = "sft"
+    stage: Literal[STAGES] = Field("sft", description="sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss)")  # type: ignore[valid-type]
     do_train: bool = True
     finetuning_type: Literal["full", "lora", "freeze"] = Field(
         "lora", description="QLoRA is finetuning_type lora with quantization_bit 4"

@@ -223,7 +223,7 @@ for line in sys.stdin:
 
 
 def stub_workers(tmp_path: Path):
-    """A worker factory whose processes run STUB (ChatWorker runs `PYTHON -m ftui.runner.chat`)."""
+    """A worker factory whose processes run STUB (ChatWorker runs `PYTHON -m ftui.runner chat`)."""
     stub = tmp_path / "stub-python"
     stub.write_text(f"#!{sys.executable}\n{STUB}")
     stub.chmod(0o755)

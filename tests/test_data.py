@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from ftui.runner.data import IGNORE, Collator, DataFormatError, Example, build_datasets, pack_examples
+from ftui.runner.data import IGNORE, Collator, DataFormatError, Example, pack_examples
+from ftui.runner.stages import build_datasets
 from tests.conftest import tiny_config
 
 

@@ -183,7 +183,7 @@ def test_flops_per_token_matches_torchs_flop_counter(method):
 
 
 def test_packed_runs_average_sequence_length_over_training_examples_only(demo_tokenizer):
-    from ftui.runner.data import build_datasets
+    from ftui.runner.stages import build_datasets
 
     cfg = demo_config(packing=True, val_size=0.25, max_samples=40)
     data = build_datasets(cfg, demo_tokenizer)

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from conftest import steps_of, tiny_config, train_sync
-from ftui.runner.data import Collator, EpochSampler, build_datasets
-from ftui.runner.train import Prefetcher, host_batches
+from ftui.runner.data import Collator, EpochSampler
+from ftui.runner.stages import build_datasets
+from ftui.runner.feed import Prefetcher, host_batches
 
 
 def test_prefetched_batches_come_in_the_sources_order(demo_tokenizer, tmp_path):
@@ -16,8 +17,8 @@ def test_prefetched_batches_come_in_the_sources_order(demo_tokenizer, tmp_path):
     data = build_datasets(cfg, demo_tokenizer)
     sampler = EpochSampler(len(data.train), 4, 0, 1, cfg.seed)
     collator = Collator(demo_tokenizer.pad_token_id)
-    plain = host_batches(data, sampler, collator, start=3)
-    ahead = Prefetcher(host_batches(data, sampler, collator, start=3), torch.device("cpu"), depth=4)
+    plain = host_batches(data.train, sampler, collator, start=3)
+    ahead = Prefetcher(host_batches(data.train, sampler, collator, start=3), torch.device("cpu"), depth=4)
     for _ in range(3 * sampler.batches_per_epoch):  # across epoch boundaries
         (e1, b1), (e2, b2) = next(plain), next(ahead)
         assert e1 == e2 and torch.equal(b1.input_ids, b2.input_ids) and torch.equal(b1.labels, b2.labels)

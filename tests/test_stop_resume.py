@@ -34,7 +34,7 @@ def test_sigterm_to_the_group_stops_saves_and_resumes_exactly(tmp_path):
     run_dir = prepare_run(cfg)
     info = start_run(run_dir, cfg)
     assert wait_for(lambda: len(steps_of(read_all(run_dir / EVENTS_FILE))) >= 3)
-    ranks = [p for p in psutil.Process(info["pid"]).children(recursive=True) if "ftui.runner.train" in " ".join(p.cmdline())]
+    ranks = [p for p in psutil.Process(info["pid"]).children(recursive=True) if "ftui.runner train" in " ".join(p.cmdline())]
     stop_run(run_dir)  # SIGTERM to the launcher's process group
     wait_for_exit(info["pid"])
     events = read_all(run_dir / EVENTS_FILE)
@@ -100,7 +100,7 @@ def test_two_nodes_on_localhost_form_one_job(tmp_path):
 def test_out_of_memory_hint_names_a_smaller_batch_and_a_preset():
     import torch
 
-    from ftui.runner.train import hint_for
+    from ftui.runner.faults import hint_for
 
     cfg = tiny_config(Path("/tmp"), engine="ddp", nproc_per_node=2, per_device_train_batch_size=8, gradient_accumulation_steps=2)
     hint = hint_for(torch.OutOfMemoryError("CUDA out of memory"), cfg)

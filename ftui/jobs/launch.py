@@ -50,14 +50,14 @@ def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, res
     give the ranks ``stop_timeout`` seconds to finish the step and save a checkpoint after
     a Stop."""
     py = python or sys.executable
-    tail = [str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
+    tail = ["train", str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
     if cfg.nnodes == 1:
         return [py, "-m", "ftui.jobs.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
     host, _, port = cfg.rdzv_endpoint.rpartition(":")
     return [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}", f"--nnodes={cfg.nnodes}",
             f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}",
             "--max-restarts=0", *([f"--shutdown-timeout={cfg.stop_timeout}"] if torchrun_has_shutdown_timeout() else []),
-            "-m", "ftui.runner.train", *tail]
+            "-m", "ftui.runner", *tail]
 
 
 @functools.lru_cache(maxsize=1)
@@ -237,6 +237,6 @@ def is_rank(p: psutil.Process) -> bool:
     """A training rank (not the supervisor or the launcher that started it)."""
     try:
         cmd = p.cmdline()
-        return "ftui.runner.train" in cmd and "torch.distributed.run" not in cmd
+        return "ftui.runner" in cmd and "torch.distributed.run" not in cmd
     except psutil.Error:
         return False

@@ -1,5 +1,5 @@
-"""``python -m ftui.jobs.spawn --nproc-per-node N --stop-timeout S RUN_DIR [--resume CKPT]``:
-ftui's launcher for the ranks of a one-node run.
+"""``python -m ftui.jobs.spawn --nproc-per-node N --stop-timeout S JOB RUN_DIR [--resume CKPT]``:
+ftui's launcher for the ranks of a one-node job (each rank: ``python -m ftui.runner JOB RUN_DIR ...``).
 
 It replaces torchrun on one node because torchrun's rendezvous store listens on every
 interface and holds pickles any process reaching its port could overwrite (code execution as
@@ -15,7 +15,7 @@ What torchrun did for us is kept: a Stop (SIGTERM or SIGINT to this process) is 
 ranks once, they get ``stop_timeout`` seconds to finish the step and save a checkpoint, then
 are killed; a second signal kills them at once; when a rank fails the others are asked to stop
 and killed 30 s later (no rank waits in a collective forever); the ranks die with
-this process (they set PDEATHSIG, train.die_with_parent); the exit code is the first failing
+this process (they set PDEATHSIG, ftui.runner.faults.die_with_parent); the exit code is the first failing
 rank's. No torch here: it starts fast and holds no GPU memory.
 """
 
@@ -134,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             stop_timeout = float(arg.split("=", 1)[1])
         else:
             rest.append(arg)
-    if not rest or nproc < 1:
-        print("usage: python -m ftui.jobs.spawn --nproc-per-node=N --stop-timeout=S RUN_DIR [--resume CHECKPOINT_DIR]",
+    if len(rest) < 2 or nproc < 1:
+        print("usage: python -m ftui.jobs.spawn --nproc-per-node=N --stop-timeout=S JOB RUN_DIR [--resume CHECKPOINT_DIR]",
               file=sys.stderr)
         return 2
-    run_dir = Path(rest[0])
+    run_dir = Path(rest[1])
     store = new_store_file(run_dir)  # used only by ranks that join a process group
     ranks = Ranks([], stop_timeout)
     # Handlers first: a Stop that arrives while the ranks start still reaches each of them.
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for env in rank_environments(nproc, store):
             # A session of its own: a signal to the launcher's group reaches a rank only through
             # the launcher, once (a second one would mean "exit at once").
-            ranks.procs.append(subprocess.Popen([sys.executable, "-m", "ftui.runner.train", *rest], env=env,
+            ranks.procs.append(subprocess.Popen([sys.executable, "-m", "ftui.runner", *rest], env=env,
                                                 start_new_session=True))
             if ranks.signals:
                 ranks.procs[-1].send_signal(signal.SIGKILL if ranks.signals > 1 else signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""The chat worker: ``python -m ftui.runner.chat``, JSON lines on stdin and stdout.
+"""The chat worker: ``python -m ftui.runner chat``, JSON lines on stdin and stdout.
 
 The model lives here, never in the app's process: the app stays light, and a crash or an
 out-of-memory error here cannot take the dashboard down. One model per worker (the compare
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config import ConfigError, RunConfig, load_config
-from ftui.runs import CONFIG_FILE, FINAL_DIR, CheckpointError, resolve_checkpoint
+from ftui.paths import CONFIG_FILE, resolve_model_path
 
 
 class ChatError(Exception):
@@ -120,101 +120,61 @@ class ChatModel:
         raise ChatError("load needs a run or a model path")
 
     def _load_run(self, run_dir: Path, which: str | None, base: bool, device: Any) -> dict[str, Any]:
+        from ftui.runner.weights import WeightsError, locate
+
         if not (run_dir / CONFIG_FILE).is_file():
             raise ChatError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
         try:
             cfg, _ = load_config(run_dir / CONFIG_FILE)
-        except ConfigError as err:
+            weights = locate(run_dir, cfg, "base" if base else which)
+        except (ConfigError, WeightsError) as err:
             raise ChatError(str(err)) from None
-        base_dir = run_dir / "base_model" if (run_dir / "base_model").is_dir() else None
-        base_path = base_dir or Path(_resolve_model(cfg.model_name_or_path))
-        final = run_dir / FINAL_DIR
-        tokenizer_dir = final if final.is_dir() else base_path
-        if base:
-            self._set(self._from_pretrained(base_path, device, cfg.trust_remote_code), tokenizer_dir, cfg, device)
-            self.label = f"base model of {run_dir.name}"
-        elif which in (None, "final") and final.is_dir():
-            if (final / "adapter_config.json").is_file():
-                model = self._with_adapter(self._from_pretrained(base_path, device, cfg.trust_remote_code), final)
-            else:
-                model = self._from_pretrained(final, device, cfg.trust_remote_code)
-            self._set(model, final, cfg, device)
-            self.label = f"{run_dir.name} final"
-        else:
-            try:
-                ckpt = resolve_checkpoint(run_dir, None if which in (None, "final", "latest") else which.removeprefix("step-"))
-            except CheckpointError as err:
-                raise ChatError(f"{err}; and it has no final/ yet" if which in (None, "final") else str(err)) from None
-            model = self._from_checkpoint(cfg, base_path, ckpt, device)
-            self._set(model, tokenizer_dir, cfg, device)
-            self.label = f"{run_dir.name} {ckpt.name}"
+        self._set(self._load(weights, cfg, device), weights.tokenizer, cfg, device)
+        self.label = weights.label
         return self._loaded_info()
 
     def _load_paths(self, model_path: Path, adapter: str | None, device: Any) -> dict[str, Any]:
-        resolved = Path(_resolve_model(str(model_path)))
+        from ftui.runner.weights import TrainedWeights
+
+        resolved = Path(resolve_model_path(str(model_path)))
         if not (resolved / "config.json").is_file():
             raise ChatError(f"{model_path} is not a model directory (no config.json); give a directory written by save_pretrained")
-        model = self._from_pretrained(resolved, device, False)
         tok_dir = resolved
+        weights = TrainedWeights("base", resolved, resolved, resolved, model_path.name)
         if adapter:
             a = Path(adapter).expanduser()
             if not (a / "adapter_config.json").is_file():
                 raise ChatError(f"{a} is not a LoRA adapter directory (no adapter_config.json)")
-            model = self._with_adapter(model, a)
             if (a / "tokenizer_config.json").is_file():
                 tok_dir = a
-        self._set(model, tok_dir, None, device)
-        self.label = f"{model_path.name}" + (f" + {Path(adapter).name}" if adapter else "")
+            weights = TrainedWeights("final-adapter", a, resolved, tok_dir, f"{model_path.name} + {a.name}")
+        self._set(self._load(weights, None, device), tok_dir, None, device)
+        self.label = weights.label
         return self._loaded_info()
 
-    def _from_pretrained(self, path: Path, device: Any, trust_remote_code: bool) -> Any:
-        from transformers import AutoModelForCausalLM
-
-        check_free_memory(device, _weights_bytes(path))
-        dtype = chat_dtype(device)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
-        except OSError as err:
-            raise ChatError(f"cannot load a model from {path}: {str(err).splitlines()[0]}") from None
-        return model.to(device).eval()
-
-    def _with_adapter(self, model: Any, adapter: Path) -> Any:
-        from peft import PeftModel
-
-        return PeftModel.from_pretrained(model, adapter).eval()
-
-    def _from_checkpoint(self, cfg: RunConfig, base_path: Path, ckpt: Path, device: Any) -> Any:
-        """A checkpoint of a torch engine (DCP): the base model, the method, then the saved
-        trainable weights (full model or adapter) loaded into it on this one process."""
-        state_dir = ckpt / "state"
-        if not state_dir.is_dir():
-            raise ChatError(
-                f"{ckpt.name} is a DeepSpeed checkpoint, which chat cannot read directly; use the run's final/ "
-                f"or convert it with DeepSpeed's zero_to_fp32.py ({ckpt / 'deepspeed'})"
-            )
+    def _load(self, weights: Any, cfg: RunConfig | None, device: Any) -> Any:
+        """The weights on ``device`` in the serving dtype. Built on the CPU (a checkpoint's fp32
+        weights are loaded there, then cast), so the GPU never holds an fp32 copy and the
+        free-memory check (serving dtype) is the whole story."""
         import torch
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-        from ftui.runner.model import apply_method
+        from ftui.runner.weights import WeightsError, load_weights
 
-        # Built and filled on the CPU in fp32 (the checkpoint's trainable weights are fp32),
-        # then cast to the serving dtype and moved: the GPU never holds an fp32 copy, so the
-        # free-memory check below (serving dtype) is the whole story.
-        model = self._from_pretrained(base_path, torch.device("cpu"), cfg.trust_remote_code).float()
-        model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
-        opts = StateDictOptions(ignore_frozen_params=True, strict=False)
-        state = {"model": get_model_state_dict(model, options=opts)}
-        dcp.load(state, checkpoint_id=str(state_dir))
-        set_model_state_dict(model, state["model"], options=opts)
         dtype = chat_dtype(device)
-        check_free_memory(device, sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8)
-        return model.to(device=device, dtype=dtype).eval()
+        if not weights.from_checkpoint:
+            check_free_memory(device, _weights_bytes(weights.path if weights.kind != "final-adapter" else weights.base))
+        try:
+            model = load_weights(weights, cfg, dtype)
+        except WeightsError as err:
+            raise ChatError(str(err)) from None
+        if weights.from_checkpoint:
+            check_free_memory(device, sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8)
+        return model.to(device).eval()
 
     def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
         from transformers import AutoTokenizer
 
-        from ftui.runner.data import chat_template_for
+        from ftui.runner.model import chat_template_for
         from ftui.presets.templates import TEMPLATES
 
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -299,11 +259,6 @@ class ChatModel:
                  tokens_per_s=round(streamer.count / seconds, 2) if seconds > 0 else None, stopped=stop.is_set())
 
 
-def _resolve_model(name: str) -> str:
-    from ftui.paths import resolve_model_path
-
-    return resolve_model_path(name)
-
 
 def serve(stdin: Any = None, out: Out | None = None) -> int:
     """The request loop; generation runs in a thread so that "stop" is read meanwhile."""
@@ -365,10 +320,6 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)
     return serve()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

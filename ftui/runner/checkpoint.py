@@ -21,7 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ftui.runs import CHECKPOINTS_DIR, TRAINER_STATE, CheckpointError, checkpoints
+from ftui.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
+from ftui.runs import CheckpointError, checkpoints
 
 FORMAT = 1
 
@@ -91,7 +92,7 @@ def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[s
     _barrier(info.world_size)
     try:
         engine.save_state(tmp)
-        torch.save(rng_state(), tmp / f"rng-{info.rank}.pt")
+        torch.save(rng_state(), tmp / rng_file(info.rank))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException
@@ -162,7 +163,7 @@ def load_checkpoint(engine: Any, ckpt: Path) -> dict[str, Any]:
             "Resume with the batch settings it was saved with"
         )
     engine.load_state(ckpt)
-    rng = ckpt / f"rng-{engine.info.rank}.pt"
+    rng = ckpt / rng_file(engine.info.rank)
     if rng.exists():
         set_rng_state(torch.load(rng, weights_only=True))
     return state

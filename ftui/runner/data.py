@@ -1,11 +1,11 @@
-"""Training data: tokenized with the chat template, prompt masked, cut, optionally packed.
+"""What every token stage shares: records in, examples, the split, packing, batches.
 
-Records come from ``ftui.records`` (LLaMA-Factory's formats and registry). Each
-conversation is rendered with the tokenizer's chat template (or a named built-in one);
-everything but the assistant's turns is masked from the loss; examples are cut at
-``cutoff_len``; short ones can be packed into full rows. The collator counts real
-(non-padding) and loss-bearing tokens on the host, so the training loop needs no device
-sync to know them.
+A stage (``ftui.runner.stages``) turns records into :class:`Example` rows (input ids and
+labels, ``IGNORE`` where no loss is taken); this module loads the records
+(``ftui.records``: LLaMA-Factory's formats and registry; hub names through ``datasets``),
+splits off the eval share, packs short rows and collates batches. The collator counts
+real (non-padding), labelled and predicted tokens on the host, so the training loop needs
+no device sync to know them.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ftui.config import RunConfig
-from ftui.presets.templates import TEMPLATES
-from ftui.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets, to_messages
+from ftui.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets
 
-__all__ = ["DataFormatError", "IGNORE", "Example", "build_datasets", "pack_examples", "Collator", "Batch", "EpochSampler"]
+__all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler"]
 
 IGNORE = -100
 PROGRESS_EVERY_S = 3.0  # how often build_datasets reports while it tokenizes
@@ -46,53 +45,6 @@ def load_records(spec: DatasetSpec) -> list[dict[str, Any]]:
         return [dict(r) for r in ds]
 
 
-def chat_template_for(cfg: RunConfig, tokenizer: Any) -> str:
-    if cfg.template:
-        return TEMPLATES[cfg.template]
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.chat_template
-    return TEMPLATES["default"]
-
-
-class Encoder:
-    """Renders messages with a chat template and labels only the assistant's tokens."""
-
-    def __init__(self, tokenizer: Any, template: str):
-        self.tokenizer = tokenizer
-        self.template = template
-
-    def render(self, messages: list[dict[str, str]], tools: Any = None, generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, chat_template=self.template, tokenize=False,
-            add_generation_prompt=generation_prompt,
-        )
-
-    def encode(self, messages: list[dict[str, str]], tools: Any = None) -> tuple[list[int], list[int]]:
-        full = self.render(messages, tools)
-        spans = []
-        for i, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            prefix = self.render(messages[:i], tools, generation_prompt=True)
-            upto = self.render(messages[: i + 1], tools)
-            if not (upto.startswith(prefix) and full.startswith(upto)):
-                raise DataFormatError(
-                    "the chat template does not render conversations prefix by prefix, so prompt "
-                    "tokens cannot be masked; choose a built-in template (template: chatml, llama3, ...)"
-                )
-            spans.append((len(prefix), len(upto)))
-        enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-        ids = enc["input_ids"]
-        labels = [IGNORE] * len(ids)
-        s = 0
-        for k, (start, _end) in enumerate(enc["offset_mapping"]):
-            while s < len(spans) and start >= spans[s][1]:
-                s += 1
-            if s < len(spans) and spans[s][0] <= start < spans[s][1]:
-                labels[k] = ids[k]
-        return ids, labels
-
-
 @dataclass
 class TokenizedData:
     train: list[Example]
@@ -104,15 +56,8 @@ class TokenizedData:
     warnings: list[str] = field(default_factory=list)
 
 
-def build_datasets(cfg: RunConfig, tokenizer: Any, progress: Callable[[int, int], None] | None = None) -> TokenizedData:
-    """Reads, checks, tokenizes, splits and (optionally) packs every dataset of the config.
-
-    ``progress(done, total)`` is called with the records tokenized so far: once at the start,
-    every few seconds, and at the end (200,000 records take about a minute on one CPU core,
-    which the dashboard shows rather than a silent wait)."""
-    encoder = Encoder(tokenizer, chat_template_for(cfg, tokenizer))
-    examples: list[Example] = []
-    out = TokenizedData(train=[], eval=[])
+def load_all(cfg: RunConfig) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
+    """Every dataset of the config with its records (at most ``max_samples`` each)."""
     loaded = []
     for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
         records = load_records(spec)
@@ -122,40 +67,19 @@ def build_datasets(cfg: RunConfig, tokenizer: Any, progress: Callable[[int, int]
             raise DataFormatError(f"dataset {spec.name!r} has no records")
         apply_detected_format(spec, records[0])
         loaded.append((spec, records))
-    total = sum(len(records) for _, records in loaded)
-    report = _Progress(progress, total)
-    for spec, records in loaded:
-        for i, record in enumerate(records):
-            messages, tools = to_messages(record, spec, i)
-            ids, labels = encoder.encode(messages, tools)
-            out.records += 1
-            report.tick(out.records)
-            if len(ids) > cfg.cutoff_len:
-                out.truncated += 1
-                ids, labels = ids[: cfg.cutoff_len], labels[: cfg.cutoff_len]
-            if all(label == IGNORE for label in labels[1:]):
-                out.dropped += 1
-                continue
-            examples.append(Example(ids, labels, real_tokens=len(ids)))
-    report.done()
-    if out.truncated:
-        out.warnings.append(f"{out.truncated} of {out.records} examples were longer than cutoff_len={cfg.cutoff_len} and were cut")
-    if out.dropped:
-        out.warnings.append(f"{out.dropped} examples had no answer tokens left within cutoff_len and were dropped")
-    if not examples:
-        raise DataFormatError(f"no usable examples: all {out.records} lost their answer to cutoff_len={cfg.cutoff_len}; raise cutoff_len")
+    return loaded
+
+
+def split_eval(examples: list[Example], cfg: RunConfig) -> tuple[list[Example], list[Example]]:
+    """(train, eval): a seeded ``val_size`` share for eval; train keeps the data's order."""
     rng = random.Random(cfg.seed)
     order = list(range(len(examples)))
     rng.shuffle(order)
     n_eval = int(round(len(examples) * cfg.val_size)) if cfg.val_size else 0
-    out.eval = [examples[i] for i in order[:n_eval]]
-    train = [examples[i] for i in sorted(order[n_eval:])]
-    out.train_examples = len(train)
-    out.train = pack_examples(train, cfg.cutoff_len) if cfg.packing else train
-    return out
+    return [examples[i] for i in sorted(order[n_eval:])], [examples[i] for i in order[:n_eval]]
 
 
-class _Progress:
+class Progress:
     """Calls ``progress(done, total)`` at the start, at most every PROGRESS_EVERY_S, and at the end."""
 
     def __init__(self, progress: Callable[[int, int], None] | None, total: int):
@@ -213,7 +137,8 @@ class Batch:
     attention_mask: torch.Tensor | None
     position_ids: torch.Tensor | None
     real_tokens: int  # non-padding tokens
-    trainable_tokens: int  # tokens that carry loss (after the shift by one)
+    trainable_tokens: int  # tokens labelled for training (pt: every token; sft: the answers)
+    loss_tokens: int  # positions whose next token is predicted with loss (labels after the shift by one): the loss's normaliser
 
     def to(self, device: torch.device) -> "Batch":
         nb = device.type == "cuda"
@@ -221,7 +146,8 @@ class Batch:
         def mv(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=nb)
 
-        return Batch(mv(self.input_ids), mv(self.labels), mv(self.attention_mask), mv(self.position_ids), self.real_tokens, self.trainable_tokens)
+        return Batch(mv(self.input_ids), mv(self.labels), mv(self.attention_mask), mv(self.position_ids), self.real_tokens,
+                     self.trainable_tokens, self.loss_tokens)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         out = {"input_ids": self.input_ids}
@@ -248,7 +174,7 @@ class Collator:
         labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
         mask = torch.zeros((len(examples), width), dtype=torch.long)
         pos = torch.zeros((len(examples), width), dtype=torch.long)
-        real = trainable = 0
+        real = trainable = predicted = 0
         for r, ex in enumerate(examples):
             n = len(ex.input_ids)
             ids[r, :n] = torch.tensor(ex.input_ids)
@@ -259,14 +185,16 @@ class Collator:
             if packed and n < width:
                 pos[r, n:] = torch.arange(width - n)
             real += n
-            trainable += sum(1 for x in ex.labels[1:] if x != IGNORE)
+            labelled = sum(1 for x in ex.labels[1:] if x != IGNORE)
+            predicted += labelled
+            trainable += labelled + (ex.labels[0] != IGNORE if ex.labels else 0)
         tensors = [ids, labels, mask, pos]
         if self.pin:
             tensors = [t.pin_memory() for t in tensors]
         ids, labels, mask, pos = tensors
         if packed:
-            return Batch(ids, labels, None, pos, real, trainable)
-        return Batch(ids, labels, mask, None, real, trainable)
+            return Batch(ids, labels, None, pos, real, trainable, predicted)
+        return Batch(ids, labels, mask, None, real, trainable, predicted)
 
 
 class EpochSampler:

@@ -99,12 +99,12 @@ class Window:
     device: torch.device
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
-    sums: torch.Tensor | None = None  # [loss_sum, tokens, trainable_tokens]
+    sums: torch.Tensor | None = None  # [loss sum, the stage's figure sums..., tokens, labelled tokens, loss tokens]
     data_wait: float = 0.0  # seconds the loop waited for the next micro batch
 
-    def add(self, loss_sum: torch.Tensor, counts: torch.Tensor) -> None:
-        """loss_sum: this rank's summed token losses; counts: global [tokens, trainable]."""
-        row = torch.cat([loss_sum.detach().float().reshape(1), counts.float()])
+    def add(self, sums: torch.Tensor, counts: torch.Tensor) -> None:
+        """sums: this rank's loss sum (then the stage's figure sums); counts: the step's global counts."""
+        row = torch.cat([sums.detach().float().reshape(-1), counts.float()])
         self.sums = row if self.sums is None else self.sums + row
         self.steps += 1
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from ftui.config import RunConfig
 from ftui.paths import resolve_model_path
+from ftui.presets.templates import TEMPLATES
 
 
 
@@ -27,6 +28,16 @@ def load_tokenizer(cfg: RunConfig) -> Any:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def chat_template_for(cfg: RunConfig, tokenizer: Any) -> str:
+    """The chat template a run renders conversations with (and final/ ships for chat): the
+    config's built-in one, else the tokenizer's own, else ftui's default."""
+    if cfg.template:
+        return TEMPLATES[cfg.template]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.chat_template
+    return TEMPLATES["default"]
 
 
 def base_dtype(cfg: RunConfig) -> torch.dtype:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from conftest import tiny_config
 from ftui.config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
-from ftui.runner.data import DataFormatError, build_datasets
+from ftui.runner.data import DataFormatError
+from ftui.runner.stages import build_datasets
 
 KEYS = sorted(RunConfig.model_fields)
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),

@@ -37,7 +37,7 @@ def rank_process(run, rank):
     for p in psutil.process_iter(["cmdline"]):
         try:
             cmd = p.info["cmdline"] or []
-            if "ftui.runner.train" in cmd and str(run) in cmd and p.environ().get("RANK") == str(rank):
+            if "ftui.runner" in cmd and str(run) in cmd and p.environ().get("RANK") == str(rank):
                 return p
         except psutil.Error:
             continue

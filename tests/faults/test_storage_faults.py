@@ -79,7 +79,7 @@ def _self_caused(exc: BaseException) -> BaseException:
 def test_error_walks_end_on_a_self_causing_or_cyclic_chain():
     import errno
 
-    from ftui.runner.train import disk_full, exception_chain
+    from ftui.runner.faults import disk_full, exception_chain
 
     emfile = _self_caused(OSError(errno.EMFILE, "Too many open files"))
     assert list(exception_chain(emfile)) == [emfile]

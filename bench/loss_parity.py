@@ -1,0 +1,68 @@
+"""Loss curves of SFT under single, DDP, FSDP and ZeRO-2 on the CPU (2 gloo ranks), fixed
+seed, written to the last digit: run it before and after a refactor and compare.
+
+    python bench/loss_parity.py --out bench/results/loss_parity_X.json
+    python bench/loss_parity.py --compare bench/results/loss_parity_X.json   (exit 1 on any difference)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from conftest import tiny_config, train_sync  # noqa: E402
+
+CASES = {
+    "single-full": dict(engine="single", finetuning_type="full", nproc_per_node=1),
+    "single-lora": dict(engine="single", finetuning_type="lora", nproc_per_node=1, learning_rate=1e-2),
+    "ddp-full": dict(engine="ddp", finetuning_type="full", nproc_per_node=2),
+    "fsdp-full": dict(engine="fsdp", finetuning_type="full", nproc_per_node=2),
+    "zero2-full": dict(engine="zero2", finetuning_type="full", nproc_per_node=2),
+}
+
+
+def curves(cases: list[str]) -> dict[str, dict[str, list[str]]]:
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in cases:
+            cfg = tiny_config(Path(tmp) / name, max_steps=8, val_size=0.25, eval_steps=4, **CASES[name])
+            run_dir, events, proc = train_sync(cfg, timeout=900)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
+            out[name] = {
+                "loss": [repr(e["loss"]) for e in events if e["event"] == "step"],
+                "grad_norm": [repr(e["grad_norm"]) for e in events if e["event"] == "step"],
+                "eval_loss": [repr(e["eval_loss"]) for e in events if e["event"] == "eval"],
+            }
+            print(name, out[name]["loss"][-1], flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out")
+    ap.add_argument("--compare")
+    ap.add_argument("--cases", default=",".join(CASES))
+    args = ap.parse_args()
+    got = curves(args.cases.split(","))
+    if args.out:
+        Path(args.out).write_text(json.dumps(got, indent=1))
+    if args.compare:
+        want = json.loads(Path(args.compare).read_text())
+        bad = [k for k in got if got[k] != want.get(k)]
+        for k in bad:
+            print(f"DIFFERENT {k}:\n  before {want.get(k)}\n  after  {got[k]}")
+        print("identical" if not bad else f"{len(bad)} case(s) differ")
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

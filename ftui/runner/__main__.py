@@ -1,0 +1,32 @@
+"""``python -m ftui.runner JOB ...``: the one entry point of every torch process.
+
+    train RUN_DIR [--resume CHECKPOINT]   a rank of a training job (started by ftui.jobs.spawn,
+                                          or by torchrun on several nodes)
+    chat                                  the chat worker: JSON lines on stdin and stdout
+
+Everything outside ``ftui.runner`` starts these as processes and never imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# job -> "module:function(argv) -> exit code"
+JOBS = {
+    "train": "ftui.runner.train:main",
+    "chat": "ftui.runner.chat:main",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in JOBS:
+        print(f"usage: python -m ftui.runner {{{','.join(JOBS)}}} ...", file=sys.stderr)
+        return 2
+    module, _, function = JOBS[argv[0]].partition(":")
+    return getattr(importlib.import_module(module), function)(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""How a rank notices and reports trouble: stop requests, heartbeats, a dead launcher,
+NaN losses, full disks, and the hint a failed run ends with.
+
+Shared by every job (train now; evaluate, predict and export run the same way), so that a
+job that fails says why in its run_end, and a Stop or a hang is handled the same everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from ftui.config import RunConfig
+from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
+from ftui.paths import HEARTBEAT_DIR
+from ftui.presets.engine_presets import MORE_MEMORY_SAVING
+from ftui.records import DataFormatError
+from ftui.runs import CheckpointError
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss was NaN or inf for too many steps in a row."""
+
+
+class StopRequest:
+    """Set by SIGTERM; a second signal ends the process at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.at: float | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.requested:
+            os._exit(128 + signum)
+        self.requested = True
+        self.at = time.time()
+        try:
+            print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+        except OSError:
+            pass  # train.log on a full disk: the stop goes on all the same
+
+
+class Heartbeat:
+    """A file per rank touched as the rank makes progress (every step, eval batch and
+    checkpoint), so the supervisor can tell a hung rank (SIGSTOP, a stuck collective, a
+    dead filesystem) and name it. Armed at the first step: loading a model may take long."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.path = run_dir / HEARTBEAT_DIR / f"rank-{rank}"
+
+    def beat(self) -> None:
+        try:
+            os.utime(self.path)  # one syscall per step once the file exists
+        except FileNotFoundError:
+            try:
+                self.path.parent.mkdir(exist_ok=True)
+                self.path.touch()
+            except OSError:
+                pass
+        except OSError:
+            pass  # a full disk is reported where it matters (events, checkpoints)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this rank when its launcher (ftui.jobs.spawn, or torchrun on several
+    nodes) dies, even by kill -9, so a dead launcher never leaves ranks holding GPUs. No-op
+    elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
+    except OSError:
+        pass
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write failed for lack of room, also when wrapped (DCP re-raises the ranks' errors
+    as a CheckpointException whose text carries the original)."""
+    for link in exception_chain(exc):
+        if isinstance(link, OSError) and link.errno in DISK_FULL_ERRNOS:
+            return True
+        if any(t in str(link) for t in DISK_FULL_TEXT):
+            return True
+    return False
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes (or contexts), each once: ``raise err from err`` or a cycle
+    of contexts makes the chain loop, and a walk that follows it would spin forever."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def hint_for(exc: BaseException, cfg: RunConfig) -> str:
+    if isinstance(exc, torch.OutOfMemoryError):
+        bs, accum = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
+        options = []
+        if bs > 1:
+            options.append(f"per_device_train_batch_size={bs // 2} with gradient_accumulation_steps={accum * 2} (same effective batch)")
+        if not cfg.gradient_checkpointing:
+            options.append("gradient_checkpointing: true")
+        nxt = None if cfg.deepspeed else MORE_MEMORY_SAVING.get(cfg.engine)
+        if nxt:
+            options.append(f"engine {nxt}" + (" (needs nproc_per_node >= 2)" if nxt in ("zero2", "zero3") and cfg.world_size == 1 else ""))
+        if cfg.finetuning_type == "full":
+            options.append("finetuning_type lora")
+        return f"out of GPU memory with engine {cfg.engine_name}, micro batch {bs}, cutoff_len {cfg.cutoff_len}: try " + "; or ".join(options)
+    if isinstance(exc, NonFiniteLoss):
+        fixes = ["lower learning_rate (e.g. by 10x)"]
+        if cfg.fp16:
+            fixes.append("use bf16 instead of fp16 (no overflow)")
+        if cfg.max_grad_norm == 0:
+            fixes.append("turn clipping on (max_grad_norm: 1.0)")
+        return "; ".join(fixes) + "; resume from the last checkpoint before the NaNs (ftui train --resume RUN --checkpoint N)"
+    if isinstance(exc, CheckpointError):
+        return "pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)"
+    if isinstance(exc, DataFormatError):
+        return "fix the dataset (or its dataset_info.json entry) and start again"
+    if disk_full(exc):
+        return ("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
+                "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
+                "ftui train --resume RUN once there is room")
+    if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
+        return "check model_name_or_path: a local directory with config.json, or a hub name this machine can reach"
+    return "the traceback is at the end of train.log"
+
+
+DISK_FULL_HINT = ("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
+                  "ftui train --resume RUN continues from the newest checkpoint; train.log may be cut short for the same reason")

@@ -1,0 +1,78 @@
+"""The life of a job's rank, whatever the job: ``RUN_DIR [--resume CHECKPOINT]`` in, a
+``run_end`` event out that says how it ended.
+
+Rank 0 writes ``events.jsonl``; every rank's output goes to the run's log. SIGTERM asks for
+a graceful stop (``StopRequest``); a second one exits at once. A rank dies with its
+launcher. Every failure ends with a run_end naming the error and a hint, also on a full
+disk (the event takes the room the supervisor reserved).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ftui.config import RunConfig, load_config
+from ftui.events import EventWriter
+from ftui.paths import CONFIG_FILE, EVENTS_FILE
+from ftui.runner.engines import DistInfo
+from ftui.runner.faults import DISK_FULL_HINT, StopRequest, die_with_parent, disk_full, hint_for
+
+# body(run_dir, cfg, info, writer, stop, resume) -> (status, reason)
+JobBody = Callable[[Path, RunConfig, DistInfo, "EventWriter | None", StopRequest, "Path | None"], tuple[str, str]]
+
+
+def run_job(job: str, body: JobBody, argv: list[str]) -> int:
+    """Runs ``body`` as one rank of ``job``; returns the process's exit code."""
+    resume: Path | None = None
+    if len(argv) == 3 and argv[1] == "--resume":
+        resume = Path(argv[2])
+    elif len(argv) != 1:
+        print(f"usage: python -m ftui.runner {job} RUN_DIR [--resume CHECKPOINT_DIR]", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    die_with_parent()
+    info = DistInfo.from_env()
+    writer = EventWriter(run_dir / EVENTS_FILE) if info.is_main else None
+    stop = StopRequest()
+    stop.install()
+    # A file-size limit (ulimit -f) must fail the write with EFBIG, not kill the rank unseen.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    cfg: RunConfig | None = None
+    try:
+        cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+        status, reason = body(run_dir, cfg, info, writer, stop, resume)
+    except BaseException as exc:  # every failure ends with a run_end that says why
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except OSError:
+            pass  # the log is on a full disk too: the run_end below still says why
+        if writer is not None:
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            full = writer.disk_full or disk_full(exc)
+            write_end(writer, status="failed", reason=("disk full: " if full else "") + reason,
+                      error_type=type(exc).__name__, error_message=str(exc)[:4000],
+                      hint=DISK_FULL_HINT if writer.disk_full else hint_for(exc, cfg) if cfg is not None
+                      else "the config could not be read")
+        return 1
+    if writer is not None:
+        write_end(writer, status=status, reason=reason)
+        writer.close()
+    return 0
+
+
+def write_end(writer: EventWriter, **fields: Any) -> None:
+    """run_end, which EventWriter fits into the reserved room on a full disk; if even that
+    fails, the supervisor's own record (which reads the log and the free space) stands."""
+    try:
+        writer.write("run_end", **fields)
+    except OSError as err:
+        try:
+            print(f"[ftui] could not write run_end: {err}", file=sys.stderr, flush=True)
+        except OSError:
+            pass

@@ -1,0 +1,116 @@
+"""The seam between a training stage and the shared loop (``ftui.runner.loop``).
+
+A stage supplies three things and nothing else:
+
+- its data: records -> examples (``encode``), and how train rows are packed (``pack``);
+  loading, the eval split and batching are shared (``ftui.runner.data``);
+- the loss of one micro batch (``loss``): a *sum* over the batch's loss units and, if the
+  stage has them, extra figures (sums too, e.g. a preference stage's reward margins);
+- its evaluation (``evaluate``): by default the same loss over the eval examples.
+
+The loop divides every micro batch's sum by the step's global count of loss units
+(``Batch.loss_tokens``, counted on the host), so the gradient is the exact mean over the
+whole step, and writes ``figures`` divided by the same count into `step` and `eval` events
+as extra fields, which the dashboard shows by name. A batch is anything with
+``real_tokens``, ``trainable_tokens`` and ``loss_tokens`` counts and a ``to(device)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ftui.config import RunConfig
+from ftui.records import DatasetSpec
+from ftui.runner.data import Collator, Example, Progress, TokenizedData, load_all, split_eval
+from ftui.runner.loss import install_chunked_loss, micro_batch_loss
+
+
+@dataclass
+class MicroLoss:
+    """One micro batch's summed loss, and the stage's extra figures (also sums)."""
+
+    total: torch.Tensor
+    figures: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Stage:
+    """A training stage: subclasses set ``name`` and implement ``encode``."""
+
+    name = ""
+    figures: tuple[str, ...] = ()  # the names of MicroLoss.figures, in the order they are reported
+
+    def __init__(self, cfg: RunConfig, tokenizer: Any):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.head: nn.Module | None = None  # the output projection when the loss is computed in chunks
+
+    # --- data
+    def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
+               report: Progress) -> list[Example]:
+        """Every record of every dataset as examples; counts records, cut and dropped ones in ``out``."""
+        raise NotImplementedError
+
+    def pack(self, train: list[Example]) -> list[Example]:
+        """The training rows from the training examples (identity unless the stage packs)."""
+        return train
+
+    def build_data(self, progress: Callable[[int, int], None] | None = None) -> TokenizedData:
+        """Reads, checks, encodes, splits and packs every dataset of the config.
+
+        ``progress(done, total)`` is called with the records encoded so far: once at the
+        start, every few seconds, and at the end (200,000 records take about a minute on one
+        CPU core, which the dashboard shows rather than a silent wait)."""
+        loaded = load_all(self.cfg)
+        out = TokenizedData(train=[], eval=[])
+        report = Progress(progress, sum(len(records) for _, records in loaded))
+        examples = self.encode(loaded, out, report)
+        report.done()
+        train, out.eval = split_eval(examples, self.cfg)
+        out.train_examples = len(train)
+        out.train = self.pack(train)
+        return out
+
+    def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:
+        return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
+
+    # --- model and loss
+    def prepare_model(self, model: nn.Module) -> None:
+        """Called once the method is applied, before the engine wraps the model."""
+        if self.cfg.chunked_loss:
+            self.head = install_chunked_loss(model)
+
+    def loss(self, model: nn.Module, batch: Any, autocast: Callable[[], contextlib.AbstractContextManager]) -> MicroLoss:
+        """Summed next-token cross-entropy over the batch's labelled tokens."""
+        return MicroLoss(micro_batch_loss(model, self.head, batch.model_inputs(), batch.labels, autocast))
+
+    # --- evaluation
+    @torch.no_grad()
+    def evaluate(self, engine: Any, examples: list[Example], collator: Callable, beat: Callable[[], None]) -> dict[str, Any]:
+        """The eval event's fields over this rank's share ``examples`` (collective: every rank
+        calls it): the loss with the training loss path, and each figure, per loss unit."""
+        device = engine.device
+        width = 2 + len(self.figures)
+        sums = torch.zeros(width, device=device, dtype=torch.float64)
+        bs = self.cfg.per_device_eval_batch_size
+        engine.model.eval()
+        for i in range(0, len(examples), bs):
+            batch = collator(examples[i : i + bs]).to(device)
+            out = self.loss(engine.model, batch, engine.autocast)
+            sums[0] += out.total.double()
+            sums[1] += batch.loss_tokens
+            for k, name in enumerate(self.figures):
+                sums[2 + k] += out.figures[name].double()
+            beat()
+        engine.all_reduce_sum(sums)
+        engine.model.train()
+        values = sums.tolist()
+        total_loss, n = values[0], values[1]
+        if not n:
+            return {}
+        return {"eval_loss": total_loss / n, "eval_tokens": int(n),
+                **{f"eval_{name}": values[2 + k] / n for k, name in enumerate(self.figures)}}

@@ -1,0 +1,176 @@
+"""Where a run's trained weights are, and how to write and load them.
+
+One place knows the run directory's model files: ``final/`` (a full model, or a LoRA
+adapter over the base, plus the tokenizer and the chat template the run used), the
+checkpoints (``checkpoints/step-N``: DCP shards of the torch engines, or DeepSpeed's
+partitions; the trainable weights only, over the base), and the base model (the config's
+``model_name_or_path``, or ``base_model/`` for a random-weight run). Chat loads through it;
+predict and export will.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ftui.config import RunConfig
+from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, STATE_DIR, resolve_model_path
+from ftui.runs import CheckpointError, resolve_checkpoint
+
+
+class WeightsError(Exception):
+    """Weights that cannot be found or loaded; the message says which and what to do."""
+
+
+# --- Writing (the training job)
+
+def save_random_base(model: nn.Module, tokenizer: Any, run_dir: Path) -> None:
+    """A random-weight base is not on disk anywhere: keep it, so adapters and chat can load it."""
+    base = run_dir / BASE_MODEL_DIR
+    model.save_pretrained(base, safe_serialization=True)
+    tokenizer.save_pretrained(base)
+    model.config._name_or_path = str(base.resolve())
+    model.name_or_path = str(base.resolve())
+
+
+def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -> None:
+    """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft.
+
+    Collective (FSDP and ZeRO-3 gather their shards onto rank 0, which writes). Written under
+    a temporary name and renamed, so a crash never leaves half a final/."""
+    state_dict = engine.full_state_dict()
+    if not engine.info.is_main:
+        return
+    final = run_dir / FINAL_DIR
+    tmp = run_dir / (FINAL_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    module = engine.unwrap()
+    module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+    tokenizer.chat_template = chat_template  # chat uses the trained format
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+# --- Finding
+
+def base_model_path(run_dir: Path, cfg: RunConfig) -> Path:
+    """The weights training started from: the saved random base, or the config's model."""
+    saved = run_dir / BASE_MODEL_DIR
+    return saved if saved.is_dir() else Path(resolve_model_path(cfg.model_name_or_path))
+
+
+@dataclass(frozen=True)
+class TrainedWeights:
+    """One loadable set of weights of a run."""
+
+    kind: str  # "base", "final" (full model), "final-adapter", "checkpoint" (DCP), "checkpoint-deepspeed"
+    path: Path  # the model directory, the adapter, or the checkpoint
+    base: Path  # the base model the trainable weights sit on
+    tokenizer: Path  # where the tokenizer (and the run's chat template) is
+    label: str
+
+    @property
+    def from_checkpoint(self) -> bool:
+        return self.kind.startswith("checkpoint")
+
+
+def locate(run_dir: Path, cfg: RunConfig, which: str | None = None) -> TrainedWeights:
+    """``which``: "base", "final", "latest", a step ("step-N" or "N") or a checkpoint
+    directory; None: final/ when it exists, else the newest sound checkpoint."""
+    base = base_model_path(run_dir, cfg)
+    final = run_dir / FINAL_DIR
+    tokenizer = final if final.is_dir() else base
+    if which == "base":
+        return TrainedWeights("base", base, base, tokenizer, f"base model of {run_dir.name}")
+    if which in (None, "final") and final.is_dir():
+        kind = "final-adapter" if (final / "adapter_config.json").is_file() else "final"
+        return TrainedWeights(kind, final, base, final, f"{run_dir.name} final")
+    try:
+        ckpt = resolve_checkpoint(run_dir, None if which in (None, "final", "latest") else which.removeprefix("step-"))
+    except CheckpointError as err:
+        raise WeightsError(f"{err}; and it has no final/ yet" if which in (None, "final") else str(err)) from None
+    kind = "checkpoint" if (ckpt / STATE_DIR).is_dir() else "checkpoint-deepspeed"
+    if kind == "checkpoint-deepspeed" and not (ckpt / DEEPSPEED_TAG).is_dir():
+        raise WeightsError(f"{ckpt} holds neither a torch ({STATE_DIR}/) nor a DeepSpeed ({DEEPSPEED_TAG}/) checkpoint")
+    return TrainedWeights(kind, ckpt, base, tokenizer, f"{run_dir.name} {ckpt.name}")
+
+
+# --- Loading (on one process, for chat, predict and export)
+
+def load_pretrained(path: Path, dtype: torch.dtype, trust_remote_code: bool = False) -> nn.Module:
+    """A model directory written by save_pretrained, on the CPU, from safetensors only."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
+    except OSError as err:
+        raise WeightsError(f"cannot load a model from {path}: {str(err).splitlines()[0]}") from None
+
+
+def with_adapter(model: nn.Module, adapter: Path) -> nn.Module:
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, adapter)
+
+
+def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dtype) -> nn.Module:
+    """The model the weights describe, on the CPU, in ``dtype``, in eval mode.
+
+    A checkpoint holds only what trained (the full model, the adapter or the unfrozen layers),
+    in fp32: the base is built in fp32, the run's method applied, the checkpoint's weights
+    loaded into it, and only then is it cast, so nothing is rounded twice."""
+    trust = bool(cfg and cfg.trust_remote_code)
+    if weights.kind in ("base", "final"):
+        model = load_pretrained(weights.path, dtype, trust)
+    elif weights.kind == "final-adapter":
+        model = with_adapter(load_pretrained(weights.base, dtype, trust), weights.path)
+    else:
+        if cfg is None:
+            raise WeightsError("a checkpoint can only be loaded with its run's config")
+        model = _from_checkpoint(weights, cfg)
+        model = model.to(dtype=dtype)
+    return model.eval()
+
+
+def _from_checkpoint(weights: TrainedWeights, cfg: RunConfig) -> nn.Module:
+    from ftui.runner.model import apply_method
+
+    model = load_pretrained(weights.base, torch.float32, cfg.trust_remote_code)
+    model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
+    if weights.kind == "checkpoint":
+        _load_dcp(model, weights.path / STATE_DIR)
+    else:
+        _load_deepspeed(model, weights.path, cfg)
+    return model
+
+
+def _load_dcp(model: nn.Module, state_dir: Path) -> None:
+    """The torch engines' checkpoint (DCP: single, DDP, FSDP), resharded onto this one process."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+
+    opts = StateDictOptions(ignore_frozen_params=True, strict=False)
+    state = {"model": get_model_state_dict(model, options=opts)}
+    dcp.load(state, checkpoint_id=str(state_dir))
+    set_model_state_dict(model, state["model"], options=opts)
+
+
+def _load_deepspeed(model: nn.Module, ckpt: Path, cfg: RunConfig) -> None:
+    """DeepSpeed's partitions (any ZeRO stage, any number of ranks), merged into fp32 weights
+    on the CPU by DeepSpeed's own converter (the zero_to_fp32 logic)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=DEEPSPEED_TAG,
+                                                     exclude_frozen_parameters=cfg.finetuning_type != "full")
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    missing = sorted(trainable - set(state))
+    if missing:
+        raise WeightsError(f"{ckpt.name} lacks {len(missing)} trained weight(s) of this run's model (first: {missing[0]}); "
+                           "it was written for another model or method")
+    model.load_state_dict(state, strict=False)
