@@ -7,10 +7,14 @@ import sys
 
 def test_every_module_outside_the_runner_imports_without_torch():
     code = (
-        "import importlib, pkgutil, sys, ftui\n"
-        "names = [m.name for m in pkgutil.walk_packages(ftui.__path__, 'ftui.') if not m.name.startswith('ftui.runner')]\n"
-        "for name in names:\n"
-        "    importlib.import_module(name)\n"
+        "import importlib, pkgutil, sys\n"
+        "names, todo = [], ['ftui']\n"
+        "while todo:\n"  # walk_packages would import ftui.runner's packages to look inside them
+        "    mod = importlib.import_module(todo.pop())\n"
+        "    names.append(mod.__name__)\n"
+        "    for m in pkgutil.iter_modules(getattr(mod, '__path__', []), mod.__name__ + '.'):\n"
+        "        if m.name != 'ftui.runner':\n"
+        "            todo.append(m.name)\n"
         "heavy = [m for m in ('torch', 'transformers', 'peft', 'deepspeed', 'datasets') if m in sys.modules]\n"
         "print(len(names), 'HEAVY', heavy)\n"
     )
