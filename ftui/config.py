@@ -19,15 +19,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ftui.presets.choices import ENGINES, SCHEDULERS
+from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL  # noqa: F401 (re-exported)
-
-
-# The training stages (LLaMA-Factory's names); each is a module in ftui/runner/stages/.
-STAGES = ("sft", "pt")
 
 
 def default_runs_root() -> str:

@@ -2,7 +2,7 @@
 
 Rank 0 of a training job appends one JSON object per line to ``RUN_DIR/events.jsonl``; the
 dashboard, ``ftui attach``, ``ftui watch`` and ``ftui train``'s follower read it. This module
-must stay free of torch (see DESIGN.md): it is imported by the dashboard.
+must stay free of torch (docs/architecture.md): it is imported by the dashboard.
 
 Every line is ``{"v": 1, "t": <unix seconds>, "event": <kind>, ...fields}``. Readers skip a
 torn last line (the writer may be in the middle of it) and unknown kinds; writers flush

@@ -1,6 +1,6 @@
 """Run directories: create them, list them, and tell each run's status from its files.
 
-The run directory is the whole contract between the runner and the dashboard (DESIGN.md):
+The run directory is the whole contract between the runner and the dashboard (docs/architecture.md):
 ``config.yaml``, ``launch.json``, ``events.jsonl``, ``train.log``, ``checkpoints/``,
 ``final/``. Everything the dashboard shows is rebuilt from these files, so a run can be
 re-attached after the app, the SSH session or the machine's login shell is gone.

@@ -162,3 +162,29 @@ def test_a_users_deepspeed_file_trains(tmp_path):
     ranks = steps_of(events)[0]["ranks"]
     assert all(r["optimizer_bytes"] == pytest.approx(4 * start["trainable_params"], rel=0.02) for r in ranks)
     assert events[-1]["status"] == "completed"
+
+
+@pytest.mark.parametrize("preset", ["single", "ddp", "fsdp", "zero2", "zero3"])
+def test_last_checkpoint_loads_as_the_final_weights(engine_runs, preset):
+    """ftui.runner.weights reads any engine's checkpoint (DCP shards, DeepSpeed partitions of
+    any stage, full model or adapter) onto one process: at the last step it holds exactly
+    what final/ holds."""
+    import torch
+
+    from ftui.config import load_config
+    from ftui.runner.weights import load_weights, locate
+
+    run_dir, _ = engine_runs(preset, DEFAULT_METHOD[preset])
+    cfg, _ = load_config(run_dir / "config.yaml")
+    last = locate(run_dir, cfg, f"step-{MAX_STEPS}")
+    final = locate(run_dir, cfg)
+    assert last.kind == ("checkpoint-deepspeed" if preset.startswith("zero") else "checkpoint")
+    assert final.kind == ("final-adapter" if DEFAULT_METHOD[preset] == "lora" else "final")
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    with torch.no_grad():
+        a = load_weights(last, cfg, torch.float32)(input_ids=ids).logits
+        b = load_weights(final, cfg, torch.float32)(input_ids=ids).logits
+        base = load_weights(locate(run_dir, cfg, "base"), cfg, torch.float32)(input_ids=ids).logits
+    assert not torch.allclose(base, b, atol=1e-3)  # training moved the weights ...
+    # ... and the last checkpoint holds the same weights
+    assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()

@@ -1,8 +1,14 @@
-"""The fixed choices of a RunConfig (engines, schedulers), without pydantic: the launch form
+"""The fixed choices of a RunConfig (stages, engines, schedulers), without pydantic: the launch form
 draws them before the validation model is built, so `ftui` paints its first frame sooner."""
 
 from ftui.presets.engine_presets import PRESET_NAMES, describe
 
+# The training stages (LLaMA-Factory's names), each a module in ftui/runner/stages/, with what it trains on.
+STAGE_DESCRIPTIONS = {
+    "sft": "supervised fine-tuning: conversations, loss on the answers",
+    "pt": "pre-training: raw text, loss on every token",
+}
+STAGES = tuple(STAGE_DESCRIPTIONS)
 ENGINES = PRESET_NAMES
 SCHEDULERS = (
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",

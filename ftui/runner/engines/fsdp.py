@@ -7,7 +7,7 @@ fp32 gradient reduction, fp32 master shards), not autocast. ``fsdp_offload`` add
 ``CPUOffloadPolicy``: shards and the optimizer step live in host memory.
 
 Not through transformers.Trainer or accelerate: on a machine without a GPU both silently
-fall back to DDP, and a user would get an engine they did not ask for (DESIGN.md).
+fall back to DDP, and a user would get an engine they did not ask for.
 """
 
 from __future__ import annotations

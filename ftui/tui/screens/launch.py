@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 
-from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS
+from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS, STAGE_DESCRIPTIONS
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.screens.modals import AskPath, ShowText
@@ -36,7 +36,7 @@ METHODS = ("full", "lora", "qlora", "freeze")
 FORM_DEFAULTS: dict[str, Any] = {
     "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": False, "max_samples": None, "val_size": 0.0,
-    "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
+    "stage": "sft", "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False,
     "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
@@ -76,6 +76,7 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("val_size", "validation share"),
     ]),
     ("Method", [
+        F("stage", "stage", "select", tuple((f"{s}: {d.split(':')[0]}", s) for s, d in STAGE_DESCRIPTIONS.items())),
         F("method", "method", "select", tuple((m, m) for m in METHODS)),
         F("lora_rank", "LoRA rank", only_for=("lora", "qlora")),
         F("lora_alpha", "LoRA alpha", optional=True, only_for=("lora", "qlora"), placeholder="2 x rank"),
