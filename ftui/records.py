@@ -1,8 +1,10 @@
-"""Dataset records: LLaMA-Factory's registry, alpaca and sharegpt formats, as chat messages.
+"""Dataset records: LLaMA-Factory's registry, alpaca and sharegpt formats, as chat messages
+(or, for pre-training, as raw document text).
 
 Finds datasets named in a ``dataset_info.json`` registry (LLaMA-Factory's own file works),
-local json / jsonl / parquet files or ``datasets`` hub names, reads their records and turns
-each into chat messages, with a message that shows the offending record when one is wrong.
+local json / jsonl / parquet / txt files or ``datasets`` hub names, reads their records and
+turns each into chat messages (``to_messages``) or a document (``to_text``), with a message
+that shows the offending record when one is wrong.
 No torch here: the launch form previews and checks datasets with this same code.
 """
 
@@ -29,6 +31,13 @@ EXPECTED = {
     "alpaca": "instruction (text), input (optional text), output (text); optional system, history [[q, a], ...]",
     "sharegpt": "conversations: a list of {from: human|gpt|system|function_call|observation, value: text} turns",
 }
+TEXT_EXPECTED = (
+    "raw text for pre-training: a text field named by the entry's columns.prompt "
+    "(LLaMA-Factory's c4_demo/wiki_demo use columns: {prompt: text}), a 'text' field in a file "
+    "given by path, or one document per line of a .txt file"
+)
+TEXT_PREVIEW_BYTES = 1 << 20  # a preview (read_records with a limit) reads at most this much of a .txt
+DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".txt")
 
 
 class DataFormatError(ValueError):
@@ -101,7 +110,7 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
             known = ", ".join(_clip(k, 40) for k in sorted(registry)[:8]) or "none"
             raise DataFormatError(
                 f"dataset {_clip(name, 200)!r} is neither in {_clip(str(Path(dataset_dir) / 'dataset_info.json'), 200)} "
-                f"(known: {known}) nor a file; give a registry name, a .json/.jsonl/.parquet path or a hub name"
+                f"(known: {known}) nor a file; give a registry name, a .json/.jsonl/.parquet/.txt path or a hub name"
             )
     return specs
 
@@ -175,11 +184,13 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     # json / jsonl are read with the standard library rather than `datasets` so that a bad
     # record can be shown with its line number, and nothing is cached under ~/.cache.
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl", ".parquet"))
+        files = sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES)
         return [r for f in files for r in _read_file(f, limit)]
     if not path.exists():
         raise DataFormatError(f"dataset file {path} does not exist")
     suffix = path.suffix.lower()
+    if suffix == ".txt":
+        return _read_text_lines(path, limit)
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -228,6 +239,33 @@ def _read_jsonl_head(path: Path, limit: int) -> list[dict[str, Any]]:
     return records
 
 
+def _read_text_lines(path: Path, limit: int | None = None) -> list[dict[str, str]]:
+    """A .txt file as LLaMA-Factory loads it (`datasets`' text loader): one ``{"text": line}``
+    record per line, \\n, \\r\\n and a lone \\r all ending a line, only the line ending
+    removed, blank lines kept (as empty documents: LLaMA-Factory trains them as a lone EOS).
+    Other characters str.splitlines() would split on (\\u2028, \\x0c, ...) stay inside the line.
+    A preview (``limit``) reads at most TEXT_PREVIEW_BYTES, so a huge file opens at once."""
+    with open(path, "rb") as fh:
+        data = fh.read() if limit is None else fh.read(TEXT_PREVIEW_BYTES + 1)
+    clipped = limit is not None and len(data) > TEXT_PREVIEW_BYTES
+    if clipped:  # whole lines only, where the first MiB holds a line ending
+        data = data[:TEXT_PREVIEW_BYTES]
+        data = data[: data.rfind(b"\n") + 1] or data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if not (clipped and err.reason == "unexpected end of data"):  # not merely a character cut by the preview
+            line = data.count(b"\n", 0, err.start) + 1
+            raise DataFormatError(f"{path} is not UTF-8 text (byte {err.start}, line {line}); save it as UTF-8") from None
+        text = data[: err.start].decode("utf-8")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the file's last line ending does not start another document
+    if not lines:
+        raise DataFormatError(f"{path} is empty; it needs one document per line")
+    return [{"text": line} for line in (lines if limit is None else lines[:limit])]
+
+
 def apply_detected_format(spec: DatasetSpec, first: Any) -> None:
     """For a file given by path, decides alpaca or sharegpt from its first record."""
     if spec.explicit_format:
@@ -235,7 +273,8 @@ def apply_detected_format(spec: DatasetSpec, first: Any) -> None:
     fmt = detect_format(first)
     if fmt is None:
         spec.formatting = "alpaca"
-        raise _fail(spec, 0, first, "neither alpaca (instruction/output) nor sharegpt (conversations)")
+        raw = " (raw text, a 'text' field, is for stage: pt)" if isinstance(first, dict) and "text" in first else ""
+        raise _fail(spec, 0, first, f"neither alpaca (instruction/output) nor sharegpt (conversations){raw}")
     spec.formatting = fmt
 
 
@@ -263,11 +302,11 @@ def detect_format(record: Any) -> str | None:
     return None
 
 
-def _fail(spec: DatasetSpec, index: int, record: Any, problem: str) -> DataFormatError:
+def _fail(spec: DatasetSpec, index: int, record: Any, problem: str, expected: str | None = None) -> DataFormatError:
     return DataFormatError(
         f"dataset {spec.name!r} record {index}: {problem}\n"
         f"  record:   {_snippet(record)}\n"
-        f"  expected ({spec.formatting}): {EXPECTED[spec.formatting]}"
+        f"  expected ({spec.formatting if expected is None else 'text'}): {expected or EXPECTED[spec.formatting]}"
     )
 
 
@@ -344,3 +383,41 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     return messages, (tools or None)
 
 
+def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
+    """The (document, continuation) columns pre-training reads, as LLaMA-Factory does: a
+    registry entry's columns.prompt and columns.query (an entry with ``columns`` leaves the
+    others unset; one without uses alpaca's instruction / input), and ``text`` in a file
+    given by path. LLaMA-Factory's pt stage drops response columns, so ftui does too."""
+    if not spec.explicit_format:
+        return "text", None
+    if spec.formatting != "alpaca":
+        raise DataFormatError(
+            f"dataset {spec.name!r} is {spec.formatting} (conversations); pre-training (stage: pt) "
+            f"reads raw text: {TEXT_EXPECTED}"
+        )
+    if not spec.columns:
+        return "instruction", "input"
+    prompt = spec.columns.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise DataFormatError(f"dataset {spec.name!r}: its columns name no prompt column; pre-training reads {TEXT_EXPECTED}")
+    query = spec.columns.get("query")
+    return prompt, (query if isinstance(query, str) and query else None)
+
+
+def to_text(record: Any, spec: DatasetSpec, index: int) -> str:
+    """One record's document for pre-training; raises DataFormatError showing the record.
+
+    As LLaMA-Factory's converter: the document column, then the continuation column (if
+    the entry names one and it is not empty) after a newline. An empty document is kept
+    (LLaMA-Factory trains it as a lone EOS); a missing or non-text one is an error here,
+    where LLaMA-Factory would fail with a KeyError or quietly train a lone EOS."""
+    prompt_col, query_col = text_columns(spec)
+    if not isinstance(record, dict):
+        raise _fail(spec, index, record, "a record must be a JSON object", TEXT_EXPECTED)
+    document = record.get(prompt_col)
+    if not _text(document):
+        raise _fail(spec, index, record, f"missing or non-text field {prompt_col!r}", TEXT_EXPECTED)
+    query = record.get(query_col) if query_col else None
+    if query is not None and not _text(query):
+        raise _fail(spec, index, record, f"field {query_col!r} must be text", TEXT_EXPECTED)
+    return "\n".join(part for part in (document, query) if part)
