@@ -65,7 +65,7 @@ class RunConfig(BaseModel):
     dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
     dataset_dir: str = "data"
     cutoff_len: int = Field(2048, ge=8, le=1_048_576)
-    packing: bool = False
+    packing: bool | None = Field(None, description="pack examples into full rows; empty: the stage's default (pt packs raw text into cutoff_len blocks, sft does not)")
     max_samples: int | None = Field(None, ge=1)
     val_size: float = Field(0.0, ge=0.0, lt=1.0)
     # --- Training

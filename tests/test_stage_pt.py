@@ -31,9 +31,9 @@ def check_pt_run(events, proc, run_dir):
 
 
 def test_pt_on_txt_full_learns(tmp_path, lf_data):
-    run_dir, events, proc = train_sync(pt_config(tmp_path, lf_data, dataset="wiki_demo", finetuning_type="full", packing=True))
+    run_dir, events, proc = train_sync(pt_config(tmp_path, lf_data, dataset="wiki_demo", finetuning_type="full"))
     start, steps = check_pt_run(events, proc, run_dir)
-    # packed blocks are all cutoff_len long: 4 rows x 64 tokens per step
+    # packing is the default for pt: blocks of cutoff_len, 4 rows x 64 tokens per step
     assert all(s["tokens"] == 4 * 64 for s in steps)
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.5
 
@@ -53,7 +53,7 @@ def test_pt_on_jsonl_with_lora_unpacked(tmp_path, lf_data, pretrained_base):
 @pytest.mark.dist
 def test_pt_under_fsdp_shards_and_learns(tmp_path, lf_data):
     cfg = pt_config(tmp_path, lf_data, dataset="c4_demo", finetuning_type="full", engine="fsdp", nproc_per_node=2,
-                    per_device_train_batch_size=2, max_steps=8, packing=True)
+                    per_device_train_batch_size=2, max_steps=8)
     run_dir, events, proc = train_sync(cfg)
     start, steps = check_pt_run(events, proc, run_dir)
     ranks = next(s["ranks"] for s in steps if s.get("ranks"))

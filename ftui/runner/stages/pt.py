@@ -3,9 +3,12 @@
 Documents come from raw-text datasets (``ftui.records.to_text``: a dataset_info entry with
 ``columns: {prompt: text}``, a ``.txt`` file with one document per line, json / jsonl /
 parquet with a text column). They are tokenized and turned into rows as LLaMA-Factory's
-pre-training processor does (``ftui.runner.pretrain_text``): EOS after every document, BOS
-where the tokenizer adds one; with packing the documents are joined and cut into
-``cutoff_len`` blocks, without it each document is its own row, cut at ``cutoff_len``.
+pre-training processor does (``ftui.runner.pretrain_text``, checked token for token against
+it): EOS after every document, BOS where the tokenizer adds one; with packing (the default
+for pt) the documents are joined and cut into ``cutoff_len`` blocks, without it each document
+is its own row, cut at ``cutoff_len``. Every token is a label, except the pad token, which
+LLaMA-Factory's collator masks (so a tokenizer whose pad is its EOS does not learn the EOS
+between documents, there as here).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from ftui.records import DataFormatError, DatasetSpec, to_text
 from ftui.runner.data import Example, Progress, TokenizedData
-from ftui.runner.pretrain_text import pretrain_rows
+from ftui.runner.pretrain_text import pretrain_eos, pretrain_labels, pretrain_packing, pretrain_rows
 from ftui.runner.stages.base import Stage
 
 
@@ -29,15 +32,13 @@ class PretrainStage(Stage):
                 texts.append(to_text(record, spec, i))
                 out.records += 1
                 report.tick(out.records)
-        rows = pretrain_rows(texts, self.tokenizer, self.cfg.cutoff_len, packing=self.cfg.packing,
-                             eos_token=self.eos_token())
-        if not rows:
+        packing, length = pretrain_packing(self.cfg.packing, self.cfg.cutoff_len)
+        rows = pretrain_rows(texts, self.tokenizer, length, packing=packing,
+                             eos_token=pretrain_eos(self.tokenizer, self.cfg.template))
+        if packing and not rows:
             raise DataFormatError(
-                f"{out.records} documents make no row of cutoff_len={self.cfg.cutoff_len} tokens"
-                + (" (packing drops the last partial block); lower cutoff_len or add text" if self.cfg.packing else "")
+                f"{out.records} documents hold fewer tokens than one block of cutoff_len={length}: packing drops the "
+                "last partial block; lower cutoff_len, add text, or set packing: false"
             )
-        return [Example(ids, list(ids), real_tokens=len(ids)) for ids in rows]
-
-    def eos_token(self) -> str | None:
-        """Llama 3's documents end with <|end_of_text|>, not its chat EOS (as LLaMA-Factory does)."""
-        return "<|end_of_text|>" if self.cfg.template == "llama3" else None
+        pad = self.tokenizer.pad_token_id
+        return [Example(ids, pretrain_labels(ids, pad), real_tokens=len(ids)) for ids in rows]

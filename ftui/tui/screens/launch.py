@@ -35,7 +35,7 @@ METHODS = ("full", "lora", "qlora", "freeze")
 # frame): they must equal RunConfig's own, which tests/test_tui_pilot.py checks.
 FORM_DEFAULTS: dict[str, Any] = {
     "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
-    "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": False, "max_samples": None, "val_size": 0.0,
+    "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": None, "max_samples": None, "val_size": 0.0,
     "stage": "sft", "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False,
@@ -47,6 +47,9 @@ FORM_DEFAULTS: dict[str, Any] = {
     "seed": 42, "run_name": None,
 }
 PRECISIONS = ("bf16", "fp16", "fp32")
+# packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
+PACKING = {"stage default (pt: on, sft: off)": "default", "on": "on", "off": "off"}
+PACKING_VALUES = {"default": None, "on": True, "off": False}
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("dataset", "dataset (names or files)", placeholder="alpaca_en_demo or data/my.jsonl"),
         F("dataset_dir", "dataset_info.json folder"),
         F("cutoff_len", "cutoff length"),
-        F("packing", "packing", "bool"),
+        F("packing", "packing", "select", tuple(PACKING.items())),
         F("max_samples", "max samples", optional=True, placeholder="all"),
         F("val_size", "validation share"),
     ]),
@@ -129,6 +132,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     ft = cfg.get("finetuning_type", "lora")
     values["method"] = "qlora" if ft == "lora" and cfg.get("quantization_bit") else ft
     values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
+    if "packing" in cfg:
+        values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
     return values
 
 
@@ -145,6 +150,10 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
                 continue
         if key == "template" and value == "":
             continue
+        if key == "packing":
+            if PACKING_VALUES.get(value) is None:
+                continue
+            value = PACKING_VALUES[value]
         if f.only_for and values.get("method") not in f.only_for:
             continue
         data[key] = value
