@@ -264,3 +264,20 @@ async def test_form_counts_and_checks_only_the_gpus_cuda_visible_devices_leaves(
         assert screen.query_one("#f-engine", Select).value == "ddp"
         await until(pilot, lambda: "2 of 4 GPUs visible" in text_of(screen.query_one("#precision-help")))
         assert not screen.query_one("#p-bf16", RadioButton).disabled
+
+
+async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_the_stage(tmp_path, lf_data):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = await open_form(pilot, app)
+        screen.fill({"stage": "pt", "dataset": "c4_demo", "dataset_dir": str(lf_data)})
+        screen.preview_dataset("c4_demo", str(lf_data), "pt")
+        first = (lf_data / "c4_demo.jsonl").read_text().splitlines()[0]
+        import json
+
+        await until(pilot, lambda: "c4_demo: raw text" in text_of(screen.query_one("#preview")))
+        assert " ".join(json.loads(first)["text"].split())[:40] in text_of(screen.query_one("#preview"))
+        cfg = screen.current_config_dict()
+        assert cfg["stage"] == "pt" and "packing" not in cfg  # unset: pt packs by default
+        screen.fill({"packing": "off"})
+        assert screen.current_config_dict()["packing"] is False

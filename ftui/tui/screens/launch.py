@@ -377,8 +377,9 @@ class LaunchScreen(Screen):
         wid = getattr(event, "control", None) and event.control.id or ""
         if wid == "f-model_name_or_path":
             self.detect_model(event.control.value)
-        elif wid in ("f-dataset", "f-dataset_dir"):
-            self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value)
+        elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
+            self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
+                                 self.query_one("#f-stage", Select).value)
 
     # --- workers: file reads and NVML off the UI thread
     @work(thread=True, exclusive=True, group="family")
@@ -403,8 +404,9 @@ class LaunchScreen(Screen):
             self._family_filled["lora_target"] = joined
 
     @work(thread=True, exclusive=True, group="preview")
-    def preview_dataset(self, dataset: str, dataset_dir: str) -> None:
-        from ftui.records import DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records, resolve_datasets, to_messages
+    def preview_dataset(self, dataset: str, dataset_dir: str, stage: str = "sft") -> None:
+        from ftui.records import (DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records,
+                                  resolve_datasets, to_messages, to_text)
 
         text = Text()
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
@@ -420,6 +422,12 @@ class LaunchScreen(Screen):
                     continue
                 if not records:
                     raise DataFormatError(f"dataset {spec.name!r} has no records")
+                if stage == "pt":  # raw text: a document per record
+                    text.append(f"{spec.name}: raw text\n", style="bold")
+                    for i, r in enumerate(records):
+                        text.append(f"  {i + 1}. ", style="dim")
+                        text.append(_clip(to_text(r, spec, i), 120) + "\n")
+                    continue
                 apply_detected_format(spec, records[0])
                 text.append(f"{spec.name}: {spec.formatting} format\n", style="bold")
                 for i, r in enumerate(records):
@@ -530,7 +538,7 @@ class LaunchScreen(Screen):
             return
         self.fill(config_to_form(self._defaults() | data))
         self.detect_model(str(data.get("model_name_or_path", "")))
-        self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")))
+        self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
         warning = unsupported_warning(sorted(self.extra))
         self.notify(f"loaded {path}" + (f"\n{warning}" if warning else ""), severity="warning" if warning else "information", markup=False)
 
