@@ -3,6 +3,8 @@ seed, written to the last digit: run it before and after a refactor and compare.
 
     python bench/loss_parity.py --out bench/results/loss_parity_X.json
     python bench/loss_parity.py --compare bench/results/loss_parity_X.json   (exit 1 on any difference)
+
+Prints the curves as JSON; ``--quick`` runs the single-device case for 2 steps only.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ CASES = {
 }
 
 
-def curves(cases: list[str]) -> dict[str, dict[str, list[str]]]:
+def curves(cases: list[str], steps: int = 8) -> dict[str, dict[str, list[str]]]:
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in cases:
-            cfg = tiny_config(Path(tmp) / name, max_steps=8, val_size=0.25, eval_steps=4, **CASES[name])
+            cfg = tiny_config(Path(tmp) / name, max_steps=steps, val_size=0.25, eval_steps=max(1, steps // 2), **CASES[name])
             run_dir, events, proc = train_sync(cfg, timeout=900)
             if proc.returncode != 0:
                 raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
@@ -41,7 +43,7 @@ def curves(cases: list[str]) -> dict[str, dict[str, list[str]]]:
                 "grad_norm": [repr(e["grad_norm"]) for e in events if e["event"] == "step"],
                 "eval_loss": [repr(e["eval_loss"]) for e in events if e["event"] == "eval"],
             }
-            print(name, out[name]["loss"][-1], flush=True)
+            print(name, out[name]["loss"][-1], file=sys.stderr, flush=True)
     return out
 
 
@@ -50,16 +52,18 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--compare")
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    got = curves(args.cases.split(","))
-    if args.out:
+    got = curves(["single-full"], steps=2) if args.quick else curves(args.cases.split(","))
+    print(json.dumps(got))
+    if args.out and not args.quick:
         Path(args.out).write_text(json.dumps(got, indent=1))
     if args.compare:
         want = json.loads(Path(args.compare).read_text())
         bad = [k for k in got if got[k] != want.get(k)]
         for k in bad:
-            print(f"DIFFERENT {k}:\n  before {want.get(k)}\n  after  {got[k]}")
-        print("identical" if not bad else f"{len(bad)} case(s) differ")
+            print(f"DIFFERENT {k}:\n  before {want.get(k)}\n  after  {got[k]}", file=sys.stderr)
+        print("identical" if not bad else f"{len(bad)} case(s) differ", file=sys.stderr)
         return 1 if bad else 0
     return 0
 

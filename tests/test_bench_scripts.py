@@ -61,3 +61,8 @@ def test_loss_memory_bench_runs_both_paths():
 def test_run_summaries_bench_runs():
     result = run("run_summaries.py")
     assert result["steps"] == 20000 and all(r["seconds"] > 0 for r in result["results"].values())
+
+
+def test_loss_parity_bench_runs():
+    result = run("loss_parity.py")
+    assert len(result["single-full"]["loss"]) == 2 and len(result["single-full"]["eval_loss"]) == 2
