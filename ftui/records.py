@@ -404,6 +404,26 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
     return prompt, (query if isinstance(query, str) and query else None)
 
 
+def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
+    """Settles how ``stage`` reads the dataset (from its first record, for a file given by
+    path) and names it: raw text for pt, else alpaca or sharegpt."""
+    if stage == "pt":
+        return "raw text"
+    apply_detected_format(spec, first)
+    return f"{spec.formatting} format"
+
+
+def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
+    """(what the model reads, what it learns) of one record, as ``stage`` reads it: the launch
+    form's preview. Raises DataFormatError showing the record, as training would."""
+    if stage == "pt":
+        return to_text(record, spec, index), ""
+    messages, _tools = to_messages(record, spec, index)
+    user = next((m["content"] for m in messages if m["role"] == "user"), "")
+    answer = next((m["content"] for m in messages if m["role"] == "assistant"), "")
+    return user, answer
+
+
 def to_text(record: Any, spec: DatasetSpec, index: int) -> str:
     """One record's document for pre-training; raises DataFormatError showing the record.
 

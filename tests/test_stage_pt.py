@@ -80,3 +80,13 @@ def test_llamafactory_pretrain_example_trains_through_the_cli(tmp_path, lf_data,
     start, steps = check_pt_run(events, proc, run_dir)
     assert start["method"] == "lora" and start["max_steps"] == 12
     assert steps[-1]["loss"] < steps[0]["loss"]
+
+
+def test_pt_reads_text_files_given_by_path(tmp_path, lf_data, demo_tokenizer):
+    """A .txt and a .jsonl given as paths (no registry entry) are raw text for pt."""
+    from ftui.runner.stages import build_datasets
+
+    for name in ("wiki_demo.txt", "c4_demo.jsonl"):
+        cfg = pt_config(tmp_path, lf_data, dataset=str(lf_data / name), max_samples=20)
+        data = build_datasets(cfg, demo_tokenizer)
+        assert data.records == 20 and data.train and all(len(e.input_ids) == 64 for e in data.train)

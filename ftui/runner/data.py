@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ftui.config import RunConfig
-from ftui.records import DataFormatError, DatasetSpec, HubDataset, apply_detected_format, read_records, resolve_datasets
+from ftui.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler"]
 
@@ -65,7 +65,7 @@ def load_all(cfg: RunConfig) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
             records = records[: cfg.max_samples]
         if not records:
             raise DataFormatError(f"dataset {spec.name!r} has no records")
-        apply_detected_format(spec, records[0])
+        check_format(spec, records[0], cfg.stage)
         loaded.append((spec, records))
     return loaded
 

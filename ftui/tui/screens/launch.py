@@ -405,8 +405,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str, stage: str = "sft") -> None:
-        from ftui.records import (DataFormatError, HubDataset, apply_detected_format, dataset_path_problem, read_records,
-                                  resolve_datasets, to_messages, to_text)
+        from ftui.records import DataFormatError, HubDataset, check_format, dataset_path_problem, read_records, record_preview, resolve_datasets
 
         text = Text()
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
@@ -422,22 +421,15 @@ class LaunchScreen(Screen):
                     continue
                 if not records:
                     raise DataFormatError(f"dataset {spec.name!r} has no records")
-                if stage == "pt":  # raw text: a document per record
-                    text.append(f"{spec.name}: raw text\n", style="bold")
-                    for i, r in enumerate(records):
-                        text.append(f"  {i + 1}. ", style="dim")
-                        text.append(_clip(to_text(r, spec, i), 120) + "\n")
-                    continue
-                apply_detected_format(spec, records[0])
-                text.append(f"{spec.name}: {spec.formatting} format\n", style="bold")
+                text.append(f"{spec.name}: {check_format(spec, records[0], stage)}\n", style="bold")
                 for i, r in enumerate(records):
-                    messages, _tools = to_messages(r, spec, i)
-                    user = next((m["content"] for m in messages if m["role"] == "user"), "")
-                    answer = next((m["content"] for m in messages if m["role"] == "assistant"), "")
+                    prompt, answer = record_preview(r, spec, i, stage)
                     text.append(f"  {i + 1}. ", style="dim")
-                    text.append(_clip(user, 60))
-                    text.append(" → ", style="dim")
-                    text.append(_clip(answer, 60) + "\n")
+                    text.append(_clip(prompt, 60 if answer else 120))
+                    if answer:
+                        text.append(" → ", style="dim")
+                        text.append(_clip(answer, 60))
+                    text.append("\n")
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
         self.app.call_from_thread(self.query_one("#preview", Static).update, text)
