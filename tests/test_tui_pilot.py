@@ -209,6 +209,46 @@ async def test_live_run_is_offered_on_start(tmp_path):
         assert app.screen.run_dir == run
 
 
+async def test_enter_in_the_attach_dialog_attaches(tmp_path):
+    run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)  # another host's run: counts as live
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        dialog = app.screen
+        assert "[y] Attach" in str(dialog.query_one("#yes", Button).label) and "[n] No" in str(dialog.query_one("#no", Button).label)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        assert app.screen.run_dir == run
+
+
+async def test_s_then_enter_stops_the_run_and_a_second_stop_kills(tmp_path, monkeypatch):
+    import ftui.jobs.launch as launch
+
+    requests = []
+    monkeypatch.setattr(launch, "stop_run", lambda run_dir, force=False: requests.append(force) or "sent")
+    run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 30)
+    async with app.run_test(size=(100, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 3)
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        assert "Enter: Stop" in text_of(app.screen.query_one(".hint", Label))
+        await pilot.press("enter")
+        await until(pilot, lambda: requests == [False])
+        assert app.screen is dash
+        await pilot.press("s")  # asked again: the dialog now kills, and Enter means that too
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("enter")
+        await until(pilot, lambda: requests == [False, True])
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("escape")  # Esc cancels
+        await until(pilot, lambda: app.screen is dash)
+        await pilot.pause(0.3)
+        assert requests == [False, True]
+
+
 async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, monkeypatch):
     import ftui.tui.screens.dashboard as dashboard
 
