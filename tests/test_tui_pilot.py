@@ -249,6 +249,34 @@ async def test_s_then_enter_stops_the_run_and_a_second_stop_kills(tmp_path, monk
         assert requests == [False, True]
 
 
+async def test_f6_shows_ftui_train_on_the_saved_yaml_and_the_launch_command_beneath(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_form(pilot, app)  # the demo
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        shown = text_of(app.screen.query_one(".code"))
+        assert "save the form first (F4)" in shown and "ftui.jobs" in shown.replace("\n", "")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "AskPath")
+        app.screen.query_one(Input).value = "my.yaml"
+        await pilot.press("enter")
+        await until(pilot, lambda: (tmp_path / "my.yaml").exists() and screen.yaml_path == "my.yaml")
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        shown = text_of(app.screen.query_one(".code"))
+        assert shown.startswith(f"ftui train {tmp_path / 'my.yaml'}") and "save the form first" not in shown
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
+        screen.query_one("#f-learning_rate", Input).value = "0.001"  # the form no longer matches the file
+        await pilot.pause()
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        assert "differs from my.yaml: save the form first (F4)" in text_of(app.screen.query_one(".code"))
+
+
 async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, monkeypatch):
     import ftui.tui.screens.dashboard as dashboard
 
