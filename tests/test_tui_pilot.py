@@ -277,6 +277,33 @@ async def test_f6_shows_ftui_train_on_the_saved_yaml_and_the_launch_command_bene
         assert "differs from my.yaml: save the form first (F4)" in text_of(app.screen.query_one(".code"))
 
 
+async def test_an_untouched_form_says_what_is_required_in_words(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready and screen.query("#e-model_name_or_path") and screen.query("#e-dataset"))
+        model = text_of(screen.query_one("#e-model_name_or_path", Label))
+        dataset = text_of(screen.query_one("#e-dataset", Label))
+        assert "required: a model directory or hub name" in model and "required: a dataset name or file" in dataset
+        assert "String should" not in model + dataset
+        screen.query_one("#f-learning_rate", Input).focus()  # the focused field's row stands out
+        await pilot.pause()
+        assert screen.query_one("#f-learning_rate").parent.styles.background.a > 0
+        assert screen.query_one("#f-cutoff_len").parent.styles.background.a == 0
+
+
+async def test_a_bad_model_path_is_flagged_while_the_dataset_is_still_empty(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.query_one("#f-model_name_or_path", Input).value = str(tmp_path / "no-such-model")
+        await until(pilot, lambda: screen.query("#e-model_name_or_path")
+                    and "no such model directory" in text_of(screen.query_one("#e-model_name_or_path", Label)))
+        assert "required: a dataset name or file" in text_of(screen.query_one("#e-dataset", Label))
+        assert screen.query_one("#start", Button).disabled
+
+
 async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, monkeypatch):
     import ftui.tui.screens.dashboard as dashboard
 
