@@ -9,6 +9,8 @@
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
+
+Every command that reads or writes runs takes --root RUNS_ROOT (train: --runs-root too, its old name).
 """
 
 from __future__ import annotations
@@ -48,21 +50,23 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ftui", description="Fine-tune language models from a terminal dashboard.")
+    p = argparse.ArgumentParser(prog="ftui", description="Fine-tune language models from a terminal dashboard. "
+                                "With no COMMAND: the app (launch form, dashboards, runs).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     t = sub.add_parser("train", help="start a run from a YAML config (LLaMA-Factory's keys) or the demo preset")
-    t.add_argument("config", nargs="?", help="a RunConfig YAML file")
+    t.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file (LLaMA-Factory's keys work)")
     t.add_argument("--preset", choices=["demo"], help="the built-in demo: a tiny model learns a Q&A set on the CPU")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     t.add_argument("--detach", action="store_true", help="start the run and return at once")
-    t.add_argument("--node-rank", type=int, help="this node's rank in a multi-node job")
-    t.add_argument("--runs-root", help="where run directories go (default: the config's output_dir)")
+    t.add_argument("--node-rank", type=int, metavar="N", help="this node's rank in a multi-node job")
+    t.add_argument("--root", dest="runs_root", metavar="RUNS_ROOT", help="where run directories go (default: the config's output_dir)")
+    t.add_argument("--runs-root", dest="runs_root", help=argparse.SUPPRESS)  # the old name, for scripts that use it
     t.add_argument("--resume", metavar="RUN", help="continue RUN (id, prefix or directory) from its newest complete checkpoint")
     t.add_argument("--checkpoint", metavar="N", help="with --resume: the checkpoint's step number (or a checkpoint directory)")
 
     pl = sub.add_parser("plan", help="will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits")
-    pl.add_argument("config", nargs="?", help="a RunConfig YAML file")
+    pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file")
     pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU CUDA_VISIBLE_DEVICES leaves)")
@@ -81,22 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--top-p", type=float, default=0.9)
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
-    c.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
     r = sub.add_parser("runs", help="list the runs under the runs root")
-    r.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    r.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
     a = sub.add_parser("attach", help="open the dashboard on a run (live or finished); quitting never stops it")
     a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    a.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    a.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
     w = sub.add_parser("watch", help="print plain progress lines until the run ends (for ssh without -t)")
     w.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    w.add_argument("--root", default=None, help=f"runs root (default: {default_runs_root()})")
+    w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
     w.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
 
-    p.add_argument("--root", dest="app_root", default=None, help=f"runs root for the app (default: {default_runs_root()})")
-    p.add_argument("--config", dest="app_config", default=None, help="open the launch form filled from this YAML")
+    p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT", help=f"runs root for the app (default: {default_runs_root()})")
+    p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help="open the launch form filled from this YAML")
     return p
 
 

@@ -186,11 +186,24 @@ def unsupported_warning(keys: list[str]) -> str | None:
     )
 
 
+# What an empty required field says (a new form opens with both empty), instead of
+# pydantic's "String should have at least 1 character".
+REQUIRED_WORDING = {
+    "model_name_or_path": "required: a model directory or hub name",
+    "dataset": "required: a dataset name or file",
+}
+# Stand-ins for a required field that failed, so the other fields' cross-field rules still run.
+_STAND_INS = {"model_name_or_path": DEMO_MODEL, "dataset": "-"}
+
+
 def _pydantic_problems(err: ValidationError, data: dict[str, Any]) -> list[FieldProblem]:
     problems = []
     for e in err.errors():
         field = ".".join(str(p) for p in e["loc"]) or "config"
         value = data.get(field, e.get("input")) if e["type"] != "missing" else None
+        if field in REQUIRED_WORDING and (e["type"] == "missing" or not str(value or "").strip()):
+            problems.append(FieldProblem(field, value, REQUIRED_WORDING[field]))
+            continue
         msg = "is required" if e["type"] == "missing" else e["msg"]
         desc = RunConfig.model_fields.get(field)
         if desc is not None and desc.description and e["type"] != "missing":
@@ -301,9 +314,22 @@ def validate_config(data: dict[str, Any]) -> tuple[RunConfig | None, list[FieldP
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
-        return None, _pydantic_problems(err, data)
+        problems = _pydantic_problems(err, data)
+        return None, problems + _cross_field_problems_of_the_rest(data, {p.field for p in problems})
     problems = cross_field_problems(cfg)
     return (None if problems else cfg), problems
+
+
+def _cross_field_problems_of_the_rest(data: dict[str, Any], failed: set[str]) -> list[FieldProblem]:
+    """The cross-field problems of the fields that passed, so that every problem shows at
+    once (a bad model path is flagged while the dataset is still empty): the failed fields
+    take their defaults (required ones a stand-in) and their own rules are not reported."""
+    rest = {k: v for k, v in data.items() if k not in failed} | {k: v for k, v in _STAND_INS.items() if k in failed}
+    try:
+        cfg = RunConfig.model_validate(rest)
+    except ValidationError:
+        return []
+    return [p for p in cross_field_problems(cfg) if p.field not in failed]
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> tuple[RunConfig, list[str]]:

@@ -39,8 +39,21 @@ def test_ambiguous_prefix_is_refused(tmp_path):
 
 def test_help_lists_every_command():
     out = subprocess.run([*FTUI, "--help"], capture_output=True, text=True).stdout
-    for cmd in ("train", "runs", "attach", "watch"):
+    for cmd in ("train", "plan", "presets", "chat", "runs", "attach", "watch"):
         assert cmd in out
+    assert "--root RUNS_ROOT" in out and "--config CONFIG.yaml" in out
+    assert "APP_ROOT" not in out and "APP_CONFIG" not in out  # argparse's internal names
+
+
+def test_every_command_takes_the_runs_root_as_root_and_train_keeps_the_old_name():
+    from ftui.cli import build_parser
+
+    for cmd in ("train", "runs", "attach", "watch", "chat"):
+        out = subprocess.run([*FTUI, cmd, "--help"], capture_output=True, text=True).stdout
+        assert "--root RUNS_ROOT" in out and "--runs-root" not in out, cmd
+    parser = build_parser()
+    assert parser.parse_args(["train", "c.yaml", "--root", "r1"]).runs_root == "r1"
+    assert parser.parse_args(["train", "c.yaml", "--runs-root", "r2"]).runs_root == "r2"  # hidden alias
 
 
 def test_watch_keeps_a_run_end_written_just_as_the_launcher_exits(tmp_path, monkeypatch):

@@ -90,6 +90,19 @@ def test_bad_values_give_one_message_per_field_with_value_and_what_is_allowed():
     assert "lr_scheduler_type = 'zigzag'" in str(info.value)
 
 
+def test_required_fields_say_so_in_words_and_other_problems_show_at_the_same_time():
+    from ftui.config import validate_config
+
+    cfg, problems = validate_config({"model_name_or_path": "./no/such/model", "dataset": "", "bf16": True, "fp16": True})
+    by_field = {p.field: p.message for p in problems}
+    assert cfg is None and by_field["dataset"] == "required: a dataset name or file"
+    assert "no such model directory" in by_field["model_name_or_path"] and "choose one precision" in by_field["fp16"]
+    cfg, problems = validate_config({"learning_rate": "fast"})
+    by_field = {p.field: p.message for p in problems}
+    assert by_field["model_name_or_path"] == "required: a model directory or hub name"
+    assert by_field["dataset"] == "required: a dataset name or file" and "number" in by_field["learning_rate"]
+
+
 def test_cross_field_rules_name_the_field():
     base = {"model_name_or_path": "org/model", "dataset": "x"}
     cases = {

@@ -209,6 +209,101 @@ async def test_live_run_is_offered_on_start(tmp_path):
         assert app.screen.run_dir == run
 
 
+async def test_enter_in_the_attach_dialog_attaches(tmp_path):
+    run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)  # another host's run: counts as live
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        dialog = app.screen
+        assert "[y] Attach" in str(dialog.query_one("#yes", Button).label) and "[n] No" in str(dialog.query_one("#no", Button).label)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        assert app.screen.run_dir == run
+
+
+async def test_s_then_enter_stops_the_run_and_a_second_stop_kills(tmp_path, monkeypatch):
+    import ftui.jobs.launch as launch
+
+    requests = []
+    monkeypatch.setattr(launch, "stop_run", lambda run_dir, force=False: requests.append(force) or "sent")
+    run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 30)
+    async with app.run_test(size=(100, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 3)
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        assert "Enter: Stop" in text_of(app.screen.query_one(".hint", Label))
+        await pilot.press("enter")
+        await until(pilot, lambda: requests == [False])
+        assert app.screen is dash
+        await pilot.press("s")  # asked again: the dialog now kills, and Enter means that too
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("enter")
+        await until(pilot, lambda: requests == [False, True])
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("escape")  # Esc cancels
+        await until(pilot, lambda: app.screen is dash)
+        await pilot.pause(0.3)
+        assert requests == [False, True]
+
+
+async def test_f6_shows_ftui_train_on_the_saved_yaml_and_the_launch_command_beneath(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_form(pilot, app)  # the demo
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        shown = text_of(app.screen.query_one(".code"))
+        assert "save the form first (F4)" in shown and "ftui.jobs" in shown.replace("\n", "")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "AskPath")
+        app.screen.query_one(Input).value = "my.yaml"
+        await pilot.press("enter")
+        await until(pilot, lambda: (tmp_path / "my.yaml").exists() and screen.yaml_path == "my.yaml")
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        shown = text_of(app.screen.query_one(".code"))
+        assert shown.startswith(f"ftui train {tmp_path / 'my.yaml'}") and "save the form first" not in shown
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
+        screen.query_one("#f-learning_rate", Input).value = "0.001"  # the form no longer matches the file
+        await pilot.pause()
+        await pilot.press("f6")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        assert "differs from my.yaml: save the form first (F4)" in text_of(app.screen.query_one(".code"))
+
+
+async def test_an_untouched_form_says_what_is_required_in_words(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready and screen.query("#e-model_name_or_path") and screen.query("#e-dataset"))
+        model = text_of(screen.query_one("#e-model_name_or_path", Label))
+        dataset = text_of(screen.query_one("#e-dataset", Label))
+        assert "required: a model directory or hub name" in model and "required: a dataset name or file" in dataset
+        assert "String should" not in model + dataset
+        screen.query_one("#f-learning_rate", Input).focus()  # the focused field's row stands out
+        await pilot.pause()
+        assert screen.query_one("#f-learning_rate").parent.styles.background.a > 0
+        assert screen.query_one("#f-cutoff_len").parent.styles.background.a == 0
+
+
+async def test_a_bad_model_path_is_flagged_while_the_dataset_is_still_empty(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.query_one("#f-model_name_or_path", Input).value = str(tmp_path / "no-such-model")
+        await until(pilot, lambda: screen.query("#e-model_name_or_path")
+                    and "no such model directory" in text_of(screen.query_one("#e-model_name_or_path", Label)))
+        assert "required: a dataset name or file" in text_of(screen.query_one("#e-dataset", Label))
+        assert screen.query_one("#start", Button).disabled
+
+
 async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, monkeypatch):
     import ftui.tui.screens.dashboard as dashboard
 

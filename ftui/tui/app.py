@@ -100,7 +100,7 @@ class FtuiApp(App):
             yield SystemCommand("Start", "Start the run in the form", screen.action_start)
             yield SystemCommand("Load YAML", "Load a config (LLaMA-Factory's keys work)", screen.action_load)
             yield SystemCommand("Save YAML", "Save the form as a config file", screen.action_save)
-            yield SystemCommand("Show command", "The exact launch command", screen.action_command)
+            yield SystemCommand("Show command", "ftui train on the saved YAML, and the launch command", screen.action_command)
         if isinstance(screen, DashboardScreen):
             yield SystemCommand("Stop run", "Ask the run to stop (again: kill)", screen.action_stop)
             yield SystemCommand("Toggle smoothing", "Smooth the loss curve", screen.action_smoothing)

@@ -190,6 +190,7 @@ class LaunchScreen(Screen):
         self._validation_pending = False
         self._ready = False
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
+        self.yaml_path: str | None = None  # the YAML last saved or loaded: F6 offers `ftui train` on it
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -531,6 +532,7 @@ class LaunchScreen(Screen):
         self.fill(config_to_form(self._defaults() | data))
         self.detect_model(str(data.get("model_name_or_path", "")))
         self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
+        self.yaml_path = path
         warning = unsupported_warning(sorted(self.extra))
         self.notify(f"loaded {path}" + (f"\n{warning}" if warning else ""), severity="warning" if warning else "information", markup=False)
 
@@ -554,20 +556,29 @@ class LaunchScreen(Screen):
             self.app.call_from_thread(self.notify, f"cannot save {path}: {err}", severity="error", markup=False)
             return
         note = "" if not self.problems else " (it still has problems to fix)"
+        self.app.call_from_thread(setattr, self, "yaml_path", path)
         self.app.call_from_thread(self.notify, f"saved {path}{note}", markup=False)
 
     def action_command(self) -> None:
-        from ftui.jobs.launch import launch_command
-        import shlex
-
         self.revalidate()
         if self.config is None:
             self.notify("fix the form first: the command depends on it", severity="warning")
             return
-        name = self.config.run_name or f"{Path(self.config.model_name_or_path).name}-{self.config.method}"
-        run_dir = Path(self.config.output_dir) / f"{name}-<timestamp>"
-        self.app.push_screen(ShowText("The exact launch command (the run directory is created at Start):",
-                                      shlex.join(launch_command(self.config, run_dir))))
+        self.show_command(self.config, self.yaml_path)
+
+    @work(thread=True, group="io")
+    def show_command(self, cfg: "RunConfig", yaml_path: str | None) -> None:
+        """`ftui train FILE` when FILE (last saved or loaded) holds what the form shows, else
+        how to get there; the launch command beneath, for reference (it reads the file)."""
+        from ftui.config import ConfigError, load_config
+
+        saved = False
+        if yaml_path is not None:
+            try:
+                saved = load_config(Path(yaml_path).expanduser())[0].to_dict() == cfg.to_dict()
+            except (ConfigError, ValueError):
+                saved = False
+        self.app.call_from_thread(self.app.push_screen, ShowText("Run this form from a shell", command_text(cfg, yaml_path, saved)))
 
     def action_start(self) -> None:
         from ftui.records import dataset_path_problem
@@ -619,4 +630,25 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
+    """What F6 shows: a command the user can copy and run as it is, then the launch command
+    `ftui train` runs (with the run directory it will create)."""
+    import shlex
+
+    from ftui.jobs.launch import launch_command
+
+    where = shlex.quote(str(Path(yaml_path).expanduser().absolute())) if yaml_path is not None else ""
+    if saved and yaml_path is not None:
+        head = f"ftui train {where}"
+    elif yaml_path is not None:
+        head = f"The form differs from {yaml_path}: save the form first (F4), then run\n  ftui train {where}"
+    else:
+        head = "save the form first (F4), e.g. to ftui_config.yaml, then run\n  ftui train ftui_config.yaml"
+    name = cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
+    run_dir = Path(cfg.output_dir) / f"{name}-<timestamp>"
+    return (f"{head}\n\nFor reference, what it launches (the run directory is created at start):\n"
+            f"{shlex.join(launch_command(cfg, run_dir))}")
+
+
 __all__ = ["LaunchScreen", "form_to_config", "config_to_form"]
+

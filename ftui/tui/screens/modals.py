@@ -11,7 +11,9 @@ from textual.widgets import Button, Input, Label, Static
 
 
 class Confirm(ModalScreen[bool]):
-    """Yes / no. Escape means no."""
+    """Yes / no. Focus starts on the yes button, so Enter does what the highlighted button
+    says (the user pressed a key asking for exactly that); `y` and `n` answer from anywhere,
+    Escape means no. The buttons and a hint line say so."""
 
     BINDINGS = [Binding("escape", "dismiss(False)", "cancel"), Binding("y", "dismiss(True)", "yes"), Binding("n", "dismiss(False)", "no")]
 
@@ -23,11 +25,12 @@ class Confirm(ModalScreen[bool]):
         with Vertical(classes="dialog"):
             yield Label(Text(self.question))
             with Horizontal(classes="buttons"):
-                yield Button(self.yes, id="yes", variant="error" if self.danger else "primary")
-                yield Button("No", id="no")
+                yield Button(Text(f"[y] {self.yes}"), id="yes", variant="error" if self.danger else "primary")
+                yield Button(Text("[n] No"), id="no")
+            yield Label(Text(f"Enter: {self.yes}   Esc: cancel", style="dim"), classes="hint")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        self.query_one("#yes", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
