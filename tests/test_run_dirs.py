@@ -19,7 +19,7 @@ from conftest import tiny_config, wait_for
 from fixtures_runs import T0, write_run
 from ftui import cli, watch
 from ftui.events import make_event
-from ftui.runner import supervise
+from ftui.jobs import supervise
 from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
 from ftui.runs import RunsRootError, launcher_gone, list_runs, summarize_run, write_launch_info
 
