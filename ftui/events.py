@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -53,6 +54,15 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}
 RUN_END_STATUSES = ("completed", "stopped", "failed")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# Fields of step and eval events that readers show in their own places (or not at all). Any
+# other number in them is a figure of a newer stage (DPO's "rewards/accuracies", ...): readers
+# show it by its name (extra_figures), so a new stage needs no dashboard code.
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "step": frozenset(REQUIRED["step"]) | {"v", "t", "event", "skipped", "window_steps", "total_tokens", "data_wait_s", "ranks"},
+    "eval": frozenset(REQUIRED["eval"]) | {"v", "t", "event", "eval_tokens"},
+}
+MAX_EXTRA_FIGURES = 8  # a run directory is untrusted: it must not fill the screen ...
+MAX_FIGURE_NAME = 40  # ... nor push the figures out of their panel
 MEM_FIELDS = ("rank", "allocated", "reserved", "peak")
 
 
@@ -396,6 +406,27 @@ _FLOAT_FIELDS = ("t", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "step_
 _TEXT_FIELDS = ("run_id", "engine", "precision", "method", "model", "status", "reason", "hint", "error_type",
                 "error_message", "level", "message", "path")
 _BIG = 1 << 62  # the loss curve keeps steps in C longs
+
+
+def extra_figures(event: dict[str, Any]) -> tuple[tuple[str, int | float], ...]:
+    """The numbers of a step or eval event beyond its KNOWN_FIELDS, as (name, value) in file
+    order: finite ints and floats only (not bools), names of printable characters only (no
+    escape sequences; they are still untrusted text, never markup), at most
+    MAX_EXTRA_FIGURES of them."""
+    known = KNOWN_FIELDS.get(event.get("event"), frozenset())
+    out: list[tuple[str, int | float]] = []
+    for name, value in event.items():
+        if name in known or not 0 < len(name) <= MAX_FIGURE_NAME or not name.isprintable():
+            continue
+        if type(value) is int and -_BIG < value < _BIG or type(value) is float and math.isfinite(value):
+            out.append((name, value))
+            if len(out) == MAX_EXTRA_FIGURES:
+                break
+    return tuple(out)
+
+
+def fmt_figure(value: int | float) -> str:
+    return f"{value:,}" if type(value) is int else f"{value:.4g}"
 
 
 def well_formed(event: Any) -> bool:

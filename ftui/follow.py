@@ -1,8 +1,8 @@
 """Follow a run in a plain terminal: the Rich progress display of ``ftui train``.
 
-Reads the run's events by byte offset (never the whole file again), shows step / max,
-loss, tokens/s and an ETA from a recent window of steps (so it stays right after a
-resume), prints warnings and the final status. Ctrl-C asks the run to stop gracefully; a
+Reads the run's events through the one follower (``RunFollower``: by byte offset, with the
+same end rule as every other reader), shows step / max, loss, tokens/s and an ETA from a
+recent window of steps (so it stays right after a resume), prints warnings and the final status. Ctrl-C asks the run to stop gracefully; a
 second Ctrl-C kills it. No torch here.
 """
 
@@ -19,8 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ftui.events import EVENTS_FILE, EventReader
-from ftui.runs import RunSummary, launcher_gone
+from ftui.runs import RunFollower, RunSummary
 
 
 class EtaWindow:
@@ -76,7 +75,6 @@ def follow_run(
         # Ctrl-C must reach us even when started with SIGINT ignored (e.g. from a background
         # job of a non-interactive shell, where Python inherits SIG_IGN).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    reader = EventReader(run_dir / EVENTS_FILE, start_offset)
     summary = RunSummary(run_id=run_dir.name, path=run_dir)
     eta = EtaWindow()
     interrupts = 0
@@ -87,24 +85,18 @@ def follow_run(
         TimeElapsedColumn(), console=console, transient=False,
     )
     task = progress.add_task(escape(run_dir.name), total=None, **stats)
+
+    def show(events: list) -> None:
+        for event in events:
+            summary.apply(event)
+            _show(event, summary, progress, task, eta, stats, console)
+
+    follower = RunFollower(run_dir, summary, show, offset=start_offset)
     with progress:
         while True:
             try:
-                for event in reader.read_new():
-                    summary.apply(event)
-                    _show(event, summary, progress, task, eta, stats, console)
-                if summary.status in ("completed", "stopped", "failed"):
-                    break
-                if reader.problem is not None:
-                    summary.mark_unreadable(reader.problem)
-                    break
-                if launcher_gone(run_dir):
-                    time.sleep(poll_s)
-                    for event in reader.read_new():
-                        summary.apply(event)
-                        _show(event, summary, progress, task, eta, stats, console)
-                    if summary.live:
-                        summary.mark_died()
+                follower.poll()
+                if follower.ended:
                     break
                 time.sleep(poll_s)
             except KeyboardInterrupt:

@@ -19,13 +19,19 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         STOP_FILE, TRAINER_STATE)
-from ftui.events import EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
+from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
+
+LIVE_STATUSES = ("starting", "running")
+# A run_end says completed, stopped or failed; only a reader can conclude these two (the job is
+# gone without a run_end; the files cannot be read). Every reader tells "ended" with END_STATUSES.
+READER_END_STATUSES = ("died", "unreadable")
+END_STATUSES = RUN_END_STATUSES + READER_END_STATUSES
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -179,7 +185,7 @@ class RunSummary:
 
     run_id: str
     path: Path
-    status: str = "starting"  # starting, running, completed, stopped, failed, died
+    status: str = "starting"  # one of LIVE_STATUSES or END_STATUSES
     model: str | None = None
     method: str | None = None
     engine: str | None = None
@@ -208,7 +214,12 @@ class RunSummary:
 
     @property
     def live(self) -> bool:
-        return self.status in ("starting", "running")
+        return self.status in LIVE_STATUSES
+
+    @property
+    def has_ended(self) -> bool:
+        """Whether the status is final (``ended`` is the time the run_end gives)."""
+        return self.status in END_STATUSES
 
     def mark_died(self) -> None:
         """The job is gone without run_end: say why as well as the files can tell."""
@@ -261,6 +272,97 @@ class RunSummary:
                 self.error = f"{event['error_type']}: {event.get('error_message', '')}"
 
 
+class RunFollower:
+    """The one follower of a run directory: every reader (``ftui train``'s display, ``ftui
+    attach``/``watch``, the dashboard, the runs list) reads events and decides a run's end
+    through it, so they can never disagree about a run.
+
+    It reads new events by byte offset (never the whole file again) and hands each batch to
+    ``fold`` (the caller's display or state; by default ``summary.apply``), which must keep
+    ``summary`` up to date. :meth:`settle` is the end rule: a run_end ends the run; a file that
+    cannot be read makes it ``unreadable``; a launcher that is gone gets one more read (it
+    may have written run_end just before exiting), and a run still without run_end has died.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], summary: RunSummary,
+                 fold: Callable[[list[Any]], None] | None = None, *, offset: int = 0, chunk: int | None = None,
+                 compact: bool = False, launch: dict[str, Any] | None = None):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / EVENTS_FILE
+        self.summary = summary
+        self.fold = fold or self._apply
+        self.reader = EventReader(self.path, offset)
+        self.chunk = chunk  # bytes per read (None: all there is), so a long backlog is folded in parts
+        self.compact = compact  # runs of steps as StepColumns: ``fold`` must take them
+        self.launch = launch  # None: launch.json is read at each check (it may appear late)
+        self.catching_up = False  # the last read stopped before the end of the file
+
+    def _apply(self, events: list[Any]) -> None:
+        for event in events:
+            self.summary.apply(event)
+
+    @property
+    def ended(self) -> bool:
+        return self.summary.has_ended
+
+    def start_at_tail(self, head_bytes: int, tail_bytes: int, above: int | None = None,
+                      head_kinds: tuple[str, ...] | None = ("run_start",)) -> tuple[int, int] | None:
+        """A long run is not replayed: for a file over ``above`` bytes (head + tail by default)
+        fold the events of ``head_kinds`` (None: all) from its first ``head_bytes`` (run_start
+        is there) and move to the first line of its last ``tail_bytes``. Returns the byte span
+        passed over, for a caller that reads it later or says so; None for a shorter file."""
+        try:
+            size = file_size(self.path)
+            if size <= (head_bytes + tail_bytes if above is None else above):
+                return None
+            head = EventReader(self.path, self.reader.offset).read_new(head_bytes, compact=self.compact)
+            tail_start = line_start_after(self.path, size - tail_bytes)
+        except UnreadableFile as err:
+            self.reader.problem = str(err)
+            return None
+        self.fold([e for e in head if isinstance(e, dict) and (head_kinds is None or e["event"] in head_kinds)])
+        span = (self.reader.offset, tail_start)
+        self.reader.offset = tail_start
+        return span
+
+    def read(self, max_bytes: int | None = None) -> list[Any]:
+        """Reads and folds what the file gained (at most ``max_bytes``, else ``chunk``)."""
+        batch = self.reader.read_new(self.chunk if max_bytes is None else max_bytes, compact=self.compact)
+        if batch:
+            self.fold(batch)
+        self.catching_up = bool(batch) and self._behind()
+        return batch
+
+    def _behind(self) -> bool:
+        try:
+            return self.reader.offset < file_size(self.path)
+        except UnreadableFile:
+            return False
+
+    def settle(self) -> bool:
+        """Decides whether the run has ended, after a read (see the class); True when it has."""
+        if self.ended:
+            return True
+        if self.reader.problem is not None:
+            self.summary.mark_unreadable(self.reader.problem)
+            return True
+        if launcher_gone(self.run_dir, self.launch):
+            self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
+            if self.reader.problem is not None:
+                self.summary.mark_unreadable(self.reader.problem)
+            elif self.summary.live:
+                self.summary.mark_died()
+            return True
+        return False
+
+    def poll(self) -> list[Any]:
+        """One round of following: read, fold and, unless more is waiting, settle."""
+        batch = self.read()
+        if not self.catching_up:
+            self.settle()
+        return batch
+
+
 SUMMARY_HEAD = 256 << 10  # bytes of events.jsonl a summary reads from its start (run_start) ...
 SUMMARY_TAIL = 1 << 20  # ... and from its end (the last steps, the last run_start / run_end)
 
@@ -279,27 +381,11 @@ def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSum
     summary.started = launch.get("start_time")
     summary.host = launch.get("host")
     summary.launcher_pid = launch.get("pid")
-    events = path / EVENTS_FILE
-    reader = EventReader(events)
-    try:
-        size = file_size(events)
-        if not full and size > SUMMARY_HEAD + SUMMARY_TAIL:
-            for event in reader.read_new(SUMMARY_HEAD):
-                summary.apply(event)
-            reader = EventReader(events, offset=line_start_after(events, size - SUMMARY_TAIL))
-            for event in reader.read_new(SUMMARY_TAIL + MAX_TAIL_LINE):
-                summary.apply(event)
-        else:
-            for event in reader.read_new():
-                summary.apply(event)
-    except UnreadableFile as err:
-        reader.problem = str(err)
-    if reader.problem is not None:
-        summary.mark_unreadable(reader.problem)
-        return summary
-    if summary.live and launcher_gone(path, launch):
-        summary.mark_died()
-    if summary.model is None:
+    follower = RunFollower(path, summary, launch=launch)
+    skipped = None if full else follower.start_at_tail(SUMMARY_HEAD, SUMMARY_TAIL, head_kinds=None)
+    follower.read(None if skipped is None else SUMMARY_TAIL + MAX_TAIL_LINE)
+    follower.settle()
+    if summary.model is None and summary.status != "unreadable":
         summary.model = _config_value(path, "model_name_or_path")
     return summary
 

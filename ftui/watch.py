@@ -3,7 +3,8 @@
 movement: one line per new step event (at most one per interval), then the final status.
 
 A long run's history is not replayed: watch reads the head of events.jsonl (run_start)
-and starts at its last few MB, so a finished run with a million steps answers at once."""
+and starts at its last few MB, so a finished run with a million steps answers at once.
+Reading and the end rule are ``RunFollower``'s, as for every other reader of a run."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ftui.events import EVENTS_FILE, EventReader, StepColumns, UnreadableFile, file_size, line_start_after
+from ftui.events import StepColumns, extra_figures, fmt_figure
 from ftui.follow import EtaWindow, fmt_duration, fmt_prepare
-from ftui.runs import RunSummary, launcher_gone
+from ftui.runs import RunFollower, RunSummary
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
 HEAD_BYTES = 256 << 10
@@ -23,6 +24,11 @@ TAIL_BYTES = 4 << 20  # where watch starts in a long run: the last steps, evals 
 
 def _fmt(value, spec: str) -> str:
     return "nan" if value is None else format(value, spec)
+
+
+def _extras(event: dict) -> str:
+    """A newer stage's figures (events.extra_figures: printable names, finite numbers)."""
+    return "".join(f" {name} {fmt_figure(value)}" for name, value in extra_figures(event))
 
 
 def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out: TextIO):
@@ -42,7 +48,7 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             print(f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
                   f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}", file=out, flush=True)
         elif e["event"] == "eval":
-            print(f"step {e['step']} eval_loss {_fmt(e.get('eval_loss'), '.4f')}", file=out, flush=True)
+            print(f"step {e['step']} eval_loss {_fmt(e.get('eval_loss'), '.4f')}{_extras(e)}", file=out, flush=True)
         elif e["event"] == "log" and e.get("level") in ("warning", "error"):
             print(f"{e['level']}: {e.get('message')}", file=out, flush=True)
         elif e["event"] == "prepare":
@@ -51,56 +57,31 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
         last_printed = latest["step"]
         print(f"step {latest['step']}/{summary.max_steps or '?'} loss {_fmt(latest.get('loss'), '.4f')} "
               f"lr {latest.get('lr') or 0:.3e} tok/s {latest.get('tokens_per_s') or 0:,.0f} "
-              f"eta {fmt_duration(eta.eta(latest['step'], summary.max_steps))}", file=out, flush=True)
+              f"eta {fmt_duration(eta.eta(latest['step'], summary.max_steps))}{_extras(latest)}", file=out, flush=True)
     return last_printed
-
-
-def _skip_history(path: Path, summary: RunSummary, reader: EventReader, out: TextIO) -> None:
-    """For a long run: fold the head's run_start, then start the reader at the tail."""
-    try:
-        size = file_size(path)
-        if size <= HEAD_BYTES + TAIL_BYTES:
-            return
-        head = EventReader(path).read_new(HEAD_BYTES)
-        _print_events([e for e in head if e["event"] == "run_start"], summary, EtaWindow(), None, out)
-        reader.offset = line_start_after(path, size - TAIL_BYTES)
-    except UnreadableFile as err:
-        reader.problem = str(err)
-        return
-    print(f"({reader.offset / 1e6:.0f} MB of earlier events not shown; ftui attach {summary.run_id} shows the whole run)",
-          file=out, flush=True)
-
-
-def _behind(path: Path, reader: EventReader) -> bool:
-    try:
-        return reader.offset < file_size(path)
-    except UnreadableFile:
-        return False
 
 
 def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -> str:
     out = out or sys.stdout
-    path = Path(run_dir) / EVENTS_FILE
-    reader = EventReader(path)
     summary = RunSummary(run_id=Path(run_dir).name, path=Path(run_dir))
     eta = EtaWindow()
     last_printed = None
-    _skip_history(path, summary, reader, out)
+
+    def show(events: list) -> None:
+        nonlocal last_printed
+        last_printed = _print_events(events, summary, eta, last_printed, out)
+
+    follower = RunFollower(run_dir, summary, show, chunk=CHUNK, compact=True)
+    skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES)
+    if skipped is not None:
+        print(f"({(skipped[1] - skipped[0]) / 1e6:.0f} MB of earlier events not shown; ftui attach {summary.run_id} shows the whole run)",
+              file=out, flush=True)
     while True:
-        gone = launcher_gone(Path(run_dir))  # checked before the read below
-        batch = reader.read_new(CHUNK, compact=True)
-        last_printed = _print_events(batch, summary, eta, last_printed, out)
-        if summary.status in ("completed", "stopped", "failed"):
+        follower.poll()
+        if follower.ended:
             break
-        if reader.problem is not None:
-            summary.mark_unreadable(reader.problem)
-            break
-        if batch and _behind(path, reader):
-            continue  # a long backlog: read on before deciding anything
-        if gone:  # and the read after it found no run_end
-            summary.mark_died()
-            break
-        time.sleep(interval)
+        if not follower.catching_up:  # a long backlog is read on without a pause
+            time.sleep(interval)
     print(f"{summary.status}: {summary.reason or ''} (step {summary.step})", file=out, flush=True)
     if summary.error:
         print(summary.error, file=out, flush=True)

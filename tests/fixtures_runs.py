@@ -13,7 +13,10 @@ T0 = 1_700_000_000.0
 
 def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None = None,
               log_lines: tuple[str, ...] = (), model: str = "Qwen/Qwen2.5-0.5B", world_size: int = 2,
-              step_s: float = 1.5, precision: str = "bf16", every: int = 1) -> Path:
+              step_s: float = 1.5, precision: str = "bf16", every: int = 1,
+              step_extras: dict | None = None, eval_extras: dict | None = None) -> Path:
+    """``step_extras`` / ``eval_extras``: more fields for every step / eval event (a newer
+    stage's figures, or hostile ones)."""
     run = root / name
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(f"model_name_or_path: {model}\ndataset: alpaca_en_demo\n")
@@ -29,9 +32,10 @@ def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None
             "step", t=T0 + 20 + s * step_s, step=s, epoch=round(s / 100, 4), loss=loss, lr=1e-4 * (1 - s / max_steps),
             grad_norm=1.0 / (1 + s / 50), tokens=30_000, trainable_tokens=12_000, tokens_per_s=20_000.0,
             step_time_s=step_s, mfu=0.412, loss_scale=None, total_tokens=total,
-            mem=[{"rank": r, "allocated": (9 + r) << 30, "reserved": 12 << 30, "peak": (14 + r) << 30} for r in range(world_size)]))
+            mem=[{"rank": r, "allocated": (9 + r) << 30, "reserved": 12 << 30, "peak": (14 + r) << 30} for r in range(world_size)],
+            **(step_extras or {})))
         if s % 50 == 0:
-            ev.append(make_event("eval", t=T0 + 21 + s * step_s, step=s, eval_loss=loss + 0.1))
+            ev.append(make_event("eval", t=T0 + 21 + s * step_s, step=s, eval_loss=loss + 0.1, **(eval_extras or {})))
     if end == "failed":
         ev.append(make_event("run_end", t=T0 + 20 + steps * step_s + 1, status="failed", reason="OutOfMemoryError: CUDA out of memory",
                              error_type="OutOfMemoryError", error_message="CUDA out of memory. Tried to allocate 2.00 GiB",

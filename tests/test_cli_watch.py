@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.fixtures_runs import write_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -56,22 +58,43 @@ def test_every_command_takes_the_runs_root_as_root_and_train_keeps_the_old_name(
     assert parser.parse_args(["train", "c.yaml", "--runs-root", "r2"]).runs_root == "r2"  # hidden alias
 
 
-def test_watch_keeps_a_run_end_written_just_as_the_launcher_exits(tmp_path, monkeypatch):
-    """The launcher writes run_end and exits between two reads: watch must report completed,
-    not died."""
+@pytest.mark.parametrize("reader", ["watch", "follow", "summary"])
+def test_every_reader_reads_once_more_when_the_launcher_is_gone(tmp_path, monkeypatch, reader):
+    """One follower decides every reader's end: a run_end written just as the launcher exits
+    is read (completed, not died), by ``ftui watch``, ``ftui train``'s display and the runs list."""
     import io
     import json
 
-    import ftui.watch as watch
+    from rich.console import Console
+
+    import ftui.runs as runs
     from ftui.events import make_event
+    from ftui.follow import follow_run
+    from ftui.watch import watch_run
 
     run = write_run(tmp_path / "runs", "late-1", steps=5, max_steps=5)
 
-    def gone_after_writing_run_end(_launch):
+    def gone_after_writing_run_end(*_args):
         with open(run / "events.jsonl", "a") as fh:
             fh.write(json.dumps(make_event("run_end", status="completed", reason="5 steps")) + "\n")
         return True
 
-    monkeypatch.setattr(watch, "launcher_gone", gone_after_writing_run_end)
+    monkeypatch.setattr(runs, "launcher_gone", gone_after_writing_run_end)
+    status = {"watch": lambda: watch_run(run, interval=0.01, out=io.StringIO()),
+              "follow": lambda: follow_run(run, Console(file=io.StringIO()), poll_s=0.01).status,
+              "summary": lambda: runs.summarize_run(run).status}[reader]()
+    assert status == "completed"
+
+
+def test_watch_lines_carry_a_new_stages_figures(tmp_path):
+    import io
+
+    from ftui.watch import watch_run
+
+    run = write_run(tmp_path / "runs", "dpo-1", steps=50, max_steps=50, end="completed",
+                    step_extras={"rewards/accuracies": 0.75, "\x1b[2Jevil": 1.0}, eval_extras={"eval_rewards/margins": 1.2})
     out = io.StringIO()
-    assert watch.watch_run(run, interval=0.01, out=out) == "completed"
+    assert watch_run(run, interval=0.01, out=out) == "completed"
+    text = out.getvalue()
+    assert "step 50/50 loss" in text and "rewards/accuracies 0.75" in text and "eval_rewards/margins 1.2" in text
+    assert "evil" not in text

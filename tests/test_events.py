@@ -117,3 +117,19 @@ def test_log_tailer_reads_only_new_complete_lines_and_starts_near_the_end(tmp_pa
         fh.write(" done\n")
     assert tail.read_new() == ["half done"]
     assert tail.read_new() == []
+
+
+def test_extra_figures_are_the_unknown_finite_numbers_with_printable_short_names():
+    from ftui.events import MAX_EXTRA_FIGURES, extra_figures
+
+    step = make_event("step", step=3, epoch=0.1, loss=1.0, lr=1e-4, grad_norm=1.0, tokens=10, trainable_tokens=5,
+                      tokens_per_s=9.0, step_time_s=1.0, mfu=None, loss_scale=None, mem=[], window_steps=1,
+                      total_tokens=10, data_wait_s=0.0, skipped=False)
+    assert extra_figures(step) == ()  # every field the runner writes today has its own place
+    step.update({"rewards/accuracies": 0.75, "count": 7, "flag": True, "inf": float("inf"), "huge": 1 << 70,
+                 "text": "1.0", "\x1b[2J": 1.0, "x" * 41: 1.0, "": 1.0})
+    assert extra_figures(step) == (("rewards/accuracies", 0.75), ("count", 7))
+    step.update({f"f{i}": float(i) for i in range(20)})
+    assert len(extra_figures(step)) == MAX_EXTRA_FIGURES
+    assert extra_figures(make_event("eval", step=3, eval_loss=1.0, eval_tokens=5, **{"eval_rewards/margins": 1.2})) == (
+        ("eval_rewards/margins", 1.2),)

@@ -175,6 +175,26 @@ async def test_dashboard_figures_match_the_events(tmp_path):
         assert "ETA 04:30" in header and "elapsed 08:20" in header
 
 
+async def test_dashboard_shows_a_new_stages_figures_by_name_and_no_hostile_ones(tmp_path):
+    """Numbers a step or eval event carries beyond the known fields (a DPO stage's) appear in
+    the "now" panel by their names; a name with escape codes, a too long one, a bool, a NaN or
+    a string do not, and a name that looks like markup is shown literally."""
+    hostile = {"[red]margin[/]": 1.5, "\x1b]8;;file:///etc/passwd\x07evil": 3.0, "n" * 100: 4.0,
+               "flag": True, "nan_one": float("nan"), "text": "hello", "nested": {"a": 1}}
+    run = write_run(tmp_path / "runs", "dpo", steps=100, max_steps=300, step_extras={"rewards/accuracies": 0.75, **hostile},
+                    eval_extras={"eval_rewards/margins": 1.2})
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 500)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 100)
+        figures = text_of(dash.query_one("#figures"))
+        assert "rewards/accuracies 0.75" in " ".join(figures.split())
+        assert "eval_rewards/margins 1.2" in " ".join(figures.split())
+        assert "[red]margin[/]" in figures
+        for absent in ("evil", "\x1b", "nnnnnnnnnn", "flag", "nan_one", "hello", "nested"):
+            assert absent not in figures
+
+
 async def test_form_defaults_equal_runconfig_defaults():
     from ftui.config import config_defaults
     from ftui.tui.screens.launch import FORM_DEFAULTS

@@ -15,9 +15,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ftui.events import StepColumns
+from ftui.events import StepColumns, extra_figures
 from ftui.follow import EtaWindow, fmt_prepare
-from ftui.runs import RunSummary
+from ftui.runs import END_STATUSES, RunSummary
 
 
 def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list[float], list[float]]:
@@ -85,10 +85,14 @@ class RunView:
     hint: str | None = None
     loading: float | None = None
     preparing: str | None = None  # "preparing data: N / M records" until the run starts
+    # Numbers of the last step / eval event that no row above shows (a new stage's figures),
+    # by name: checked by events.extra_figures, still untrusted text.
+    extras: tuple[tuple[str, int | float], ...] = ()
+    eval_extras: tuple[tuple[str, int | float], ...] = ()
 
     @property
     def ended(self) -> bool:
-        return self.status in ("completed", "stopped", "failed", "died", "unreadable")
+        return self.status in END_STATUSES
 
 
 @dataclass
@@ -100,6 +104,7 @@ class RunState:
     eval_steps: array = field(default_factory=lambda: array("l"))
     eval_values: array = field(default_factory=lambda: array("d"))
     last_step: dict[str, Any] = field(default_factory=dict)
+    last_eval: dict[str, Any] = field(default_factory=dict)
     rank_peaks: list[int] = field(default_factory=list)
     messages: list[tuple[str, str]] = field(default_factory=list)
     eta: EtaWindow = field(default_factory=EtaWindow)
@@ -141,6 +146,8 @@ class RunState:
                 keep = bisect_right(self.eval_steps, self.resumed_from)
                 del self.eval_steps[keep:]
                 del self.eval_values[keep:]
+                if self.last_eval.get("step", 0) > self.resumed_from:
+                    self.last_eval = {}
                 self.first_step_t = None  # throughput is measured from the resumed steps on
             if kind == "step":
                 self.last_step = e
@@ -157,9 +164,11 @@ class RunState:
                     r = m.get("rank", 0)
                     if 0 <= r < len(self.rank_peaks):
                         self.rank_peaks[r] = max(self.rank_peaks[r], int(m.get("peak") or 0))
-            elif kind == "eval" and e.get("eval_loss") is not None:
-                self.eval_steps.append(e["step"])
-                self.eval_values.append(e["eval_loss"])
+            elif kind == "eval":
+                self.last_eval = e
+                if e.get("eval_loss") is not None:
+                    self.eval_steps.append(e["step"])
+                    self.eval_values.append(e["eval_loss"])
             elif kind == "log":
                 self.messages.append((e.get("level", "info"), str(e.get("message", ""))))
                 del self.messages[:-50]
@@ -177,6 +186,8 @@ class RunState:
         self.eval_steps = history.eval_steps + self.eval_steps
         self.eval_values = history.eval_values + self.eval_values
         self.messages = (history.messages + self.messages)[-50:]
+        if not self.last_eval and (self.resumed_from is None or history.last_eval.get("step", 0) <= self.resumed_from):
+            self.last_eval = history.last_eval  # the tail had no eval: the last one is in the history
         self.events_seen += history.events_seen
         if history.first_step_t is not None:
             self.first_step_t, self.first_step_tokens = history.first_step_t, history.first_step_tokens
@@ -213,4 +224,5 @@ class RunState:
             evals=(list(self.eval_steps), list(self.eval_values)),
             rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
+            extras=extra_figures(st) if st else (), eval_extras=extra_figures(self.last_eval) if self.last_eval else (),
         )

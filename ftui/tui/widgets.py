@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.widgets import RichLog, Static
 from textual_plotext import PlotextPlot
 
+from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
 from ftui.tui.state import RunView, ema
@@ -105,7 +106,8 @@ class LossPlot(PlotextPlot):
 
 
 class Figures(Static):
-    """The current figures of the run, from its latest step event."""
+    """The current figures of the run, from its latest step event; numbers the schema does
+    not name (a new training stage's) follow by their names, so it needs no code here."""
 
     def show(self, view: RunView) -> None:
         t = Table.grid(padding=(0, 1))
@@ -124,6 +126,8 @@ class Figures(Static):
         t.add_row("MFU", "-" if view.mfu is None else f"{100 * view.mfu:.1f}%")
         if view.loss_scale is not None:
             t.add_row("loss scale", f"{view.loss_scale:g}")
+        for name, value in view.extras + view.eval_extras:  # a new stage's figures, by their names
+            t.add_row(Text(name, overflow="ellipsis"), fmt_figure(value))  # Text: a name is never markup
         parts: list = [t]
         for level, message in view.messages[-2:]:
             parts.append(Text(f"{level}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))

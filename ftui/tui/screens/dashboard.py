@@ -1,7 +1,8 @@
 """The dashboard of one run: header, loss plot, figures, GPU panel, log tail, Stop.
 
-Two thread workers feed it: one tails events.jsonl and train.log by byte offset and folds
-events into a RunState off the UI thread, the other samples NVML (or CPU/RAM). Both hand
+Two thread workers feed it: one tails events.jsonl (through ``RunFollower``, the one reader
+and end rule of every view of a run) and train.log by byte offset and folds events into a
+RunState off the UI thread, the other samples NVML (or CPU/RAM). Both hand
 results to the UI thread with ``call_from_thread``; the UI thread only renders. The whole
 view is rebuilt from the run directory, so attaching to a live or finished run is the same.
 """
@@ -21,9 +22,9 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
-from ftui.events import EVENTS_FILE, EventReader, UnreadableFile, file_size, line_start_after
+from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
-from ftui.runs import LOG_FILE, LogTailer, RunSummary, launcher_gone, read_launch_info
+from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView
 from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
@@ -83,38 +84,23 @@ class DashboardScreen(Screen):
     @work(thread=True, exclusive=True, group="tail")
     def tail_run(self) -> None:
         worker = get_current_worker()
-        path = self.run_dir / EVENTS_FILE
         launch = read_launch_info(self.run_dir)
         state = RunState(RunSummary(run_id=self.run_dir.name, path=self.run_dir, started=launch.get("start_time")), clock=self.clock)
-        events = EventReader(path)
-        history: tuple[int, int] | None = None
-        size = _size(path)
-        if size > BIG_FILE:
-            # A long run: show its head (run_start) and its tail at once, then read the
-            # stretch between in the background and splice it in front.
-            head = EventReader(path).read_new(HEAD_BYTES, compact=True)
-            state.apply([e for e in head if isinstance(e, dict) and e["event"] == "run_start"])
-            tail_start = line_start_after(path, size - TAIL_BYTES)
-            history = (0, tail_start)
-            events.offset = tail_start
+        events = RunFollower(self.run_dir, state.summary, state.apply, chunk=CHUNK, compact=True)
+        # A long run: show its head (run_start) and its tail at once, then read the stretch
+        # between in the background and splice it in front.
+        history = events.start_at_tail(HEAD_BYTES, TAIL_BYTES, above=BIG_FILE)
+        if history is not None:
             state.loading = 0.0
         log = LogTailer(self.run_dir / LOG_FILE)
         first = True
         last_view: RunView | None = None
         while not worker.is_cancelled:
-            batch = events.read_new(CHUNK, compact=True)
+            batch = events.poll()  # folds into state and settles the end (died, unreadable)
             lines = log.read_new()
-            if batch:
-                state.apply(batch)
             if not launch:
                 launch = read_launch_info(self.run_dir)
                 state.summary.started = state.summary.started or launch.get("start_time")
-            if events.problem is not None:
-                state.summary.mark_unreadable(events.problem)
-            elif state.summary.live and launcher_gone(self.run_dir, launch):
-                state.apply(events.read_new(compact=True))  # it may have written run_end just before exiting
-                if state.summary.live:
-                    state.summary.mark_died()
             if batch or lines or first or state.summary.live:
                 view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
                 last_view = view
@@ -125,8 +111,8 @@ class DashboardScreen(Screen):
                 history = None
                 self.app.call_from_thread(self.show, state.view(), [], False)
                 continue
-            if batch and events.offset < _size(path):
-                continue  # still catching up: no sleep
+            if events.catching_up:
+                continue  # no sleep
             time.sleep(POLL_S)
 
     def _read_history(self, state: RunState, span: tuple[int, int], worker) -> None:
@@ -240,9 +226,3 @@ class DashboardScreen(Screen):
         result = stop_run(self.run_dir, force=force)
         self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
 
-
-def _size(path: Path) -> int:
-    try:
-        return file_size(path)
-    except UnreadableFile:
-        return 0
