@@ -23,7 +23,7 @@ from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
-from ftui.paths import DEMO_DATASET, DEMO_MODEL  # noqa: F401 (re-exported)
+from ftui.paths import DEMO_DATASET, DEMO_MODEL, resolve_model_path  # noqa: F401 (re-exported)
 
 
 def default_runs_root() -> str:
@@ -244,13 +244,41 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "expected host:port, e.g. 10.0.0.1:29500"))
     if cfg.node_rank >= cfg.nnodes:
         out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
-    local = Path(cfg.model_name_or_path).expanduser()
-    looks_local = cfg.model_name_or_path.startswith(("/", ".", "~")) or cfg.model_name_or_path.count("/") > 1
-    if cfg.model_name_or_path != DEMO_MODEL and looks_local and not local.is_dir():
-        out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"))
+    out += model_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
     return out
+
+
+def model_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """What the run would load and cannot: a local folder without config.json, weights (unless
+    model_init is random) or a tokenizer; a hub model missing from the cache under
+    HF_HUB_OFFLINE. From file names only (no torch, no network): the form runs it per keystroke."""
+    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline
+
+    name = cfg.model_name_or_path
+    folder = Path(resolve_model_path(name)).expanduser()
+    looks_local = name.startswith(("/", ".", "~")) or name.count("/") > 1
+    problem = None
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            problem = ("this folder has no config.json"
+                       + (" (it holds a LoRA adapter: give its base model, base_model_name_or_path in adapter_config.json)"
+                          if (folder / "adapter_config.json").is_file() else "")
+                       + "; give the model's folder, the one with config.json")
+        elif cfg.model_init == "pretrained" and not has_weights(folder):
+            problem = ("no weights found in this folder (no *.safetensors, *.bin or sharded *.index.json); put the "
+                       "weights beside config.json, or set model_init: random to build the model from config.json "
+                       "with random weights")
+        elif not has_tokenizer(folder):
+            problem = ("no tokenizer in this folder (tokenizer.json, tokenizer_config.json, tokenizer.model, "
+                       "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
+    elif looks_local:
+        problem = "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"
+    elif hub_offline() and not cached_for_run(name, cfg.model_init == "random"):
+        problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "
+                   "give a local folder, download it first, or unset HF_HUB_OFFLINE")
+    return [FieldProblem("model_name_or_path", name, problem)] if problem else []
 
 
 def engine_problems(cfg: RunConfig) -> list[FieldProblem]:

@@ -234,6 +234,8 @@ async def test_form_shows_the_planners_verdict_before_start(tmp_path):
     big.mkdir()
     (big / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
                                                  "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32}))
+    (big / "model.safetensors").write_bytes(b"")  # validation wants weights and a tokenizer beside config.json
+    (big / "tokenizer.json").write_text("{}")
     app = make_app(tmp_path)  # its sampler reports two 80 GiB H100s
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen
