@@ -10,6 +10,7 @@ its field. No torch here: the dashboard validates forms with these same rules.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -245,6 +246,7 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.node_rank >= cfg.nnodes:
         out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
     out += model_problems(cfg)
+    out += cutoff_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
     return out
@@ -279,6 +281,49 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
         problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "
                    "give a local folder, download it first, or unset HF_HUB_OFFLINE")
     return [FieldProblem("model_name_or_path", name, problem)] if problem else []
+
+
+def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """cutoff_len beyond the positions the model's config.json allows (max_position_embeddings,
+    stretched by its rope_scaling where it has one). Past them a model with a table of
+    positions fails, and a RoPE model meets positions it was never trained on; LLaMA-Factory
+    goes further only where rope scaling is set, and so does ftui."""
+    from ftui.plan import read_model_config
+
+    try:
+        model = read_model_config(cfg.model_name_or_path)  # a local folder or the hub cache: no network
+    except ValueError:
+        return []  # not here yet (a hub model the run downloads): nothing to compare with
+    limit = position_limit(model)
+    if limit is None or cfg.cutoff_len <= limit[0]:
+        return []
+    most, why, scaled = limit
+    stretch = ("raise the factor of its rope_scaling in the model's config.json" if scaled else
+               "(for a RoPE model) set rope scaling in the model's config.json, e.g. "
+               f'"rope_scaling": {{"rope_type": "linear", "factor": {float(math.ceil(cfg.cutoff_len / most))}}}')
+    return [FieldProblem("cutoff_len", cfg.cutoff_len,
+                         f"cutoff_len {cfg.cutoff_len} is above {why}: lower cutoff_len to {most} or less, or {stretch}")]
+
+
+def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
+    """The longest sequence a model's config.json allows, how it says so, and whether rope
+    scaling already stretches it; None when it sets no limit (no max_position_embeddings, or
+    dynamic rope scaling, which stretches as far as needed)."""
+    if "max_position_embeddings" not in model and isinstance(model.get("text_config"), dict):
+        model = model["text_config"]  # a multimodal model's language part
+    positions = model.get("max_position_embeddings") or model.get("n_positions")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None
+    why = f"the model's max_position_embeddings {positions}"
+    scaling = model.get("rope_scaling") or model.get("rope_parameters")  # transformers 5 names it rope_parameters
+    kind = (scaling.get("rope_type") or scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind in (None, "default"):
+        return positions, why, False
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings") or positions
+    if kind == "dynamic" or not isinstance(factor, (int, float)) or not isinstance(original, int):
+        return None
+    stretched = max(positions, int(factor * original))
+    return stretched, f"the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor:g} x {original})", True
 
 
 def engine_problems(cfg: RunConfig) -> list[FieldProblem]:

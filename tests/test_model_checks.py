@@ -43,28 +43,28 @@ def train_cli(tmp_path, *args):
 
 def test_a_folder_without_weights_is_refused_and_random_init_offered(config_only):
     with pytest.raises(ConfigError) as info:
-        parse_config({"model_name_or_path": str(config_only), "dataset": "x"})
+        parse_config({"model_name_or_path": str(config_only), "dataset": "x", "cutoff_len": 256})
     (problem,) = info.value.problems
     assert problem.field == "model_name_or_path" and "no weights found" in problem.message
     assert "model_init: random" in problem.message
-    cfg, _ = parse_config({"model_name_or_path": str(config_only), "dataset": "x", "model_init": "random"})
+    cfg, _ = parse_config({"model_name_or_path": str(config_only), "dataset": "x", "cutoff_len": 256, "model_init": "random"})
     assert cfg.model_init == "random"  # config.json and a tokenizer are all a random model needs
     (config_only / "model.safetensors").write_bytes(b"")
-    assert parse_config({"model_name_or_path": str(config_only), "dataset": "x"})[0]
+    assert parse_config({"model_name_or_path": str(config_only), "dataset": "x", "cutoff_len": 256})[0]
 
 
 def test_a_folder_without_config_or_tokenizer_is_refused(config_only):
     (config_only / "tokenizer.json").unlink()
     (config_only / "tokenizer_config.json").unlink()
     with pytest.raises(ConfigError, match="no tokenizer in this folder"):
-        parse_config({"model_name_or_path": str(config_only), "dataset": "x", "model_init": "random"})
+        parse_config({"model_name_or_path": str(config_only), "dataset": "x", "cutoff_len": 256, "model_init": "random"})
     (config_only / "config.json").unlink()
     with pytest.raises(ConfigError, match="has no config.json"):
-        parse_config({"model_name_or_path": str(config_only), "dataset": "x", "model_init": "random"})
+        parse_config({"model_name_or_path": str(config_only), "dataset": "x", "cutoff_len": 256, "model_init": "random"})
 
 
 def test_ftui_train_refuses_a_folder_without_weights_before_starting(tmp_path, config_only):
-    proc = train_cli(tmp_path, "--set", f"model_name_or_path={config_only}", "--set", "model_init=pretrained")
+    proc = train_cli(tmp_path, "--set", f"model_name_or_path={config_only}", "--set", "model_init=pretrained", "--set", "cutoff_len=256")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     said = " ".join(proc.stderr.split())  # Rich wraps lines
     assert "no weights found" in said and "model_init: random" in said
@@ -76,7 +76,8 @@ async def test_form_says_the_folder_has_no_weights(tmp_path, config_only):
     async with app.run_test(size=(120, 45)) as pilot:
         screen = app.screen
         await until(pilot, lambda: screen._ready)
-        screen.fill({"model_name_or_path": str(config_only), "model_init": "pretrained", "dataset": str(DEMO_DATA)})
+        screen.fill({"model_name_or_path": str(config_only), "model_init": "pretrained", "dataset": str(DEMO_DATA),
+                     "cutoff_len": "256"})
         await until(pilot, lambda: bool(screen.query("#e-model_name_or_path")))
         error = screen.query_one("#e-model_name_or_path", Label)
         assert "no weights found" in str(error.render()) and "model_init: random" in str(error.render())
@@ -84,3 +85,60 @@ async def test_form_says_the_folder_has_no_weights(tmp_path, config_only):
         screen.fill({"model_init": "random"})
         await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
         assert not screen.query_one("#e-model_name_or_path", Label).display
+
+
+def model_folder(tmp_path, name="long", **config) -> Path:
+    """A model folder with weights and a tokenizer, and config.json holding ``config``."""
+    folder = tmp_path / name
+    shutil.copytree(DEMO_MODEL_DIR, folder)
+    data = json.loads((folder / "config.json").read_text()) | config
+    (folder / "config.json").write_text(json.dumps(data))
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_cutoff_len_beyond_the_models_positions_is_refused_naming_both(tmp_path):
+    folder = model_folder(tmp_path, max_position_embeddings=2048)
+    base = {"model_name_or_path": str(folder), "dataset": "x"}
+    assert parse_config(base | {"cutoff_len": 2048})[0].cutoff_len == 2048
+    with pytest.raises(ConfigError) as info:
+        parse_config(base | {"cutoff_len": 4096})
+    (problem,) = info.value.problems
+    assert problem.field == "cutoff_len" and "cutoff_len 4096" in problem.message and "max_position_embeddings 2048" in problem.message
+    assert "lower cutoff_len to 2048" in problem.message and '"rope_scaling": {"rope_type": "linear", "factor": 2.0}' in problem.message
+
+
+def test_rope_scaling_lets_cutoff_len_go_as_far_as_it_stretches(tmp_path):
+    linear = model_folder(tmp_path, "linear", max_position_embeddings=2048, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    assert parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 4096})[0]
+    with pytest.raises(ConfigError, match="above the 4096 positions .*linear rope_scaling, factor 2 x 2048.*raise the factor"):
+        parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 8192})
+    # Llama 3.1: max_position_embeddings already counts the stretch
+    llama31 = model_folder(tmp_path, "llama31", max_position_embeddings=131072,
+                           rope_scaling={"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})
+    assert parse_config({"model_name_or_path": str(llama31), "dataset": "x", "cutoff_len": 131072})[0]
+    dynamic = model_folder(tmp_path, "dynamic", max_position_embeddings=2048, rope_scaling={"type": "dynamic", "factor": 2.0})
+    assert parse_config({"model_name_or_path": str(dynamic), "dataset": "x", "cutoff_len": 16384})[0]
+
+
+def test_ftui_train_and_plan_refuse_a_cutoff_len_beyond_the_model(tmp_path):
+    folder = model_folder(tmp_path, max_position_embeddings=2048)
+    sets = ["--set", f"model_name_or_path={folder}", "--set", "model_init=pretrained", "--set", "cutoff_len=4096"]
+    train = train_cli(tmp_path, *sets)
+    plan = subprocess.run([sys.executable, "-m", "ftui.cli", "plan", "--preset", "demo", *sets], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    for proc in (train, plan):
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and "cutoff_len 4096 is above the model's max_position_embeddings 2048" in said, said
+
+
+async def test_form_shows_the_cutoff_problem_under_cutoff_len(tmp_path):
+    folder = model_folder(tmp_path, max_position_embeddings=1024)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": str(folder), "model_init": "pretrained", "dataset": str(DEMO_DATA), "cutoff_len": "4096"})
+        await until(pilot, lambda: bool(screen.query("#e-cutoff_len")))
+        assert "max_position_embeddings 1024" in str(screen.query_one("#e-cutoff_len", Label).render())
+        assert screen.query_one("#start", Button).disabled
