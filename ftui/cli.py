@@ -182,8 +182,11 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
     except ConfigError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
         return None
-    for w in warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}")
+    from ftui.model_files import download_warning
+
+    for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
+        if w:
+            err.print(f"[yellow]warning:[/] {escape(w)}")
     from ftui.records import dataset_path_problem
 
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)

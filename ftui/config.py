@@ -256,11 +256,10 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """What the run would load and cannot: a local folder without config.json, weights (unless
     model_init is random) or a tokenizer; a hub model missing from the cache under
     HF_HUB_OFFLINE. From file names only (no torch, no network): the form runs it per keystroke."""
-    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline
+    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, looks_like_path
 
     name = cfg.model_name_or_path
     folder = Path(resolve_model_path(name)).expanduser()
-    looks_local = name.startswith(("/", ".", "~")) or name.count("/") > 1
     problem = None
     if folder.is_dir():
         if not (folder / "config.json").is_file():
@@ -275,7 +274,7 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
         elif not has_tokenizer(folder):
             problem = ("no tokenizer in this folder (tokenizer.json, tokenizer_config.json, tokenizer.model, "
                        "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
-    elif looks_local:
+    elif looks_like_path(name):
         problem = "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"
     elif hub_offline() and not cached_for_run(name, cfg.model_init == "random"):
         problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "

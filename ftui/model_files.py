@@ -66,6 +66,23 @@ def cached_for_run(name: str, random_init: bool) -> bool:
                for s in cached_snapshots(name))
 
 
+def looks_like_path(name: str) -> bool:
+    """A name meant as a folder (./m, /models/m, ~/m, a/b/c), not a hub name (org/name)."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+def download_warning(name: str, random_init: bool) -> str | None:
+    """Said before a run whose model is a hub name this machine does not have: the run will
+    download it, and with no network it fails only after a minute of retries. From the cache's
+    files alone: no network call."""
+    from ftui.paths import DEMO_MODEL
+
+    name = name.strip()
+    if not name or name == DEMO_MODEL or looks_like_path(name) or Path(name).expanduser().is_dir() or hub_offline():
+        return None  # a folder is checked by validation; offline, a missing model is an error there
+    return None if cached_for_run(name, random_init) else hub_unreachable_advice(name)
+
+
 def hub_unreachable_advice(name: str) -> str:
     """What to do when a hub model is not on this machine and the hub may not be reachable:
     the form's warning before a run and the failed run's hint say the same."""

@@ -142,3 +142,73 @@ async def test_form_shows_the_cutoff_problem_under_cutoff_len(tmp_path):
         await until(pilot, lambda: bool(screen.query("#e-cutoff_len")))
         assert "max_position_embeddings 1024" in str(screen.query_one("#e-cutoff_len", Label).render())
         assert screen.query_one("#start", Button).disabled
+
+
+def cache_snapshot(tmp_path, name, *files) -> Path:
+    snap = tmp_path / "hub" / ("models--" + name.replace("/", "--")) / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    for f in files:
+        (snap / f).write_text("{}")
+    return snap
+
+
+def test_a_hub_model_neither_local_nor_cached_gets_a_warning_not_a_refusal(tmp_path):
+    from ftui.model_files import download_warning
+
+    advice = download_warning("org/absent", random_init=False)
+    assert "not a local folder and not in the hub cache" in advice and str(tmp_path / "hub") in advice
+    assert "HF_ENDPOINT" in advice and "HF_HUB_OFFLINE=1" in advice and "https://huggingface.co" in advice
+    assert parse_config({"model_name_or_path": "org/absent", "dataset": "x"})[0]  # the run may download it
+    cache_snapshot(tmp_path, "org/partly", "config.json", "tokenizer.json")  # what ftui plan's download leaves
+    assert download_warning("org/partly", random_init=False) is not None  # the weights are still to download
+    assert download_warning("org/partly", random_init=True) is None
+    cache_snapshot(tmp_path, "org/whole", "config.json", "tokenizer.json", "model.safetensors")
+    assert download_warning("org/whole", random_init=False) is None
+    assert download_warning("ftui-demo", random_init=True) is None and download_warning("./local", random_init=False) is None
+
+
+def test_offline_a_hub_model_not_cached_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="HF_HUB_OFFLINE is set and this hub model is not .* in the hub cache"):
+        parse_config({"model_name_or_path": "org/absent", "dataset": "x"})
+    cache_snapshot(tmp_path, "org/whole", "config.json", "tokenizer.json", "model.safetensors")
+    assert parse_config({"model_name_or_path": "org/whole", "dataset": "x"})[0]
+
+
+def test_ftui_plan_warns_about_a_hub_model_before_anything_else(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "plan", "--preset", "demo",
+                           "--set", "model_name_or_path=org/absent", "--set", "model_init=pretrained"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    said = " ".join(proc.stderr.split())
+    assert "warning: org/absent is not a local folder and not in the hub cache" in said, said
+    assert proc.returncode == 2 and "no config.json" in said  # the planner has nothing to read
+
+
+def test_a_run_that_cannot_reach_the_hub_ends_with_that_advice(tmp_path):
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from ftui.runner.faults import hint_for
+
+    cfg, _ = parse_config({"model_name_or_path": "org/absent", "dataset": "x"})
+    try:
+        try:
+            raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub")
+        except LocalEntryNotFoundError as inner:
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files") from inner
+    except OSError as exc:
+        hint = hint_for(exc, cfg)
+    assert hint.startswith("org/absent is not a local folder and not in the hub cache") and "HF_ENDPOINT" in hint
+
+
+async def test_form_warns_next_to_the_model_field_and_still_allows_start(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": "org/absent", "model_init": "pretrained", "dataset": str(DEMO_DATA)})
+        await until(pilot, lambda: bool(screen.query("#w-model_name_or_path")))
+        warning = str(screen.query_one("#w-model_name_or_path", Label).render())
+        assert "not a local folder and not in the hub cache" in warning and "HF_ENDPOINT" in warning
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)  # a warning, not a refusal
+        screen.fill({"model_name_or_path": "ftui-demo", "model_init": "random", "cutoff_len": "128"})
+        await until(pilot, lambda: not screen.query_one("#w-model_name_or_path", Label).display)

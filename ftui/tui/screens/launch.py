@@ -332,6 +332,7 @@ class LaunchScreen(Screen):
                     continue
                 label.display = bool(msgs)
                 row.set_class(bool(msgs), "-invalid")
+        self._show_model_warning(values, bool(by_field.get("model_name_or_path")))
         method = values.get("method")
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
@@ -355,6 +356,27 @@ class LaunchScreen(Screen):
         if values.get("trust_remote_code"):
             status += " · trust_remote_code is ON: Python code from the model's repository will run"
         self.query_one("#status-line", Static).update(Text(status + (f" · {warning}" if warning else ""), style="red" if problems else "green"))
+
+    def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
+        """A hub model this machine does not have: Start stays possible (the run downloads
+        it), but with no network that fails only after a minute of retries, so say it here."""
+        from ftui.model_files import download_warning
+
+        warning = None if has_error else download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
+        if self._shown_errors.get("model-warning") == (warning or ""):
+            return
+        self._shown_errors["model-warning"] = warning or ""
+        found = self.query("#w-model_name_or_path")
+        if found:
+            label = found.first(Label)
+            label.update(Text(warning or ""))
+        elif warning:
+            row = self.query_one("#row-model_name_or_path")
+            label = Label(Text(warning), id="w-model_name_or_path", classes="field-warning")
+            row.parent.mount(label, after=row)
+        else:
+            return
+        label.display = bool(warning)
 
     def request_validation(self) -> None:
         """Validates once after the current burst of changes (a YAML load changes 40 fields)."""
