@@ -135,11 +135,15 @@ def cmd_app(args: argparse.Namespace) -> int:
     initial = None
     if args.app_config:
         try:
-            cfg, _ = load_config(args.app_config)
-            initial = cfg.to_dict()
+            load_config(args.app_config)
         except ConfigError as e:  # open the form anyway, filled with what could be read
             safe_console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
-            initial = yaml.safe_load(Path(args.app_config).read_text()) if Path(args.app_config).exists() else None
+        try:  # the file's own keys, not every field: the form keeps exactly what it set (lora_target: all)
+            initial = yaml.safe_load(Path(args.app_config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            initial = None
+        if not isinstance(initial, dict):
+            initial = None
     FtuiApp(args.app_root or default_runs_root(), initial_config=initial).run()
     return EXIT_OK
 
