@@ -256,12 +256,12 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """What the run would load and cannot: a local folder without config.json, weights (unless
     model_init is random) or a tokenizer; a hub model missing from the cache under
     HF_HUB_OFFLINE. From file names only (no torch, no network): the form runs it per keystroke."""
-    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, looks_like_path
+    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path
 
     name = cfg.model_name_or_path
-    folder = Path(resolve_model_path(name)).expanduser()
+    folder = Path(resolve_model_path(name)).expanduser() if is_folder(resolve_model_path(name)) else None
     problem = None
-    if folder.is_dir():
+    if folder is not None:
         if not (folder / "config.json").is_file():
             problem = ("this folder has no config.json"
                        + (" (it holds a LoRA adapter: give its base model, base_model_name_or_path in adapter_config.json)"

@@ -24,6 +24,15 @@ def _any(folder: Path, patterns: tuple[str, ...]) -> bool:
     return any(glob.glob(glob.escape(str(folder)) + os.sep + p) for p in patterns)
 
 
+def is_folder(name: str) -> bool:
+    """Whether ``name`` is a directory here; False for names no filesystem takes (a NUL, a
+    pasted 100 KB name), which Path.is_dir raises on."""
+    try:
+        return Path(name).expanduser().is_dir()
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: ~nosuchuser
+        return False
+
+
 def has_weights(folder: Path) -> bool:
     return _any(folder, WEIGHT_PATTERNS)
 
@@ -56,7 +65,11 @@ def hub_endpoint() -> str:
 def cached_snapshots(name: str) -> list[Path]:
     """The hub cache's snapshot folders of the model ``name`` (org/name), newest name first."""
     repo = "models--" + name.replace("/", "--")
-    return [Path(p) for p in sorted(glob.glob(glob.escape(str(hub_cache_dir() / repo)) + "/snapshots/*"), reverse=True)]
+    try:
+        found = glob.glob(glob.escape(str(hub_cache_dir() / repo)) + "/snapshots/*")
+    except ValueError:  # a NUL in a typed name: no such model
+        return []
+    return [Path(p) for p in sorted(found, reverse=True)]
 
 
 def cached_for_run(name: str, random_init: bool) -> bool:
@@ -78,7 +91,7 @@ def download_warning(name: str, random_init: bool) -> str | None:
     from ftui.paths import DEMO_MODEL
 
     name = name.strip()
-    if not name or name == DEMO_MODEL or looks_like_path(name) or Path(name).expanduser().is_dir() or hub_offline():
+    if not name or name == DEMO_MODEL or looks_like_path(name) or is_folder(name) or hub_offline():
         return None  # a folder is checked by validation; offline, a missing model is an error there
     return None if cached_for_run(name, random_init) else hub_unreachable_advice(name)
 

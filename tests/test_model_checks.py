@@ -212,3 +212,13 @@ async def test_form_warns_next_to_the_model_field_and_still_allows_start(tmp_pat
         await until(pilot, lambda: not screen.query_one("#start", Button).disabled)  # a warning, not a refusal
         screen.fill({"model_name_or_path": "ftui-demo", "model_init": "random", "cutoff_len": "128"})
         await until(pilot, lambda: not screen.query_one("#w-model_name_or_path", Label).display)
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "org/a\x00b", "x" * 100_000, "/" + "x" * 5000, "~nosuchuser/m", "org/" + "x" * 5000],
+                         ids=["nul", "nul-hub", "long", "long-path", "no-such-user", "long-hub"])
+def test_names_no_filesystem_takes_are_answered_not_raised(name):
+    from ftui.model_files import download_warning
+    from ftui.config import validate_config
+
+    download_warning(name, random_init=False)  # the form calls it per keystroke: a pasted name must not crash it
+    validate_config({"model_name_or_path": name, "dataset": "x"})
