@@ -139,11 +139,15 @@ def cmd_app(args: argparse.Namespace) -> int:
     initial = None
     if args.app_config:
         try:
-            cfg, _ = load_config(args.app_config)
-            initial = cfg.to_dict()
+            load_config(args.app_config)
         except ConfigError as e:  # open the form anyway, filled with what could be read
             safe_console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
-            initial = yaml.safe_load(Path(args.app_config).read_text()) if Path(args.app_config).exists() else None
+        try:  # the file's own keys, not every field: the form keeps exactly what it set (lora_target: all)
+            initial = yaml.safe_load(Path(args.app_config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            initial = None
+        if not isinstance(initial, dict):
+            initial = None
     FtuiApp(args.app_root or default_runs_root(), initial_config=initial).run()
     return EXIT_OK
 
@@ -186,8 +190,11 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
     except ConfigError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
         return None
-    for w in warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}")
+    from ftui.model_files import download_warning
+
+    for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
+        if w:
+            err.print(f"[yellow]warning:[/] {escape(w)}")
     from ftui.records import dataset_path_problem
 
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)

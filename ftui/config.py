@@ -10,6 +10,7 @@ its field. No torch here: the dashboard validates forms with these same rules.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
-from ftui.paths import DEMO_DATASET, DEMO_MODEL  # noqa: F401 (re-exported)
+from ftui.paths import DEMO_DATASET, DEMO_MODEL, resolve_model_path  # noqa: F401 (re-exported)
 
 
 def default_runs_root() -> str:
@@ -257,13 +258,84 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "expected host:port, e.g. 10.0.0.1:29500"))
     if cfg.node_rank >= cfg.nnodes:
         out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
-    local = Path(cfg.model_name_or_path).expanduser()
-    looks_local = cfg.model_name_or_path.startswith(("/", ".", "~")) or cfg.model_name_or_path.count("/") > 1
-    if cfg.model_name_or_path != DEMO_MODEL and looks_local and not local.is_dir():
-        out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"))
+    out += model_problems(cfg)
+    out += cutoff_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
     return out
+
+
+def model_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """What the run would load and cannot: a local folder without config.json, weights (unless
+    model_init is random) or a tokenizer; a hub model missing from the cache under
+    HF_HUB_OFFLINE. From file names only (no torch, no network): the form runs it per keystroke."""
+    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path
+
+    name = cfg.model_name_or_path
+    folder = Path(resolve_model_path(name)).expanduser() if is_folder(resolve_model_path(name)) else None
+    problem = None
+    if folder is not None:
+        if not (folder / "config.json").is_file():
+            problem = ("this folder has no config.json"
+                       + (" (it holds a LoRA adapter: give its base model, base_model_name_or_path in adapter_config.json)"
+                          if (folder / "adapter_config.json").is_file() else "")
+                       + "; give the model's folder, the one with config.json")
+        elif cfg.model_init == "pretrained" and not has_weights(folder):
+            problem = ("no weights found in this folder (no *.safetensors, *.bin or sharded *.index.json); put the "
+                       "weights beside config.json, or set model_init: random to build the model from config.json "
+                       "with random weights")
+        elif not has_tokenizer(folder):
+            problem = ("no tokenizer in this folder (tokenizer.json, tokenizer_config.json, tokenizer.model, "
+                       "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
+    elif looks_like_path(name):
+        problem = "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"
+    elif hub_offline() and not cached_for_run(name, cfg.model_init == "random"):
+        problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "
+                   "give a local folder, download it first, or unset HF_HUB_OFFLINE")
+    return [FieldProblem("model_name_or_path", name, problem)] if problem else []
+
+
+def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """cutoff_len beyond the positions the model's config.json allows (max_position_embeddings,
+    stretched by its rope_scaling where it has one). Past them a model with a table of
+    positions fails, and a RoPE model meets positions it was never trained on; LLaMA-Factory
+    goes further only where rope scaling is set, and so does ftui."""
+    from ftui.plan import read_model_config
+
+    try:
+        model = read_model_config(cfg.model_name_or_path)  # a local folder or the hub cache: no network
+    except ValueError:
+        return []  # not here yet (a hub model the run downloads): nothing to compare with
+    limit = position_limit(model)
+    if limit is None or cfg.cutoff_len <= limit[0]:
+        return []
+    most, why, scaled = limit
+    stretch = ("raise the factor of its rope_scaling in the model's config.json" if scaled else
+               "(for a RoPE model) set rope scaling in the model's config.json, e.g. "
+               f'"rope_scaling": {{"rope_type": "linear", "factor": {float(math.ceil(cfg.cutoff_len / most))}}}')
+    return [FieldProblem("cutoff_len", cfg.cutoff_len,
+                         f"cutoff_len {cfg.cutoff_len} is above {why}: lower cutoff_len to {most} or less, or {stretch}")]
+
+
+def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
+    """The longest sequence a model's config.json allows, how it says so, and whether rope
+    scaling already stretches it; None when it sets no limit (no max_position_embeddings, or
+    dynamic rope scaling, which stretches as far as needed)."""
+    if "max_position_embeddings" not in model and isinstance(model.get("text_config"), dict):
+        model = model["text_config"]  # a multimodal model's language part
+    positions = model.get("max_position_embeddings") or model.get("n_positions")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return None
+    why = f"the model's max_position_embeddings {positions}"
+    scaling = model.get("rope_scaling") or model.get("rope_parameters")  # transformers 5 names it rope_parameters
+    kind = (scaling.get("rope_type") or scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind in (None, "default"):
+        return positions, why, False
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings") or positions
+    if kind == "dynamic" or not isinstance(factor, (int, float)) or not isinstance(original, int):
+        return None
+    stretched = max(positions, int(factor * original))
+    return stretched, f"the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor:g} x {original})", True
 
 
 def engine_problems(cfg: RunConfig) -> list[FieldProblem]:

@@ -30,7 +30,6 @@ before comparing it with the GPU's memory. Checked against measured peaks in
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from dataclasses import dataclass, field
@@ -167,10 +166,13 @@ def read_model_config(model_name_or_path: str) -> dict[str, Any]:
     if model_name_or_path == DEMO_MODEL:
         candidates = [DEMO_CONFIG]
     else:
-        candidates = [Path(model_name_or_path).expanduser() / "config.json"]
-        hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
-        repo = "models--" + model_name_or_path.replace("/", "--")
-        candidates += [Path(p) for p in sorted(glob.glob(str(hub / repo / "snapshots" / "*" / "config.json")))]
+        from ftui.model_files import cached_snapshots
+
+        try:
+            candidates = [Path(model_name_or_path).expanduser() / "config.json"]
+        except RuntimeError:  # ~nosuchuser/...
+            candidates = []
+        candidates += [snapshot / "config.json" for snapshot in cached_snapshots(model_name_or_path)]
     for path in candidates:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -15,7 +15,7 @@ def answer_text(tok, ex: Example) -> str:
 
 
 def test_alpaca_from_llamafactory_registry_masks_the_prompt(tmp_path, lf_data, demo_tokenizer):
-    cfg = tiny_config(tmp_path, dataset="alpaca_en_demo,identity", dataset_dir=str(lf_data), template="chatml", max_samples=20, cutoff_len=4096)
+    cfg = tiny_config(tmp_path, dataset="alpaca_en_demo,identity", dataset_dir=str(lf_data), template="chatml", max_samples=20).model_copy(update={"cutoff_len": 4096})  # past the demo model's 512 positions: only tokenized here
     data = build_datasets(cfg, demo_tokenizer)
     assert data.records == 40 and len(data.train) == 40
     first = json.loads((lf_data / "alpaca_en_demo.json").read_text())[0]
@@ -26,7 +26,7 @@ def test_alpaca_from_llamafactory_registry_masks_the_prompt(tmp_path, lf_data, d
 
 
 def test_sharegpt_with_tools_trains_calls_but_not_observations(tmp_path, lf_data, demo_tokenizer):
-    cfg = tiny_config(tmp_path, dataset="glaive_toolcall_en_demo", dataset_dir=str(lf_data), template="chatml", max_samples=10, cutoff_len=8192)
+    cfg = tiny_config(tmp_path, dataset="glaive_toolcall_en_demo", dataset_dir=str(lf_data), template="chatml", max_samples=10).model_copy(update={"cutoff_len": 8192})  # past the demo model's 512 positions: only tokenized here
     data = build_datasets(cfg, demo_tokenizer)
     record = json.loads((lf_data / "glaive_toolcall_en_demo.json").read_text())[0]
     trained = answer_text(demo_tokenizer, data.train[0])

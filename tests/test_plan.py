@@ -28,6 +28,8 @@ def llama7b(tmp_path):
     d = tmp_path / "llama-2-7b"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(LLAMA2_7B))
+    (d / "model.safetensors").write_bytes(b"")  # validation wants weights and a tokenizer; the planner reads config.json only
+    (d / "tokenizer.json").write_text("{}")
     return d
 
 

@@ -135,15 +135,47 @@ async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_pat
         assert screen.query_one("#f-learning_rate", Input).value == "0.0001"
         assert screen.query_one("#f-method").value == "lora"
         assert screen.query_one("#p-bf16").value
-        assert "plot_loss" in text_of(screen.query_one("#status-line"))
         await until(pilot, lambda: "family: llama" in text_of(screen.query_one("#family")))
         assert not screen.query_one("#start", Button).disabled
-        out = tmp_path / "saved.yaml"
-        screen.save_yaml(str(out), screen.current_config_dict())
-        await until(pilot, lambda: out.exists())
-        saved = yaml.safe_load(out.read_text())
-        assert saved["plot_loss"] is True and saved["bf16"] is True and saved["finetuning_type"] == "lora"
-        assert saved["template"] == "llama3" and saved["dataset"] == "identity,alpaca_en_demo"
+        await assert_loaded_yaml_kept(pilot, app, screen, tmp_path / "saved.yaml")
+
+
+UNSUPPORTED = ("dataloader_num_workers", "ddp_timeout", "overwrite_cache", "overwrite_output_dir", "plot_loss", "preprocessing_num_workers",
+               "report_to", "resume_from_checkpoint", "save_only_model")
+
+
+async def assert_loaded_yaml_kept(pilot, app, screen, out):
+    """LF_LORA_SFT in the form: every unsupported key listed readably, lora_target: all not
+    replaced by the family's list, and saving writes back what was loaded."""
+    listed = [n.message for n in app._notifications if "does not support" in n.message]
+    assert listed and all(k in listed[-1] for k in UNSUPPORTED)  # the whole list, not cut at the screen's edge
+    kept = " ".join(text_of(screen.query_one("#kept-keys")).split())
+    assert all(k in kept for k in UNSUPPORTED)  # wrapped under Output, there after the notification goes
+    assert "9 unsupported key(s) kept" in text_of(screen.query_one("#status-line"))
+    assert screen.query_one("#f-lora_target", Input).value == "all"
+    screen.save_yaml(str(out), screen.current_config_dict())
+    await until(pilot, lambda: out.exists())
+    saved = yaml.safe_load(out.read_text())
+    assert saved["plot_loss"] is True and saved["bf16"] is True and saved["finetuning_type"] == "lora"
+    assert saved["template"] == "llama3" and saved["dataset"] == "identity,alpaca_en_demo"
+    assert saved["lora_target"] == "all"
+
+
+async def test_ftui_config_opens_the_form_with_the_yaml_as_it_is(tmp_path, monkeypatch):
+    from ftui.cli import main
+
+    src = tmp_path / "lf.yaml"
+    src.write_text(LF_LORA_SFT)
+    opened = []
+    monkeypatch.setattr(FtuiApp, "run", lambda self: opened.append(self.initial_config))
+    assert main(["--config", str(src)]) == 0
+    assert opened == [yaml.safe_load(LF_LORA_SFT)]  # the file's keys only, lora_target: all among them
+    app = make_app(tmp_path, initial_config=opened[0])
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: "family: llama" in text_of(screen.query_one("#family")))
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+        await assert_loaded_yaml_kept(pilot, app, screen, tmp_path / "saved.yaml")
 
 
 async def test_untrusted_text_is_shown_literally(tmp_path):
@@ -349,6 +381,8 @@ async def test_form_shows_the_planners_verdict_before_start(tmp_path):
     big.mkdir()
     (big / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
                                                  "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32}))
+    (big / "model.safetensors").write_bytes(b"")  # validation wants weights and a tokenizer beside config.json
+    (big / "tokenizer.json").write_text("{}")
     app = make_app(tmp_path)  # its sampler reports two 80 GiB H100s
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen

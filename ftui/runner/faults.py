@@ -140,6 +140,15 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
         return ("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
                 "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
                 "ftui train --resume RUN once there is room")
+    # The hub could not be reached (no network, a firewall, a wrong HF_ENDPOINT): transformers
+    # wraps huggingface_hub's error, which wraps httpx's; say what to do instead of its text.
+    unreachable = ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
+    if any(type(link).__name__ in unreachable or "couldn't connect to" in str(link) for link in exception_chain(exc)):
+        from ftui.model_files import download_warning, hub_endpoint
+
+        advice = download_warning(cfg.model_name_or_path, cfg.model_init == "random")
+        return advice or (f"the hub ({hub_endpoint()}) could not be reached for a dataset or a file the model needs: "
+                          "with no network use local files, set HF_ENDPOINT to a mirror, or HF_HUB_OFFLINE=1 for what is cached")
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
         return "check model_name_or_path: a local directory with config.json, or a hub name this machine can reach"
     return "the traceback is at the end of train.log"

@@ -122,7 +122,7 @@ GROUPS: list[tuple[str, list[F]]] = [
 FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
 # Which form field shows a RunConfig field's problem.
 FIRST_FRAME_GROUPS = 2  # Model and Data fill an 80x24 screen; the rest mounts after the first frame
-NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help"}
+NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help", "Output": "kept-keys"}
 PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "finetuning_type": "method", "quantization_bit": "method"}
 
 
@@ -186,6 +186,7 @@ class LaunchScreen(Screen):
         self._initial = initial
         self._loading = False
         self._family_filled: dict[str, str] = {}
+        self._loaded_keys: set[str] = set()  # keys a YAML set: the model family never overwrites them
         self._shown_errors: dict[str, str] = {}
         self._validation_pending = False
         self._ready = False
@@ -243,6 +244,7 @@ class LaunchScreen(Screen):
         later = {f.key for _, fields in GROUPS[FIRST_FRAME_GROUPS:] for f in fields}
         self.fill({k: v for k, v in config_to_form(self._defaults()).items() if k in later}, validate=False)
         if self._initial:
+            self._keep_loaded(self._initial)
             self.fill(config_to_form(self._initial), validate=False)
         self._ready = True
         self.query_one("#f-model_name_or_path", Input).focus()
@@ -296,7 +298,7 @@ class LaunchScreen(Screen):
     def revalidate(self) -> None:
         if not self._ready:
             return
-        from ftui.config import unsupported_warning, validate_config
+        from ftui.config import validate_config
 
         values = self.values()
         cfg, problems = validate_config(self.current_config_dict())
@@ -333,6 +335,7 @@ class LaunchScreen(Screen):
                     continue
                 label.display = bool(msgs)
                 row.set_class(bool(msgs), "-invalid")
+        self._show_model_warning(values, bool(by_field.get("model_name_or_path")))
         method = values.get("method")
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
@@ -351,11 +354,33 @@ class LaunchScreen(Screen):
             self.plan_memory(cfg)
         else:
             self.query_one("#plan-verdict", Static).update("")
-        warning = unsupported_warning(sorted(self.extra))
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
         if values.get("trust_remote_code"):
             status += " · trust_remote_code is ON: Python code from the model's repository will run"
-        self.query_one("#status-line", Static).update(Text(status + (f" · {warning}" if warning else ""), style="red" if problems else "green"))
+        if self.extra:  # the full list is under Output and in the notification shown at load
+            status += f" · {len(self.extra)} unsupported key(s) kept, no effect"
+        self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
+
+    def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
+        """A hub model this machine does not have: Start stays possible (the run downloads
+        it), but with no network that fails only after a minute of retries, so say it here."""
+        from ftui.model_files import download_warning
+
+        warning = None if has_error else download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
+        if self._shown_errors.get("model-warning") == (warning or ""):
+            return
+        self._shown_errors["model-warning"] = warning or ""
+        found = self.query("#w-model_name_or_path")
+        if found:
+            label = found.first(Label)
+            label.update(Text(warning or ""))
+        elif warning:
+            row = self.query_one("#row-model_name_or_path")
+            label = Label(Text(warning), id="w-model_name_or_path", classes="field-warning")
+            row.parent.mount(label, after=row)
+        else:
+            return
+        label.display = bool(warning)
 
     def request_validation(self) -> None:
         """Validates once after the current burst of changes (a YAML load changes 40 fields)."""
@@ -395,12 +420,14 @@ class LaunchScreen(Screen):
             return
         note.update(Text(f"family: {fam.name} · template {fam.template} · LoRA targets {','.join(fam.lora_targets)}", style="dim"))
         template, targets = self.query_one("#f-template", Select), self.query_one("#f-lora_target", Input)
-        # Fill from the family table unless the user chose something else by hand.
-        if template.value in ("", self._family_filled.get("template")) and fam.template in TEMPLATES:
+        # Fill from the family table unless the user chose something else by hand, or a loaded
+        # YAML set it (its lora_target: all must be saved back as it was).
+        if ("template" not in self._loaded_keys and template.value in ("", self._family_filled.get("template"))
+                and fam.template in TEMPLATES):
             template.value = fam.template
             self._family_filled["template"] = fam.template
         joined = ",".join(fam.lora_targets)
-        if targets.value in ("all", "", self._family_filled.get("lora_target")):
+        if "lora_target" not in self._loaded_keys and targets.value in ("all", "", self._family_filled.get("lora_target")):
             targets.value = joined
             self._family_filled["lora_target"] = joined
 
@@ -497,6 +524,8 @@ class LaunchScreen(Screen):
         from ftui.config import demo_config
 
         self.extra = {}
+        self._loaded_keys = set()
+        self.query_one("#kept-keys", Static).update("")
         if not self._ready:  # pressed during the first moment: apply once the form is complete
             self._initial = demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}
             return
@@ -522,19 +551,28 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self._apply_loaded, path, data)
 
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
+        self.yaml_path = path  # F6 offers `ftui train` on it while the form still matches it
+        if not self._ready:
+            self._initial = data  # filled over the defaults once the form is complete
+            return
+        self._keep_loaded(data, f"loaded {path}")
+        self.fill(config_to_form(self._defaults() | data))
+        self.detect_model(str(data.get("model_name_or_path", "")))
+        self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
+
+    def _keep_loaded(self, data: dict[str, Any], what: str | None = None) -> None:
+        """A loaded YAML's keys: those ftui does not support are kept (saved back) and listed
+        in full in a notification; those it sets are not overwritten by the model family."""
         from ftui.config import RunConfig, unsupported_warning
 
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
-        if not self._ready:
-            self._initial = self._defaults() | data
-            return
-        self.fill(config_to_form(self._defaults() | data))
-        self.detect_model(str(data.get("model_name_or_path", "")))
-        self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
-        self.yaml_path = path
+        self._loaded_keys = set(data)
         warning = unsupported_warning(sorted(self.extra))
-        self.notify(f"loaded {path}" + (f"\n{warning}" if warning else ""), severity="warning" if warning else "information", markup=False)
+        self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))  # wrapped, stays after the notification
+        if what or warning:
+            self.notify("\n".join(filter(None, [what, warning])), severity="warning" if warning else "information",
+                        timeout=30 if warning else 5, markup=False)
 
     def action_save(self) -> None:
         def chosen(path: str | None) -> None:
