@@ -142,7 +142,7 @@ def _print_end(summary: RunSummary, console: Console) -> None:
     colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
     loss = f", last loss {summary.last_loss:.4f}" if summary.last_loss is not None else ""
     console.print(f"[bold {colour}]{summary.status}[/]: {escape(str(summary.reason or ''))} (step {summary.step}{loss})")
-    if summary.error:
-        console.print(f"[red]{escape(summary.error)}[/]")
+    if summary.error_detail:
+        console.print(f"[red]{escape(summary.error_detail)}[/]")
     if summary.hint:
         console.print(f"[bold]hint:[/] {escape(summary.hint)}")

@@ -213,6 +213,17 @@ class RunSummary:
         return max(0.0, end - self.started)
 
     @property
+    def error_detail(self) -> str | None:
+        """The error's text beyond what ``reason`` already says (a run_end's reason is the
+        error's first line), so a follower prints no line twice."""
+        if not self.error:
+            return None
+        first, _, rest = self.error.partition("\n")
+        if first.strip() == (self.reason or "").strip():
+            return rest.strip() or None
+        return self.error
+
+    @property
     def live(self) -> bool:
         return self.status in LIVE_STATUSES
 

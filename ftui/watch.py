@@ -83,8 +83,8 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
         if not follower.catching_up:  # a long backlog is read on without a pause
             time.sleep(interval)
     print(f"{summary.status}: {summary.reason or ''} (step {summary.step})", file=out, flush=True)
-    if summary.error:
-        print(summary.error, file=out, flush=True)
+    if summary.error_detail:
+        print(summary.error_detail, file=out, flush=True)
     if summary.hint:
         print(f"hint: {summary.hint}", file=out, flush=True)
     return summary.status

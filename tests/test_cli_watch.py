@@ -98,3 +98,25 @@ def test_watch_lines_carry_a_new_stages_figures(tmp_path):
     text = out.getvalue()
     assert "step 50/50 loss" in text and "rewards/accuracies 0.75" in text and "eval_rewards/margins 1.2" in text
     assert "evil" not in text
+
+
+def test_a_failure_is_told_once(tmp_path):
+    """The run_end reason is the error's first line: `ftui watch` and `ftui train`'s follower
+    print it once, then the rest of the error."""
+    import io
+
+    from rich.console import Console
+
+    from ftui.events import EventWriter
+    from ftui.follow import follow_run
+
+    root = tmp_path / "runs"
+    run = write_run(root, "bad-1", steps=2, max_steps=10)
+    with EventWriter(run / "events.jsonl") as w:
+        w.write("run_end", status="failed", reason="OSError: no file named model.safetensors",
+                error_type="OSError", error_message="no file named model.safetensors\nsearched in /models/x", hint="h")
+    watched = subprocess.run([*FTUI, "watch", "bad", "--root", str(root)], capture_output=True, text=True, timeout=60).stdout
+    buffer = io.StringIO()
+    follow_run(run, console=Console(file=buffer, width=200), poll_s=0.05)
+    for out in (watched, buffer.getvalue()):
+        assert out.count("no file named model.safetensors") == 1 and "searched in /models/x" in out, out
