@@ -16,13 +16,14 @@ from ftui.watch import watch_run
 
 def test_tokenizing_reports_progress_every_so_often(tmp_path, demo_tokenizer, monkeypatch):
     import ftui.runner.data as data
+    from ftui.runner.stages import build_datasets
 
     records = [{"instruction": f"question {i}", "output": f"answer {i}"} for i in range(200)]
     path = tmp_path / "many.json"
     path.write_text(json.dumps(records))
     monkeypatch.setattr(data, "PROGRESS_EVERY_S", 0.0)  # report at every chance, whatever the machine's speed
     calls = []
-    data.build_datasets(tiny_config(tmp_path, dataset=str(path), max_samples=1000), demo_tokenizer, progress=lambda d, t: calls.append((d, t)))
+    build_datasets(tiny_config(tmp_path, dataset=str(path), max_samples=1000), demo_tokenizer, progress=lambda d, t: calls.append((d, t)))
     assert calls[0] == (0, 200) and calls[-1] == (200, 200)
     assert [d for d, _ in calls[1:-1]] == [64, 128, 192]
 
