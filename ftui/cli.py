@@ -29,6 +29,11 @@ from rich.text import Text
 from ftui.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
+# `ftui watch` stopped watching (the run goes on).
+EXIT_INTERRUPTED = 130
+EXIT_CODES = ("exit codes: 0 the run completed, 1 it failed or was stopped, 2 a usage or config error, "
+              "130 Ctrl-C (train: the run was stopped and can be resumed; watch: the run goes on)")
 
 
 
@@ -51,10 +56,12 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ftui", description="Fine-tune language models from a terminal dashboard. "
-                                "With no COMMAND: the app (launch form, dashboards, runs).")
+                                "With no COMMAND: the app (launch form, dashboards, runs).", epilog=EXIT_CODES)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    t = sub.add_parser("train", help="start a run from a YAML config (LLaMA-Factory's keys) or the demo preset")
+    t = sub.add_parser("train", help="start a run from a YAML config (LLaMA-Factory's keys) or the demo preset",
+                       epilog="Ctrl-C stops the run after the current step (a checkpoint is saved; it prints the resume "
+                              "command; a second Ctrl-C kills). " + EXIT_CODES)
     t.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file (LLaMA-Factory's keys work)")
     t.add_argument("--preset", choices=["demo"], help="the built-in demo: a tiny model learns a Q&A set on the CPU")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
@@ -94,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
     a.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
-    w = sub.add_parser("watch", help="print plain progress lines until the run ends (for ssh without -t)")
+    w = sub.add_parser("watch", help="print plain progress lines until the run ends (for ssh without -t)",
+                       epilog="Ctrl-C stops watching, never the run. " + EXIT_CODES)
     w.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
     w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
     w.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
@@ -168,7 +176,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
     run_dir = _resolve(args.run, args.root, safe_console(stderr=True))
     if run_dir is None:
         return EXIT_USAGE
-    status = watch_run(run_dir, interval=args.interval)
+    try:
+        status = watch_run(run_dir, interval=args.interval)
+    except KeyboardInterrupt:  # watch only reads: the run is not touched
+        print(f"\nstopped watching; the run goes on (ftui watch {run_dir.name} or ftui attach {run_dir.name} to follow it again)",
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     return EXIT_OK if status == "completed" else EXIT_FAILED
 
 
@@ -304,7 +317,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         out.print(f"follow it with: ftui attach {escape(run_dir.name)}   (or: ftui watch {escape(run_dir.name)})")
         return EXIT_OK
 
+    interrupts = []
+
     def interrupted(count: int) -> None:
+        interrupts.append(count)
         if count == 1:
             out.print("[yellow]stopping: the ranks finish the current step (Ctrl-C again to kill)[/]")
             stop_run(run_dir)
@@ -313,7 +329,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             stop_run(run_dir, force=True)
 
     summary = follow_run(run_dir, out, on_interrupt=interrupted, start_offset=offset)
-    return EXIT_OK if summary.status == "completed" else EXIT_FAILED
+    from ftui.runs import checkpoints
+
+    if summary.status != "completed" and checkpoints(run_dir):
+        out.print(f"resume with: ftui train --resume {escape(run_dir.name)}")
+    if summary.status == "completed":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -120,3 +120,18 @@ def test_a_failure_is_told_once(tmp_path):
     follow_run(run, console=Console(file=buffer, width=200), poll_s=0.05)
     for out in (watched, buffer.getvalue()):
         assert out.count("no file named model.safetensors") == 1 and "searched in /models/x" in out, out
+
+
+def test_ctrl_c_in_watch_exits_130_quietly_and_says_the_run_goes_on(tmp_path):
+    import signal
+
+    root = tmp_path / "runs"
+    write_run(root, "live-1", steps=10, max_steps=30)  # no run_end, launched on another host: running
+    proc = subprocess.Popen([*FTUI, "watch", "live", "--root", str(root), "--interval", "0.05"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("live-1: ")  # watching: the handlers are in place
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "the run goes on" in err and "ftui attach live-1" in err
