@@ -23,10 +23,20 @@ from ftui.runs import RunFollower, RunSummary
 
 
 class EtaWindow:
-    """Seconds per step over the last ``size`` step events: robust to resumes and warm-up."""
+    """Seconds per step over the last ``size`` step events: robust to resumes and warm-up.
+    The window is long (50 events) so an eval or a checkpoint save does not swing the ETA,
+    and run_start is its first point, so the first step event already gives an ETA (with
+    logging_steps 10 the second one may be minutes away)."""
 
-    def __init__(self, size: int = 20):
+    def __init__(self, size: int = 50):
         self.points: collections.deque[tuple[float, int]] = collections.deque(maxlen=size)
+
+    def start(self, event: dict) -> None:
+        """A run_start event: the loop begins at its step (0, or the resumed checkpoint's)."""
+        t, step = event.get("t"), event.get("resumed_from_step") or 0
+        if isinstance(t, (int, float)) and isinstance(step, int) and not isinstance(step, bool):
+            self.points.clear()
+            self.points.append((float(t), step))
 
     def add(self, t: float, step: int) -> None:
         if self.points and step <= self.points[-1][1]:
@@ -111,6 +121,7 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
     kind = event["event"]
     if kind == "run_start":
         progress.update(task, total=event.get("max_steps"))
+        eta.start(event)
         console.print(
             f"[dim]{escape(str(event.get('model')))} · {event.get('method')} · {event.get('engine')} · "
             f"{event.get('precision')} · {event.get('world_size')} process(es) · "

@@ -45,6 +45,7 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             eta.add(e["t"], e["step"])
             latest = e
         elif e["event"] == "run_start":
+            eta.start(e)
             print(f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
                   f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}", file=out, flush=True)
         elif e["event"] == "eval":

@@ -207,6 +207,35 @@ async def test_dashboard_figures_match_the_events(tmp_path):
         assert "ETA 04:30" in header and "elapsed 08:20" in header
 
 
+def plot_text(plot) -> str:
+    """The loss plot as the terminal shows it, without colours."""
+    import re
+
+    plot.plt.plotsize(plot.size.width, plot.size.height)
+    return re.sub(r"\x1b\[[0-9;]*m", "", plot.plt.build())
+
+
+async def test_loss_plot_of_one_step_has_whole_step_ticks_a_tight_axis_and_m_toggles_smoothing(tmp_path):
+    from ftui.tui.widgets import LossPlot
+
+    run = write_run(tmp_path / "runs", "one", steps=1, max_steps=300)  # loss 3.12 at step 1
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 60)
+    async with app.run_test(size=(100, 30)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 1)
+        plot = dash.query_one(LossPlot)
+        await pilot.pause(0.3)
+        text = plot_text(plot)
+        assert "raw + smoothed" in text  # both curves by default
+        x_axis = text.splitlines()[-2].split()
+        assert x_axis == ["0", "1", "2"]  # not 0.5 1.0 1.5
+        y_labels = [line.split("┤")[0].strip() for line in text.splitlines() if "┤" in line]
+        assert y_labels and all(2.9 < float(y) < 3.4 for y in y_labels), y_labels  # not 2.62..3.62
+        assert len({len(y.split(".")[1]) for y in y_labels}) == 1
+        await pilot.press("m")
+        assert "(raw)" in plot_text(plot)
+
+
 async def test_dashboard_shows_a_new_stages_figures_by_name_and_no_hostile_ones(tmp_path):
     """Numbers a step or eval event carries beyond the known fields (a DPO stage's) appear in
     the "now" panel by their names; a name with escape codes, a too long one, a bool, a NaN or

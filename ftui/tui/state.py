@@ -141,6 +141,8 @@ class RunState:
                 self.preparing = fmt_prepare(e)
             elif kind in ("run_start", "step", "run_end"):
                 self.preparing = None
+            if kind == "run_start":
+                eta.start(e)
             if kind == "run_start" and e.get("resumed_from_step") is not None:
                 self.resumed_from = int(e["resumed_from_step"])
                 keep = bisect_right(self.eval_steps, self.resumed_from)

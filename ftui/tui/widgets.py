@@ -17,6 +17,7 @@ from textual_plotext import PlotextPlot
 from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
+from ftui.tui.axes import step_range, step_ticks, value_range, value_ticks
 from ftui.tui.state import RunView, ema
 
 STATUS_STYLE = {
@@ -61,11 +62,14 @@ class RunHeader(Static):
 
 
 class LossPlot(PlotextPlot):
-    """Train loss (optionally smoothed) and eval points, whole run or the last N steps."""
+    """Train loss and eval points, whole run or the last N steps. By default the raw loss is
+    drawn faint with its smoothed curve over it (as LLaMA-Factory plots it); ``smoothing``
+    off (key m) draws the raw loss alone. The axes are ftui.tui.axes': whole-number step
+    ticks, a y range in proportion to the values, one precision per axis."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.smoothing = False
+        self.smoothing = True
         self.recent_only = False
         self.curves: list[tuple[str, tuple[list[float], list[float]]]] = []
         self.evals: tuple[list[float], list[float]] = ((), ())
@@ -83,26 +87,46 @@ class LossPlot(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        title = "loss" + (" (smoothed)" if self.smoothing else "") + (" · recent" if self.recent_only else "")
-        plt.title(title)
+        single = len(self.curves) == 1
+        kind = ("raw + smoothed" if single else "smoothed") if self.smoothing else "raw"
+        plt.title(f"loss ({kind})" + (" · recent" if self.recent_only else ""))
         plt.xlabel("step")
-        drawn = False
-        lo = None
+        xs_all: list[float] = []
+        ys_all: list[float] = []
         for label, (xs, ys) in self.curves:
             if not xs:
                 continue
-            ys = ema(ys) if self.smoothing else list(ys)
-            plt.plot(list(xs), ys, label=label if len(self.curves) > 1 else None, marker="hd")
-            drawn = True
-            lo = xs[0] if lo is None else min(lo, xs[0])
+            xs, ys = list(xs), list(ys)
+            if self.smoothing and single:  # several runs: their smoothed curves alone stay readable
+                plt.plot(xs, ys, marker="hd", color="gray")
+            if self.smoothing:
+                plt.plot(xs, ema(ys), label=label if not single else "smoothed", marker="hd")
+            else:
+                plt.plot(xs, ys, label=label if not single else None, marker="hd")
+            xs_all += xs
+            ys_all += ys
         ex, ey = self.evals
-        if ex:
-            pts = [(x, y) for x, y in zip(ex, ey) if lo is None or x >= lo]
+        if ex and xs_all:
+            pts = [(x, y) for x, y in zip(ex, ey) if x >= min(xs_all)]
             if pts:
                 plt.scatter([p[0] for p in pts], [p[1] for p in pts], label="eval", marker="o")
-        if not drawn:
+                ys_all += [p[1] for p in pts]
+        if not xs_all:
             plt.title("loss: waiting for the first step")
+        else:
+            self.set_axes(xs_all, ys_all)
         self.refresh()
+
+    def set_axes(self, xs: list[float], ys: list[float]) -> None:
+        plt = self.plt
+        x_lo, x_hi = step_range(xs)
+        plt.xlim(x_lo, x_hi)
+        ticks = step_ticks(x_lo, x_hi)
+        plt.xticks(ticks, [str(t) for t in ticks])
+        y = value_range(ys)
+        if y is not None:
+            plt.ylim(*y)
+            plt.yticks(*value_ticks(*y))
 
 
 class Figures(Static):
