@@ -398,6 +398,13 @@ def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSum
     follower.settle()
     if summary.model is None and summary.status != "unreadable":
         summary.model = _config_value(path, "model_name_or_path")
+    if summary.method is None and summary.status != "unreadable":
+        # No run_start (it failed while loading): what the config asked for, as RunConfig.method
+        # and .engine_name name it.
+        kind = _config_value(path, "finetuning_type")
+        summary.method = "qlora" if kind == "lora" and _config_value(path, "quantization_bit") else kind
+        deepspeed = _config_value(path, "deepspeed")
+        summary.engine = f"deepspeed:{Path(str(deepspeed)).name}" if deepspeed else _config_value(path, "engine")
     return summary
 
 

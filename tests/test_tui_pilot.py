@@ -459,3 +459,43 @@ async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_
         assert cfg["stage"] == "pt" and "packing" not in cfg  # unset: pt packs by default
         screen.fill({"packing": "off"})
         assert screen.current_config_dict()["packing"] is False
+
+
+def test_runs_table_columns_give_way_by_priority_and_the_model_keeps_its_tail():
+    from ftui.tui.screens.runs import fit_columns, keep_tail
+
+    widths = {"run": 26, "status": 9, "model": 40, "method": 6, "engine": 6, "step": 7, "loss": 6,
+              "started": 11, "duration": 8}
+    narrow = fit_columns(widths, 78)  # 80 columns, less the scrollbar
+    assert list(narrow) == ["run", "status", "model", "step", "loss"]
+    assert 12 <= narrow["model"] < 40
+    wide = fit_columns(widths, 118)  # a long model path no longer pushes the others off
+    assert list(wide) == ["run", "status", "model", "method", "engine", "step", "loss", "started", "duration"]
+    assert keep_tail("/data/models/meta-llama/Llama-3.2-1B", 14) == "…/Llama-3.2-1B"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 30)])
+async def test_runs_screen_fits_its_columns_and_a_failed_run_shows_its_configs_method(tmp_path, size):
+    from textual.widgets import DataTable
+
+    root = tmp_path / "runs"
+    long_model = "/mnt/shared/checkpoints/team/experiments/2023/meta-llama/Llama-3.2-1B-Instruct"
+    write_run(root, "qwen-lora-20231114-221320", steps=600, max_steps=600, end="completed", model=long_model)
+    broken = write_run(root, "bad-20231114-231000", steps=0, max_steps=600)
+    (broken / "events.jsonl").write_text('{"v": 1, "t": 1700000100.0, "event": "run_end", "status": "failed", "reason": "OSError: no weights"}\n')
+    (broken / "config.yaml").write_text("model_name_or_path: x\nfinetuning_type: lora\nquantization_bit: 4\nengine: ddp\n")
+    app = make_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        app.action_show_runs()
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen) and len(app.screen.runs) == 2)
+        await pilot.pause(0.3)
+        table = app.screen.query_one(DataTable)
+        keys = [c.key.value for c in table.ordered_columns]
+        assert keys[:4] == ["mark", "run", "status", "model"] and "step" in keys and "loss" in keys
+        assert sum(c.get_render_width(table) for c in table.ordered_columns) <= size[0]  # nothing scrolled off
+        model = str(table.get_cell("qwen-lora-20231114-221320", "model"))
+        assert model.startswith("…") and model.endswith("Llama-3.2-1B-Instruct"[-(len(model) - 1):])
+        if size[0] >= 120:
+            assert {"method", "engine", "started", "duration"} <= set(keys)
+            assert str(table.get_cell("bad-20231114-231000", "method")) == "qlora"  # from config.yaml: no run_start
+            assert str(table.get_cell("bad-20231114-231000", "engine")) == "ddp"

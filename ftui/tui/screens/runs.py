@@ -20,6 +20,36 @@ from ftui.tui.state import downsample
 from ftui.tui.widgets import STATUS_STYLE, LossPlot
 
 REFRESH_S = 2.0
+# The table's columns in the order shown, and the order they give way in on a narrow terminal
+# (80 columns): the run, its state and progress first; the model path takes what is left
+# (its tail, at least MODEL_MIN_WIDTH characters); the duration, then the start time (the run
+# id holds it too) last.
+COLUMNS = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
+PRIORITY = ("run", "status", "step", "loss", "model", "method", "engine", "duration", "started")
+MODEL_MIN_WIDTH = 12
+CELL_PAD = 2  # DataTable's cell padding, both sides
+MARK_WIDTH = 1 + CELL_PAD
+
+
+def fit_columns(widths: dict[str, int], available: int) -> dict[str, int]:
+    """Which columns fit in ``available`` cells, and their widths: by PRIORITY, each one that
+    fits is shown (a narrow one may still fit after a wide one did not); the model column
+    shrinks to MODEL_MIN_WIDTH and then gets whatever room is left."""
+    chosen: dict[str, int] = {}
+    used = MARK_WIDTH
+    for key in PRIORITY:
+        need = min(widths[key], MODEL_MIN_WIDTH) if key == "model" else widths[key]
+        if used + need + CELL_PAD <= available:
+            chosen[key] = need
+            used += need + CELL_PAD
+    if "model" in chosen:
+        chosen["model"] = min(widths["model"], chosen["model"] + available - used)
+    return {key: chosen[key] for key in COLUMNS if key in chosen}
+
+
+def keep_tail(text: str, width: int) -> str:
+    """``text`` cut to ``width`` from the left: a model path's last part names the model."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
 class RunsScreen(Screen):
@@ -36,6 +66,7 @@ class RunsScreen(Screen):
         self.root = Path(root)
         self.runs: list[RunSummary] = []
         self.marked: set[str] = set()
+        self.shown_columns: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"runs in {self.root}", style="bold"), id="runs-title")
@@ -44,11 +75,25 @@ class RunsScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for col in ("", "run", "status", "model", "method", "engine", "step", "loss", "started", "duration"):
-            table.add_column(col, key=col or "mark")
         self.query_one("#overlay").display = False
         self.refresh_runs()
+
+    def on_resize(self, _event) -> None:
+        self.show_runs(self.runs)
+
+    def set_columns(self, rows: list[dict[str, str]]) -> dict[str, int]:
+        """Fits the columns to the table's width; rebuilds them when the choice changes."""
+        table = self.query_one(DataTable)
+        widths = {key: max([len(key), *(len(row[key]) for row in rows)]) for key in COLUMNS}
+        available = (table.size.width or self.app.size.width) - 2  # room for the scrollbar
+        fitted = fit_columns(widths, available)
+        if fitted != self.shown_columns:
+            table.clear(columns=True)
+            table.add_column("", key="mark", width=1)
+            for key, width in fitted.items():
+                table.add_column(key, key=key, width=width)
+            self.shown_columns = fitted
+        return fitted
 
     @work(thread=True, exclusive=True, group="runs")
     def refresh_runs(self) -> None:
@@ -69,19 +114,29 @@ class RunsScreen(Screen):
         self.query_one("#runs-title", Static).update(title)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
+        rows = [self.cells(r) for r in runs]
+        fitted = self.set_columns(rows)
         table.clear()
-        for r in runs:
-            table.add_row(
-                "●" if r.run_id in self.marked else " ",
-                Text(r.run_id), Text(r.status, style=STATUS_STYLE.get(r.status, "")),
-                Text(str(r.reason if r.status == "unreadable" else r.model or "-")),
-                r.method or "-", r.engine or "-", f"{r.step}/{r.max_steps or '?'}",
-                f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
-                time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
-                fmt_duration(r.duration), key=r.run_id,
-            )
+        for r, row in zip(runs, rows):
+            if r.status != "unreadable":  # a reason reads from its start (DataTable cuts its end)
+                row["model"] = keep_tail(row["model"], fitted.get("model", 0))
+            styles = {"status": STATUS_STYLE.get(r.status, "")}
+            table.add_row("●" if r.run_id in self.marked else " ",
+                          *(Text(row[key], style=styles.get(key, "")) for key in fitted), key=r.run_id)
         if runs:
             table.move_cursor(row=min(max(cursor, 0), len(runs) - 1))
+
+    @staticmethod
+    def cells(r: RunSummary) -> dict[str, str]:
+        """A run's row as text, every column (which of them fit is decided after)."""
+        return {
+            "run": r.run_id, "status": r.status,
+            "model": str(r.reason if r.status == "unreadable" else r.model or "-"),
+            "method": r.method or "-", "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
+            "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
+            "started": time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
+            "duration": fmt_duration(r.duration),
+        }
 
     def _current(self) -> RunSummary | None:
         table = self.query_one(DataTable)
