@@ -49,8 +49,13 @@ class Conversation:
     def clear(self) -> None:
         self.messages.clear()
 
-    def save(self, path: str, settings: GenerationSettings, model: str) -> None:
-        data = {"model": model, "settings": settings.request(), "messages": self.messages}
+    def save(self, path: str, settings: GenerationSettings, model: str,
+             compared_with: dict[str, Any] | None = None) -> None:
+        """``compared_with``: the other side of a comparison (``{"model": ..., "messages": ...}``),
+        saved beside this one so a comparison is kept whole."""
+        data: dict[str, Any] = {"model": model, "settings": settings.request(), "messages": self.messages}
+        if compared_with is not None:
+            data["compared_with"] = compared_with
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, ensure_ascii=False)
 

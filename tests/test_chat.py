@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from rich.text import Text
 
 from conftest import train_sync, wait_for
-from ftui.chat_client import ChatWorker, GenerationSettings
+from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 from ftui.config import demo_config
 
 QUESTION = "What is ftui?"
@@ -352,3 +354,72 @@ def test_worker_uses_bf16_only_where_the_chosen_gpu_computes_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
     assert chat_dtype(torch.device("cuda:1")) == torch.bfloat16
     assert chat_dtype(torch.device("cpu")) == torch.float32
+
+
+class SlowLoadingWorker(FakeWorker):
+    """A FakeWorker whose model loads only once ``loaded`` is set."""
+
+    loaded = threading.Event()
+
+    def load(self, **spec):
+        assert self.loaded.wait(30)
+        return super().load(**spec)
+
+
+async def test_a_prompt_typed_while_the_model_loads_is_sent_once_it_has_loaded(tmp_path):
+    from textual.app import App
+
+    from ftui.tui.screens.chat import ChatPane, ChatScreen
+    from tests.test_tui_pilot import until
+
+    run = fake_run(tmp_path)
+    workers: list = []
+    SlowLoadingWorker.loaded = threading.Event()
+
+    def factory():
+        workers.append(SlowLoadingWorker())
+        return workers[-1]
+
+    app = App()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = ChatScreen(run, worker_factory=factory)
+        app.push_screen(screen)
+        await until(pilot, lambda: bool(workers))  # loading
+        screen.query_one("#chat-prompt").value = "hi"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert screen.query_one("#chat-prompt").value == ""  # taken, not thrown away
+        assert "hi" in "".join(str(w.render()) for w in screen.query_one("#pane-main", ChatPane).query(".turn"))
+        SlowLoadingWorker.loaded.set()
+        await until(pilot, lambda: len(screen.conversations.get("main", Conversation()).messages) == 2)
+        assert screen.conversations["main"].messages[0] == {"role": "user", "content": "hi"}
+        assert [m["content"] for m in workers[0].sent[0][0]] == ["hi"]
+
+
+async def test_ctrl_s_saves_both_sides_of_a_comparison(tmp_path):
+    from tests.test_tui_pilot import until
+
+    run = fake_run(tmp_path)
+    workers: list = []
+    app = chat_app(run, workers)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: "main" in app.screen.workers_by_pane)
+        await pilot.press("ctrl+b")
+        await until(pilot, lambda: "base" in app.screen.workers_by_pane)
+        app.screen.query_one("#chat-prompt").value = "hi"
+        await pilot.press("enter")
+        await until(pilot, lambda: not app.screen.busy and len(app.screen.conversations["base"].messages) == 2)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: bool(list(run.glob("chat-*.json"))))
+    saved = json.loads(next(run.glob("chat-*.json")).read_text())
+    assert saved["model"] == "run final" and [m["content"] for m in saved["messages"]] == ["hi", "Hello " + MARKUP]
+    assert saved["compared_with"]["model"] == "base of run"
+    assert [m["content"] for m in saved["compared_with"]["messages"]] == ["hi", "Hello " + MARKUP]
+
+
+async def test_chat_controls_fit_80_columns(tmp_path):
+    app = chat_app(fake_run(tmp_path), [])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        region = app.screen.query_one("#chat-max").region
+        assert region.width >= 7 and region.right <= 80  # the max-tokens field is whole

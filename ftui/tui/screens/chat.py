@@ -51,9 +51,11 @@ class ChatPane(VerticalScroll):
         self._answer: Static | None = None
         self._text = ""
 
-    def add_user(self, text: str) -> None:
+    def add_user(self, text: str, waiting: bool = False) -> None:
+        """The user's turn and a place for the answer (``waiting``: the model is still loading)."""
         self.mount(Static(Text.assemble(("you: ", "bold cyan"), text), classes="turn"))
-        self._answer = Static(Text("…", style="dim"), classes="turn answer")
+        self._answer = Static(Text("… (sent when the model has loaded)" if waiting else "…", style="dim"),
+                              classes="turn answer")
         self._text = ""
         self.mount(self._answer)
         self.scroll_end(animate=False)
@@ -98,6 +100,8 @@ class ChatScreen(Screen):
         self.busy: set[str] = set()
         self.compare = False
         self.specs: dict[str, dict[str, Any]] = {}  # what each pane loaded, to reload after a forced stop
+        self.loading_panes: set[str] = set()  # panes whose model is loading
+        self.queued: dict[str, str] = {}  # pane -> a prompt typed while its model loaded, sent once loaded
         self.stop_asked: dict[str, float] = {}  # pane -> when Esc asked it to stop
         # Every worker process this screen started, until closed: loads finish in threads,
         # possibly after the screen is gone, and those workers must end too.
@@ -164,8 +168,14 @@ class ChatScreen(Screen):
 
     # --- Loading (a worker process per pane)
 
-    @work(thread=True, group="chat-load")
     def load_pane(self, pane: str, spec: dict[str, Any]) -> None:
+        """Loads ``spec`` into ``pane``'s worker (marked loading at once, on the UI thread, so a
+        prompt typed from now on waits for it instead of being thrown away)."""
+        self.loading_panes.add(pane)
+        self._load_in_worker(pane, spec)
+
+    @work(thread=True, group="chat-load")
+    def _load_in_worker(self, pane: str, spec: dict[str, Any]) -> None:
         self._call_ui(self._status, "loading the model…")
         self.specs[pane] = spec
         old = self.workers_by_pane.pop(pane, None)
@@ -208,14 +218,25 @@ class ChatScreen(Screen):
     def _loaded(self, pane: str, reply: dict[str, Any] | None, error: str | None) -> None:
         if self._closed:
             return
+        self.loading_panes.discard(pane)
+        if pane == "base" and not self.compare:  # compare was turned off while it loaded
+            worker = self.workers_by_pane.pop(pane, None)
+            if worker is not None:
+                self._close_in_background(worker)
+            return
         widget = self.query_one(f"#pane-{pane}", ChatPane)
+        queued = self.queued.pop(pane, None)
         if error:
+            if queued is not None:
+                widget.finish("not sent: the model could not be loaded")
             widget.show_error(error)
             self._status(error, "red")
             return
         widget.border_title = reply["label"]
         self.conversations[pane] = Conversation()
         self._status(f"{reply['label']} on {reply['device']} ({reply['params']:,} parameters)")
+        if queued is not None and pane in self.workers_by_pane:
+            self.ask(pane, self.workers_by_pane[pane], queued, shown=True)
 
     def action_reload(self) -> None:
         self.load_pane("main", self._source_spec())
@@ -234,17 +255,27 @@ class ChatScreen(Screen):
             if self.busy:
                 self.notify("an answer is still streaming; Esc stops it", severity="warning")
                 return
+            if self.queued:
+                self.notify("a prompt is already waiting for the model to load", severity="warning")
+                return
+            if not self.workers_by_pane and not self.loading_panes:
+                self.notify("no model is loaded: choose one and press Ctrl+O (or Enter in the model field)", severity="warning")
+                return
             event.input.value = ""
+            for pane in sorted(self.loading_panes):  # sent when its model has loaded
+                self.queued[pane] = text
+                self.query_one(f"#pane-{pane}", ChatPane).add_user(text, waiting=True)
             for pane, worker in list(self.workers_by_pane.items()):
-                self.ask(pane, worker, text)
-            if not self.workers_by_pane:
-                self.notify("no model is loaded yet", severity="warning")
+                if pane not in self.loading_panes:
+                    self.ask(pane, worker, text)
 
     # --- Asking and streaming
 
-    def ask(self, pane: str, worker: Any, text: str) -> None:
+    def ask(self, pane: str, worker: Any, text: str, shown: bool = False) -> None:
+        """Sends ``text`` to ``pane``'s model (``shown``: its turn is on screen already, queued)."""
         conv = self.conversations.setdefault(pane, Conversation())
-        self.query_one(f"#pane-{pane}", ChatPane).add_user(text)
+        if not shown:
+            self.query_one(f"#pane-{pane}", ChatPane).add_user(text)
         self.busy.add(pane)
         self.stream(pane, worker, conv.ask(text), self.settings())
 
@@ -321,8 +352,13 @@ class ChatScreen(Screen):
             self.notify("nothing to save yet", severity="warning")
             return
         label = self.query_one("#pane-main", ChatPane).border_title or ""
+        base = self.conversations.get("base") if self.compare else None
+        compared = None
+        if base is not None:  # a comparison is saved whole: both sides, one file
+            compared = {"model": str(self.query_one("#pane-base", ChatPane).border_title or ""),
+                        "messages": list(base.messages)}
         try:
-            conv.save(str(path), self.settings(), str(label))
+            conv.save(str(path), self.settings(), str(label), compared_with=compared)
         except OSError as err:
             self.notify(f"cannot save: {err}", severity="error")
             return
@@ -340,6 +376,8 @@ class ChatScreen(Screen):
             if worker is not None:
                 self._close_in_background(worker)
             self.conversations.pop("base", None)
+            self.loading_panes.discard("base")
+            self.queued.pop("base", None)
             self.query_one("#pane-base").remove()
             return
         self.compare = True
