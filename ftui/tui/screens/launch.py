@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, RadioButton, RadioSet, Select, Static, Switch
+from textual.worker import get_current_worker
 
 from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS, STAGE_DESCRIPTIONS
 from ftui.presets.families import detect_family
@@ -460,7 +461,8 @@ class LaunchScreen(Screen):
                     text.append("\n")
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
-        self.app.call_from_thread(self.query_one("#preview", Static).update, text)
+        if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
+            self.app.call_from_thread(self.query_one("#preview", Static).update, text)
 
     def _set_dataset_problem(self, problem: str | None) -> None:
         self._dataset_problem = problem
