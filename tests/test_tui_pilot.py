@@ -50,7 +50,6 @@ def make_app(tmp_path, **kw):
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("FTUI_HOME", raising=False)
 
 
 async def test_invalid_field_shows_its_message_and_keeps_start_disabled(tmp_path):
