@@ -480,3 +480,35 @@ async def test_a_stopped_run_resumed_elsewhere_is_followed_as_running(tmp_path, 
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_stop(tmp_path):
+    """Issue 13, item 7: while the run lives the device panel samples the machine and the
+    footer offers Stop; once it has ended the panel says so and keeps the per-rank peaks,
+    the sampler stops, and Stop leaves the footer."""
+    import json
+
+    from ftui.events import make_event
+
+    run = write_run(tmp_path / "runs", "ending", steps=20, max_steps=40)  # another host's: counts as live
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+
+    def offered(screen) -> set[str]:
+        return {b.binding.action for b in screen.active_bindings.values()}
+
+    def sampling() -> bool:
+        return any(w.group == "devices" and not w.is_finished for w in app.workers)
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 20 and "97%" in text_of(dash.query_one("#gpu-panel")))
+        assert "stop" in offered(dash) and sampling()
+        with open(run / "events.jsonl", "a") as fh:
+            fh.write(json.dumps(make_event("run_end", t=T0 + 60, status="completed", reason="20 steps")) + "\n")
+        await until(pilot, lambda: dash.view.ended)
+        await until(pilot, lambda: not sampling())
+        await pilot.pause(0.3)
+        gpu = text_of(dash.query_one("#gpu-panel"))
+        assert "the run has ended" in gpu and "r1 15.0 GiB" in gpu
+        assert "97%" not in gpu
+        assert "stop" not in offered(dash)
