@@ -2,7 +2,7 @@
 
 Two thread workers feed it: one tails events.jsonl (through ``RunFollower``, the one reader
 and end rule of every view of a run) and train.log by byte offset and folds events into a
-RunState off the UI thread, the other samples NVML (or CPU/RAM). Both hand
+RunState off the UI thread, the other samples NVML (or CPU/RAM) while the run lives. Both hand
 results to the UI thread with ``call_from_thread``; the UI thread only renders. The whole
 view is rebuilt from the run directory, so attaching to a live or finished run is the same.
 """
@@ -180,7 +180,6 @@ class DashboardScreen(Screen):
         resume) starts them again."""
         if ended:
             self.workers.cancel_group(self, "devices")
-            self._gpu = ([], None)
         else:
             self.sample_devices()
         self.refresh_bindings()
