@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
     c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
-    r = sub.add_parser("runs", help="list the runs under the runs root")
-    r.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+    r = sub.add_parser("runs", help="list your runs (the default runs root's and those output_dir put elsewhere)")
+    r.add_argument("--root", default=None, metavar="RUNS_ROOT",
+                   help=f"list only the runs under this directory (default: {default_runs_root()}, set by FTUI_HOME, plus the runs it indexes)")
 
     a = sub.add_parser("attach", help="open the dashboard on a run (live or finished); quitting never stops it")
     a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")

@@ -24,12 +24,7 @@ from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
-from ftui.paths import DEMO_DATASET, DEMO_MODEL, resolve_model_path  # noqa: F401 (re-exported)
-
-
-def default_runs_root() -> str:
-    home = os.environ.get("FTUI_HOME")
-    return str(Path(home) / "runs") if home else "runs"
+from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
 
 
 class RunConfig(BaseModel):

@@ -6,6 +6,7 @@ reads a run (dashboard, CLI, runs list): see docs/architecture.md. No torch here
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # --- A run directory
@@ -31,6 +32,27 @@ DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own checkpoint (its tag directory)
 def rng_file(rank: int) -> str:
     """Each rank's RNG states inside a checkpoint."""
     return f"rng-{rank}.pt"
+
+
+# --- The user's own ftui directory (FTUI_HOME)
+RUNS_DIR = "runs"  # FTUI_HOME/runs: the default runs root, whatever the current directory
+RUN_INDEX_FILE = "run-index"  # FTUI_HOME/run-index: one line per run created outside it (output_dir)
+
+
+def ftui_home() -> Path:
+    """Where a user's runs and run index live: ``$FTUI_HOME``, else ``$XDG_DATA_HOME/ftui``,
+    else ``~/.local/share/ftui``. Per user, not per current directory: a run started in one
+    directory must be listed from any other."""
+    home = os.environ.get("FTUI_HOME")
+    if home:
+        return Path(home).expanduser()
+    data = os.environ.get("XDG_DATA_HOME")
+    base = Path(data).expanduser() if data and os.path.isabs(data) else Path.home() / ".local" / "share"
+    return base / "ftui"
+
+
+def default_runs_root() -> str:
+    return str(ftui_home() / RUNS_DIR)
 
 
 # --- What ships with ftui

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import psutil
 
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
-                        STOP_FILE, TRAINER_STATE)
+                        RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
 from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
 LIVE_STATUSES = ("starting", "running")
@@ -465,9 +465,93 @@ def _summarize_listed(d: Path) -> RunSummary | None:
         return _unreadable(d, f"{type(err).__name__}: {err}")
 
 
+# --- The run index: runs a config's output_dir put outside the default runs root
+INDEX_READ_MAX = 256 << 10  # the index's newest bytes a reader reads (thousands of runs): listing stays bounded
+
+
+def run_index_path() -> Path:
+    return ftui_home() / RUN_INDEX_FILE
+
+
+def is_default_root(root: str | os.PathLike[str]) -> bool:
+    """Whether ``root`` is the user's default runs root: listing it lists every run the user
+    started (the index's too); an explicit other ``--root`` lists only what is under it."""
+    return os.path.realpath(Path(root).expanduser()) == os.path.realpath(Path(default_runs_root()).expanduser())
+
+
+def record_run(run_dir: str | os.PathLike[str]) -> None:
+    """Adds a run created outside the default runs root (a config's ``output_dir``) to the
+    user's run index, so ``ftui runs``, the runs screen and ``ftui attach`` find it from any
+    directory. One appended line per run (a small O_APPEND write: concurrent starts do not
+    interleave). Best effort: a run is not refused because the index cannot be written."""
+    path = os.path.realpath(Path(run_dir).expanduser())
+    if is_default_root(os.path.dirname(path)) or "\n" in path:
+        return
+    try:
+        ftui_home().mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(run_index_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, (path + "\n").encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def indexed_run_dirs() -> list[Path]:
+    """The run directories the index names, newest last, each once. Reads at most the
+    index's last INDEX_READ_MAX bytes; a line that is not an absolute path is ignored.
+    Whether each directory still exists is the caller's check (``_summarize_indexed``)."""
+    index = run_index_path()
+    try:
+        start = max(0, file_size(index) - INDEX_READ_MAX)
+        raw = read_at(index, start, INDEX_READ_MAX)
+    except (UnreadableFile, OSError):
+        return []
+    if not raw:
+        return []
+    lines = raw.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line may be cut
+    out: dict[str, Path] = {}
+    for line in lines:
+        text = line.decode("utf-8", "surrogateescape")
+        if text.startswith("/") and "\0" not in text:
+            out.pop(text, None)
+            out[text] = Path(text)
+    return list(out.values())
+
+
+def _indexed_run_exists(d: Path) -> bool:
+    try:
+        os.stat(d / CONFIG_FILE)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _summarize_indexed(d: Path) -> RunSummary | None:
+    """An index entry as a runs-list entry; None when its directory is gone, no longer a run
+    or cannot be read (moved, deleted, another disk not mounted): the index is only a hint."""
+    return _summarize_listed(d) if _indexed_run_exists(d) else None
+
+
+def _extra_run_dirs(root_path: Path, listed: list[Path]) -> list[Path]:
+    """The indexed runs to list beside the root's own: only for the default root, and not
+    those already under it."""
+    if not is_default_root(root_path):
+        return []
+    seen = {os.path.realpath(d) for d in listed}
+    return [d for d in indexed_run_dirs() if os.path.realpath(d) not in seen]
+
+
 def list_runs(root: str | os.PathLike[str]) -> list[RunSummary]:
-    """Every run directory under the root, newest first (RunsRootError if it cannot be listed)."""
-    runs = [r for d in _run_dirs(Path(root).expanduser()) if (r := _summarize_listed(d)) is not None]
+    """Every run directory under the root, newest first (RunsRootError if it cannot be listed);
+    for the default root, also every run the index names elsewhere (a config's output_dir)."""
+    root_path = Path(root).expanduser()
+    dirs = _run_dirs(root_path)
+    runs = [r for d in dirs if (r := _summarize_listed(d)) is not None]
+    runs += [r for d in _extra_run_dirs(root_path, dirs) if (r := _summarize_indexed(d)) is not None]
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id), reverse=True)
     return runs
 
@@ -483,7 +567,8 @@ def _is_run(path: Path) -> bool:
 
 
 def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
-    """A run given as a path or as a run id under the root (a unique prefix is enough)."""
+    """A run given as a path or as a run id under the root (a unique prefix is enough); under
+    the default root, the runs the index names elsewhere count too."""
     direct = Path(ref).expanduser()
     if _is_run(direct):
         return direct
@@ -496,7 +581,11 @@ def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
             dirs = _run_dirs(root_path)
         except RunsRootError as err:
             raise LookupError(str(err)) from None
-        matches = sorted(d for d in dirs if d.name.startswith(ref) and _is_run(d))
+        indexed = [d for d in _extra_run_dirs(root_path, dirs) if d.name.startswith(ref) and _indexed_run_exists(d)]
+        exact_indexed = [d for d in indexed if d.name == ref]
+        if len(exact_indexed) == 1:
+            return exact_indexed[0]
+        matches = sorted(d for d in dirs if d.name.startswith(ref) and _is_run(d)) + indexed
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:

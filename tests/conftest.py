@@ -20,6 +20,26 @@ DATA = ROOT / "tests" / "data"
 LLAMAFACTORY_DATA = ROOT.parent / "shared" / "data" / "llamafactory"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_ftui_home(tmp_path_factory):
+    """No test writes the user's own FTUI_HOME (its runs root and run index), not even the
+    session-wide fixtures that train before any test's own environment is set."""
+    saved = os.environ.get("FTUI_HOME")
+    os.environ["FTUI_HOME"] = str(tmp_path_factory.mktemp("ftui-home"))
+    yield
+    if saved is None:
+        os.environ.pop("FTUI_HOME", None)
+    else:
+        os.environ["FTUI_HOME"] = saved
+
+
+@pytest.fixture(autouse=True)
+def _ftui_home(tmp_path, monkeypatch):
+    """Each test its own FTUI_HOME, tmp_path (so its default runs root is tmp_path/runs): a run
+    one test indexes is never listed by another."""
+    monkeypatch.setenv("FTUI_HOME", str(tmp_path))
+
+
 @pytest.fixture(scope="session")
 def lf_data() -> Path:
     if not (LLAMAFACTORY_DATA / "dataset_info.json").exists():

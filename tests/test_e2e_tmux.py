@@ -21,9 +21,10 @@ FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli"
 
 
 def new_shell(session: str, cwd) -> None:
-    """A detached tmux session running a plain bash in ``cwd``, 100x32."""
+    """A detached tmux session running a plain bash in ``cwd``, 100x32, whose FTUI_HOME is
+    ``cwd`` (runs go to cwd/runs, never to the user's own)."""
     tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "32", "-c", str(cwd),
-         "env", "-u", "FTUI_HOME", "TERM=xterm-256color", "bash", "--norc", "--noprofile")
+         "env", f"FTUI_HOME={cwd}", "TERM=xterm-256color", "bash", "--norc", "--noprofile")
 
 
 def start_demo_in_app(session: str) -> int:

@@ -50,7 +50,6 @@ def make_app(tmp_path, **kw):
 @pytest.fixture(autouse=True)
 def _cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("FTUI_HOME", raising=False)
 
 
 async def test_invalid_field_shows_its_message_and_keeps_start_disabled(tmp_path):
@@ -499,3 +498,86 @@ async def test_runs_screen_fits_its_columns_and_a_failed_run_shows_its_configs_m
             assert {"method", "engine", "started", "duration"} <= set(keys)
             assert str(table.get_cell("bad-20231114-231000", "method")) == "qlora"  # from config.yaml: no run_start
             assert str(table.get_cell("bad-20231114-231000", "engine")) == "ddp"
+
+
+@pytest.mark.parametrize("job_lock", [True, False], ids=["job-lock", "launch-json-only"])
+async def test_a_stopped_run_resumed_elsewhere_is_followed_as_running(tmp_path, job_lock):
+    """Issue 13, item 3: a dashboard open on a stopped run while `ftui train --resume RUN`
+    starts a new job from another shell (a new launch.json, the job lock held, a new
+    run_start, then steps) shows the run running, never died. Without a lock file (a run
+    from before ftui kept one) the new launch.json alone must tell the new job is alive."""
+    import json
+    import os
+    import socket
+
+    import psutil
+
+    from ftui.jobs.launch import lock_run_dir
+
+    run = write_run(tmp_path / "runs", "resumed", steps=10, max_steps=40, end="stopped")
+    (run / "launch.json").write_text(json.dumps({"start_time": T0, "host": socket.gethostname()}))  # the old job: gone
+    if job_lock:
+        os.close(lock_run_dir(run))  # its lock file, released
+
+    def append(*events):
+        with open(run / "events.jsonl", "a") as fh:
+            fh.write("".join(json.dumps(e) + "\n" for e in events))
+
+    # The resumed job's events: a run_start that says where it resumed, then steps 11...
+    resumed = [json.loads(line) for line in (write_run(tmp_path / "new", "resumed", steps=16, max_steps=40) / "events.jsonl").open()]
+    resumed[0]["resumed_from_step"] = 10
+
+    def steps(first, last):
+        return [e for e in resumed if e["event"] == "step" and first <= e["step"] <= last]
+
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 200)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.status == "stopped")
+        fd = lock_run_dir(run) if job_lock else None  # the new supervisor's lock, as start_run hands it over
+        try:
+            me = psutil.Process()
+            (run / "launch.json").write_text(json.dumps({"start_time": T0 + 90, "host": socket.gethostname(),
+                                                        "pid": me.pid, "create_time": me.create_time()}))
+            append(resumed[0], *steps(11, 14))
+            await until(pilot, lambda: dash.view.step == 14)
+            append(*steps(15, 16))  # one more round of the follower after the new job was seen
+            await until(pilot, lambda: dash.view.step == 16)
+            assert dash.view.status == "running"
+            assert not dash.query_one("#end-banner").display
+            assert "DIED" not in text_of(dash.query_one("#run-header")).upper()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_stop(tmp_path):
+    """Issue 13, item 7: while the run lives the device panel samples the machine and the
+    footer offers Stop; once it has ended the panel says so and keeps the per-rank peaks,
+    the sampler stops, and Stop leaves the footer."""
+    import json
+
+    from ftui.events import make_event
+
+    run = write_run(tmp_path / "runs", "ending", steps=20, max_steps=40)  # another host's: counts as live
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+
+    def offered(screen) -> set[str]:
+        return {b.binding.action for b in screen.active_bindings.values()}
+
+    def sampling() -> bool:
+        return any(w.group == "devices" and not w.is_finished for w in app.workers)
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 20 and "97%" in text_of(dash.query_one("#gpu-panel")))
+        assert "stop" in offered(dash) and sampling()
+        with open(run / "events.jsonl", "a") as fh:
+            fh.write(json.dumps(make_event("run_end", t=T0 + 60, status="completed", reason="20 steps")) + "\n")
+        await until(pilot, lambda: dash.view.ended)
+        await until(pilot, lambda: not sampling())
+        await pilot.pause(0.3)
+        gpu = text_of(dash.query_one("#gpu-panel"))
+        assert "the run has ended" in gpu and "r1 15.0 GiB" in gpu
+        assert "97%" not in gpu
+        assert "stop" not in offered(dash)

@@ -13,7 +13,6 @@ from tests.fixtures_runs import T0, fixed_sampler, write_run
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("FTUI_HOME", raising=False)
     monkeypatch.setenv("TZ", "UTC")
     __import__("time").tzset()
 

@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 
 from ftui.config import RunConfig
-from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, launcher_process, read_launch_info,
+from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
@@ -81,10 +81,12 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
-    """Creates the run directory and writes the resolved config (without unsupported keys)."""
+    """Creates the run directory, writes the resolved config (without unsupported keys) and,
+    when the run is outside the default runs root, adds it to the user's run index."""
     label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
     run_dir = create_run_dir(cfg.output_dir, label)
     cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+    record_run(run_dir)
     return run_dir
 
 

@@ -180,11 +180,15 @@ class EndBanner(Static):
 
 
 class GpuPanel(Static):
-    """Per GPU: utilization, memory, power, temperature; the run's per-rank peaks; CPU/RAM without GPUs."""
+    """Per GPU: utilization, memory, power, temperature; the run's per-rank peaks; CPU/RAM without GPUs.
+    Once the run has ended the machine's live figures say nothing about it: only its peaks."""
 
-    def show(self, gpus: list[GpuSample], host: HostSample | None, rank_peaks: tuple[int, ...]) -> None:
+    def show(self, gpus: list[GpuSample], host: HostSample | None, rank_peaks: tuple[int, ...], ended: bool = False) -> None:
         t = Table.grid(padding=(0, 1))
-        if gpus:
+        if ended:
+            t.add_column(no_wrap=True)
+            t.add_row(Text("the run has ended: no live figures", style="dim"))
+        elif gpus:
             for col in ("gpu", "util", "memory", "power", "temp"):
                 t.add_column(col, no_wrap=True)
             for g in gpus:

@@ -2,7 +2,7 @@
 
 Two thread workers feed it: one tails events.jsonl (through ``RunFollower``, the one reader
 and end rule of every view of a run) and train.log by byte offset and folds events into a
-RunState off the UI thread, the other samples NVML (or CPU/RAM). Both hand
+RunState off the UI thread, the other samples NVML (or CPU/RAM) while the run lives. Both hand
 results to the UI thread with ``call_from_thread``; the UI thread only renders. The whole
 view is rebuilt from the run directory, so attaching to a live or finished run is the same.
 """
@@ -76,8 +76,7 @@ class DashboardScreen(Screen):
         self.query_one("#gpu-panel").border_title = "devices"
         self.query_one("#log-tail").border_title = "train.log"
         self.query_one("#figures").border_title = "now"
-        self.tail_run()
-        self.sample_devices()
+        self.tail_run()  # the device sampler starts with the first view of a live run (show)
         self.set_interval(PLOT_EVERY_S, self._flush_plot)
 
     # --- workers (never touch widgets directly: they post to the UI thread)
@@ -129,6 +128,8 @@ class DashboardScreen(Screen):
 
     @work(thread=True, exclusive=True, group="devices")
     def sample_devices(self) -> None:
+        """Samples the machine's devices while the run lives (``_follow_liveness`` starts and
+        cancels it): an ended run's dashboard shows its peaks, not the machine's load now."""
         worker = get_current_worker()
         while not worker.is_cancelled:
             gpus, host = self.sampler()
@@ -143,10 +144,12 @@ class DashboardScreen(Screen):
         self.query_one(RunHeader).show(view)  # elapsed and ETA move every poll
         changed = previous is None or (previous.step, previous.status, previous.loading, len(previous.evals[0])) != (
             view.step, view.status, view.loading, len(view.evals[0]))
+        if previous is None or previous.ended != view.ended:
+            self._follow_liveness(view.ended)
         if changed:
             self.query_one(EndBanner).show(view)
             self.query_one(Figures).show(view)
-            if previous is None or previous.rank_peaks != view.rank_peaks:
+            if previous is None or (previous.rank_peaks, previous.ended) != (view.rank_peaks, view.ended):
                 self.show_devices(*self._gpu)
             # The plot is the costly part: redraw it at most once a second while steps stream in.
             now = time.monotonic()
@@ -172,9 +175,24 @@ class DashboardScreen(Screen):
             self._plotted = time.monotonic()
             self.query_one(LossPlot).show(self.view)
 
+    def _follow_liveness(self, ended: bool) -> None:
+        """A run that ends stops the device sampler and hides Stop; one that lives again (a
+        resume) starts them again."""
+        if ended:
+            self.workers.cancel_group(self, "devices")
+        else:
+            self.sample_devices()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":  # nothing to stop once the run has ended: not offered in the footer
+            return self.view is None or not self.view.ended
+        return True
+
     def show_devices(self, gpus, host) -> None:
-        self._gpu = (gpus, host)
-        self.query_one(GpuPanel).show(gpus, host, self.view.rank_peaks if self.view else ())
+        ended = self.view is not None and self.view.ended
+        self._gpu = ([], None) if ended else (gpus, host)  # a sample that was on its way when the run ended
+        self.query_one(GpuPanel).show(*self._gpu, self.view.rank_peaks if self.view else (), ended=ended)
 
     # --- actions
     def action_smoothing(self) -> None:
@@ -203,7 +221,7 @@ class DashboardScreen(Screen):
         self.app.push_screen(ChatScreen(self.run_dir))
 
     def action_stop(self) -> None:
-        if self.view is not None and self.view.ended:
+        if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why
             self.notify("the run has already ended", severity="warning")
             return
         force = self.stop_requests > 0

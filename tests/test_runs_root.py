@@ -1,0 +1,68 @@
+"""Where runs live (issue 13, item 1): a per-user default runs root (FTUI_HOME, else
+XDG_DATA_HOME/ftui, else ~/.local/share/ftui) and an index of runs a config's output_dir put
+elsewhere, so every run a user started is listed and found from any directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import tiny_config
+from ftui import cli
+from ftui.config import default_runs_root
+from ftui.jobs.launch import prepare_run
+from ftui.paths import ftui_home
+from ftui.runs import list_runs, resolve_run, run_index_path
+
+FTUI = [sys.executable, "-m", "ftui.cli"]
+
+
+def test_the_default_runs_root_is_per_user_not_per_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("FTUI_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_runs_root() == str(tmp_path / "home" / ".local" / "share" / "ftui" / "runs")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert default_runs_root() == str(tmp_path / "data" / "ftui" / "runs")
+    monkeypatch.setenv("FTUI_HOME", str(tmp_path / "mine"))
+    assert default_runs_root() == str(tmp_path / "mine" / "runs")
+
+
+def test_a_run_placed_elsewhere_by_output_dir_is_listed_and_resolved_from_any_directory(tmp_path, monkeypatch, capsys):
+    saves = tmp_path / "project" / "saves" / "llama-lora"  # LLaMA-Factory's output_dir: saves/...
+    run = prepare_run(tiny_config(tmp_path, output_dir=str(saves), run_name="elsewhere"))
+    home_run = prepare_run(tiny_config(tmp_path, output_dir=default_runs_root(), run_name="at-home"))
+    elsewhere = tmp_path / "somewhere-else"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    listed = {r.path.resolve() for r in list_runs(default_runs_root())}
+    assert listed == {run.resolve(), home_run.resolve()}
+    assert resolve_run(run.name, default_runs_root()).resolve() == run.resolve()
+    assert resolve_run("elsew", default_runs_root()).resolve() == run.resolve()  # a unique prefix
+    assert cli.main(["runs"]) == 0
+    assert run.name in capsys.readouterr().out
+    proc = subprocess.run([*FTUI, "watch", "elsewhere", "--interval", "0.01"], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert "no run" not in proc.stderr, proc.stderr
+    # An explicit other root lists what is under it only.
+    assert [r.path.resolve() for r in list_runs(saves)] == [run.resolve()]
+
+
+def test_a_stale_or_odd_index_entry_is_skipped(tmp_path):
+    kept = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "saves"), run_name="kept"))
+    gone = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "saves"), run_name="gone"))
+    (gone / "config.yaml").unlink()
+    gone.rmdir()
+    with open(run_index_path(), "a") as fh:
+        fh.write("relative/path\n\x00junk\n" + str(tmp_path / "never-was") + "\n" + str(kept) + "\n")
+    assert run_index_path().parent == ftui_home()
+    runs = list_runs(default_runs_root())
+    assert [r.path.resolve() for r in runs] == [kept.resolve()]  # listed once, the stale one skipped
+    assert all(r.status != "unreadable" for r in runs)
+
+
+def test_a_run_under_the_default_root_is_not_indexed(tmp_path):
+    prepare_run(tiny_config(tmp_path, output_dir=default_runs_root()))
+    assert not run_index_path().exists()
