@@ -306,11 +306,15 @@ async def test_s_then_enter_stops_the_run_and_a_second_stop_kills(tmp_path, monk
 
     requests = []
     monkeypatch.setattr(launch, "stop_run", lambda run_dir, force=False: requests.append(force) or "sent")
+    import psutil
+
     run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
+    me = psutil.Process()  # stands in for the run's supervisor: the run is live, so Stop is offered
+    (run / "launch.json").write_text('{"pid": %d, "create_time": %f, "start_time": %f}' % (me.pid, me.create_time(), T0))
     app = make_app(tmp_path, attach=run, clock=lambda: T0 + 30)
     async with app.run_test(size=(100, 40)) as pilot:
         dash = app.screen
-        await until(pilot, lambda: dash.view is not None and dash.view.step == 3)
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 3 and dash.view.status == "running")
         await pilot.press("s")
         await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
         assert "Enter: Stop" in text_of(app.screen.query_one(".hint", Label))
