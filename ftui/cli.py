@@ -16,6 +16,7 @@ Every command that reads or writes runs takes --root RUNS_ROOT (train: --runs-ro
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     run_dir = _resolve(args.run, args.root, safe_console(stderr=True))
     if run_dir is None:
         return EXIT_USAGE
+    # Ctrl-C must reach us even when started with SIGINT ignored (a background job of a
+    # non-interactive shell, where Python inherits SIG_IGN and never raises KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         status = watch_run(run_dir, interval=args.interval)
     except KeyboardInterrupt:  # watch only reads: the run is not touched

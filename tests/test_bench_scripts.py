@@ -46,7 +46,7 @@ def test_monitor_overhead_bench_runs():
 
 def test_planner_check_bench_runs():
     result = run("planner_check.py")
-    assert [c["case"] for c in result["cases"]] == ["full fp32 single", "lora fp32 single"]
+    assert [c["case"] for c in result["cases"]] == ["full fp32 single"]
     for case in result["cases"]:
         assert case["model_peak_bytes"] > 0 and case["estimated_gib"] > 0
 

@@ -115,7 +115,8 @@ def test_engines_agree_with_each_other(engine_runs):
         assert curve == pytest.approx(reference, rel=1e-5), preset
 
 
-@pytest.mark.parametrize("preset", ["single", "ddp", "fsdp", "zero2", "zero3"])
+@pytest.mark.parametrize("preset", ["single", pytest.param("ddp", marks=pytest.mark.slow), "fsdp",
+                                    pytest.param("zero2", marks=pytest.mark.slow), "zero3"])
 def test_resume_continues_exactly(engine_runs, tmp_path, preset):
     run_dir, events = engine_runs(preset, DEFAULT_METHOD[preset])
     copy = tmp_path / run_dir.name

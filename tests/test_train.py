@@ -10,8 +10,11 @@ from ftui.events import validate_event
 from ftui.runs import summarize_run
 from tests.conftest import lora_config, steps_of, tiny_config, train_sync
 
+# Each engine with each method in the default suite, the precision alternating; the other
+# half of the combinations is marked slow (test_engines.py covers every preset besides).
 MATRIX = [
-    (engine, method, precision)
+    pytest.param(engine, method, precision, id=f"{engine}-{method}-{precision}",
+                 marks=() if (engine == "single") == ((method == "full") == (precision == "bf16")) else pytest.mark.slow)
     for engine in ("single", "ddp")
     for method in ("full", "lora")
     for precision in ("bf16", "fp32")
@@ -36,7 +39,7 @@ def check_final_loads(run_dir, method, base=None):
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("engine,method,precision", MATRIX, ids=["-".join(m) for m in MATRIX])
+@pytest.mark.parametrize("engine,method,precision", MATRIX)
 def test_engine_method_precision_trains(tmp_path, pretrained_base, engine, method, precision):
     nproc = 2 if engine == "ddp" else 1
     over = dict(engine=engine, nproc_per_node=nproc, bf16=precision == "bf16")
