@@ -9,7 +9,6 @@ random weights (the demo, benchmarks, tests), and saves that base so adapters st
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch

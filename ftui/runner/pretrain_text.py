@@ -15,14 +15,15 @@ DataCollatorForLanguageModeling) masks every token equal to the pad id: see ``pr
 This module does exactly the same string and tokenizer calls rather than re-deriving them,
 so a tokenizer's quirks (a Metaspace prefix that ``<s>`` in front suppresses, a
 ``truncation_side``) come out the same. Checked against LLaMA-Factory's own output in
-tests/test_pretrain_text.py (tests/data/llamafactory_pt/). No torch here.
+tests/test_pretrain_text.py (tests/data/llamafactory_pt/).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-IGNORE = -100
+from ftui.runner.data import IGNORE
+
 LF_BATCH = 1000  # LLaMA-Factory's preprocessing_batch_size default: packing restarts every batch
 # The EOS text LLaMA-Factory puts between documents for ftui's built-in templates: llama3 is
 # special-cased in the pt processor; the others replace the tokenizer's EOS with their first
