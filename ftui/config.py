@@ -267,7 +267,8 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path
 
     name = cfg.model_name_or_path
-    folder = Path(resolve_model_path(name)).expanduser() if is_folder(resolve_model_path(name)) else None
+    resolved = resolve_model_path(name)
+    folder = Path(resolved).expanduser() if is_folder(resolved) else None
     problem = None
     if folder is not None:
         if not (folder / "config.json").is_file():

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
-from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed
+from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
@@ -344,9 +344,10 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
     stage = offload = None
     precision = overrides.get("precision", cfg.precision)
     if cfg.deepspeed and "engine" not in overrides:
-        spec = cfg.engine_spec
+        ds = read_user_deepspeed(cfg.deepspeed)
+        spec = spec_from(cfg.engine_name, ds)
         stage, offload = spec.zero_stage, spec.host_optimizer
-        precision = deepspeed_precision(read_user_deepspeed(cfg.deepspeed)) or precision
+        precision = deepspeed_precision(ds) or precision
     return estimate(shape, method=method, precision=precision, engine=engine,
                     world_size=overrides.get("world_size", cfg.world_size), micro_batch=get("per_device_train_batch_size"),
                     seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),

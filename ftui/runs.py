@@ -396,30 +396,33 @@ def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSum
     skipped = None if full else follower.start_at_tail(SUMMARY_HEAD, SUMMARY_TAIL, head_kinds=None)
     follower.read(None if skipped is None else SUMMARY_TAIL + MAX_TAIL_LINE)
     follower.settle()
-    if summary.model is None and summary.status != "unreadable":
-        summary.model = _config_value(path, "model_name_or_path")
-    if summary.method is None and summary.status != "unreadable":
-        # No run_start (it failed while loading): what the config asked for, as RunConfig.method
-        # and .engine_name name it.
-        kind = _config_value(path, "finetuning_type")
-        summary.method = "qlora" if kind == "lora" and _config_value(path, "quantization_bit") else kind
-        deepspeed = _config_value(path, "deepspeed")
-        summary.engine = f"deepspeed:{Path(str(deepspeed)).name}" if deepspeed else _config_value(path, "engine")
+    if summary.status != "unreadable" and (summary.model is None or summary.method is None):
+        config = _config_scalars(path)  # read once: the runs list summarises every run every 2 s
+        if summary.model is None:
+            summary.model = config.get("model_name_or_path")
+        if summary.method is None:
+            # No run_start (it failed while loading): what the config asked for, as RunConfig.method
+            # and .engine_name name it.
+            kind = config.get("finetuning_type")
+            summary.method = "qlora" if kind == "lora" and config.get("quantization_bit") else kind
+            deepspeed = config.get("deepspeed")
+            summary.engine = f"deepspeed:{Path(str(deepspeed)).name}" if deepspeed else config.get("engine")
     return summary
 
 
 MAX_TAIL_LINE = 64 << 10  # slack for the line that straddles the tail's end while the run writes
 
 
-def _config_value(run_dir: Path, key: str) -> Any:
+def _config_scalars(run_dir: Path) -> dict[Any, str | int | float]:
+    """config.yaml's settings that are plain text or numbers ({} when it cannot be read or
+    is not a mapping: a run directory is untrusted)."""
     try:
         import yaml
 
-        raw = read_at(run_dir / CONFIG_FILE, 0, 1 << 20)
-        value = (yaml.safe_load(raw or b"") or {}).get(key)
-        return value if isinstance(value, (str, int, float)) else None
+        data = yaml.safe_load(read_at(run_dir / CONFIG_FILE, 0, 1 << 20) or b"") or {}
+        return {k: v for k, v in data.items() if isinstance(v, (str, int, float))}
     except Exception:
-        return None
+        return {}
 
 
 class RunsRootError(OSError):
@@ -604,8 +607,6 @@ def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
             if m and d.is_dir():
                 out.append((int(m.group(1)), d))
     return sorted(out)
-
-
 
 
 class CheckpointError(RuntimeError):
