@@ -462,7 +462,13 @@ class LaunchScreen(Screen):
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
         if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
-            self.app.call_from_thread(self.query_one("#preview", Static).update, text)
+            self.app.call_from_thread(self._show_static, "#preview", text)
+
+    def _show_static(self, selector: str, content: Text) -> None:
+        """A worker's result, shown on the UI thread: the widget is looked up here, not in the
+        worker (the DOM belongs to the UI thread), and a screen already closed shows nothing."""
+        for widget in self.query(selector).results(Static):
+            widget.update(content)
 
     def _set_dataset_problem(self, problem: str | None) -> None:
         self._dataset_problem = problem
@@ -490,7 +496,7 @@ class LaunchScreen(Screen):
                 text.append("\n" + result, style="green" if verdict.fits else "bold red")
         except (UnknownModel, ValueError) as err:
             text = Text(f"memory: no estimate ({err})", style="dim")
-        self.app.call_from_thread(self.query_one("#plan-verdict", Static).update, text)
+        self.app.call_from_thread(self._show_static, "#plan-verdict", text)
 
     @work(thread=True, group="hardware")
     def detect_hardware(self) -> None:
