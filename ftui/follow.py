@@ -2,8 +2,8 @@
 
 Reads the run's events through the one follower (``RunFollower``: by byte offset, with the
 same end rule as every other reader), shows step / max, loss, tokens/s and an ETA from a
-recent window of steps (so it stays right after a resume), prints warnings and the final status. Ctrl-C asks the run to stop gracefully; a
-second Ctrl-C kills it. No torch here.
+recent window of steps (so it stays right after a resume), prints warnings and the final
+status. Ctrl-C asks the run to stop gracefully; a second Ctrl-C kills it. No torch here.
 """
 
 from __future__ import annotations
