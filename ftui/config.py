@@ -56,7 +56,7 @@ class RunConfig(BaseModel):
     torch_compile: bool = Field(False, description="compile each decoder layer with torch.compile (the first steps are slower)")
     chunked_loss: bool = Field(True, description="compute the loss from the last hidden states in chunks, never the full logits (much less memory with large vocabularies); false: full logits")
     tf32: bool = Field(True, description="fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower")
-    enable_liger_kernel: bool = Field(False, description="Liger's Triton kernels (RMSNorm, SwiGLU, RoPE); needs liger-kernel and a CUDA GPU")
+    enable_liger_kernel: bool = Field(False, description="Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU")
     # --- Data
     dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
     dataset_dir: str = "data"

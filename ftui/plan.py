@@ -241,14 +241,20 @@ def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target
     return shape.layers * per_layer
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
 def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16", engine: str = "single", world_size: int = 1,
              micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
-             nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True) -> Estimate:
+             nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
+             liger: bool = False) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
-    decide NCCL's share of :attr:`Estimate.overhead`."""
+    decide NCCL's share of :attr:`Estimate.overhead`. ``liger``: Liger's fused linear
+    cross-entropy computes the chunked loss (smaller chunks, sized from the hidden size)."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -321,6 +327,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # one chunk's logits at a time (as below, for the chunk only), plus the flattened copy
         # of the last hidden states the chunks are cut from
         chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
+        if liger:  # Liger bounds a chunk's logits by the hidden states' size (its chunk_mem_const of 1)
+            chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // shape.hidden))))
         logits = chunk * shape.vocab * (act + 12) + tokens * shape.hidden * act
     else:
         logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
@@ -353,7 +361,7 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     seq_len=get("cutoff_len"), gradient_checkpointing=get("gradient_checkpointing"), lora_rank=get("lora_rank"),
                     lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload,
                     nproc_per_node=cfg.nproc_per_node, compute_major=compute_major,
-                    chunked_loss=get("chunked_loss"))
+                    chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"))
 
 
 @dataclass

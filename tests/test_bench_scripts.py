@@ -66,3 +66,11 @@ def test_run_summaries_bench_runs():
 def test_loss_parity_bench_runs():
     result = run("loss_parity.py")
     assert len(result["single-full"]["loss"]) == 2 and len(result["single-full"]["eval_loss"]) == 2
+
+
+def test_gpu_set_bench_runs_the_trainer_and_ftui():
+    out = run("gpu_set.py")
+    cases = out["cases"]
+    assert set(cases) == {"trainer_fp32_padded", "fp32_packed"}
+    assert all(c["status"] == "completed" and c["tokens_per_s"] > 0 for c in cases.values())
+    assert cases["fp32_packed"]["vs_trainer"] > 0 and cases["fp32_packed"]["planned_bytes"] > 0

@@ -84,3 +84,42 @@ def test_under_autocast_the_chunks_compute_in_the_autocast_type_as_the_full_path
     assert chunked.item() == pytest.approx(full.item(), rel=1e-4)
     grad = model.lm_head.weight.grad
     assert (grad - full_grad).abs().max() <= 2e-2 * full_grad.abs().max()  # bf16 products, another order
+
+
+def test_the_liger_flag_keeps_ftuis_chunks_off_cuda():
+    """Liger's kernels are Triton GPU kernels: on a CPU tensor the hook computes the chunks itself."""
+    model = tiny_llama(layers=1, hidden=64, vocab=1000)
+    ids = torch.randint(0, 1000, (2, 30), generator=torch.Generator().manual_seed(3))
+    full, _ = _loss_and_grads(model, None, ids, ids)
+    head = L.install_chunked_loss(model, liger=True)
+    assert head._ftui_liger
+    value, _ = _loss_and_grads(model, head, ids, ids)
+    assert value.item() == pytest.approx(full.item(), rel=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Liger's fused linear cross-entropy is a CUDA (Triton) kernel")
+@pytest.mark.parametrize("tied", [False, True])
+def test_liger_fused_linear_cross_entropy_equals_ftuis_chunks_on_cuda(tied):
+    pytest.importorskip("liger_kernel")
+    results = {}
+    for liger in (False, True):
+        torch.manual_seed(0)
+        model = tiny_llama(layers=2, hidden=64, vocab=1000).cuda()
+        if tied:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        ids = torch.randint(0, 1000, (3, 50), generator=torch.Generator().manual_seed(1)).cuda()
+        labels = ids.clone()
+        labels[:, :12] = -100
+        head = L.install_chunked_loss(model, liger=liger)
+        for precision, autocast in (("fp32", contextlib.nullcontext),
+                                    ("bf16", lambda: torch.autocast("cuda", dtype=torch.bfloat16))):
+            model.zero_grad()
+            value = L.micro_batch_loss(model, head, {"input_ids": ids}, labels, autocast)
+            value.backward()
+            results[liger, precision] = (value.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
+    for precision, tol in (("fp32", 1e-4), ("bf16", 3e-2)):
+        (ours, ours_grads), (theirs, their_grads) = results[False, precision], results[True, precision]
+        assert theirs == pytest.approx(ours, rel=tol / 10)
+        assert len(ours_grads) == len(their_grads)
+        for a, b in zip(ours_grads, their_grads):
+            assert (a - b).abs().max() <= tol * a.abs().max()

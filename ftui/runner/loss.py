@@ -17,6 +17,10 @@ backward), peft, tied embeddings, checkpoints and ``final/`` are untouched. The 
 post-processed after the projection (Gemma 2/3's soft-capping) or whose projection is not a
 plain linear layer keep the full-logits path. (Written by hand because transformers offers
 no chunked loss hook for arbitrary causal LMs, and Liger's fused kernel is CUDA-only.)
+
+With ``enable_liger_kernel: true`` on a CUDA device the same hook calls Liger's fused linear
+cross-entropy (Triton kernels, the chunk size chosen from the hidden size) instead of
+``ChunkedLinearCrossEntropy``: same sum, same place, so everything above still holds.
 """
 
 from __future__ import annotations
@@ -110,6 +114,26 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return hidden.dtype
 
 
+def liger_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """Liger's fused linear cross-entropy, summed over the labelled tokens: the matrix
+    products in ``dtype`` (the weight cast as autocast would), gradients accumulated in fp32."""
+    from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
+
+    b = bias.to(dtype) if bias is not None else None
+    loss = LigerFusedLinearCrossEntropyFunction.apply(
+        hidden.to(dtype).contiguous(), weight.to(dtype), labels.contiguous(), b,
+        None,  # ce_weight
+        IGNORE,  # ignore_index
+        0.0, 0.0,  # lse_square_scale, label_smoothing
+        "sum",  # reduction
+        None,  # softcap
+        False,  # return_z_loss
+        torch.float32,  # accum_dtype
+    )
+    return (loss[0] if isinstance(loss, tuple) else loss).float()
+
+
 def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     labels = getattr(self, "_ftui_labels", None)
     if labels is None:  # any other use of the model: plain logits
@@ -118,6 +142,8 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     y = labels[:, 1:].reshape(-1)
     dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
     with torch.autocast(hidden.device.type, enabled=False):
+        if getattr(self, "_ftui_liger", False) and h.is_cuda:
+            return liger_loss_sum(h, self.weight, self.bias, y, dtype)
         return ChunkedLinearCrossEntropy.apply(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype)
 
 
@@ -127,15 +153,16 @@ def output_projection(model: nn.Module) -> nn.Module | None:
     return getter() if getter is not None else None
 
 
-def install_chunked_loss(model: nn.Module) -> nn.Module | None:
+def install_chunked_loss(model: nn.Module, liger: bool = False) -> nn.Module | None:
     """Gives the model's output projection the chunked-loss forward and returns it (the
     ``head`` micro_batch_loss takes); None where the model cannot take it (the full-logits
-    path is used then)."""
+    path is used then). ``liger``: Liger's fused kernel computes the chunks on CUDA."""
     head = output_projection(model)
     config = getattr(model, "config", None)
     if type(head) is not nn.Linear or getattr(config, "final_logit_softcapping", None):
         return None
     head.forward = types.MethodType(_chunked_forward, head)
+    head._ftui_liger = liger
     return head
 
 

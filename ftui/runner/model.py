@@ -138,8 +138,9 @@ def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
 
 
 def apply_speedups(model: nn.Module, cfg: RunConfig) -> None:
-    """Optional kernels, in place: Liger's Triton kernels (RMSNorm, SwiGLU, RoPE; not its
-    cross-entropy, since ftui computes the token-sum loss itself) and ``torch.compile`` of
+    """Optional kernels, in place: Liger's Triton kernels (RMSNorm, SwiGLU, RoPE; its fused
+    linear cross-entropy is called by ftui's own loss hook, ftui.runner.loss, so the model's
+    forward is left alone here) and ``torch.compile`` of
     each decoder layer (layer by layer, so FSDP can still wrap the layers and a graph break
     costs one layer, not the model). Validation refuses both where they cannot run."""
     if cfg.enable_liger_kernel:

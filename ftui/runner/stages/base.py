@@ -82,7 +82,7 @@ class Stage:
     def prepare_model(self, model: nn.Module) -> None:
         """Called once the method is applied, before the engine wraps the model."""
         if self.cfg.chunked_loss:
-            self.head = install_chunked_loss(model)
+            self.head = install_chunked_loss(model, liger=self.cfg.enable_liger_kernel)
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable[[], contextlib.AbstractContextManager]) -> MicroLoss:
         """Summed next-token cross-entropy over the batch's labelled tokens."""

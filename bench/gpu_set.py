@@ -1,0 +1,151 @@
+"""The GPU benchmark set (issue 18): one command, every figure that needs a GPU, one file.
+
+On a CUDA machine, for a named model shape with random weights (no download):
+
+    python bench/gpu_set.py --shape qwen2.5-1.5b          # cutoff 2048, micro batch 4, 24 steps
+
+runs, one after another and each to its end, the plain ``transformers.Trainer`` script
+(``baseline_trainer.py``, bf16, padding to each batch's longest) and ftui in these cases:
+
+    bf16 packed · bf16 padded · fp16 packed (GradScaler) · fp32 packed (TF32)
+    bf16 packed with torch_compile · with Liger · with both · with full logits (chunked_loss off)
+    bf16 packed with gradient checkpointing · LoRA r16 (for the planner)
+
+and records for each: real (non-padding) tokens/s after the warm-up steps, MFU, the time a
+step waited for data, the peak ``torch.cuda.max_memory_allocated`` of the rank against
+``ftui plan``'s estimate for the same config, and the ratio to the Trainer's tokens/s (same
+run, same data, same steps). The result goes to ``results/gpu_set_<gpu>_<shape>.json``.
+``--cases`` picks some (names as printed); ``--quick`` runs two tiny cases on any machine
+(the test suite does, so the script cannot rot). Nothing here is a timed assertion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchlib import SHAPES, machine, median, model_dir, record, run_baseline, run_ftui, tokens_per_s, varied_dataset, write_config  # noqa: E402
+from gpu_check import failure, gib, planned_bytes, read_result  # noqa: E402
+
+BF16 = dict(bf16=True, fp16=False)
+CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is its own case)
+    "bf16_packed": dict(BF16, packing=True),
+    "bf16_padded": dict(BF16, packing=False),
+    "fp16_packed": dict(bf16=False, fp16=True, packing=True),
+    "fp32_packed": dict(bf16=False, fp16=False, packing=True),
+    "bf16_packed_compile": dict(BF16, packing=True, torch_compile=True),
+    "bf16_packed_liger": dict(BF16, packing=True, enable_liger_kernel=True),
+    "bf16_packed_compile_liger": dict(BF16, packing=True, torch_compile=True, enable_liger_kernel=True),
+    "bf16_packed_full_logits": dict(BF16, packing=True, chunked_loss=False),
+    "bf16_packed_checkpointing": dict(BF16, packing=True, gradient_checkpointing=True),
+    "bf16_packed_lora": dict(BF16, packing=True, finetuning_type="lora", lora_rank=16),
+}
+TRAINER = "trainer_bf16_padded"
+QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]
+
+
+def trainer_case(name: str, common: dict[str, Any], tmp: Path, warmup: int) -> dict[str, Any]:
+    precision = name.split("_")[1]
+    cfg = write_config(tmp / f"{name}.yaml", dict(common, bf16=precision == "bf16", fp16=precision == "fp16"))
+    out = tmp / name
+    times, tokens = run_baseline(cfg, out, 1)
+    peak = json.loads(Path(f"{out}.rank0.json").read_text()).get("peak_allocated")
+    return {"status": "completed", "steps": len(times), "tokens_per_s": tokens_per_s(times, tokens, warmup), "peak_bytes": peak}
+
+
+def ftui_case(name: str, common: dict[str, Any], tmp: Path, warmup: int, timeout: float) -> dict[str, Any]:
+    cfg = dict(common, **CASES[name], run_name=name, output_dir=str(tmp / "runs" / name))
+    row: dict[str, Any] = {"planned_bytes": planned_bytes(cfg)}
+    try:
+        run = run_ftui(write_config(tmp / f"{name}.yaml", cfg), timeout=timeout)
+        row.update(read_result(run, warmup))
+        steps = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if '"step"' in line]
+        waits = [s["data_wait_s"] for s in steps[warmup + 1:] if s.get("event") == "step" and "data_wait_s" in s]
+        row["data_wait_s_median"] = median(waits) if waits else None
+    except Exception as exc:
+        row.update(failure(exc, Path(cfg["output_dir"])))
+        if not isinstance(exc, RuntimeError):
+            row["traceback"] = traceback.format_exc()[-1500:]
+    finally:  # a 1.5 B run writes GBs (its random base and final weights): keep the disk free
+        shutil.rmtree(cfg["output_dir"], ignore_errors=True)
+    if row.get("peak_bytes") and row.get("planned_bytes"):
+        row["plan_over_measured"] = row["planned_bytes"] / row["peak_bytes"]
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))
+    ap.add_argument("--cases", default=",".join([TRAINER, *CASES]), help="comma-separated case names")
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--cutoff", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--tag", default="", help="suffix of the result file")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--quick", action="store_true", help="the demo model, two cases, a few steps, not recorded")
+    args = ap.parse_args()
+    shape, steps, cutoff, batch = (("demo", 8, 128, 4) if args.quick else (args.shape, args.steps, args.cutoff, args.batch))
+    names = QUICK if args.quick else args.cases.split(",")
+    unknown = [n for n in names if n not in CASES and not n.startswith("trainer_")]
+    if unknown:
+        ap.error(f"unknown case(s) {', '.join(unknown)}; known: {TRAINER}, {', '.join(CASES)}")
+    warmup = 2 if args.quick else 5
+    results: dict[str, Any] = {"machine": machine(), "shape": shape, "model": SHAPES[shape], "cutoff_len": cutoff,
+                               "micro_batch": batch, "steps": steps, "warmup_steps_not_counted": warmup,
+                               "method": "full", "cases": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        mdir = model_dir(tmp / "model", **SHAPES[shape])
+        data = varied_dataset(tmp / "varied.json", 200 if args.quick else 4000, max_words=cutoff)
+        common = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
+                      cutoff_len=cutoff, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+                      learning_rate=1e-4, max_steps=steps, lr_scheduler_type="constant", warmup_ratio=0.0,
+                      logging_steps=1, save_steps=10**6, seed=42, device="auto", engine="single", nproc_per_node=1)
+        for name in names:
+            started = time.time()
+            if name.startswith("trainer_"):
+                try:
+                    row = trainer_case(name, common, tmp, warmup)
+                except Exception as exc:
+                    row = {"status": "error", "error": str(exc)[-1500:]}
+            else:
+                row = ftui_case(name, common, tmp, warmup, args.timeout)
+            row["wall_s"] = round(time.time() - started, 1)
+            results["cases"][name] = row
+            print(name, json.dumps(row), file=sys.stderr, flush=True)
+    base = results["cases"].get(TRAINER.replace("bf16", "fp32") if args.quick else TRAINER, {}).get("tokens_per_s")
+    for row in results["cases"].values():
+        if base and row.get("tokens_per_s"):
+            row["vs_trainer"] = row["tokens_per_s"] / base
+    print(json.dumps(results, indent=1))
+    gpu = (results["machine"].get("gpus") or ["cpu"])[0].split(",")[0]
+    name = "gpu_set_" + re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_").lower() + f"_{shape}{args.tag}"
+    if not args.quick:
+        record(name, results)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{'case':28} {'status':10} {'tok/s':>9} {'x Trainer':>9} {'MFU':>6} {'wait ms':>7} {'peak GiB':>8} {'plan GiB':>8}", file=sys.stderr)
+    for case, r in results["cases"].items():
+        tps = f"{r['tokens_per_s']:.0f}" if r.get("tokens_per_s") else "-"
+        ratio = f"{r['vs_trainer']:.2f}" if r.get("vs_trainer") else "-"
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
+        wait = f"{1000 * r['data_wait_s_median']:.1f}" if r.get("data_wait_s_median") is not None else "-"
+        print(f"{case:28} {str(r.get('status')):10} {tps:>9} {ratio:>9} {mfu:>6} {wait:>7} "
+              f"{gib(r.get('peak_bytes')):>8} {gib(r.get('planned_bytes')):>8}  {(r.get('error') or '')[:80]}", file=sys.stderr)
+    return 0 if all(r.get("status") == "completed" for r in results["cases"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
