@@ -25,6 +25,7 @@ import argparse
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +53,14 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
 }
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]
+
+
+def save_random_weights(mdir: Path) -> None:
+    """Random weights written once, so that no case spends its start-up initialising 1.5 B
+    parameters and writing them to its run directory (``model_init: random`` would)."""
+    code = ("import sys, torch; from transformers import AutoConfig, AutoModelForCausalLM; torch.manual_seed(0); "
+            "AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(mdir)], check=True)
 
 
 def trainer_case(name: str, common: dict[str, Any], tmp: Path, warmup: int) -> dict[str, Any]:
@@ -107,8 +116,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         mdir = model_dir(tmp / "model", **SHAPES[shape])
+        save_random_weights(mdir)
         data = varied_dataset(tmp / "varied.json", 200 if args.quick else 4000, max_words=cutoff)
-        common = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
+        common = dict(model_name_or_path=str(mdir), finetuning_type="full", dataset=str(data),
                       cutoff_len=cutoff, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
                       learning_rate=1e-4, max_steps=steps, lr_scheduler_type="constant", warmup_ratio=0.0,
                       logging_steps=1, save_steps=10**6, seed=42, device="auto", engine="single", nproc_per_node=1)

@@ -43,6 +43,10 @@ GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
 # The chunked loss (ftui.runner.loss) computes at most this many logits at once.
 LOSS_CHUNK_ELEMENTS = 2**26
+# With Liger (CUDA), a chunk's logits are at most this many times the last hidden states' size
+# (Liger's chunk_mem_const; its default of 1 gave 128-token chunks at Qwen's vocabulary and a
+# slower loss than ftui's own chunks, each chunk adding into the fp32 weight gradient).
+LIGER_CHUNK_FACTOR = 8
 # Memory outside the allocator's count, per GPU. These are assumptions, not measurements:
 # - the CUDA context with cuBLAS/cuDNN workspaces and kernels: 0.75 GiB (a few hundred MB
 #   to about 1 GB depending on the CUDA version and the libraries loaded);
@@ -327,8 +331,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # one chunk's logits at a time (as below, for the chunk only), plus the flattened copy
         # of the last hidden states the chunks are cut from
         chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
-        if liger:  # Liger bounds a chunk's logits by the hidden states' size (its chunk_mem_const of 1)
-            chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // shape.hidden))))
+        if liger:  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
+            chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // (LIGER_CHUNK_FACTOR * shape.hidden)))))
         logits = chunk * shape.vocab * (act + 12) + tokens * shape.hidden * act
     else:
         logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient

@@ -111,9 +111,9 @@ def test_the_chunked_loss_holds_one_chunk_of_logits_not_the_whole_micro_batchs()
     # and the flattened last hidden states
     assert full - chunked == 4096 * 151936 * 16 - (chunk_tokens * 151936 * 16 + 4096 * 64 * 4)
     assert chunked < 0.25 * full
-    # Liger sizes its chunks from the hidden size: 4096 tokens / ceil(151936 / 64) -> 2 tokens a chunk
+    # Liger sizes its chunks from the hidden size: 4096 tokens / ceil(151936 / (8 x 64)) -> 16 tokens a chunk
     liger = estimate(qwen, liger=True, **kw).activations
-    assert chunked - liger == (chunk_tokens - 2) * 151936 * 16
+    assert chunked - liger == (chunk_tokens - 16) * 151936 * 16
 
 
 def test_verdicts_for_known_cases(llama7b):

@@ -32,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftui.plan import LOSS_CHUNK_ELEMENTS
+from ftui.plan import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.runner.data import IGNORE
 
+LIGER_CHUNK_MEM = LIGER_CHUNK_FACTOR
 ELEMENTS_PER_CHUNK = LOSS_CHUNK_ELEMENTS  # logits per chunk: 64 Mi elements, 256 MiB in fp32 (the planner counts it)
 
 
@@ -87,7 +88,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             if need_h:
                 grad_h[start:start + chunk] = (d @ w).to(grad_h.dtype)
             if need_w:
-                grad_w += (d.t() @ h).float()
+                grad_w = _accumulate_fp32(grad_w, d.t(), h)
             if need_b:
                 grad_b += d.float().sum(0)
             del logits, d
@@ -107,6 +108,30 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 None, None, None)
 
 
+_FP32_OUT_MM: bool | None = None  # whether this torch's CUDA addmm takes out_dtype (read once)
+
+
+def _accumulate_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``acc + a @ b`` into the fp32 accumulator, once per chunk: in place when the product
+    is in fp32; on CUDA a half-precision product accumulates into fp32 inside the matrix
+    product (``addmm`` with ``out_dtype``); otherwise through a half-precision product and
+    its fp32 copy. The accumulator is vocab x hidden, so what a chunk costs beyond its
+    product is passes over it: three here against six for the copy-and-add, measured as
+    the larger part of the loss's time at Qwen's vocabulary on an H100."""
+    global _FP32_OUT_MM
+    if a.dtype == torch.float32:
+        return acc.addmm_(a, b)
+    if a.is_cuda and _FP32_OUT_MM is not False:
+        try:
+            out = torch.addmm(acc, a, b, out_dtype=torch.float32)
+            _FP32_OUT_MM = True
+            return out
+        except (TypeError, RuntimeError):  # an older torch: the copy-and-add below
+            _FP32_OUT_MM = False
+    acc += (a @ b).float()
+    return acc
+
+
 def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     device = hidden.device.type
     if torch.is_autocast_enabled(device):
@@ -121,16 +146,20 @@ def liger_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
 
     b = bias.to(dtype) if bias is not None else None
-    loss = LigerFusedLinearCrossEntropyFunction.apply(
-        hidden.to(dtype).contiguous(), weight.to(dtype), labels.contiguous(), b,
-        None,  # ce_weight
-        IGNORE,  # ignore_index
-        0.0, 0.0,  # lse_square_scale, label_smoothing
-        "sum",  # reduction
-        None,  # softcap
-        False,  # return_z_loss
-        torch.float32,  # accum_dtype
-    )
+    args = (hidden.to(dtype).contiguous(), weight.to(dtype), labels.contiguous(), b,
+            None,  # ce_weight
+            IGNORE,  # ignore_index
+            0.0, 0.0,  # lse_square_scale, label_smoothing
+            "sum",  # reduction
+            None,  # softcap
+            False,  # return_z_loss
+            torch.float32)  # accum_dtype
+    try:  # chunks of 8x the hidden states' size: fewer fp32 weight-gradient accumulations
+        loss = LigerFusedLinearCrossEntropyFunction.apply(
+            *args, False, False, False, None, None,  # token scaling, accuracy, predicted tokens, ce_impl, ce_mode
+            LIGER_CHUNK_MEM)
+    except TypeError:  # a Liger before chunk_mem_const: its own chunk size
+        loss = LigerFusedLinearCrossEntropyFunction.apply(*args)
     return (loss[0] if isinstance(loss, tuple) else loss).float()
 
 

@@ -1,0 +1,135 @@
+"""Where a packed step's time goes on a GPU: attention kernels and the loss, measured alone.
+
+For a named shape (random weights, on CUDA, bf16 autocast over fp32 weights as ftui trains),
+one micro batch of ``--batch`` packed rows of ``--cutoff`` tokens (examples of varied length,
+positions restarting at each, as ftui's packing makes them), times forward + backward of:
+
+- the model with ``sdpa`` and the packed ``position_ids`` (transformers builds a block-diagonal
+  causal mask: SDPA cannot use its flash kernel with a mask),
+- the same with ``flex_attention`` (a block mask that skips blocks across examples),
+- ``sdpa`` without ``position_ids`` (plain causal attention across the whole row: the flash
+  kernel; the wrong attention for packed rows, shown only as the lower bound),
+
+and the loss alone from the last hidden states: ftui's chunks, Liger's fused kernel, full logits.
+Median of ``--iters`` after ``--warmup``; prints JSON, recorded under results/ unless ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchlib import SHAPES, machine, median, record  # noqa: E402
+
+
+def packed_positions(rows: int, width: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(rows):
+        pos: list[int] = []
+        while len(pos) < width:
+            n = min(width - len(pos), max(8, int(rng.lognormvariate(5.0, 0.8))))
+            pos += list(range(n))
+        out.append(pos)
+    return out
+
+
+def timed(fn, warmup: int, iters: int) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return median(times)
+
+
+def main() -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ftui.runner import loss as L
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))
+    ap.add_argument("--cutoff", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--attn", default="sdpa_packed,flex_packed,sdpa_causal")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("packed_attention.py needs a CUDA GPU")
+    dev = torch.device("cuda")
+    shape = dict(SHAPES[args.shape])
+    vocab = shape.pop("vocab_size", 32000)
+    cfg = LlamaConfig(vocab_size=vocab, **shape)
+    torch.manual_seed(0)
+    ids = torch.randint(0, vocab, (args.batch, args.cutoff), device=dev)
+    pos = torch.tensor(packed_positions(args.batch, args.cutoff), device=dev)
+    autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    out = {"machine": machine(), "shape": args.shape, "cutoff_len": args.cutoff, "micro_batch": args.batch,
+           "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}}
+    for name in filter(None, args.attn.split(",")):
+        impl = "flex_attention" if name.startswith("flex") else "sdpa"
+        model = LlamaForCausalLM._from_config(cfg, attn_implementation=impl).to(dev)
+        head = L.install_chunked_loss(model)
+        kwargs = {"input_ids": ids} if name.endswith("causal") else {"input_ids": ids, "position_ids": pos}
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            L.micro_batch_loss(model, head, kwargs, ids, autocast).backward()
+        try:
+            out["fwd_bwd_s"][name] = timed(step, args.warmup, args.iters)
+        except Exception as exc:  # a kernel this torch lacks is a reading too
+            out["fwd_bwd_s"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        print(name, out["fwd_bwd_s"][name], file=sys.stderr, flush=True)
+        model = head = None
+        torch.cuda.empty_cache()
+    hidden = torch.randn(args.batch, args.cutoff, cfg.hidden_size, device=dev, requires_grad=True)
+    proj = torch.nn.Linear(cfg.hidden_size, vocab, bias=False, device=dev)
+    for name in ("chunks", "liger", "full_logits"):
+        head = None
+        proj_model = torch.nn.Module()
+        proj_model.lm_head = proj
+        proj_model.get_output_embeddings = lambda: proj
+        if name != "full_logits":
+            head = L.install_chunked_loss(proj_model, liger=name == "liger")
+
+        def loss_step():
+            proj.zero_grad(set_to_none=True)
+            hidden.grad = None
+            with autocast():
+                if head is None:
+                    value = L.token_loss_sum(proj(hidden), ids)
+                else:
+                    head._ftui_labels = ids
+                    value = proj(hidden).float()
+                    head._ftui_labels = None
+            value.backward()
+        try:
+            out["loss_fwd_bwd_s"][name] = timed(loss_step, args.warmup, args.iters)
+        except Exception as exc:
+            out["loss_fwd_bwd_s"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        print(name, out["loss_fwd_bwd_s"][name], file=sys.stderr, flush=True)
+        proj.forward = torch.nn.Linear.forward.__get__(proj)
+    print(json.dumps(out, indent=1))
+    if not args.quick:
+        gpu = torch.cuda.get_device_name().replace(" ", "_").lower()
+        record(f"packed_attention_{gpu}_{args.shape}", out)
+
+
+if __name__ == "__main__":
+    main()
