@@ -237,3 +237,19 @@ def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(l
     assert main(["plan", str(conf), "--set", "nproc_per_node=2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "NCCL buffers 2 x 0.8 GiB (assumed)" in out and "NVLS" not in out
+
+
+def test_compile_and_liger_count_the_fused_mlp_activation_once():
+    qwen15 = ModelShape.from_config(dict(LLAMA2_7B, vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2))
+    kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
+    plain = estimate(qwen15, **kw).activations
+    fused = estimate(qwen15, fused_kernels=True, **kw).activations
+    # the SwiGLU's activation and product are not saved: 2 x intermediate x 2 bytes per token and
+    # layer (the layers and the +1 for the gradient flowing back through one)
+    assert plain - fused == 4 * 2048 * 2 * 8960 * 2 * 29
+
+
+def test_the_config_turns_on_the_fused_kernels_estimate(llama7b):
+    plain = estimate_for(cfg_for(llama7b)).activations
+    assert estimate_for(cfg_for(llama7b, torch_compile=True)).activations < plain
