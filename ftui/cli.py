@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file")
     pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU CUDA_VISIBLE_DEVICES leaves)")
+    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)")
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 

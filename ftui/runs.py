@@ -100,6 +100,14 @@ def read_launch_info(run_dir: Path) -> dict[str, Any]:
     return read_launch_record(run_dir)[0]
 
 
+def run_cuda_devices(run_dir: Path) -> str | None:
+    """The CUDA_VISIBLE_DEVICES its processes got (launch.json's env: the config's ``gpus``, or
+    the environment's), None when it was unset: the GPUs a dashboard of the run samples."""
+    env = read_launch_info(run_dir).get("env")
+    value = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
+    return value if isinstance(value, str) and len(value) <= 4096 else None
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False

@@ -234,3 +234,15 @@ def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(l
     assert main(["plan", str(conf), "--set", "nproc_per_node=2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "NCCL buffers 2 x 0.8 GiB (assumed)" in out and "NVLS" not in out
+
+
+def test_the_planner_compares_with_the_gpus_the_run_picked(llama7b, monkeypatch):
+    """Issue 13, item 13: gpus picks the GPUs; the verdict is against the smallest of those
+    (and their generation), not the machine's first ones."""
+    from tests.fake_nvml import FakeGpu, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, [FakeGpu(name="NVIDIA A10", uuid="GPU-a", capability=(8, 6), mem_total=24 * GIB),
+                                FakeGpu(name="NVIDIA H100", uuid="GPU-b", capability=(9, 0), mem_total=80 * GIB)])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert plan(cfg_for(llama7b, finetuning_type="lora")).gpu_bytes == 24 * GIB
+    assert plan(cfg_for(llama7b, finetuning_type="lora", gpus="1")).gpu_bytes == 80 * GIB

@@ -447,6 +447,40 @@ async def test_form_counts_and_checks_only_the_gpus_cuda_visible_devices_leaves(
         assert not screen.query_one("#p-bf16", RadioButton).disabled
 
 
+async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(tmp_path, monkeypatch):
+    """Issue 13, item 13: the gpus field offers the machine's GPUs (NVML, faked here);
+    processes per node follow the GPUs picked until the user sets them; more processes
+    than GPUs picked is refused naming both; the config carries gpus."""
+    from textual.widgets import Select
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "method": "full", "cutoff_len": "128"})
+        gpus, nproc = screen.query_one("#f-gpus", Input), screen.query_one("#f-nproc_per_node", Input)
+        await until(pilot, lambda: gpus.placeholder == "all: 0,1,2,3")
+        assert "GPUs: 0 GPU model 0, 39 of 40 GiB free · 1 GPU model 1" in text_of(screen.query_one("#engine-help"))
+        await until(pilot, lambda: nproc.value == "4")
+        assert screen.query_one("#f-engine", Select).value == "ddp"
+        gpus.value = "1, 3"
+        await until(pilot, lambda: nproc.value == "2")
+        await until(pilot, lambda: screen.config is not None)
+        assert screen.current_config_dict()["gpus"] == "1, 3" and screen.config.gpus == "1,3"
+        assert "gpus 1,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help"))
+        nproc.value = "3"  # the user's own number: no longer follows the GPUs
+        await until(pilot, lambda: screen.query("#e-nproc_per_node"))
+        assert "3 processes need a GPU each, but gpus picks 2 (1,3)" in text_of(screen.query_one("#e-nproc_per_node"))
+        assert screen.query_one("#start", Button).disabled
+        gpus.value = "0,1,2"
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+        assert nproc.value == "3"
+
+
 async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_the_stage(tmp_path, lf_data):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 45)) as pilot:
@@ -643,3 +677,23 @@ async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_
         assert "the run has ended" in gpu and "r1 15.0 GiB" in gpu
         assert "97%" not in gpu
         assert "stop" not in offered(dash)
+
+
+async def test_the_dashboard_samples_the_gpus_the_run_was_given(tmp_path, monkeypatch):
+    """Issue 13, item 13: a run started with gpus 2,3 (launch.json's CUDA_VISIBLE_DEVICES):
+    its device panel shows those two, numbered as the run numbers them, with nvidia-smi's."""
+    import json
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    run = write_run(tmp_path / "runs", "picked", steps=20, max_steps=40)  # another host's: counts as live
+    launch = json.loads((run / "launch.json").read_text())
+    (run / "launch.json").write_text(json.dumps({**launch, "env": {"CUDA_VISIBLE_DEVICES": "2,3"}}))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100, sampler=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: "nvidia-smi 3" in text_of(dash.query_one("#gpu-panel")))
+        gpu = text_of(dash.query_one("#gpu-panel"))
+        assert "0 (nvidia-smi 2)" in gpu and "1 (nvidia-smi 3)" in gpu and "nvidia-smi 1" not in gpu
