@@ -481,6 +481,21 @@ async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(t
         assert nproc.value == "3"
 
 
+async def test_a_yamls_gpus_list_fills_the_field_and_is_what_the_form_checks(tmp_path, monkeypatch):
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = make_app(tmp_path, initial_config={"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo",
+                                             "cutoff_len": 128, "engine": "ddp", "gpus": [2, 3], "nproc_per_node": 2})
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready and screen.config is not None)
+        assert screen.query_one("#f-gpus", Input).value == "2,3" and screen.config.gpus == "2,3"
+        await until(pilot, lambda: "gpus 2,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help")))
+        assert screen.query_one("#f-nproc_per_node", Input).value == "2"
+
+
 async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_the_stage(tmp_path, lf_data):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 45)) as pilot:

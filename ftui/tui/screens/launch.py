@@ -136,6 +136,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
+    if isinstance(cfg.get("gpus"), (list, tuple)):  # YAML's gpus: [2, 3]
+        values["gpus"] = ",".join(str(g) for g in cfg["gpus"])
     return values
 
 
@@ -254,7 +256,7 @@ class LaunchScreen(Screen):
             self.fill(config_to_form(self._initial), validate=False)
         self._ready = True
         self.query_one("#f-model_name_or_path", Input).focus()
-        self.detect_hardware()
+        self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)  # NVML: the GPUs the run would use
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
@@ -505,13 +507,15 @@ class LaunchScreen(Screen):
             text = Text(f"memory: no estimate ({err})", style="dim")
         self.app.call_from_thread(self._show_static, "#plan-verdict", text)
 
-    def _gpus_changed(self, value: str) -> None:
-        """GPUs picked (or unpicked): count and check those, once the value reads as a list."""
+    def _gpus_changed(self, value: str, always: bool = False) -> None:
+        """GPUs picked (or unpicked): count and check those once the value reads as a list
+        (not while "1," is being typed); ``always``: else those the environment leaves."""
         from ftui.config import GPU_LIST, gpus_as_text
 
         picked = gpus_as_text(value)
-        if picked is None or GPU_LIST.fullmatch(picked):
-            self.detect_hardware(picked)
+        valid = picked is None or GPU_LIST.fullmatch(picked) is not None
+        if valid or always:
+            self.detect_hardware(picked if valid else None)
 
     @work(thread=True, exclusive=True, group="hardware")
     def detect_hardware(self, picked: str | None = None) -> None:
@@ -589,6 +593,7 @@ class LaunchScreen(Screen):
             return
         self._keep_loaded(data, f"loaded {path}")
         self.fill(config_to_form(self._defaults() | data))
+        self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)
         self.detect_model(str(data.get("model_name_or_path", "")))
         self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
 
@@ -600,6 +605,8 @@ class LaunchScreen(Screen):
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
         self._loaded_keys = set(data)
+        if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
+            self._nproc_filled = None
         warning = unsupported_warning(sorted(self.extra))
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))  # wrapped, stays after the notification
         if what or warning:
