@@ -9,6 +9,7 @@
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
+    ftui delete RUN [--yes]                  delete a run that no job runs (asks first)
 
 Every command that reads or writes runs takes --root RUNS_ROOT (train: --runs-root too, its old name).
 """
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file")
     pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU CUDA_VISIBLE_DEVICES leaves)")
+    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)")
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
@@ -98,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("runs", help="list your runs (the default runs root's and those output_dir put elsewhere)")
     r.add_argument("--root", default=None, metavar="RUNS_ROOT",
                    help=f"list only the runs under this directory (default: {default_runs_root()}, set by FTUI_HOME, plus the runs it indexes)")
+
+    d = sub.add_parser("delete", help="delete a run's directory (checkpoints and final/ included) and its run index entry; never a live run",
+                       epilog="exit codes: 0 deleted, 1 not deleted (a live run, declined, or it could not be removed), 2 no such run")
+    d.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
+    d.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when stdin is not a terminal)")
+    d.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
     a = sub.add_parser("attach", help="open the dashboard on a run (live or finished); quitting never stops it")
     a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
@@ -130,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_attach(args)
     if args.command == "watch":
         return cmd_watch(args)
+    if args.command == "delete":
+        return cmd_delete(args)
     return cmd_app(args)
 
 
@@ -190,6 +199,45 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return EXIT_OK if status == "completed" else EXIT_FAILED
 
 
+def _refused_live(run_dir: Path, summary: Any, err: Console, then: str = "") -> bool:
+    """Says so when a live run is asked for something only a stopped run can have."""
+    if summary.live:
+        err.print(f"[red]error:[/] {escape(run_dir.name)} is {summary.status}: stop it first "
+                  f"(ftui attach {escape(run_dir.name)}, then s){then}")
+    return summary.live
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from ftui.runs import RunDeleteError, delete_run, summarize_run
+
+    err = safe_console(stderr=True)
+    run_dir = _resolve(args.run, args.root, err)
+    if run_dir is None:
+        return EXIT_USAGE
+    summary = summarize_run(run_dir)
+    if _refused_live(run_dir, summary, err, "; nothing deleted"):  # before asking; delete_run checks again under the job lock
+        return EXIT_FAILED
+    if not args.yes:
+        if not sys.stdin.isatty():
+            err.print(f"[red]error:[/] not deleting {escape(run_dir.name)} without a yes: stdin is not a terminal (add --yes)")
+            return EXIT_FAILED
+        try:
+            answer = input(f"Delete run {run_dir.name} ({summary.status}, step {summary.step}/{summary.max_steps or '?'})?\n"
+                           f"  {run_dir}\nIts checkpoints and final/ go too; this cannot be undone. [y/N] ")
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            err.print("not deleted")
+            return EXIT_FAILED
+    try:
+        path = delete_run(run_dir)
+    except RunDeleteError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_FAILED
+    print(f"deleted {path}")
+    return EXIT_OK
+
+
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
     overrides = _parse_set(args.overrides)
     if args.node_rank is not None:
@@ -239,8 +287,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     if run_dir is None:
         return None
     summary = summarize_run(run_dir)
-    if summary.live:
-        err.print(f"[red]error:[/] {escape(run_dir.name)} is still running; stop it first (ftui attach {escape(run_dir.name)}, then Stop)")
+    if _refused_live(run_dir, summary, err):
         return None
     if summary.status == "unreadable":
         err.print(f"[red]error:[/] {escape(run_dir.name)} is unreadable: {escape(str(summary.reason))}")
@@ -498,10 +545,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ftui.follow import fmt_duration
-    from ftui.runs import RunsRootError, list_runs
-
-    import time
+    from ftui.runs import LIST_COLUMNS, RunsRootError, list_row, list_runs
 
     root = args.root or default_runs_root()
     console = safe_console()
@@ -513,16 +557,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         console.print(f"no runs under {escape(str(Path(root).resolve()))}")
         return EXIT_OK
-    header = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
-    rows = [
-        (
-            r.run_id, r.status, str(r.model or "-"), r.method or "-", r.engine or "-",
-            f"{r.step}/{r.max_steps or '?'}", f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
-            fmt_duration(r.duration),
-        )
-        for r in runs
-    ]
+    header = LIST_COLUMNS
+    rows = [tuple(list_row(r).values()) for r in runs]
     if not console.is_terminal:  # scripts and `ssh host ftui runs`: one unwrapped line per run
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:

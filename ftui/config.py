@@ -18,13 +18,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
+
+
+def gpus_as_text(value: Any) -> Any:
+    """``gpus`` as CUDA_VISIBLE_DEVICES text: YAML's ``gpus: 1`` and ``gpus: [0, 1]`` mean "1"
+    and "0,1"; blanks around commas go; an empty value means unset (an empty
+    CUDA_VISIBLE_DEVICES would hide every GPU). Anything else is left for validation to refuse."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
+        value = ",".join(str(v) for v in value)
+    if isinstance(value, str):
+        return ",".join(part.strip() for part in value.split(",")) if value.strip() else None
+    return value
 
 
 class RunConfig(BaseModel):
@@ -97,10 +110,17 @@ class RunConfig(BaseModel):
     node_rank: int = Field(0, ge=0)
     rdzv_endpoint: str | None = Field(None, description="host:port where the nodes meet (multi-node)")
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    gpus: str | None = Field(None, description="the GPUs the run uses, as nvidia-smi numbers them (0,1) or GPU-/MIG- UUID prefixes: "
+                             "its processes' CUDA_VISIBLE_DEVICES; empty: those CUDA_VISIBLE_DEVICES leaves (unset: all)")
     # --- Faults (ftui's own)
     nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
     hang_timeout: int = Field(1800, ge=0, description="end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)")
     stop_timeout: int = Field(600, ge=5, description="seconds a graceful stop may take (finish the step, save) before the ranks are killed")
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_as_text(cls, value: Any) -> Any:
+        return gpus_as_text(value)
 
     @property
     def precision(self) -> str:
@@ -229,17 +249,18 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
     out += engine_problems(cfg)
-    if cfg.fp16 and not cfg.bf16 and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present())):
+    out += gpu_pick_problems(cfg)
+    if cfg.fp16 and not cfg.bf16 and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
         out.append(FieldProblem("fp16", True, "fp16 needs a CUDA GPU"
                                 + (" and none was found" if cfg.device == "auto" else "")
                                 + "; for a CPU run use bf16 (CPU autocast supports it) or fp32"))
     if cfg.bf16 and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
         from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
 
-        reason = bf16_unsupported_reason(cfg.nproc_per_node)  # the GPUs this node's ranks use
+        reason = bf16_unsupported_reason(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
         if reason:
             out.append(FieldProblem("bf16", True, f"{reason} (older GPUs only emulate it, many times slower); "
-                                    "use fp16 (with loss scaling) or fp32, or other GPUs (CUDA_VISIBLE_DEVICES)"))
+                                    "use fp16 (with loss scaling) or fp32, or other GPUs (gpus)"))
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
             out.append(FieldProblem("enable_liger_kernel", True, "Liger's kernels are Triton GPU kernels; turn it off for a CPU run"))
@@ -358,10 +379,42 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-def gpu_present() -> bool:
+GPU_LIST = re.compile(r"\d+(,\d+)*|(GPU|MIG)-[\w-]+(,(GPU|MIG)-[\w-]+)*")
+
+
+def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """``gpus``: written as CUDA_VISIBLE_DEVICES takes it (CUDA silently drops what follows a
+    bad entry, and hides every GPU when one is named twice), each GPU on this machine when
+    NVML can tell, and one GPU per process of this node."""
+    if cfg.gpus is None:
+        return []
+    if cfg.device == "cpu":
+        return [FieldProblem("gpus", cfg.gpus, "a CPU run (device: cpu) uses no GPU; leave gpus empty or set device: auto")]
+    if not GPU_LIST.fullmatch(cfg.gpus):
+        return [FieldProblem("gpus", cfg.gpus, "expected nvidia-smi's GPU numbers separated by commas (0,1) or GPU-/MIG- UUID prefixes")]
+    entries = cfg.gpus.split(",")
+    twice = sorted({e for e in entries if entries.count(e) > 1})
+    if twice:
+        return [FieldProblem("gpus", cfg.gpus, f"GPU {twice[0]} is named twice (CUDA would then show no GPU at all)")]
+    from ftui.gpu import gpus_named, visible_gpus  # NVML, not torch: this runs in the dashboard too
+
+    out = []
+    machine = gpus_named(None)
+    found = len(visible_gpus(cfg.gpus))
+    if machine and found < len(entries):
+        numbers = f"0-{len(machine) - 1}" if len(machine) > 1 else "0"
+        out.append(FieldProblem("gpus", cfg.gpus, f"GPU {entries[found]} is not on this machine (nvidia-smi numbers its {len(machine)} GPU(s) {numbers})"))
+    if cfg.nproc_per_node > len(entries):
+        out.append(FieldProblem("nproc_per_node", cfg.nproc_per_node,
+                                f"{cfg.nproc_per_node} processes need a GPU each, but gpus picks {len(entries)} ({cfg.gpus}): "
+                                f"lower nproc_per_node to {len(entries)} or pick more GPUs"))
+    return out
+
+
+def gpu_present(picked: str | None = None) -> bool:
     from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
 
-    return gpu_count() > 0
+    return gpu_count(picked) > 0
 
 
 def qlora_unavailable_reason() -> str | None:

@@ -142,20 +142,27 @@ def _match_prefix(wanted: str, uuids: list[str]) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def visible_gpus() -> list[VisibleGpu]:
+def visible_gpus(picked: str | None = None) -> list[VisibleGpu]:
     """The GPUs a program started from here sees, in its cuda:N order; [] without NVML.
+    ``picked``: a run's own CUDA_VISIBLE_DEVICES (its config's ``gpus``), which replaces the
+    environment's; None: the environment's (unset there: every GPU).
 
     NVML numbers every GPU of the machine in PCI bus order; CUDA numbers only those that
     CUDA_VISIBLE_DEVICES names, in the order it names them. Ordinals in CUDA_VISIBLE_DEVICES
     mean NVML's numbers when CUDA_DEVICE_ORDER=PCI_BUS_ID, which ftui sets (unless the user
     chose otherwise) for the processes it starts."""
+    return gpus_named(os.environ.get("CUDA_VISIBLE_DEVICES") if picked is None else picked)
+
+
+def gpus_named(devices: str | None) -> list[VisibleGpu]:
+    """The GPUs CUDA_VISIBLE_DEVICES=``devices`` leaves visible (None: every GPU of the machine)."""
     if not _init():
         return []
     try:
         physical = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
     except Exception:
         return []
-    wanted = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    wanted = parse_visible_devices(devices)
     chosen: list[tuple[int, Any, Any, str]] = []  # (nvml index, handle, physical handle, uuid)
     if wanted is None or (wanted and isinstance(wanted[0], int)):
         for n in wanted if wanted is not None else range(len(physical)):
@@ -188,9 +195,22 @@ def name_of(handle: Any) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def gpu_count() -> int:
-    """How many GPUs a run started from here can use (CUDA_VISIBLE_DEVICES respected)."""
-    return len(visible_gpus())
+def gpu_count(picked: str | None = None) -> int:
+    """How many GPUs a run started from here can use (its ``gpus``, else CUDA_VISIBLE_DEVICES)."""
+    return len(visible_gpus(picked))
+
+
+def machine_gpus() -> list[tuple[str, str]]:
+    """(what a run's ``gpus`` names it by, a description) of every GPU of the machine, in
+    nvidia-smi's order (MIG instances by UUID), for the launch form to offer."""
+    out = []
+    for g in gpus_named(None):
+        mem = _opt(pynvml.nvmlDeviceGetMemoryInfo, g.handle)
+        free = f", {(mem.total - mem.used) / (1 << 30):.0f} of {mem.total / (1 << 30):.0f} GiB free" if mem is not None else ""
+        out.append((str(g.nvml_index), f"{name_of(g.handle)}{free}"))
+        for i, _parent, mig, uuid in _mig_instances([(g.nvml_index, g.physical)]):
+            out.append((uuid, f"MIG of GPU {i}: {name_of(mig)}"))
+    return out
 
 
 def gpu_names() -> list[str]:
@@ -211,11 +231,12 @@ def visibility_note() -> str | None:
     return f"CUDA_VISIBLE_DEVICES={value!r}: {gpu_count()} of {total if total is not None else '?'} GPUs visible"
 
 
-def compute_capabilities(count: int | None = None) -> list[tuple[VisibleGpu, tuple[int, int]]]:
+def compute_capabilities(count: int | None = None, picked: str | None = None) -> list[tuple[VisibleGpu, tuple[int, int]]]:
     """(GPU, compute capability) of the first ``count`` visible GPUs (all by default): the
-    ones a run of ``count`` processes per node uses. GPUs NVML cannot tell are left out."""
+    ones a run of ``count`` processes per node uses (``picked``: its ``gpus``). GPUs NVML
+    cannot tell are left out."""
     out = []
-    for g in visible_gpus()[:count]:
+    for g in visible_gpus(picked)[:count]:
         try:
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(g.physical)
         except Exception:
@@ -224,10 +245,10 @@ def compute_capabilities(count: int | None = None) -> list[tuple[VisibleGpu, tup
     return out
 
 
-def bf16_unsupported_reason(count: int | None = None) -> str | None:
+def bf16_unsupported_reason(count: int | None = None, picked: str | None = None) -> str | None:
     """Why bf16 cannot run on the first ``count`` visible GPUs (compute capability below 8.0:
     V100, T4 emulate it, many times slower), else None."""
-    for g, (major, minor) in compute_capabilities(count):
+    for g, (major, minor) in compute_capabilities(count, picked):
         if major < 8:
             return f"{g.label} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer"
     return None
@@ -240,10 +261,11 @@ def _opt(fn, *args):
         return None
 
 
-def sample_gpus() -> list[GpuSample]:
-    """One reading of every GPU a run started from here can use; [] when NVML is unavailable."""
+def sample_gpus(picked: str | None = None) -> list[GpuSample]:
+    """One reading of every GPU a run started from here can use (``picked``: the run's own
+    CUDA_VISIBLE_DEVICES); [] when NVML is unavailable."""
     out: list[GpuSample] = []
-    for g in visible_gpus():
+    for g in visible_gpus(picked):
         try:
             mem = pynvml.nvmlDeviceGetMemoryInfo(g.handle)
         except Exception:

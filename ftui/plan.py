@@ -467,19 +467,20 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
 
 
 def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = None) -> Verdict:
-    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest GPU a run
-    started here can use), whether it fits and what would. ``compute_major`` (default: the
+    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest of the GPUs
+    its processes use: its ``gpus``, else the first CUDA_VISIBLE_DEVICES leaves), whether it fits and what would. ``compute_major`` (default: the
     oldest of those GPUs, from NVML) sizes NCCL's buffers. Raises UnknownModel when
     config.json is missing."""
     shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
     if getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
         from ftui.gpu import compute_capabilities, sample_gpus
 
+        picked = getattr(cfg, "gpus", None)  # the run's own GPUs, else those CUDA_VISIBLE_DEVICES leaves
         if gpu_bytes is None:
-            totals = [g.mem_total for g in sample_gpus()]
+            totals = [g.mem_total for g in sample_gpus(picked)[:cfg.nproc_per_node]]
             gpu_bytes = min(totals) if totals else None
         if compute_major is None:
-            majors = [major for _gpu, (major, _minor) in compute_capabilities(cfg.nproc_per_node)]
+            majors = [major for _gpu, (major, _minor) in compute_capabilities(cfg.nproc_per_node, picked)]
             compute_major = min(majors) if majors else None
     e = estimate_for(cfg, shape, compute_major)
     suggestions = what_fits(cfg, shape, gpu_bytes, compute_major=compute_major) if gpu_bytes is not None and e.needed > gpu_bytes else []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 from array import array
 from bisect import bisect_right
 import re
@@ -97,6 +98,14 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
 def read_launch_info(run_dir: Path) -> dict[str, Any]:
     """launch.json's trusted fields ({} when absent or unreadable)."""
     return read_launch_record(run_dir)[0]
+
+
+def run_cuda_devices(run_dir: Path) -> str | None:
+    """The CUDA_VISIBLE_DEVICES its processes got (launch.json's env: the config's ``gpus``, or
+    the environment's), None when it was unset: the GPUs a dashboard of the run samples."""
+    env = read_launch_info(run_dir).get("env")
+    value = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
+    return value if isinstance(value, str) and len(value) <= 4096 else None
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -425,6 +434,23 @@ def _config_scalars(run_dir: Path) -> dict[Any, str | int | float]:
         return {}
 
 
+LIST_COLUMNS = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
+
+
+def list_row(r: RunSummary) -> dict[str, str]:
+    """A run as ``ftui runs`` and the runs screen show it: every LIST_COLUMNS cell as text."""
+    from ftui.follow import fmt_duration  # follow imports this module
+
+    return {
+        "run": r.run_id, "status": r.status,
+        "model": str(r.reason if r.status == "unreadable" else r.model or "-"),
+        "method": r.method or "-", "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
+        "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
+        "duration": fmt_duration(r.duration),
+    }
+
+
 class RunsRootError(OSError):
     """The runs root exists but cannot be listed (permissions): the message says so."""
 
@@ -439,6 +465,8 @@ def _run_dirs(root_path: Path) -> list[Path]:
         raise RunsRootError(f"cannot list the runs root {root_path}: {err.strerror or err}") from None
     out = []
     for entry in entries:
+        if entry.name.startswith("."):  # never a run's name (slug): a run being deleted (delete_run)
+            continue
         try:
             if entry.is_dir():
                 out.append(Path(entry.path))
@@ -494,11 +522,36 @@ def record_run(run_dir: str | os.PathLike[str]) -> None:
         ftui_home().mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(run_index_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # forget_run rewrites the file in place under this lock
             os.write(fd, (path + "\n").encode("utf-8", "surrogateescape"))
         finally:
             os.close(fd)
     except OSError:
         pass
+
+
+def forget_run(run_dir: str | os.PathLike[str]) -> None:
+    """Removes a run's lines from the run index (a deleted run). Rewritten in place under the
+    index's flock, which record_run takes too, so a run recorded meanwhile is not lost.
+    Best effort, like record_run: an entry whose directory is gone is skipped by every reader."""
+    path = os.path.realpath(Path(run_dir).expanduser()).encode("utf-8", "surrogateescape")
+    try:
+        fd = os.open(run_index_path(), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "r+b") as fh:
+            lines = fh.read().split(b"\n")
+            kept = [line for line in lines if line and line != path]
+            if len(kept) != len([line for line in lines if line]):
+                fh.seek(0)
+                fh.write(b"".join(line + b"\n" for line in kept))
+                fh.truncate()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def indexed_run_dirs() -> list[Path]:
@@ -557,6 +610,65 @@ def list_runs(root: str | os.PathLike[str]) -> list[RunSummary]:
     runs += [r for d in _extra_run_dirs(root_path, dirs) if (r := _summarize_indexed(d)) is not None]
     runs.sort(key=lambda r: (r.started or 0.0, r.run_id), reverse=True)
     return runs
+
+
+class RunDeleteError(RuntimeError):
+    """A run that must not or cannot be deleted; the message says why and what to do."""
+
+
+RUN_MARKERS = (LAUNCH_FILE, EVENTS_FILE, LOG_FILE, LOCK_FILE)  # beside config.yaml, one of these: a run ftui started
+
+
+def delete_run(run_dir: str | os.PathLike[str]) -> Path:
+    """Deletes a run directory that no job runs, and its run index entry; returns the path.
+
+    A live run is refused (stop it first). The job lock is held while the directory goes,
+    so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
+    into a half-deleted directory). The directory is first renamed to a dot-name, which no
+    listing shows: the run leaves every list at once, however long the removal of its
+    checkpoints takes, and one interrupted removal leaves no half-run behind in the list."""
+    path = Path(os.path.realpath(Path(run_dir).expanduser()))
+    if not (path / CONFIG_FILE).is_file() or not any(os.path.lexists(path / m) for m in RUN_MARKERS):
+        raise RunDeleteError(f"{path} does not look like an ftui run directory (no {CONFIG_FILE} with a {LAUNCH_FILE} or "
+                             f"{EVENTS_FILE}); nothing deleted")
+    summary = summarize_run(path)
+    if summary.live:
+        raise RunDeleteError(f"{path.name} is {summary.status}: stop it first (ftui attach {path.name}, then s), then delete it")
+    lock = _take_job_lock(path)
+    try:
+        hidden = path.with_name(f".{path.name}.deleting")
+        try:
+            os.rename(path, hidden)
+        except OSError as err:
+            raise RunDeleteError(f"cannot delete {path}: {err.strerror or err}") from None
+        forget_run(path)
+
+        failed: list[str] = []
+        shutil.rmtree(hidden, onerror=lambda _f, p, exc: failed.append(f"{p}: {getattr(exc[1], 'strerror', None) or exc[1]}"))
+        if failed:
+            raise RunDeleteError(f"{path.name} is no longer listed, but {len(failed)} file(s) could not be removed "
+                                 f"(first: {failed[0]}); remove {hidden} yourself")
+    finally:
+        if lock is not None:
+            os.close(lock)
+    return path
+
+
+def _take_job_lock(run_dir: Path) -> int | None:
+    """The run's job lock, exclusively (RunDeleteError if a job holds it); None for a run
+    without a lock file (one from before ftui kept one: its summary said it is not live)."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise RunDeleteError(f"cannot lock {run_dir.name}'s {LOCK_FILE}: {err.strerror or err}; nothing deleted") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RunDeleteError(f"{run_dir.name} has a job running (it holds {LOCK_FILE}): stop it first; nothing deleted") from None
+    return fd
 
 
 def _is_run(path: Path) -> bool:

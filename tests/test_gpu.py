@@ -125,3 +125,54 @@ def test_ftui_train_refuses_bf16_on_a_volta_gpu(monkeypatch, tmp_path, capsys):
     assert "Tesla V100-SXM2-32GB" in err and "compute capability 7.0" in err and "fp16" in err
     assert not (tmp_path / "runs").exists()
     assert main(["plan", str(conf)]) == 2  # the same validation
+
+
+# --- gpus: the GPUs a run uses, picked in the form or the config (issue 13, item 13)
+
+def gpus_config(**kw):
+    return {"model_name_or_path": "org/m", "dataset": "x", "engine": "ddp", **kw}
+
+
+@pytest.mark.parametrize("value, stored", [("2,3", "2,3"), (" 2, 3 ", "2,3"), ([2, 3], "2,3"), (1, "1"), ("", None),
+                                           ("GPU-cccc,GPU-aaaa", "GPU-cccc,GPU-aaaa")])
+def test_gpus_takes_yaml_numbers_lists_and_text(monkeypatch, value, stored):
+    machine(monkeypatch, four_gpus())
+    cfg, problems = validate_config(gpus_config(gpus=value, nproc_per_node=1))
+    assert problems == [] and cfg.gpus == stored
+
+
+@pytest.mark.parametrize("value, words", [("x", "expected nvidia-smi's GPU numbers"), ("1,1", "GPU 1 is named twice"),
+                                          ("0,7", "GPU 7 is not on this machine (nvidia-smi numbers its 4 GPU(s) 0-3)"),
+                                          ("GPU-zzzz", "GPU GPU-zzzz is not on this machine")])
+def test_gpus_that_cuda_would_misread_or_this_machine_lacks_are_refused(monkeypatch, value, words):
+    machine(monkeypatch, four_gpus())
+    cfg, problems = validate_config(gpus_config(gpus=value, nproc_per_node=1))
+    assert cfg is None and [p.field for p in problems] == ["gpus"] and words in problems[0].message
+
+
+def test_more_processes_than_picked_gpus_is_refused_naming_both(monkeypatch):
+    machine(monkeypatch, four_gpus())
+    cfg, problems = validate_config(gpus_config(gpus="1,2", nproc_per_node=3))
+    assert cfg is None and [p.field for p in problems] == ["nproc_per_node"]
+    assert "3 processes need a GPU each, but gpus picks 2 (1,2)" in problems[0].message
+    machine(monkeypatch, [])  # no NVML (a login node): the count is still checked
+    assert validate_config(gpus_config(gpus="1,2", nproc_per_node=3))[0] is None
+    assert validate_config(gpus_config(gpus="1,2", nproc_per_node=2))[0].gpus == "1,2"
+
+
+def test_picked_gpus_replace_cuda_visible_devices_for_checks_and_sampling(monkeypatch):
+    mixed = [FakeGpu(name="Tesla V100-SXM2-16GB", uuid="GPU-aaaa", capability=(7, 0)),
+             FakeGpu(name="NVIDIA A100", uuid="GPU-bbbb", capability=(8, 0))]
+    machine(monkeypatch, mixed, "0")
+    assert validate_config(bf16_config())[0] is None  # the environment's GPU 0: a V100
+    assert validate_config(bf16_config(gpus="1"))[0].gpus == "1"  # the picked A100
+    assert [(s.index, s.nvml_index) for s in gpu.sample_gpus("1")] == [(0, 1)]
+    assert gpu.gpu_count("0,1") == 2 and gpu.gpu_count() == 1
+    assert validate_config(gpus_config(gpus="0", device="cpu"))[1][0].field == "gpus"
+
+
+def test_the_machine_list_names_gpus_as_nvidia_smi_does(monkeypatch):
+    machine(monkeypatch, four_gpus(), "")  # the environment's CUDA_VISIBLE_DEVICES does not hide any from the list
+    listed = gpu.machine_gpus()
+    assert [key for key, _ in listed] == ["0", "1", "2", "3"]
+    assert listed[2][1] == "GPU model 2, 41 of 42 GiB free"

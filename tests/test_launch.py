@@ -142,6 +142,27 @@ def test_secrets_in_the_environment_are_redacted():
     assert out == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>", "CUDA_VISIBLE_DEVICES": "0,1"}
 
 
+def test_picked_gpus_become_the_runs_cuda_visible_devices_and_launch_json_shows_them(tmp_path, monkeypatch):
+    """Issue 13, item 13: the config's gpus replaces the environment's CUDA_VISIBLE_DEVICES for
+    every process of the run. The launcher is a stand-in that prints what it got."""
+    from conftest import tiny_config
+    from ftui.jobs import launch
+    from ftui.jobs.launch import prepare_run, start_run
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    cfg = tiny_config(tmp_path, device="auto", gpus="3, 1")
+    run = prepare_run(cfg)
+    show = "import os; print('child sees CUDA_VISIBLE_DEVICES=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    monkeypatch.setattr(launch, "launch_command", lambda *a, **k: [sys.executable, "-c", show])
+    info = start_run(run, cfg)
+    assert info["env"]["CUDA_VISIBLE_DEVICES"] == "3,1"
+    assert json.loads((run / "launch.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"] == "3,1"
+    assert wait_for(lambda: "child sees CUDA_VISIBLE_DEVICES=3,1" in (run / "train.log").read_text())
+    assert "gpus: 3,1" in (run / "config.yaml").read_text()
+
+
 def test_one_node_starts_ftuis_launcher_and_several_nodes_torchrun(tmp_path):
     from conftest import tiny_config
     from ftui.jobs.launch import launch_command

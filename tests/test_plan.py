@@ -253,3 +253,15 @@ def test_compile_and_liger_count_the_fused_mlp_activation_once():
 def test_the_config_turns_on_the_fused_kernels_estimate(llama7b):
     plain = estimate_for(cfg_for(llama7b)).activations
     assert estimate_for(cfg_for(llama7b, torch_compile=True)).activations < plain
+
+
+def test_the_planner_compares_with_the_gpus_the_run_picked(llama7b, monkeypatch):
+    """Issue 13, item 13: gpus picks the GPUs; the verdict is against the smallest of those
+    (and their generation), not the machine's first ones."""
+    from tests.fake_nvml import FakeGpu, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, [FakeGpu(name="NVIDIA A10", uuid="GPU-a", capability=(8, 6), mem_total=24 * GIB),
+                                FakeGpu(name="NVIDIA H100", uuid="GPU-b", capability=(9, 0), mem_total=80 * GIB)])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert plan(cfg_for(llama7b, finetuning_type="lora")).gpu_bytes == 24 * GIB
+    assert plan(cfg_for(llama7b, finetuning_type="lora", gpus="1")).gpu_bytes == 80 * GIB

@@ -447,6 +447,55 @@ async def test_form_counts_and_checks_only_the_gpus_cuda_visible_devices_leaves(
         assert not screen.query_one("#p-bf16", RadioButton).disabled
 
 
+async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(tmp_path, monkeypatch):
+    """Issue 13, item 13: the gpus field offers the machine's GPUs (NVML, faked here);
+    processes per node follow the GPUs picked until the user sets them; more processes
+    than GPUs picked is refused naming both; the config carries gpus."""
+    from textual.widgets import Select
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "method": "full", "cutoff_len": "128"})
+        gpus, nproc = screen.query_one("#f-gpus", Input), screen.query_one("#f-nproc_per_node", Input)
+        await until(pilot, lambda: gpus.placeholder == "all: 0,1,2,3")
+        assert "GPUs: 0 GPU model 0, 39 of 40 GiB free · 1 GPU model 1" in text_of(screen.query_one("#engine-help"))
+        await until(pilot, lambda: nproc.value == "4")
+        assert screen.query_one("#f-engine", Select).value == "ddp"
+        gpus.value = "1, 3"
+        await until(pilot, lambda: nproc.value == "2")
+        await until(pilot, lambda: screen.config is not None)
+        assert screen.current_config_dict()["gpus"] == "1, 3" and screen.config.gpus == "1,3"
+        assert "gpus 1,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help"))
+        nproc.value = "3"  # the user's own number: no longer follows the GPUs
+        await until(pilot, lambda: screen.query("#e-nproc_per_node"))
+        assert "3 processes need a GPU each, but gpus picks 2 (1,3)" in text_of(screen.query_one("#e-nproc_per_node"))
+        assert screen.query_one("#start", Button).disabled
+        gpus.value = "0,1,2"
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+        assert nproc.value == "3"
+
+
+async def test_a_yamls_gpus_list_fills_the_field_and_is_what_the_form_checks(tmp_path, monkeypatch):
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = make_app(tmp_path, initial_config={"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo",
+                                             "cutoff_len": 128, "engine": "ddp", "gpus": [2, 3], "nproc_per_node": 2})
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready and screen.config is not None)
+        assert screen.query_one("#f-gpus", Input).value == "2,3" and screen.config.gpus == "2,3"
+        await until(pilot, lambda: "gpus 2,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help")))
+        assert screen.query_one("#f-nproc_per_node", Input).value == "2"
+
+
 async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_the_stage(tmp_path, lf_data):
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 45)) as pilot:
@@ -464,44 +513,102 @@ async def test_form_offers_the_pt_stage_previews_raw_text_and_leaves_packing_to_
         assert screen.current_config_dict()["packing"] is False
 
 
-def test_runs_table_columns_give_way_by_priority_and_the_model_keeps_its_tail():
-    from ftui.tui.screens.runs import fit_columns, keep_tail
+def test_runs_table_columns_give_way_by_priority_and_the_long_ones_shrink():
+    from ftui.tui.screens.runs import fit_columns, keep_ends, keep_tail
 
-    widths = {"run": 26, "status": 9, "model": 40, "method": 6, "engine": 6, "step": 7, "loss": 6,
-              "started": 11, "duration": 8}
+    widths = {"run": 42, "status": 9, "model": 40, "method": 6, "engine": 6, "step": 7, "loss": 6,
+              "started": 16, "duration": 8}
     narrow = fit_columns(widths, 78)  # 80 columns, less the scrollbar
-    assert list(narrow) == ["run", "status", "model", "step", "loss"]
-    assert 12 <= narrow["model"] < 40
+    assert list(narrow) == ["run", "status", "model", "method", "engine", "step", "loss"]
+    assert narrow["model"] >= 9 and narrow["run"] >= 18
     wide = fit_columns(widths, 118)  # a long model path no longer pushes the others off
-    assert list(wide) == ["run", "status", "model", "method", "engine", "step", "loss", "started", "duration"]
+    assert list(wide) == ["run", "status", "model", "method", "engine", "step", "loss"]  # the times give way
+    assert wide["run"] == 42 and 24 <= wide["model"] < 40
+    roomy = fit_columns({**widths, "model": 17}, 140)
+    assert list(roomy) == ["run", "status", "model", "method", "engine", "step", "loss", "started", "duration"]
     assert keep_tail("/data/models/meta-llama/Llama-3.2-1B", 14) == "…/Llama-3.2-1B"
+    assert keep_ends("Qwen2.5-0.5B-Instruct-lora-20261123-024900", 21) == "Qwen2.5-0.…123-024900"
 
 
-@pytest.mark.parametrize("size", [(80, 24), (120, 30)])
-async def test_runs_screen_fits_its_columns_and_a_failed_run_shows_its_configs_method(tmp_path, size):
-    from textual.widgets import DataTable
+LONG_MODEL = "/mnt/shared/checkpoints/team/experiments/2023/meta-llama/Llama-3.2-1B-Instruct"
 
-    root = tmp_path / "runs"
-    long_model = "/mnt/shared/checkpoints/team/experiments/2023/meta-llama/Llama-3.2-1B-Instruct"
-    write_run(root, "qwen-lora-20231114-221320", steps=600, max_steps=600, end="completed", model=long_model)
+
+def write_listed_runs(root):
+    """A completed run with a long id and model path, and one that failed before run_start."""
+    write_run(root, "Llama-3.2-1B-Instruct-lora-20231114-221320", steps=600, max_steps=600, end="completed", model=LONG_MODEL)
     broken = write_run(root, "bad-20231114-231000", steps=0, max_steps=600)
     (broken / "events.jsonl").write_text('{"v": 1, "t": 1700000100.0, "event": "run_end", "status": "failed", "reason": "OSError: no weights"}\n')
     (broken / "config.yaml").write_text("model_name_or_path: x\nfinetuning_type: lora\nquantization_bit: 4\nengine: ddp\n")
+
+
+async def open_runs(pilot, app, count):
+    from textual.widgets import DataTable
+
+    app.action_show_runs()
+    await until(pilot, lambda: isinstance(app.screen, RunsScreen) and len(app.screen.runs) == count)
+    await pilot.pause(0.3)
+    return app.screen.query_one(DataTable)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_runs_screen_keeps_progress_method_and_engine_and_shows_start_and_duration(tmp_path, size):
+    """Issue 13, item 8: at 80 columns step, loss, method and engine stay; a long model path
+    or run id is cut with an ellipsis, never pushing them off; the line below the table shows
+    the highlighted run's start time and duration as `ftui runs` prints them, and its model."""
+    import time as _time
+
+    root = tmp_path / "runs"
+    write_listed_runs(root)
     app = make_app(tmp_path)
     async with app.run_test(size=size) as pilot:
-        app.action_show_runs()
-        await until(pilot, lambda: isinstance(app.screen, RunsScreen) and len(app.screen.runs) == 2)
-        await pilot.pause(0.3)
-        table = app.screen.query_one(DataTable)
+        table = await open_runs(pilot, app, 2)
         keys = [c.key.value for c in table.ordered_columns]
-        assert keys[:4] == ["mark", "run", "status", "model"] and "step" in keys and "loss" in keys
+        assert {"run", "status", "model", "method", "engine", "step", "loss"} <= set(keys)
         assert sum(c.get_render_width(table) for c in table.ordered_columns) <= size[0]  # nothing scrolled off
-        model = str(table.get_cell("qwen-lora-20231114-221320", "model"))
+        run_id = "Llama-3.2-1B-Instruct-lora-20231114-221320"
+        model = str(table.get_cell(run_id, "model"))
         assert model.startswith("…") and model.endswith("Llama-3.2-1B-Instruct"[-(len(model) - 1):])
-        if size[0] >= 120:
-            assert {"method", "engine", "started", "duration"} <= set(keys)
-            assert str(table.get_cell("bad-20231114-231000", "method")) == "qlora"  # from config.yaml: no run_start
-            assert str(table.get_cell("bad-20231114-231000", "engine")) == "ddp"
+        assert str(table.get_cell("bad-20231114-231000", "method")) == "qlora"  # from config.yaml: no run_start
+        assert str(table.get_cell("bad-20231114-231000", "engine")) == "ddp"
+        table.move_cursor(row=app.screen.runs.index(next(r for r in app.screen.runs if r.run_id == run_id)))
+        await pilot.pause()
+        detail = text_of(app.screen.query_one("#run-detail"))
+        started = _time.strftime("%Y-%m-%d %H:%M", _time.localtime(T0))
+        assert run_id in detail and f"started {started}" in detail and "duration 15:21" in detail
+        assert f"model {LONG_MODEL}" in detail
+
+
+async def test_runs_screen_deletes_a_run_after_a_yes_and_never_a_live_one(tmp_path):
+    """Issue 13, item 13: d asks; Esc keeps the run, Enter deletes it (in a worker); a live run
+    is refused with a message and no dialog."""
+    from ftui.tui.screens.modals import Confirm
+
+    root = tmp_path / "runs"
+    write_run(root, "done-20231114-221320", steps=30, max_steps=30, end="completed")
+    write_run(root, "live-20231114-231320", steps=3, max_steps=30)  # no run_end, another host's: live
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = await open_runs(pilot, app, 2)
+        screen = app.screen
+        live_row = next(i for i, r in enumerate(screen.runs) if r.run_id.startswith("live"))
+        table.move_cursor(row=live_row)
+        await pilot.press("d")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm) and (root / "live-20231114-231320").is_dir()
+        assert any("stop it first" in n.message for n in app._notifications)
+        table.move_cursor(row=1 - live_row)
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
+        await pilot.pause(0.3)
+        assert (root / "done-20231114-221320").is_dir()
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        await pilot.press("enter")
+        await until(pilot, lambda: not (root / "done-20231114-221320").exists())
+        await until(pilot, lambda: [r.run_id for r in screen.runs] == ["live-20231114-231320"])
+        assert not any(p.name.startswith(".") for p in root.iterdir())
 
 
 @pytest.mark.parametrize("job_lock", [True, False], ids=["job-lock", "launch-json-only"])
@@ -585,3 +692,23 @@ async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_
         assert "the run has ended" in gpu and "r1 15.0 GiB" in gpu
         assert "97%" not in gpu
         assert "stop" not in offered(dash)
+
+
+async def test_the_dashboard_samples_the_gpus_the_run_was_given(tmp_path, monkeypatch):
+    """Issue 13, item 13: a run started with gpus 2,3 (launch.json's CUDA_VISIBLE_DEVICES):
+    its device panel shows those two, numbered as the run numbers them, with nvidia-smi's."""
+    import json
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    run = write_run(tmp_path / "runs", "picked", steps=20, max_steps=40)  # another host's: counts as live
+    launch = json.loads((run / "launch.json").read_text())
+    (run / "launch.json").write_text(json.dumps({**launch, "env": {"CUDA_VISIBLE_DEVICES": "2,3"}}))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100, sampler=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: "nvidia-smi 3" in text_of(dash.query_one("#gpu-panel")))
+        gpu = text_of(dash.query_one("#gpu-panel"))
+        assert "0 (nvidia-smi 2)" in gpu and "1 (nvidia-smi 3)" in gpu and "nvidia-smi 1" not in gpu

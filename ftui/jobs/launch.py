@@ -139,6 +139,8 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do
+    if cfg.gpus is not None:  # the GPUs picked in the form or the config: they replace the environment's
+        env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
     lock = lock_run_dir(run_dir) if lock is None else lock
     try:
         log = open(run_dir / LOG_FILE, "ab", buffering=0)

@@ -108,3 +108,4 @@ class FtuiApp(App):
             yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
         if isinstance(screen, RunsScreen):
             yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)
+            yield SystemCommand("Delete run", "Delete the highlighted run's directory (asks first; never a live run)", screen.action_delete)

@@ -24,7 +24,7 @@ from textual.worker import get_current_worker
 
 from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
-from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info
+from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView
 from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
@@ -52,7 +52,7 @@ class DashboardScreen(Screen):
         super().__init__()
         self.run_dir = Path(run_dir)
         self.clock = clock
-        self.sampler = sampler or (lambda: (sample_gpus(), sample_host()))
+        self.sampler = sampler or (lambda: (sample_gpus(run_cuda_devices(self.run_dir)), sample_host()))  # the run's own GPUs
         self.view: RunView | None = None
         self.stop_requests = 0
         self._ended_seen_live = False

@@ -40,7 +40,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "stage": "sft", "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False,
-    "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+    "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
@@ -94,6 +94,7 @@ GROUPS: list[tuple[str, list[F]]] = [
     ("Engine", [
         F("engine", "engine", "select", tuple((e, e) for e in ENGINES)),
         F("deepspeed", "own DeepSpeed JSON", optional=True, placeholder="optional: replaces the zero* preset file"),
+        F("gpus", "GPUs (nvidia-smi numbers)", optional=True, placeholder="all"),
         F("nproc_per_node", "processes per node"),
         F("nnodes", "nodes"),
         F("node_rank", "this node's rank"),
@@ -135,6 +136,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
+    if isinstance(cfg.get("gpus"), (list, tuple)):  # YAML's gpus: [2, 3]
+        values["gpus"] = ",".join(str(g) for g in cfg["gpus"])
     return values
 
 
@@ -193,6 +196,10 @@ class LaunchScreen(Screen):
         self._ready = False
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
         self.yaml_path: str | None = None  # the YAML last saved or loaded: F6 offers `ftui train` on it
+        # processes per node as the form itself last set it (the GPU count): it follows the GPUs
+        # picked until the user types another number; a loaded YAML's value is the user's
+        self._nproc_filled: str | None = None if initial else str(FORM_DEFAULTS["nproc_per_node"])
+        self._machine_gpus = Text()  # the machine's GPUs, listed under the Engine group
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -249,7 +256,7 @@ class LaunchScreen(Screen):
             self.fill(config_to_form(self._initial), validate=False)
         self._ready = True
         self.query_one("#f-model_name_or_path", Input).focus()
-        self.detect_hardware()
+        self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)  # NVML: the GPUs the run would use
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
@@ -345,7 +352,7 @@ class LaunchScreen(Screen):
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
                     row.display = visible
-        self.query_one("#engine-help", Static).update(Text(ENGINE_DESCRIPTIONS.get(values.get("engine"), ""), style="dim"))
+        self.query_one("#engine-help", Static).update(Text(ENGINE_DESCRIPTIONS.get(values.get("engine"), ""), style="dim") + self._machine_gpus)
         errors = self.query_one("#form-errors", Static)
         errors.update(Text("\n".join(general)))
         errors.display = bool(general)
@@ -404,6 +411,8 @@ class LaunchScreen(Screen):
         wid = getattr(event, "control", None) and event.control.id or ""
         if wid == "f-model_name_or_path":
             self.detect_model(event.control.value)
+        elif wid == "f-gpus":
+            self._gpus_changed(event.control.value)
         elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
             self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
                                  self.query_one("#f-stage", Select).value)
@@ -481,7 +490,7 @@ class LaunchScreen(Screen):
 
         gpu_bytes = None
         sampler = getattr(self.app, "sampler", None)
-        if sampler and cfg.device != "cpu":  # the app's own sampler; without one, plan() reads NVML
+        if sampler and cfg.device != "cpu" and cfg.gpus is None:  # the app's own sampler; else plan() reads NVML (the picked GPUs)
             try:
                 gpu_bytes = min((g.mem_total for g in sampler()[0]), default=None)
             except Exception:
@@ -498,29 +507,48 @@ class LaunchScreen(Screen):
             text = Text(f"memory: no estimate ({err})", style="dim")
         self.app.call_from_thread(self._show_static, "#plan-verdict", text)
 
-    @work(thread=True, group="hardware")
-    def detect_hardware(self) -> None:
-        from ftui.gpu import bf16_unsupported_reason, gpu_count, visibility_note
+    def _gpus_changed(self, value: str, always: bool = False) -> None:
+        """GPUs picked (or unpicked): count and check those once the value reads as a list
+        (not while "1," is being typed); ``always``: else those the environment leaves."""
+        from ftui.config import GPU_LIST, gpus_as_text
 
-        n, reason = gpu_count(), bf16_unsupported_reason()  # the GPUs CUDA_VISIBLE_DEVICES leaves
-        self.app.call_from_thread(self._apply_hardware, n, reason, visibility_note())
+        picked = gpus_as_text(value)
+        valid = picked is None or GPU_LIST.fullmatch(picked) is not None
+        if valid or always:
+            self.detect_hardware(picked if valid else None)
 
-    def _apply_hardware(self, n: int, bf16_reason: str | None, visibility: str | None = None) -> None:
+    @work(thread=True, exclusive=True, group="hardware")
+    def detect_hardware(self, picked: str | None = None) -> None:
+        """NVML: the GPUs a run would use (``picked``: the form's gpus, else those
+        CUDA_VISIBLE_DEVICES leaves), whether they do bf16, and the machine's list to pick from."""
+        from ftui.gpu import bf16_unsupported_reason, gpu_count, machine_gpus, visibility_note
+
+        n, reason, listed = gpu_count(picked), bf16_unsupported_reason(None, picked), machine_gpus()
+        note = visibility_note() if picked is None else f"gpus {picked}: the run's CUDA_VISIBLE_DEVICES ({n} GPU(s))"
+        if not get_current_worker().is_cancelled:  # a newer pick was made meanwhile
+            self.app.call_from_thread(self._apply_hardware, n, reason, note, listed)
+
+    def _apply_hardware(self, n: int, bf16_reason: str | None, visibility: str | None = None,
+                        listed: list[tuple[str, str]] | None = None) -> None:
         help_ = self.query_one("#precision-help", Static)
         notes = [visibility] if visibility else []
-        if n and self.query_one("#f-nproc_per_node", Input).value in ("", "1") and not self._initial:
-            self.query_one("#f-nproc_per_node", Input).value = str(n)
-            if n > 1:
+        nproc = self.query_one("#f-nproc_per_node", Input)
+        if n and nproc.value == self._nproc_filled:  # processes per node follow the GPUs until the user sets them
+            self._nproc_filled = nproc.value = str(n)
+            if n > 1 and self.query_one("#f-engine", Select).value == "single":
                 self.query_one("#f-engine", Select).value = "ddp"
+        bf16 = self.query_one("#p-bf16", RadioButton)
+        bf16.disabled = bool(bf16_reason)
         if bf16_reason:
-            bf16 = self.query_one("#p-bf16", RadioButton)
-            bf16.disabled = True
             if bf16.value:
                 self.query_one("#p-fp16", RadioButton).value = True
             notes.append(f"bf16 unavailable: {bf16_reason}")
         if n == 0:
             notes.append("no GPU seen by NVML: training runs on the CPU")
         help_.update(Text("\n".join(notes), style="dim"))
+        if listed:
+            self.query_one("#f-gpus", Input).placeholder = f"all: {','.join(key for key, _ in listed if not key.startswith('MIG-'))}"
+            self._machine_gpus = Text("\nGPUs: " + " · ".join(f"{key} {what}" for key, what in listed), style="dim")
         self.revalidate()
 
     # --- actions
@@ -565,6 +593,7 @@ class LaunchScreen(Screen):
             return
         self._keep_loaded(data, f"loaded {path}")
         self.fill(config_to_form(self._defaults() | data))
+        self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)
         self.detect_model(str(data.get("model_name_or_path", "")))
         self.preview_dataset(str(data.get("dataset", "")), str(data.get("dataset_dir", "data")), str(data.get("stage") or "sft"))
 
@@ -576,6 +605,8 @@ class LaunchScreen(Screen):
         known = set(RunConfig.model_fields)
         self.extra = {k: v for k, v in data.items() if k not in known}
         self._loaded_keys = set(data)
+        if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
+            self._nproc_filled = None
         warning = unsupported_warning(sorted(self.extra))
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))  # wrapped, stays after the notification
         if what or warning:

@@ -1,5 +1,5 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
-loss curves are overlaid below the table."""
+loss curves are overlaid below the table, d deletes a run that no job runs (after a yes)."""
 
 from __future__ import annotations
 
@@ -14,36 +14,55 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
-from ftui.follow import fmt_duration
-from ftui.runs import RunsRootError, RunSummary, list_runs, summarize_run
+from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunsRootError, RunSummary, delete_run, list_row, list_runs, summarize_run
+from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import downsample
 from ftui.tui.widgets import STATUS_STYLE, LossPlot
 
 REFRESH_S = 2.0
-# The table's columns in the order shown, and the order they give way in on a narrow terminal
-# (80 columns): the run, its state and progress first; the model path takes what is left
-# (its tail, at least MODEL_MIN_WIDTH characters); the duration, then the start time (the run
-# id holds it too) last.
-COLUMNS = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
-PRIORITY = ("run", "status", "step", "loss", "model", "method", "engine", "duration", "started")
-MODEL_MIN_WIDTH = 12
+# The order the table's columns give way in on a narrow terminal: the run, its state, progress,
+# method and engine first (80 columns keep them all); the duration, then the start time last
+# (the line below the table shows both for the highlighted run, and its whole model path).
+PRIORITY = ("run", "status", "step", "loss", "method", "engine", "model", "duration", "started")
+# The two long columns shrink to these widths, an ellipsis marking the cut (the run id keeps its
+# head, which `ftui attach PREFIX` takes, and its timestamp; the model path its tail), and share
+# what room is left, the run id first. While one is cut below COMFORT, the start time and then
+# the duration give way to it (the line below the table shows both).
+SHRINK_MIN = {"run": 18, "model": 9}
+COMFORT = {"run": 30, "model": 24}
+GIVE_WAY = ("started", "duration")
 CELL_PAD = 2  # DataTable's cell padding, both sides
 MARK_WIDTH = 1 + CELL_PAD
 
 
 def fit_columns(widths: dict[str, int], available: int) -> dict[str, int]:
-    """Which columns fit in ``available`` cells, and their widths: by PRIORITY, each one that
-    fits is shown (a narrow one may still fit after a wide one did not); the model column
-    shrinks to MODEL_MIN_WIDTH and then gets whatever room is left."""
+    """Which columns fit in ``available`` cells, and their widths (see PRIORITY, SHRINK_MIN,
+    COMFORT and GIVE_WAY)."""
+    left_out: set[str] = set()
+    while True:
+        fitted = _fit(widths, available, left_out)
+        cut = any(fitted[key] < min(widths[key], COMFORT[key]) for key in COMFORT if key in fitted)
+        spare = [key for key in GIVE_WAY if key in fitted]
+        if not cut or not spare:
+            return fitted
+        left_out.add(spare[0])
+
+
+def _fit(widths: dict[str, int], available: int, left_out: set[str]) -> dict[str, int]:
+    """By PRIORITY, each column that fits is shown (a narrow one may still fit after a wide one
+    did not), the long ones at their SHRINK_MIN; then those grow into the room left."""
     chosen: dict[str, int] = {}
     used = MARK_WIDTH
     for key in PRIORITY:
-        need = min(widths[key], MODEL_MIN_WIDTH) if key == "model" else widths[key]
-        if used + need + CELL_PAD <= available:
+        need = min(widths[key], SHRINK_MIN.get(key, widths[key]))
+        if key not in left_out and used + need + CELL_PAD <= available:
             chosen[key] = need
             used += need + CELL_PAD
-    if "model" in chosen:
-        chosen["model"] = min(widths["model"], chosen["model"] + available - used)
+    for key in SHRINK_MIN:
+        if key in chosen:
+            grow = max(0, min(widths[key] - chosen[key], available - used))
+            chosen[key] += grow
+            used += grow
     return {key: chosen[key] for key in COLUMNS if key in chosen}
 
 
@@ -52,13 +71,38 @@ def keep_tail(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
+def keep_ends(text: str, width: int) -> str:
+    """``text`` cut to ``width`` in the middle: a run id's head names the run, its tail is the
+    time it started."""
+    if len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
+
+
+def detail_line(r: RunSummary) -> Text:
+    """The highlighted run in full, whatever columns the table could fit: its id, status and
+    why it ended, then its start time and duration (as ``ftui runs`` prints them), method,
+    engine and model path (last: a long one wraps)."""
+    row = list_row(r)
+    text = Text(row["run"], style="bold")
+    text.append(f"  {row['status']}", style=STATUS_STYLE.get(r.status, ""))
+    if r.has_ended and r.reason:
+        text.append(f"  {r.reason}", style="dim")
+    text.append(f"\nstarted {row['started']}  duration {row['duration']}  {row['method']} · {row['engine']}")
+    if r.status != "unreadable":  # an unreadable run's model cell holds the reason
+        text.append(f"  model {row['model']}")
+    return text
+
+
 class RunsScreen(Screen):
     BINDINGS = [
         Binding("enter", "attach", "Attach", priority=True),
         Binding("space", "mark", "Mark"),
-        Binding("o", "overlay", "Overlay marked"),
+        Binding("o", "overlay", "Overlay"),
         Binding("escape", "back", "Back"),
-        Binding("n", "new", "New run"),
+        Binding("n", "new", "New"),
+        Binding("d", "delete", "Delete"),
     ]
 
     def __init__(self, root: str | Path):
@@ -71,6 +115,7 @@ class RunsScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"runs in {self.root}", style="bold"), id="runs-title")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="run-detail")
         yield LossPlot(id="overlay")
         yield Footer()
 
@@ -114,29 +159,27 @@ class RunsScreen(Screen):
         self.query_one("#runs-title", Static).update(title)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
-        rows = [self.cells(r) for r in runs]
+        rows = [list_row(r) for r in runs]
         fitted = self.set_columns(rows)
         table.clear()
         for r, row in zip(runs, rows):
             if r.status != "unreadable":  # a reason reads from its start (DataTable cuts its end)
                 row["model"] = keep_tail(row["model"], fitted.get("model", 0))
+            row["run"] = keep_ends(row["run"], fitted.get("run", 0))
             styles = {"status": STATUS_STYLE.get(r.status, "")}
             table.add_row("●" if r.run_id in self.marked else " ",
                           *(Text(row[key], style=styles.get(key, "")) for key in fitted), key=r.run_id)
         if runs:
             table.move_cursor(row=min(max(cursor, 0), len(runs) - 1))
+        self.show_detail()
 
-    @staticmethod
-    def cells(r: RunSummary) -> dict[str, str]:
-        """A run's row as text, every column (which of them fit is decided after)."""
-        return {
-            "run": r.run_id, "status": r.status,
-            "model": str(r.reason if r.status == "unreadable" else r.model or "-"),
-            "method": r.method or "-", "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
-            "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
-            "started": time.strftime("%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
-            "duration": fmt_duration(r.duration),
-        }
+    def show_detail(self) -> None:
+        run = self._current()
+        self.query_one("#run-detail", Static).update(detail_line(run) if run is not None else "")
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, _event) -> None:
+        self.show_detail()
 
     def _current(self) -> RunSummary | None:
         table = self.query_one(DataTable)
@@ -187,3 +230,35 @@ class RunsScreen(Screen):
 
     def action_new(self) -> None:
         self.app.action_show_launch()
+
+    def action_delete(self) -> None:
+        """Asks, then deletes in a worker (checkpoints can be many GB). A live run is refused
+        here already; delete_run checks again under the job lock."""
+        run = self._current()
+        if run is None:
+            return
+        if run.live:
+            self.notify(f"{run.run_id} is {run.status}: stop it first (Enter attaches, then s), then delete it",
+                        severity="warning", markup=False)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.delete_in_background(run)
+
+        self.app.push_screen(Confirm(f"Delete run {run.run_id}? Its directory goes, checkpoints and final/ "
+                                     f"included; this cannot be undone.\n{run.path}", yes="Delete", danger=True), answered)
+
+    @work(thread=True, group="delete")
+    def delete_in_background(self, run: RunSummary) -> None:
+        try:
+            delete_run(run.path)
+        except (RunDeleteError, OSError) as err:
+            self.app.call_from_thread(self.notify, f"not deleted: {err}", severity="error", markup=False)
+            return
+        self.app.call_from_thread(self._deleted, run)
+
+    def _deleted(self, run: RunSummary) -> None:
+        self.marked.discard(run.run_id)
+        self.show_runs([r for r in self.runs if r.path != run.path])
+        self.notify(f"deleted {run.run_id}", markup=False)
