@@ -117,7 +117,7 @@ def run_ftui(config: Path, env: dict[str, str] | None = None, timeout: float = 3
     before = set(root.iterdir()) if root.exists() else set()
     proc = subprocess.run([sys.executable, "-c", "import sys; from ftui.cli import main; sys.exit(main())", "train", str(config)],
                           capture_output=True, text=True, timeout=timeout, env=env)
-    new = sorted(set(root.iterdir()) - before)
+    new = sorted(set(root.iterdir()) - before) if root.exists() else []
     if proc.returncode != 0 or not new:
         log = (new[0] / "train.log").read_text()[-3000:] if new and (new[0] / "train.log").exists() else ""
         raise RuntimeError(f"ftui train failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{log}")

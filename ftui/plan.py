@@ -336,12 +336,16 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     else:
         layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
     if chunked_loss:
-        # one chunk's logits at a time (as below, for the chunk only), plus the flattened copy
-        # of the last hidden states the chunks are cut from
+        # one chunk's logits at a time, plus the flattened copy of the last hidden states the
+        # chunks are cut from. A chunk's logits are computed in the compute type, copied to
+        # fp32, turned into the softmax gradient in place and cast back to the compute type:
+        # 4 bytes a logit in fp32, 6 in half precision.
         chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
+        per_logit = 4 + (act if half else 0)
         if liger:  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
             chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // (LIGER_CHUNK_FACTOR * shape.hidden)))))
-        logits = chunk * shape.vocab * (act + 12) + tokens * shape.hidden * act
+            per_logit = act  # its kernel turns the logits into their gradient in place
+        logits = chunk * shape.vocab * per_logit + tokens * shape.hidden * act
     else:
         logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
     activations = layers_act + logits

@@ -108,12 +108,16 @@ def test_the_chunked_loss_holds_one_chunk_of_logits_not_the_whole_micro_batchs()
     chunked = estimate(qwen, **kw).activations
     chunk_tokens = 2**26 // 151936
     # the whole micro batch's logits (+ fp32 copy, log-softmax, gradient) against one chunk's
-    # and the flattened last hidden states
-    assert full - chunked == 4096 * 151936 * 16 - (chunk_tokens * 151936 * 16 + 4096 * 64 * 4)
+    # (in fp32: the logits, turned into their gradient in place) and the flattened last hidden states
+    assert full - chunked == 4096 * 151936 * 16 - (chunk_tokens * 151936 * 4 + 4096 * 64 * 4)
     assert chunked < 0.25 * full
     # Liger sizes its chunks from the hidden size: 4096 tokens / ceil(151936 / (8 x 64)) -> 16 tokens a chunk
     liger = estimate(qwen, liger=True, **kw).activations
-    assert chunked - liger == (chunk_tokens - 16) * 151936 * 16
+    assert chunked - liger == (chunk_tokens - 16) * 151936 * 4
+    # in half precision a chunk also holds its logits in the compute type while the fp32 copy is made
+    half = dict(kw, precision="bf16")
+    assert (estimate(qwen, **half).activations - estimate(qwen, liger=True, **half).activations
+            == chunk_tokens * 151936 * 6 - 16 * 151936 * 2)
 
 
 def test_verdicts_for_known_cases(llama7b):

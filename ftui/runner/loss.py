@@ -81,7 +81,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             total += ((lse - logits.gather(1, target[:, None]).squeeze(1)) * valid).sum()
             if not (need_h or need_w or need_b):
                 continue
-            d = torch.exp(logits.sub_(lse[:, None]))  # softmax, in place of the logits
+            d = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits (no second copy)
             d[torch.arange(d.size(0), device=d.device), target] -= 1.0
             d *= valid[:, None]
             d = d.to(dtype)
