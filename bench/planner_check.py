@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlib import ftui_steps, machine, model_dir, record, run_ftui, varied_dataset, write_config  # noqa: E402
+from benchlib import SHAPES, ftui_steps, machine, model_dir, record, run_ftui, varied_dataset, write_config  # noqa: E402
 
 from ftui.plan import GIB, ModelShape, estimate_for  # noqa: E402
 from ftui.config import parse_config  # noqa: E402
@@ -40,7 +40,13 @@ CASES = [  # (name, overrides)
     ("full fp32 zero2 x2", dict(finetuning_type="full", engine="zero2", nproc_per_node=2)),
     ("full fp32 zero3 x2", dict(finetuning_type="full", engine="zero3", nproc_per_node=2)),
     ("full fp32 fsdp x2", dict(finetuning_type="full", engine="fsdp", nproc_per_node=2)),
+    # Qwen2.5's vocabulary on a tiny body, 4 x 1024 tokens: the loss is the largest item
+    ("full fp32 Qwen vocabulary chunked loss", dict(finetuning_type="full", engine="single", nproc_per_node=1)),
+    ("full fp32 Qwen vocabulary full logits", dict(finetuning_type="full", engine="single", nproc_per_node=1,
+                                                       chunked_loss=False)),
 ]
+LARGE_VOCAB = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   vocab_size=151936, max_position_embeddings=2048)
 
 
 def peak_per_rank(run: Path) -> float:
@@ -52,9 +58,15 @@ def peak_per_rank(run: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one case with a small model, not recorded")
+    ap.add_argument("--cases", default="", help="only the cases whose name contains one of these (comma-separated)")
+    ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="a named model shape (on a GPU: device auto)")
+    ap.add_argument("--tag", default="", help="suffix of the result file")
     args = ap.parse_args()
-    cases = CASES[:1] if args.quick else CASES
+    wanted = [w for w in args.cases.split(",") if w]
+    cases = CASES[:1] if args.quick else [c for c in CASES if not wanted or any(w in c[0] for w in wanted)]
     model = dict(MODEL, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2) if args.quick else MODEL
+    if args.shape:
+        model = SHAPES[args.shape]
     micro, cutoff = 4, 256
     out = {"machine": machine(), "model": model, "micro_batch": micro, "cutoff_len": cutoff, "packing": True, "cases": []}
     # glibc keeps freed blocks below its (dynamic, up to 32 MiB) mmap threshold in the heap,
@@ -66,14 +78,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         big = model_dir(tmp / "bench-model", **model)
-        small = model_dir(tmp / "demo-model")
+        large_vocab = model_dir(tmp / "large-vocab-model", **LARGE_VOCAB)
+        small = model_dir(tmp / "demo-model", max_position_embeddings=2048)  # the floor of the 1024-token cases too
         data = varied_dataset(tmp / "data.json", 400, max_words=400, seed=1)
         for name, over in cases:
             row = {"case": name}
-            for label, mdir in (("model", big), ("floor", small)):
-                cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=cutoff, packing=True,
+            vocab_case = "vocabulary" in name
+            row["model"], row["cutoff_len"] = (LARGE_VOCAB, 1024) if vocab_case else (model, cutoff)
+            for label, mdir in (("model", large_vocab if vocab_case else big), ("floor", small)):
+                cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=row["cutoff_len"], packing=True,
                            per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_steps=10**6, learning_rate=1e-4,
-                           device="cpu", output_dir=str(tmp / "runs"), run_name=f"{label}-{name.replace(' ', '-')}", **over)
+                           device="auto" if args.shape else "cpu", output_dir=str(tmp / "runs"), run_name=f"{label}-{name.replace(' ', '-')}", **over)
                 run = run_ftui(write_config(tmp / f"{label}.yaml", cfg), env)
                 row[f"{label}_peak_bytes"] = peak_per_rank(run)
                 rc, _ = parse_config(cfg, "bench")
@@ -86,7 +101,7 @@ def main() -> None:
                   file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
     if not args.quick:
-        record("planner_check_" + ("gpu" if out["machine"].get("gpus") else "cpu"), out)
+        record("planner_check_" + ("gpu" if out["machine"].get("gpus") else "cpu") + args.tag, out)
 
 
 if __name__ == "__main__":

@@ -347,7 +347,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
             per_logit = act  # its kernel turns the logits into their gradient in place
         logits = chunk * shape.vocab * per_logit + tokens * shape.hidden * act
     else:
-        logits = tokens * shape.vocab * (act + 12)  # logits, the fp32 copy, log-softmax and its gradient
+        # the logits in the compute type, their fp32 copy, log-softmax and its gradient (an fp32
+        # run has no copy to make: 11.6 bytes a logit measured on the CPU, bench/planner_check.py)
+        logits = tokens * shape.vocab * (12 + (act if half else 0))
     activations = layers_act + logits
 
     if world_size == 1 and engine in NEEDS_SEVERAL:

@@ -77,11 +77,15 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             logits = F.linear(h, w, b).float()
             valid = y != IGNORE
             target = y.clamp(min=0)
-            lse = torch.logsumexp(logits, dim=-1)
-            total += ((lse - logits.gather(1, target[:, None]).squeeze(1)) * valid).sum()
+            # The softmax in place of the logits, so that a chunk holds one fp32 copy of them
+            # (torch.logsumexp would allocate a second, chunk-sized buffer for its exponentials)
+            logits.sub_(logits.amax(dim=-1, keepdim=True))
+            picked = logits.gather(1, target[:, None]).squeeze(1)
+            sums = logits.exp_().sum(dim=-1)
+            total += ((sums.log() - picked) * valid).sum()
             if not (need_h or need_w or need_b):
                 continue
-            d = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits (no second copy)
+            d = logits.div_(sums[:, None])
             d[torch.arange(d.size(0), device=d.device), target] -= 1.0
             d *= valid[:, None]
             d = d.to(dtype)
