@@ -585,3 +585,91 @@ async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_
         assert "the run has ended" in gpu and "r1 15.0 GiB" in gpu
         assert "97%" not in gpu
         assert "stop" not in offered(dash)
+
+
+def y_labels(text: str) -> list[str]:
+    """The plot's y tick labels, top to bottom."""
+    return [line.split("┤")[0].strip() for line in text.splitlines() if "┤" in line]
+
+
+async def test_l_puts_the_plot_on_a_log_scale_and_v_plots_the_learning_rate(tmp_path):
+    """Issue 13, item 6: a loss falling over decades reads on a log scale (labels at powers of
+    ten), and the learning rate the step events carry is one key away (labels sharing one
+    power of ten on a linear axis)."""
+    from ftui.tui.widgets import LossPlot
+
+    # loss 0.89 .. 0.001 over 60 steps; lr 1e-4 * (1 - s / 300): 0.997e-4 .. 0.8e-4
+    run = write_run(tmp_path / "runs", "decades", steps=60, max_steps=300, loss_at=lambda s: 10 ** (-s / 20))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 200)
+    async with app.run_test(size=(100, 30)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 60)
+        plot = dash.query_one(LossPlot)
+        await pilot.press("l")
+        text = plot_text(plot)
+        assert "loss (raw + smoothed) · log" in text
+        assert y_labels(text) == ["1", "0.1", "0.01", "0.001"]
+        await pilot.press("v")
+        text = plot_text(plot)
+        assert "learning rate · log" in text
+        assert y_labels(text) == ["1e-4", "9e-5", "8e-5"]
+        await pilot.press("l")
+        text = plot_text(plot)
+        labels = y_labels(text)
+        assert "learning rate" in text and "log" not in text
+        assert len(labels) >= 3 and all(label.endswith("e-4") and 0.75e-4 < float(label) < 1.05e-4 for label in labels), labels
+        await pilot.press("v")
+        assert "loss (raw + smoothed)" in plot_text(plot)
+
+
+async def test_a_long_field_error_wraps_under_its_field_at_80x24(tmp_path):
+    """Issue 13, item 8: at 80 columns a field's error is shown whole, wrapped under the field
+    (it ran off the form's edge: '... unable to pa')."""
+    from textual.geometry import Region
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_form(pilot, app)
+        screen.query_one("#f-learning_rate", Input).value = "fast"
+        await until(pilot, lambda: screen.query("#e-learning_rate"))
+        await pilot.pause()
+        error = screen.query_one("#e-learning_rate", Label)
+        assert error.region.right <= error.parent.content_region.right <= 80
+        shown = " ".join(strip.text for strip in error.render_lines(Region(0, 0, *error.outer_size)))
+        assert "unable to parse string as a number" in " ".join(shown.split())
+
+
+def footer_keys_in_sight(screen) -> dict:
+    """The footer's keys a user sees, by action; asserts none is under the command palette's
+    key (docked right, it covered Quit at 80 columns)."""
+    keys = {k.action: k for k in screen.query("FooterKey") if k.display and k.region.width}
+    palette = keys.pop("command_palette")
+    assert all(k.region.right <= palette.region.x for k in keys.values()), [(a, k.region) for a, k in keys.items()]
+    return keys
+
+
+async def test_the_dashboards_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
+    """Issue 13, item 8: at 80 columns the footer drops its least needed keys (they still
+    work) rather than losing Quit under the command palette's key; at 120 it shows them all."""
+    run = write_run(tmp_path / "runs", "narrow", steps=20, max_steps=300)
+    for width in (80, 120):
+        app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+        async with app.run_test(size=(width, 24)) as pilot:
+            dash = app.screen
+            await until(pilot, lambda: dash.view is not None and dash.view.step == 20)
+            await pilot.pause(0.3)
+            keys = footer_keys_in_sight(dash)
+            assert {"stop", "back", "quit", "log_scale", "lr"} <= set(keys), sorted(keys)
+            if width == 120:
+                assert {"smoothing", "window", "runs", "chat"} <= set(keys)
+            else:
+                await pilot.press("w")  # a key left out of the footer still works
+                assert dash.query_one("LossPlot").recent_only
+
+
+async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_form(pilot, app)
+        await pilot.pause(0.3)
+        assert {"start", "runs", "quit"} <= set(footer_keys_in_sight(screen))
