@@ -529,8 +529,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     else:
         table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
-        for col in header:
-            table.add_column(col)
+        for col in header:  # a run's id whole, on one line: it is what `ftui attach` takes
+            table.add_column(col, no_wrap=col == "run", min_width=max(len(r.run_id) for r in runs) if col == "run" else None)
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
