@@ -19,7 +19,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -27,7 +27,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
+from ftui.paths import default_runs_root
+
+if TYPE_CHECKING:
+    from ftui.config import RunConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
@@ -148,6 +151,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     initial = None
     if args.app_config:
+        from ftui.config import ConfigError, load_config  # pydantic's model: only for --config
+
         try:
             load_config(args.app_config)
         except ConfigError as e:  # open the form anyway, filled with what could be read
@@ -191,6 +196,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
+    from ftui.config import ConfigError, demo_config, load_config
+
     overrides = _parse_set(args.overrides)
     if args.node_rank is not None:
         overrides["node_rank"] = args.node_rank
@@ -262,6 +269,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
 
 def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
     """With the run's lock held: its config with the overrides (saved) and the checkpoint."""
+    from ftui.config import ConfigError, load_config
     from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
     overrides = _parse_set(args.overrides)

@@ -406,6 +406,26 @@ async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, m
         assert dash.view.model == "Qwen/Qwen2.5-0.5B" and dash.view.status == "completed"
 
 
+async def test_a_live_long_runs_spliced_history_is_not_replaced_by_the_view_from_before_it(tmp_path, monkeypatch):
+    """A live run polls every second: the first poll after the history was read showed the
+    view from before it again (the plot without its history, 'reading history 0%' in the
+    header) until the next event came."""
+    import ftui.tui.screens.dashboard as dashboard
+
+    monkeypatch.setattr(dashboard, "BIG_FILE", 20_000)
+    monkeypatch.setattr(dashboard, "HEAD_BYTES", 2_000)
+    monkeypatch.setattr(dashboard, "TAIL_BYTES", 8_000)
+    monkeypatch.setattr(dashboard, "CHUNK", 16_000)
+    run = write_run(tmp_path / "runs", "long-live", steps=500, max_steps=1000)  # another host's: counts as live
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 1000)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.loading is None and dash.view.series[0][:1] == [1])
+        await pilot.pause(2 * dashboard.POLL_S)  # a poll or two later, no new event
+        assert dash.view.status == "running" and dash.view.loading is None
+        assert list(dash.view.series[0]) == list(range(1, 501))
+
+
 async def test_form_shows_the_planners_verdict_before_start(tmp_path):
     import json
 

@@ -112,7 +112,10 @@ class DashboardScreen(Screen):
             if history is not None:
                 self._read_history(state, history, worker)
                 history = None
-                self.app.call_from_thread(self.show, state.view(), [], False)
+                # The next polls of a live run build on this view, not on the one from before
+                # the history (which would show the plot without it until the next event).
+                last_view = state.view()
+                self.app.call_from_thread(self.show, last_view, [], False)
                 continue
             if events.catching_up:
                 continue  # no sleep

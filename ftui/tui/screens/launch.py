@@ -256,7 +256,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.config import default_runs_root
+        from ftui.paths import default_runs_root  # not ftui.config: its pydantic model is built after the first frame
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
