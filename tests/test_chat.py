@@ -435,4 +435,4 @@ async def test_the_chat_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
     app = WithQuit()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.5)
-        assert {"stop_or_back", "quit"} <= set(footer_keys_in_sight(app.screen))
+        assert {"stop_or_back", "quit"} <= set(await footer_keys_in_sight(pilot, app.screen))

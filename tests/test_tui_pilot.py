@@ -659,10 +659,17 @@ async def test_a_long_field_error_wraps_under_its_field_at_80x24(tmp_path):
         assert "unable to parse string as a number" in " ".join(shown.split())
 
 
-def footer_keys_in_sight(screen) -> dict:
-    """The footer's keys a user sees, by action; asserts none is under the command palette's
-    key (docked right, it covered Quit at 80 columns)."""
-    keys = {k.action: k for k in screen.query("FooterKey") if k.display and k.region.width}
+async def footer_keys_in_sight(pilot, screen) -> dict:
+    """The footer's keys a user sees, by action, once the footer is laid out (it is composed
+    again whenever the bindings change); asserts none is under the command palette's key
+    (docked right, it covered Quit at 80 columns)."""
+
+    def shown() -> dict:
+        return {k.action: k for k in screen.query("FooterKey") if k.display and k.region.width}
+
+    await until(pilot, lambda: "command_palette" in shown() and "quit" in {k.action for k in screen.query("FooterKey")})
+    await pilot.pause()
+    keys = shown()
     palette = keys.pop("command_palette")
     assert all(k.region.right <= palette.region.x for k in keys.values()), [(a, k.region) for a, k in keys.items()]
     return keys
@@ -678,7 +685,7 @@ async def test_the_dashboards_footer_keeps_stop_back_and_quit_at_80_columns(tmp_
             dash = app.screen
             await until(pilot, lambda: dash.view is not None and dash.view.step == 20)
             await pilot.pause(0.3)
-            keys = footer_keys_in_sight(dash)
+            keys = await footer_keys_in_sight(pilot, dash)
             assert {"stop", "back", "quit", "log_scale", "lr"} <= set(keys), sorted(keys)
             if width == 120:
                 assert {"smoothing", "window", "runs", "chat"} <= set(keys)
@@ -692,4 +699,4 @@ async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_pa
     async with app.run_test(size=(80, 24)) as pilot:
         screen = await open_form(pilot, app)
         await pilot.pause(0.3)
-        assert {"start", "runs", "quit"} <= set(footer_keys_in_sight(screen))
+        assert {"start", "runs", "quit"} <= set(await footer_keys_in_sight(pilot, screen))
