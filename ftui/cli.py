@@ -20,7 +20,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -28,7 +28,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.config import ConfigError, RunConfig, default_runs_root, demo_config, load_config
+from ftui.paths import default_runs_root
+
+if TYPE_CHECKING:
+    from ftui.config import RunConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
@@ -157,6 +160,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     initial = None
     if args.app_config:
+        from ftui.config import ConfigError, load_config  # pydantic's model: only for --config
+
         try:
             load_config(args.app_config)
         except ConfigError as e:  # open the form anyway, filled with what could be read
@@ -239,6 +244,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
+    from ftui.config import ConfigError, demo_config, load_config
+
     overrides = _parse_set(args.overrides)
     if args.node_rank is not None:
         overrides["node_rank"] = args.node_rank
@@ -309,6 +316,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
 
 def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
     """With the run's lock held: its config with the overrides (saved) and the checkpoint."""
+    from ftui.config import ConfigError, load_config
     from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
     overrides = _parse_set(args.overrides)
@@ -565,8 +573,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     else:
         table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
-        for col in header:
-            table.add_column(col)
+        for col in header:  # a run's id whole, on one line: it is what `ftui attach` takes
+            table.add_column(col, no_wrap=col == "run", min_width=max(len(r.run_id) for r in runs) if col == "run" else None)
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)

@@ -286,20 +286,22 @@ def read_complete_lines(path: Path, offset: int, pending: bytes, max_bytes: int 
 
 
 # A step line as EventWriter writes it (compact separators, schema key order). Pulling
-# (t, step, loss) out of a run of such lines with one `findall` costs a small fraction of
+# (t, step, loss, lr) out of a run of such lines with one `findall` costs a small fraction of
 # json.loads per line, which is what lets the dashboard attach to a run with a million step
 # events in about a second. Lines of any other shape take the full parse.
 _NUM = rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
-_STEP_LINE = re.compile(rb'\{"v":1,"t":(' + _NUM + rb'),"event":"step","step":([0-9]{1,15}),"epoch":[^,\n]*,"loss":(null|' + _NUM + rb')[,}]')
+_STEP_LINE = re.compile(rb'\{"v":1,"t":(' + _NUM + rb'),"event":"step","step":([0-9]{1,15}),"epoch":[^,\n]*,"loss":(null|' + _NUM + rb')(?:,"lr":(null|' + _NUM + rb'))?[,}]')
 _OTHER_KIND = re.compile(rb',"event":"(?!step")')
 
 
 class StepColumns(NamedTuple):
-    """Consecutive step events reduced to what a loss curve needs (``read_new(compact=True)``)."""
+    """Consecutive step events reduced to what the loss and learning-rate curves need
+    (``read_new(compact=True)``)."""
 
     t: array
     step: array
     loss: array  # NaN where the loss was null
+    lr: array  # NaN where the learning rate was null or absent
 
 
 @dataclass
@@ -373,10 +375,9 @@ class EventReader:
             out.extend(self._parse((seg if first_end < 0 else seg[:first_end],)))
             found = found[1:]
         if len(found) > 1:
-            ts, steps, losses = zip(*found[:-1])
+            ts, steps, losses, lrs = zip(*found[:-1])
             out.append(StepColumns(
-                array("d", map(float, ts)), array("l", map(int, steps)),
-                array("d", map(float, (b"nan" if x == b"null" else x for x in losses))),
+                array("d", map(float, ts)), array("l", map(int, steps)), _floats(losses), _floats(lrs),
             ))
         if found:
             body = seg.rstrip(b"\n")
@@ -398,6 +399,13 @@ class EventReader:
             if event["event"] == "step":
                 self._seen_step = True
             yield event
+
+
+def _floats(found: Iterable[bytes]) -> array:
+    """Numbers pulled by _STEP_LINE as doubles: NaN for null or absent (an empty match)."""
+    if b"null" not in found and b"" not in found:  # the usual case, at C speed
+        return array("d", map(float, found))
+    return array("d", (float(x) if x and x != b"null" else math.nan for x in found))
 
 
 _INT_FIELDS = ("step", "max_steps", "world_size", "nodes", "tokens", "trainable_tokens", "total_tokens",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 from ftui.events import make_event
 
@@ -14,9 +15,11 @@ T0 = 1_700_000_000.0
 def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None = None,
               log_lines: tuple[str, ...] = (), model: str = "Qwen/Qwen2.5-0.5B", world_size: int = 2,
               step_s: float = 1.5, precision: str = "bf16", every: int = 1,
-              step_extras: dict | None = None, eval_extras: dict | None = None) -> Path:
+              step_extras: dict | None = None, eval_extras: dict | None = None,
+              loss_at: Callable[[int], float] | None = None) -> Path:
     """``step_extras`` / ``eval_extras``: more fields for every step / eval event (a newer
-    stage's figures, or hostile ones)."""
+    stage's figures, or hostile ones); ``loss_at``: the loss at a step, when the default
+    curve (3.1 down to about 0.6) does not suit."""
     run = root / name
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(f"model_name_or_path: {model}\ndataset: alpaca_en_demo\n")
@@ -26,7 +29,7 @@ def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None
                      max_steps=max_steps, planned_tokens_per_step=65536)]
     total = 0
     for s in range(every, steps + 1, every):
-        loss = 2.5 * math.exp(-s / 60) + 0.6 + 0.05 * math.sin(s)
+        loss = loss_at(s) if loss_at else 2.5 * math.exp(-s / 60) + 0.6 + 0.05 * math.sin(s)
         total += 30_000 * every
         ev.append(make_event(
             "step", t=T0 + 20 + s * step_s, step=s, epoch=round(s / 100, 4), loss=loss, lr=1e-4 * (1 - s / max_steps),

@@ -423,3 +423,16 @@ async def test_chat_controls_fit_80_columns(tmp_path):
         await pilot.pause(0.3)
         region = app.screen.query_one("#chat-max").region
         assert region.width >= 7 and region.right <= 80  # the max-tokens field is whole
+
+
+async def test_the_chat_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
+    from ftui.tui.app import FtuiApp
+    from tests.test_tui_pilot import footer_keys_in_sight
+
+    class WithQuit(type(chat_app(fake_run(tmp_path), []))):
+        BINDINGS = FtuiApp.BINDINGS  # ftui's Quit, shown in the footer
+
+    app = WithQuit()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        assert {"stop_or_back", "quit"} <= set(await footer_keys_in_sight(pilot, app.screen))

@@ -135,3 +135,22 @@ def test_ctrl_c_in_watch_exits_130_quietly_and_says_the_run_goes_on(tmp_path):
     assert proc.returncode == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert "the run goes on" in err and "ftui attach live-1" in err
+
+
+def test_runs_in_a_terminal_shows_each_run_id_whole_at_80_columns(tmp_path, monkeypatch):
+    """The id is what `ftui attach` takes: a 100-column terminal showed `t-2026112…`."""
+    import io
+
+    from rich.console import Console
+
+    from ftui import cli
+
+    root = tmp_path / "runs"
+    ids = ["t-20261123-025821", "llama3-lora-sft-20261123-031502"]
+    for run_id in ids:
+        write_run(root, run_id, steps=5, max_steps=100, model="/models/" + "long-name/" * 4 + "Llama-3.2-1B")
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "safe_console", lambda stderr=False: Console(file=out, width=80, force_terminal=True, emoji=False))
+    assert cli.main(["runs", "--root", str(root)]) == 0
+    text = out.getvalue()
+    assert all(run_id in text for run_id in ids), text

@@ -101,3 +101,53 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         if run is not None:
             stop_run(run, force=True)
+
+
+def test_a_run_put_elsewhere_by_output_dir_is_listed_attached_and_stopped_from_another_directory(tmp_path):
+    """Issue 13, items 1, 2 and 5 as a user meets them. A config whose `output_dir` puts the run
+    outside the runs root (LLaMA-Factory's `saves/...`) is started from its project directory;
+    from another directory `ftui runs` lists it (its id whole) and `ftui attach` finds it; in the
+    dashboard `s` then Enter stops it (Enter is the highlighted "Stop"); the Stop leaves no
+    traceback and no failed launcher, neither in train.log nor in the log panel."""
+    from conftest import tiny_config
+
+    project, other = tmp_path / "project", tmp_path / "other"
+    project.mkdir()
+    other.mkdir()
+    # Far more steps than it will take: it is stopped while it runs, whatever the machine's speed.
+    cfg = tiny_config(project, output_dir="saves/tiny", max_steps=100_000, run_name="far")
+    (project / "far.yaml").write_text(cfg.to_yaml())
+    session = f"ftui-far-{os.getpid()}"
+    new_shell(session, project)  # FTUI_HOME=project: its runs root, project/runs, is not where the run goes
+    run = None
+    try:
+        tmux("send-keys", "-t", session, f"{FTUI_CMD} train far.yaml --detach", "Enter")
+        run_id = wait_screen(session, r"run (far-\S+) started in saves/tiny/").group(1)
+        run = project / "saves" / "tiny" / run_id
+        tmux("send-keys", "-t", session, f"clear; cd {shlex.quote(str(other))} && {FTUI_CMD} runs", "Enter")
+        wait_screen(session, re.escape(run_id) + r"\s+│\s+(starting|running)\s+│")
+
+        tmux("send-keys", "-t", session, f"clear; {FTUI_CMD} attach {run_id}", "Enter")
+        wait_screen(session, r"step\s+[1-9]\d* / 100000")  # the live run's dashboard
+        tmux("send-keys", "-t", session, "s")
+        wait_screen(session, r"Enter: Stop")
+        tmux("send-keys", "-t", session, "Enter")
+        wait_screen(session, r"STOPPED: stop requested at step \d+")
+        assert [e for e in read_all(run / "events.jsonl") if e["event"] == "run_end"][-1]["status"] == "stopped"
+
+        # The log panel as a user finds it later: quit, attach again (no notification over it).
+        tmux("send-keys", "-t", session, "C-q")
+        wait_screen(session, r"[$#]\s*$")
+        assert wait_for(lambda: "launcher exited" in (run / "train.log").read_text(), timeout=240)
+        tmux("send-keys", "-t", session, f"clear; {FTUI_CMD} attach {run_id}", "Enter")
+        shown = wait_screen(session, r"launcher exited with code 0").string
+        log = (run / "train.log").read_text()
+        for bad in ("SignalException", "Traceback", "exited with code 1"):
+            assert bad not in log, log
+            assert bad not in shown, shown
+        tmux("send-keys", "-t", session, "C-q")
+        wait_screen(session, r"[$#]\s*$")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        if run is not None and run.exists():
+            stop_run(run, force=True)

@@ -70,7 +70,7 @@ def test_reader_of_missing_file_is_empty(tmp_path):
     assert read_all(tmp_path / "nope.jsonl") == []
 
 
-def test_compact_reading_gives_the_same_curve_as_full_parsing(tmp_path):
+def test_compact_reading_gives_the_same_curves_as_full_parsing(tmp_path):
     from ftui.events import StepColumns
 
     path = tmp_path / "events.jsonl"
@@ -78,12 +78,12 @@ def test_compact_reading_gives_the_same_curve_as_full_parsing(tmp_path):
         w.write("run_start", run_id="r", engine="single", precision="fp32", method="full", world_size=1, nodes=1,
                 model="m", total_params=1, trainable_params=1, max_steps=300, planned_tokens_per_step=1)
         for s in range(1, 301):
-            w.write("step", **step_fields(step=s, loss=None if s == 150 else 1.0 / s))
+            w.write("step", **step_fields(step=s, loss=None if s == 150 else 1.0 / s, lr=1e-4 * (1 - s / 300)))
             if s % 100 == 0:
                 w.write("eval", step=s, eval_loss=0.5)
     with open(path, "a") as fh:  # a line from another writer: other key order, spaces
         fh.write(json.dumps({"event": "step", "v": 1, "t": 9.0, **{k: v for k, v in step_fields(step=301, loss=0.25).items()}}) + "\n")
-    full = [(e["step"], e["loss"]) for e in read_all(path) if e["event"] == "step"]
+    full = [(e["step"], e["loss"], e["lr"]) for e in read_all(path) if e["event"] == "step"]
     reader = EventReader(path)
     got, kinds = [], []
     while True:
@@ -93,11 +93,11 @@ def test_compact_reading_gives_the_same_curve_as_full_parsing(tmp_path):
         for e in batch:
             if isinstance(e, StepColumns):
                 kinds.append("columns")
-                got += [(s, None if v != v else v) for s, v in zip(e.step, e.loss)]
+                got += [(s, None if v != v else v, lr) for s, v, lr in zip(e.step, e.loss, e.lr)]
             else:
                 kinds.append(e["event"])
                 if e["event"] == "step":
-                    got.append((e["step"], e["loss"]))
+                    got.append((e["step"], e["loss"], e["lr"]))
     assert got == full
     assert "columns" in kinds and kinds.count("eval") == 3 and kinds[0] == "run_start"
 

@@ -30,3 +30,29 @@ def test_import_contract_holds():
     exe = shutil.which("lint-imports") or str(__import__("pathlib").Path(sys.executable).with_name("lint-imports"))
     proc = subprocess.run([exe], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_first_frame_of_ftui_builds_no_pydantic_model():
+    """`ftui` paints the launch form before it imports ftui.config (building its pydantic
+    model took a fifth of the first frame's time): neither ftui.cli nor the form's first frame
+    imports it. What the first frame imports, not how long it takes: no wall-clock here."""
+    probe = (
+        "import sys\n"
+        "import ftui.cli\n"
+        "from ftui.tui.app import FtuiApp\n"
+        "from ftui.tui.screens.launch import LaunchScreen\n"
+        "seen = []\n"
+        "class Probe(FtuiApp):\n"
+        "    def _display(self, screen, renderable):\n"
+        "        super()._display(screen, renderable)\n"
+        "        if renderable is not None and isinstance(screen, LaunchScreen) and not seen:\n"
+        "            seen.append(sorted(m for m in ('ftui.config', 'pydantic') if m in sys.modules))\n"
+        "            self.set_timer(0.5, self.exit)\n"  # (exiting at once raced the form's completion)
+        "Probe('runs', offer_live=False).run(headless=True, size=(80, 24))\n"
+        "print('LOADED', seen[0])\n"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp, timeout=120)
+    assert "LOADED []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

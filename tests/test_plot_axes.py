@@ -1,7 +1,7 @@
 """The loss plot's axes (ftui.tui.axes) and the ETA's first estimate: pure functions."""
 
 from ftui.follow import EtaWindow
-from ftui.tui.axes import step_range, step_ticks, value_range, value_ticks
+from ftui.tui.axes import LR_MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 
 
 def test_step_ticks_are_whole_numbers():
@@ -36,6 +36,22 @@ def test_y_labels_share_one_precision():
         assert len(ticks) >= 2 and all(lo - 1e-9 <= t <= hi + 1e-9 for t in ticks)
         assert len({len(label.split(".")[1]) for label in labels}) == 1, labels
     assert value_ticks(0.2, 5.3)[1] == ["2.0", "4.0"]  # a loss reads 2.0, not 2
+
+
+def test_log_axis_ticks_powers_of_ten_over_decades_and_more_within_one():
+    assert log_ticks(*log_range([1.0, 0.001])) == ([-3.0, -2.0, -1.0, 0.0], ["0.001", "0.01", "0.1", "1"])
+    assert log_ticks(*log_range([1e-4, 1e-6]))[1] == ["1e-6", "1e-5", "1e-4"]
+    assert log_ticks(*log_range([3.1, 0.6]))[1] == ["1", "2", "3"]  # within one decade: 1, 2, 3 x
+    positions, labels = log_ticks(*log_range([2.50, 2.52]))  # too narrow for any: linear ticks
+    assert len(labels) >= 2 and all(2.2 < float(label) < 2.9 for label in labels)
+    assert log_range([0.0, -1.0, float("nan")]) is None  # nothing a log axis can place
+
+
+def test_a_learning_rates_labels_share_one_power_of_ten():
+    ticks, labels = value_ticks(*value_range([2e-5, 1e-4], LR_MIN_ABS_SPAN))
+    assert labels == ["0.2e-4", "0.4e-4", "0.6e-4", "0.8e-4", "1.0e-4"]
+    lo, hi = value_range([1e-4], LR_MIN_ABS_SPAN)  # a constant rate: a range in proportion
+    assert 0.9e-4 < lo < 1e-4 < hi < 1.1e-4
 
 
 def test_eta_shows_from_the_first_step_event_after_run_start():

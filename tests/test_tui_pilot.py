@@ -406,6 +406,26 @@ async def test_long_run_attaches_tail_first_then_splices_the_history(tmp_path, m
         assert dash.view.model == "Qwen/Qwen2.5-0.5B" and dash.view.status == "completed"
 
 
+async def test_a_live_long_runs_spliced_history_is_not_replaced_by_the_view_from_before_it(tmp_path, monkeypatch):
+    """A live run polls every second: the first poll after the history was read showed the
+    view from before it again (the plot without its history, 'reading history 0%' in the
+    header) until the next event came."""
+    import ftui.tui.screens.dashboard as dashboard
+
+    monkeypatch.setattr(dashboard, "BIG_FILE", 20_000)
+    monkeypatch.setattr(dashboard, "HEAD_BYTES", 2_000)
+    monkeypatch.setattr(dashboard, "TAIL_BYTES", 8_000)
+    monkeypatch.setattr(dashboard, "CHUNK", 16_000)
+    run = write_run(tmp_path / "runs", "long-live", steps=500, max_steps=1000)  # another host's: counts as live
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 1000)
+    async with app.run_test(size=(120, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.loading is None and dash.view.series[0][:1] == [1])
+        await pilot.pause(2 * dashboard.POLL_S)  # a poll or two later, no new event
+        assert dash.view.status == "running" and dash.view.loading is None
+        assert list(dash.view.series[0]) == list(range(1, 501))
+
+
 async def test_form_shows_the_planners_verdict_before_start(tmp_path):
     import json
 
@@ -712,3 +732,98 @@ async def test_the_dashboard_samples_the_gpus_the_run_was_given(tmp_path, monkey
         await until(pilot, lambda: "nvidia-smi 3" in text_of(dash.query_one("#gpu-panel")))
         gpu = text_of(dash.query_one("#gpu-panel"))
         assert "0 (nvidia-smi 2)" in gpu and "1 (nvidia-smi 3)" in gpu and "nvidia-smi 1" not in gpu
+
+
+def y_labels(text: str) -> list[str]:
+    """The plot's y tick labels, top to bottom."""
+    return [line.split("┤")[0].strip() for line in text.splitlines() if "┤" in line]
+
+
+async def test_l_puts_the_plot_on_a_log_scale_and_v_plots_the_learning_rate(tmp_path):
+    """Issue 13, item 6: a loss falling over decades reads on a log scale (labels at powers of
+    ten), and the learning rate the step events carry is one key away (labels sharing one
+    power of ten on a linear axis)."""
+    from ftui.tui.widgets import LossPlot
+
+    # loss 0.89 .. 0.001 over 60 steps; lr 1e-4 * (1 - s / 300): 0.997e-4 .. 0.8e-4
+    run = write_run(tmp_path / "runs", "decades", steps=60, max_steps=300, loss_at=lambda s: 10 ** (-s / 20))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 200)
+    async with app.run_test(size=(100, 30)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 60)
+        plot = dash.query_one(LossPlot)
+        await pilot.press("l")
+        text = plot_text(plot)
+        assert "loss (raw + smoothed) · log" in text
+        assert y_labels(text) == ["1", "0.1", "0.01", "0.001"]
+        await pilot.press("v")
+        text = plot_text(plot)
+        assert "learning rate · log" in text
+        assert y_labels(text) == ["1e-4", "9e-5", "8e-5"]
+        await pilot.press("l")
+        text = plot_text(plot)
+        labels = y_labels(text)
+        assert "learning rate" in text and "log" not in text
+        assert len(labels) >= 3 and all(label.endswith("e-4") and 0.75e-4 < float(label) < 1.05e-4 for label in labels), labels
+        await pilot.press("v")
+        assert "loss (raw + smoothed)" in plot_text(plot)
+
+
+async def test_a_long_field_error_wraps_under_its_field_at_80x24(tmp_path):
+    """Issue 13, item 8: at 80 columns a field's error is shown whole, wrapped under the field
+    (it ran off the form's edge: '... unable to pa')."""
+    from textual.geometry import Region
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_form(pilot, app)
+        screen.query_one("#f-learning_rate", Input).value = "fast"
+        await until(pilot, lambda: screen.query("#e-learning_rate"))
+        await pilot.pause()
+        error = screen.query_one("#e-learning_rate", Label)
+        assert error.region.right <= error.parent.content_region.right <= 80
+        shown = " ".join(strip.text for strip in error.render_lines(Region(0, 0, *error.outer_size)))
+        assert "unable to parse string as a number" in " ".join(shown.split())
+
+
+async def footer_keys_in_sight(pilot, screen) -> dict:
+    """The footer's keys a user sees, by action, once the footer is laid out (it is composed
+    again whenever the bindings change); asserts none is under the command palette's key
+    (docked right, it covered Quit at 80 columns)."""
+
+    def shown() -> dict:
+        return {k.action: k for k in screen.query("FooterKey") if k.display and k.region.width}
+
+    await until(pilot, lambda: "command_palette" in shown() and "quit" in {k.action for k in screen.query("FooterKey")})
+    await pilot.pause()
+    keys = shown()
+    palette = keys.pop("command_palette")
+    assert all(k.region.right <= palette.region.x for k in keys.values()), [(a, k.region) for a, k in keys.items()]
+    return keys
+
+
+async def test_the_dashboards_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
+    """Issue 13, item 8: at 80 columns the footer drops its least needed keys (they still
+    work) rather than losing Quit under the command palette's key; at 120 it shows them all."""
+    run = write_run(tmp_path / "runs", "narrow", steps=20, max_steps=300)
+    for width in (80, 120):
+        app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+        async with app.run_test(size=(width, 24)) as pilot:
+            dash = app.screen
+            await until(pilot, lambda: dash.view is not None and dash.view.step == 20)
+            await pilot.pause(0.3)
+            keys = await footer_keys_in_sight(pilot, dash)
+            assert {"stop", "back", "quit", "log_scale", "lr"} <= set(keys), sorted(keys)
+            if width == 120:
+                assert {"smoothing", "window", "runs", "chat"} <= set(keys)
+            else:
+                await pilot.press("w")  # a key left out of the footer still works
+                assert dash.query_one("LossPlot").recent_only
+
+
+async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_form(pilot, app)
+        await pilot.pause(0.3)
+        assert {"start", "runs", "quit"} <= set(await footer_keys_in_sight(pilot, screen))

@@ -49,11 +49,11 @@ def test_run_state_view_matches_the_events(tmp_path):
 
 def _resumed_events():
     ev = [{"v": 1, "t": T0, "event": "run_start", "run_id": "r", "max_steps": 10}]
-    ev += [{"v": 1, "t": T0 + s, "event": "step", "step": s, "loss": 10.0 - s} for s in range(1, 7)]
+    ev += [{"v": 1, "t": T0 + s, "event": "step", "step": s, "loss": 10.0 - s, "lr": 0.1 * s} for s in range(1, 7)]
     ev += [{"v": 1, "t": T0 + 6, "event": "eval", "step": 6, "eval_loss": 3.0}]
     ev += [{"v": 1, "t": T0 + 7, "event": "run_end", "status": "failed", "reason": "boom", "hint": "h"}]
     ev += [{"v": 1, "t": T0 + 100, "event": "run_start", "run_id": "r", "max_steps": 10, "resumed_from_step": 4}]
-    ev += [{"v": 1, "t": T0 + 100 + s, "event": "step", "step": s, "loss": 20.0 + s} for s in (5, 6, 7)]
+    ev += [{"v": 1, "t": T0 + 100 + s, "event": "step", "step": s, "loss": 20.0 + s, "lr": 1.0 * s} for s in (5, 6, 7)]
     return ev
 
 
@@ -66,6 +66,7 @@ def test_a_resumed_run_replaces_the_steps_after_its_checkpoint():
     assert v.series[0] == [1, 2, 3, 4, 5, 6, 7]
     assert v.series[1] == [9.0, 8.0, 7.0, 6.0, 25.0, 26.0, 27.0]
     assert v.evals == ([], [])  # the eval at step 6 belonged to the abandoned stretch
+    assert v.lr_series == ([1, 2, 3, 4, 5, 6, 7], pytest.approx([0.1, 0.2, 0.3, 0.4, 5.0, 6.0, 7.0]))
 
     # Attach to a long run reads the tail first, then prepends the head: same result.
     head = RunState(RunSummary(run_id="r", path=None, started=T0))
@@ -73,4 +74,24 @@ def test_a_resumed_run_replaces_the_steps_after_its_checkpoint():
     tail = RunState(RunSummary(run_id="r", path=None, started=T0), clock=lambda: T0 + 200)
     tail.apply(ev[9:])
     tail.prepend(head)
-    assert tail.view().series == v.series
+    assert tail.view().series == v.series and tail.view().lr_series == v.lr_series
+
+
+def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
+    """The dashboard reads runs of step lines as columns (EventReader compact): the learning
+    rate rides along, so the lr view of a long run has every step, not one per batch."""
+    from ftui.events import EventReader, EventWriter
+    from tests.test_events import step_fields
+
+    path = tmp_path / "events.jsonl"
+    with EventWriter(path) as w:
+        for s in range(1, 201):
+            w.write("step", **step_fields(step=s, loss=1.0 / s, lr=1e-4 * s / 200))
+    full = RunState(RunSummary(run_id="r", path=tmp_path))
+    full.apply(read_all(path))
+    compact = RunState(RunSummary(run_id="r", path=tmp_path))
+    reader = EventReader(path)
+    while batch := reader.read_new(2048, compact=True):
+        compact.apply(batch)
+    assert compact.view().lr_series == full.view().lr_series
+    assert len(full.view().lr_series[0]) == 200 and compact.view().lr_recent == full.view().lr_recent

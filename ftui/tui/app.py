@@ -105,6 +105,8 @@ class FtuiApp(App):
             yield SystemCommand("Stop run", "Ask the run to stop (again: kill)", screen.action_stop)
             yield SystemCommand("Toggle smoothing", "Smooth the loss curve", screen.action_smoothing)
             yield SystemCommand("Toggle window", "Whole run or the last steps", screen.action_window)
+            yield SystemCommand("Toggle log scale", "The plot's y axis on a log scale", screen.action_log_scale)
+            yield SystemCommand("Loss / learning rate", "Plot the loss or the learning rate", screen.action_lr)
             yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
         if isinstance(screen, RunsScreen):
             yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)

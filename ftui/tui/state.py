@@ -50,6 +50,24 @@ def ema(values: Sequence[float], weight: float = 0.8) -> list[float]:
     return out
 
 
+def extend_finite(steps: array, values: array, new_steps: Sequence[int], new_values: Sequence[float]) -> None:
+    """Appends a run of (step, value) pairs, leaving out the NaNs (null or absent values)."""
+    if math.isnan(sum(new_values)):
+        pairs = [(s, v) for s, v in zip(new_steps, new_values) if not math.isnan(v)]
+        steps.extend(array("l", (p[0] for p in pairs)))
+        values.extend(array("d", (p[1] for p in pairs)))
+    else:
+        steps.extend(new_steps)
+        values.extend(new_values)
+
+
+def truncate_after(steps: array, values: array, step: int) -> None:
+    """Drops the points after ``step`` (a resume redoes them)."""
+    keep = bisect_right(steps, step)
+    del steps[keep:]
+    del values[keep:]
+
+
 @dataclass(frozen=True)
 class RunView:
     """Everything one frame of the dashboard shows; built off the UI thread."""
@@ -77,6 +95,8 @@ class RunView:
     eval_loss: float | None = None
     series: tuple[list[float], list[float]] = ((), ())  # downsampled whole run
     recent: tuple[list[float], list[float]] = ((), ())  # raw last N steps
+    lr_series: tuple[list[float], list[float]] = ((), ())  # the learning rate, as series and recent are
+    lr_recent: tuple[list[float], list[float]] = ((), ())
     evals: tuple[list[float], list[float]] = ((), ())
     rank_peaks: tuple[int, ...] = ()
     messages: tuple[tuple[str, str], ...] = ()  # (level, text) of log events
@@ -103,6 +123,8 @@ class RunState:
     max_points: int = 2000
     eval_steps: array = field(default_factory=lambda: array("l"))
     eval_values: array = field(default_factory=lambda: array("d"))
+    lr_steps: array = field(default_factory=lambda: array("l"))
+    lr_values: array = field(default_factory=lambda: array("d"))
     last_step: dict[str, Any] = field(default_factory=dict)
     last_eval: dict[str, Any] = field(default_factory=dict)
     rank_peaks: list[int] = field(default_factory=list)
@@ -124,13 +146,8 @@ class RunState:
             self.events_seen += 1
             if type(e) is StepColumns:  # the fast path for catching up on long runs
                 self.events_seen += len(e.step) - 1
-                if math.isnan(sum(e.loss)):  # some losses were null: keep only the finite ones
-                    pairs = [(s, v) for s, v in zip(e.step, e.loss) if not math.isnan(v)]
-                    steps.extend(array("l", (p[0] for p in pairs)))
-                    values.extend(array("d", (p[1] for p in pairs)))
-                else:
-                    steps.extend(e.step)
-                    values.extend(e.loss)
+                extend_finite(steps, values, e.step, e.loss)
+                extend_finite(self.lr_steps, self.lr_values, e.step, e.lr)
                 summary.step = e.step[-1]
                 for t, s in zip(e.t[-eta.points.maxlen :], e.step[-eta.points.maxlen :]):
                     eta.add(t, s)
@@ -145,15 +162,17 @@ class RunState:
                 eta.start(e)
             if kind == "run_start" and e.get("resumed_from_step") is not None:
                 self.resumed_from = int(e["resumed_from_step"])
-                keep = bisect_right(self.eval_steps, self.resumed_from)
-                del self.eval_steps[keep:]
-                del self.eval_values[keep:]
+                truncate_after(self.eval_steps, self.eval_values, self.resumed_from)
+                truncate_after(self.lr_steps, self.lr_values, self.resumed_from)
                 if self.last_eval.get("step", 0) > self.resumed_from:
                     self.last_eval = {}
                 self.first_step_t = None  # throughput is measured from the resumed steps on
             if kind == "step":
                 self.last_step = e
                 self.eta.add(e["t"], e["step"])
+                if e.get("lr") is not None:
+                    self.lr_steps.append(e["step"])
+                    self.lr_values.append(e["lr"])
                 self.total_tokens = e.get("total_tokens", self.total_tokens + e.get("tokens", 0))
                 if self.first_step_t is None or e["step"] <= 1:
                     # Average throughput is measured from the first step event on (after any
@@ -180,13 +199,14 @@ class RunState:
         s, h = self.summary, history.summary
         if self.resumed_from is not None and self.resumed_from < h.step:
             h.truncate_after(self.resumed_from)
-            keep = bisect_right(history.eval_steps, self.resumed_from)
-            del history.eval_steps[keep:]
-            del history.eval_values[keep:]
+            truncate_after(history.eval_steps, history.eval_values, self.resumed_from)
+            truncate_after(history.lr_steps, history.lr_values, self.resumed_from)
         s.loss_steps = h.loss_steps + s.loss_steps
         s.loss_values = h.loss_values + s.loss_values
         self.eval_steps = history.eval_steps + self.eval_steps
         self.eval_values = history.eval_values + self.eval_values
+        self.lr_steps = history.lr_steps + self.lr_steps
+        self.lr_values = history.lr_values + self.lr_values
         self.messages = (history.messages + self.messages)[-50:]
         if not self.last_eval and (self.resumed_from is None or history.last_eval.get("step", 0) <= self.resumed_from):
             self.last_eval = history.last_eval  # the tail had no eval: the last one is in the history
@@ -211,8 +231,8 @@ class RunState:
         avg = None
         if self.first_step_t is not None and st and st["t"] > self.first_step_t:
             avg = (self.total_tokens - self.first_step_tokens) / (st["t"] - self.first_step_t)
-        n = len(s.loss_steps)
-        recent_from = max(0, n - self.recent_steps)
+        recent_from = max(0, len(s.loss_steps) - self.recent_steps)
+        lr_from = max(0, len(self.lr_steps) - self.recent_steps)
         return RunView(
             run_id=s.run_id, status=s.status, model=s.model, method=s.method, engine=s.engine,
             precision=s.precision, world_size=s.world_size, elapsed=elapsed,
@@ -223,6 +243,8 @@ class RunState:
             eval_loss=self.eval_values[-1] if self.eval_values else None,
             series=downsample(s.loss_steps, s.loss_values, self.max_points),
             recent=(list(s.loss_steps[recent_from:]), list(s.loss_values[recent_from:])),
+            lr_series=downsample(self.lr_steps, self.lr_values, self.max_points),
+            lr_recent=(list(self.lr_steps[lr_from:]), list(self.lr_values[lr_from:])),
             evals=(list(self.eval_steps), list(self.eval_values)),
             rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,

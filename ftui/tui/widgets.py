@@ -6,6 +6,7 @@ is put into ``rich.text.Text`` objects or escaped, never parsed as markup.
 
 from __future__ import annotations
 
+import math
 import re
 
 from rich.console import Group
@@ -17,7 +18,7 @@ from textual_plotext import PlotextPlot
 from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
-from ftui.tui.axes import step_range, step_ticks, value_range, value_ticks
+from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 from ftui.tui.state import RunView, ema
 
 STATUS_STYLE = {
@@ -62,34 +63,57 @@ class RunHeader(Static):
 
 
 class LossPlot(PlotextPlot):
-    """Train loss and eval points, whole run or the last N steps. By default the raw loss is
-    drawn faint with its smoothed curve over it (as LLaMA-Factory plots it); ``smoothing``
-    off (key m) draws the raw loss alone. The axes are ftui.tui.axes': whole-number step
-    ticks, a y range in proportion to the values, one precision per axis."""
+    """Train loss and eval points, or the learning rate (``metric``, key v), over the whole run
+    or the last N steps. By default the raw loss is drawn faint with its smoothed curve over it
+    (as LLaMA-Factory plots it); ``smoothing`` off (key m) draws the raw loss alone;
+    ``log_scale`` (key l) puts the y axis on a log scale, where values of zero and below are
+    not drawn. The axes are ftui.tui.axes': whole-number step ticks, a y range in proportion to
+    the values, one precision per axis."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.smoothing = True
         self.recent_only = False
+        self.log_scale = False
+        self.metric = "loss"  # or "lr"
         self.curves: list[tuple[str, tuple[list[float], list[float]]]] = []
         self.evals: tuple[list[float], list[float]] = ((), ())
 
     def show(self, view: RunView) -> None:
-        self.curves = [("train", view.recent if self.recent_only else view.series)]
-        self.evals = view.evals
+        if self.metric == "lr":
+            self.curves = [("lr", view.lr_recent if self.recent_only else view.lr_series)]
+            self.evals = ((), ())
+        else:
+            self.curves = [("train", view.recent if self.recent_only else view.series)]
+            self.evals = view.evals
         self.redraw()
 
     def show_many(self, curves: list[tuple[str, tuple[list[float], list[float]]]]) -> None:
         self.curves, self.evals = curves, ((), ())
         self.redraw()
 
+    def _title(self) -> str:
+        single = len(self.curves) == 1
+        if self.metric == "lr":
+            title = "learning rate"
+        else:
+            title = f"loss ({('raw + smoothed' if single else 'smoothed') if self.smoothing else 'raw'})"
+        return title + (" · log" if self.log_scale else "") + (" · recent" if self.recent_only else "")
+
+    def _on_axis(self, xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+        """The points as the y axis places them: on a log scale, log10 of the positive ones."""
+        if not self.log_scale:
+            return xs, ys
+        kept = [(x, math.log10(y)) for x, y in zip(xs, ys) if y > 0 and math.isfinite(y)]
+        return [p[0] for p in kept], [p[1] for p in kept]
+
     def redraw(self) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
         single = len(self.curves) == 1
-        kind = ("raw + smoothed" if single else "smoothed") if self.smoothing else "raw"
-        plt.title(f"loss ({kind})" + (" · recent" if self.recent_only else ""))
+        smooth = self.smoothing and self.metric == "loss"  # a learning rate is a schedule: drawn as it is
+        plt.title(self._title())
         plt.xlabel("step")
         xs_all: list[float] = []
         ys_all: list[float] = []
@@ -97,36 +121,41 @@ class LossPlot(PlotextPlot):
             if not xs:
                 continue
             xs, ys = list(xs), list(ys)
-            if self.smoothing and single:  # several runs: their smoothed curves alone stay readable
-                plt.plot(xs, ys, marker="hd", color="gray")
-            if self.smoothing:
-                plt.plot(xs, ema(ys), label=label if not single else "smoothed", marker="hd")
+            if smooth and single:  # several runs: their smoothed curves alone stay readable
+                plt.plot(*self._on_axis(xs, ys), marker="hd", color="gray")
+            if smooth:
+                plt.plot(*self._on_axis(xs, ema(ys)), label=label if not single else "smoothed", marker="hd")
             else:
-                plt.plot(xs, ys, label=label if not single else None, marker="hd")
+                plt.plot(*self._on_axis(xs, ys), label=label if not single else None, marker="hd")
             xs_all += xs
             ys_all += ys
         ex, ey = self.evals
         if ex and xs_all:
             pts = [(x, y) for x, y in zip(ex, ey) if x >= min(xs_all)]
             if pts:
-                plt.scatter([p[0] for p in pts], [p[1] for p in pts], label="eval", marker="o")
+                plt.scatter(*self._on_axis([p[0] for p in pts], [p[1] for p in pts]), label="eval", marker="o")
                 ys_all += [p[1] for p in pts]
         if not xs_all:
-            plt.title("loss: waiting for the first step")
-        else:
-            self.set_axes(xs_all, ys_all)
+            plt.title(f"{'learning rate' if self.metric == 'lr' else 'loss'}: waiting for the first step")
+        elif not self.set_axes(xs_all, ys_all):
+            plt.title(f"{self._title()}: no value above zero to draw")
         self.refresh()
 
-    def set_axes(self, xs: list[float], ys: list[float]) -> None:
+    def set_axes(self, xs: list[float], ys: list[float]) -> bool:
+        """Sets both axes; False when the values leave nothing to draw on the y axis."""
         plt = self.plt
         x_lo, x_hi = step_range(xs)
         plt.xlim(x_lo, x_hi)
         ticks = step_ticks(x_lo, x_hi)
         plt.xticks(ticks, [str(t) for t in ticks])
-        y = value_range(ys)
+        if self.log_scale:
+            y, ticks_of = log_range(ys), log_ticks
+        else:
+            y, ticks_of = value_range(ys, LR_MIN_ABS_SPAN if self.metric == "lr" else MIN_ABS_SPAN), value_ticks
         if y is not None:
             plt.ylim(*y)
-            plt.yticks(*value_ticks(*y))
+            plt.yticks(*ticks_of(*y))
+        return y is not None
 
 
 class Figures(Static):

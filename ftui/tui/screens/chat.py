@@ -20,11 +20,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, Select, Static
+from textual.widgets import Input, Label, Select, Static
 
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 from ftui.gpu import device_choices
 from ftui.runs import FINAL_DIR, checkpoints
+from ftui.tui.footer import FittingFooter
 
 BASE = "base"
 # Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
@@ -90,6 +91,8 @@ class ChatScreen(Screen):
         Binding("ctrl+b", "compare", "Compare with base"),
         Binding("ctrl+o", "reload", "Load"),
     ]
+    # Keys that leave a narrow footer first (80 columns): Stop / Back and Quit stay.
+    FOOTER_DROP_FIRST = ("compare", "reload", "clear", "save")
 
     def __init__(self, run_dir: Path | None = None, worker_factory=ChatWorker):
         super().__init__()
@@ -129,7 +132,7 @@ class ChatScreen(Screen):
             yield ChatPane("model", id="pane-main")
         yield Static("", id="chat-status")
         yield Input(placeholder="ask something; Enter sends, Esc stops the answer", id="chat-prompt")
-        yield Footer()
+        yield FittingFooter(self.FOOTER_DROP_FIRST)
 
     def on_mount(self) -> None:
         self.query_one("#chat-prompt", Input).focus()

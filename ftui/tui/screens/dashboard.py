@@ -19,7 +19,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from ftui.events import EVENTS_FILE, EventReader
@@ -27,6 +26,7 @@ from ftui.gpu import sample_gpus, sample_host
 from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView
+from ftui.tui.footer import FittingFooter
 from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
 
 POLL_S = 1.0  # the header shows whole seconds; new events show within a second
@@ -42,11 +42,15 @@ class DashboardScreen(Screen):
     BINDINGS = [
         Binding("s", "stop", "Stop"),
         Binding("m", "smoothing", "Smoothing"),
+        Binding("l", "log_scale", "Log y"),
+        Binding("v", "lr", "Loss/LR"),
         Binding("w", "window", "Last N / all"),
         Binding("escape", "back", "Back"),
         Binding("r", "runs", "Runs"),
         Binding("c", "chat", "Chat"),
     ]
+    # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
+    FOOTER_DROP_FIRST = ("window", "smoothing", "chat", "runs", "lr", "log_scale")
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
         super().__init__()
@@ -69,7 +73,7 @@ class DashboardScreen(Screen):
         with Horizontal(id="bottom"):
             yield GpuPanel(id="gpu-panel")
             yield LogTail(id="log-tail", max_lines=2000, wrap=False, highlight=False, markup=False)
-        yield Footer()
+        yield FittingFooter(self.FOOTER_DROP_FIRST)
 
     def on_mount(self) -> None:
         self.query_one(EndBanner).display = False
@@ -108,7 +112,10 @@ class DashboardScreen(Screen):
             if history is not None:
                 self._read_history(state, history, worker)
                 history = None
-                self.app.call_from_thread(self.show, state.view(), [], False)
+                # The next polls of a live run build on this view, not on the one from before
+                # the history (which would show the plot without it until the next event).
+                last_view = state.view()
+                self.app.call_from_thread(self.show, last_view, [], False)
                 continue
             if events.catching_up:
                 continue  # no sleep
@@ -196,15 +203,26 @@ class DashboardScreen(Screen):
 
     # --- actions
     def action_smoothing(self) -> None:
-        plot = self.query_one(LossPlot)
-        plot.smoothing = not plot.smoothing
-        plot.redraw()
+        self._toggle_plot("smoothing")
 
     def action_window(self) -> None:
+        self._toggle_plot("recent_only")
+
+    def action_log_scale(self) -> None:
+        self._toggle_plot("log_scale")
+
+    def action_lr(self) -> None:
+        self._toggle_plot("metric", ("loss", "lr"))
+
+    def _toggle_plot(self, setting: str, values: tuple = (False, True)) -> None:
+        """Flips one of the plot's settings and draws it again from the last view (the window
+        and the metric change which curves it draws)."""
         plot = self.query_one(LossPlot)
-        plot.recent_only = not plot.recent_only
+        setattr(plot, setting, values[1] if getattr(plot, setting) == values[0] else values[0])
         if self.view is not None:
             plot.show(self.view)
+        else:
+            plot.redraw()
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:

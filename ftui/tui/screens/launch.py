@@ -20,12 +20,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, RadioButton, RadioSet, Select, Static, Switch
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 from textual.worker import get_current_worker
 
 from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS, STAGE_DESCRIPTIONS
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
+from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import AskPath, ShowText
 
 if TYPE_CHECKING:
@@ -180,6 +181,8 @@ class LaunchScreen(Screen):
         Binding("f6", "command", "Command"),
         Binding("ctrl+r", "runs", "Runs"),
     ]
+    # Keys that leave a narrow footer first (the launch bar's buttons do the same): Start, Runs and Quit stay.
+    FOOTER_DROP_FIRST = ("command", "load", "save", "demo")
 
     def __init__(self, initial: dict[str, Any] | None = None, runs_root: str | None = None):
         super().__init__()
@@ -218,7 +221,7 @@ class LaunchScreen(Screen):
             yield Button("Save", id="save", compact=True)
             yield Button("Command", id="command", compact=True)
             yield Static("", id="status-line")
-        yield Footer()
+        yield FittingFooter(self.FOOTER_DROP_FIRST)
 
     @staticmethod
     def _build_field(f: F) -> Horizontal:
@@ -260,7 +263,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.config import default_runs_root
+        from ftui.paths import default_runs_root  # not ftui.config: its pydantic model is built after the first frame
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 

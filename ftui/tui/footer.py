@@ -1,0 +1,44 @@
+"""A footer that fits narrow terminals. Its own module, light to import: the launch form,
+the first screen, uses it too."""
+
+from __future__ import annotations
+
+from textual.widget import Widget
+from textual.widgets import Footer
+
+
+class FittingFooter(Footer):
+    """A footer that keeps Quit and a screen's main keys in sight on a narrow terminal (80
+    columns): when its keys do not fit, the keys of the actions in ``drop_first`` leave it, in
+    that order, until the rest fit. Those keys still work, and the command palette lists them."""
+
+    def __init__(self, drop_first: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.drop_first = drop_first
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        self.fit()
+
+    def on_resize(self) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        keys = list(self.query("FooterKey"))  # Textual's own key widgets (not exported by name)
+        palette = [k for k in keys if k.has_class("-command-palette")]  # docked right: always shown
+        keys = [k for k in keys if k not in palette]
+        room = self.size.width - sum(map(_key_width, palette))
+        need = sum(map(_key_width, keys))
+        dropped = set()
+        for action in self.drop_first:
+            for key in keys:
+                if need > room and key.action == action:
+                    dropped.add(key)
+                    need -= _key_width(key)
+        for key in keys:
+            key.display = key not in dropped
+
+
+def _key_width(key: Widget) -> int:
+    """The columns a footer key takes: its text (with the key's own padding) and its gutter."""
+    return key.render().cell_len + key.styles.gutter.width + key.styles.margin.width
