@@ -252,6 +252,8 @@ class LaunchScreen(Screen):
         self.call_after_refresh(self._complete_form)
 
     def _complete_form(self) -> None:
+        if not self.is_attached:  # the app quit before the form was built: nothing to complete
+            return
         later = {f.key for _, fields in GROUPS[FIRST_FRAME_GROUPS:] for f in fields}
         self.fill({k: v for k, v in config_to_form(self._defaults()).items() if k in later}, validate=False)
         if self._initial:
