@@ -185,3 +185,30 @@ def test_config_refuses_encoding_keys_that_cannot_work(keys, field):
 def test_every_llamafactory_official_template_name_used_is_known():
     for name in ("qwen3_nothink", "llama3", "qwen", "gemma3", "deepseekr1", "glm4", "mistral_small", "gpt_oss"):
         assert name in TEMPLATES
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_a_run_whose_template_added_tokens_loads_for_chat(tmp_path, method):
+    """A base on disk without llama3's stop words: training grows its embeddings; the final
+    weights and a checkpoint load over that base with room for the added tokens."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from ftui.runner.weights import load_weights, locate
+    from tests.conftest import tiny_config, train_sync
+
+    demo = ROOT / "ftui" / "presets" / "demo" / "model"
+    base = tmp_path / "base"
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(demo)).save_pretrained(base)
+    AutoTokenizer.from_pretrained(demo).save_pretrained(base)
+    cfg = tiny_config(tmp_path, model_name_or_path=str(base), model_init="pretrained", template="llama3",
+                      finetuning_type=method, max_steps=2, save_steps=1)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = AutoTokenizer.from_pretrained(run_dir / "final")
+    eot = final.convert_tokens_to_ids("<|eot_id|>")
+    assert eot >= 640 and final.eos_token == "<|eot_id|>"
+    for which in (None, "latest"):
+        model = load_weights(locate(run_dir, cfg, which), cfg, torch.float32)
+        with torch.no_grad():
+            model(torch.tensor([[eot]]))
