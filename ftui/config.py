@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
+from ftui.conversation import TOOL_FORMATS
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
@@ -51,7 +52,13 @@ class RunConfig(BaseModel):
         "pretrained", description="'random' builds the model from its config with random weights"
     )
     trust_remote_code: bool = False
-    template: str | None = Field(None, description="a built-in chat template name; empty: the tokenizer's own")
+    template: str | None = Field(None, description="a built-in chat template name (LLaMA-Factory's); empty: the tokenizer's own")
+    # --- How conversations are encoded (LLaMA-Factory's keys; ftui.conversation)
+    tool_format: str | None = Field(None, description="how tools and function calls are written (default, qwen, qwen3_5, llama3, mistral, glm4); empty: the template's")
+    train_on_prompt: bool = Field(False, description="learn the prompts too, not only the answers")
+    mask_history: bool = Field(False, description="learn only the last answer of a conversation (and keep the last turns first when cutting)")
+    default_system: str | None = Field(None, description="the system prompt for records without one, instead of the template's")
+    enable_thinking: bool = Field(True, description="reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt")
     # --- Method
     stage: Literal[STAGES] = Field("sft", description="sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss)")  # type: ignore[valid-type]
     do_train: bool = True
@@ -228,6 +235,22 @@ def _pydantic_problems(err: ValidationError, data: dict[str, Any]) -> list[Field
     return problems
 
 
+def encoding_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """The encoding keys' rules, as LLaMA-Factory enforces them."""
+    out = []
+    if cfg.tool_format is not None:
+        if cfg.tool_format not in TOOL_FORMATS:
+            out.append(FieldProblem("tool_format", cfg.tool_format, f"unknown tool format; allowed: {', '.join(TOOL_FORMATS)}"))
+        elif not cfg.template:
+            out.append(FieldProblem("tool_format", cfg.tool_format, "needs a named template (template: qwen, llama3, ...); the tokenizer's own chat template writes tools its own way"))
+    if cfg.train_on_prompt and cfg.mask_history:
+        out.append(FieldProblem("mask_history", True, "mask_history and train_on_prompt cannot be combined; choose one"))
+    template = TEMPLATES.get(cfg.template or "")
+    if cfg.train_on_prompt and template is not None and template.efficient_eos:
+        out.append(FieldProblem("train_on_prompt", True, f"template {cfg.template} ends an example with one EOS, so it cannot learn prompts; set train_on_prompt false"))
+    return out
+
+
 def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     """Rules that involve more than one field, or the machine (QLoRA needs CUDA)."""
     out: list[FieldProblem] = []
@@ -235,6 +258,7 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("fp16", True, "bf16 and fp16 are both on; choose one precision"))
     if cfg.template is not None and cfg.template not in TEMPLATES:
         out.append(FieldProblem("template", cfg.template, f"unknown template; allowed: {', '.join(TEMPLATES)} or empty for the tokenizer's own"))
+    out += encoding_problems(cfg)
     if cfg.lora_target != "all" and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.lora_target):
         out.append(FieldProblem("lora_target", cfg.lora_target, "use 'all' or module names separated by commas, e.g. q_proj,v_proj"))
     if cfg.max_steps == 0:

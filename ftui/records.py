@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
 BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
@@ -342,7 +343,8 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
         if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(_text(t) for t in turn)):
             raise _fail(spec, index, record, f"{history_col!r} must be a list of [question, answer] pairs")
         messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
-    messages.append({"role": "user", "content": prompt + ("\n" + query if query else "")})
+    # As LLaMA-Factory: the instruction and the input, each only when not empty, one per line.
+    messages.append({"role": "user", "content": "\n".join(part for part in (prompt, query) if part)})
     messages.append({"role": "assistant", "content": response})
     tools_col = spec.column("tools")
     return messages, (record.get(tools_col) if tools_col else None)
@@ -381,6 +383,43 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
         except ValueError:
             tools = [tools]
     return messages, (tools or None)
+
+
+def to_conversation(record: Any, spec: DatasetSpec, index: int) -> Conversation | None:
+    """One record as LLaMA-Factory's converters leave it, for a named template
+    (``ftui.conversation``): the system prompt, the tools as written, and turns that must
+    alternate user-or-observation / assistant-or-function. None for a conversation whose
+    turns do not (LLaMA-Factory skips those too); DataFormatError for a malformed record."""
+    if spec.formatting == "alpaca":
+        messages, tools = to_messages(record, spec, index)
+        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+        return Conversation([m for m in messages if m["role"] != "system"], system, tools or "")
+    to_messages(record, spec, index)  # the same checks (and messages) as the tokenizer-template path
+    turns = record.get(spec.column("messages"))
+    if turns is None:
+        turns = record["messages"]
+    role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
+    tags = {key: spec.tag(key) for key in ("user_tag", "assistant_tag", "observation_tag", "function_tag", "system_tag")}
+    if role_tag not in turns[0] and "role" in turns[0] and not spec.tags:  # OpenAI-style turns in a file given by path
+        role_tag, content_tag = "role", "content"
+        tags = {"user_tag": "user", "assistant_tag": "assistant", "observation_tag": "tool",
+                "function_tag": "function_call", "system_tag": "system"}
+    roles = {tags["user_tag"]: USER, tags["observation_tag"]: OBSERVATION,
+             tags["assistant_tag"]: ASSISTANT, tags["function_tag"]: FUNCTION}
+    system_col = spec.column("system")
+    system = record.get(system_col) or "" if system_col else ""
+    if turns[0][role_tag] == tags["system_tag"]:
+        system, turns = turns[0][content_tag], turns[1:]
+    out = []
+    for i, turn in enumerate(turns):
+        role = roles.get(turn[role_tag])
+        if role not in ((USER, OBSERVATION), (ASSISTANT, FUNCTION))[i % 2]:
+            return None
+        out.append({"role": role, "content": turn[content_tag]})
+    if not out or len(out) % 2:
+        return None
+    tools_col = spec.column("tools")
+    return Conversation(out, system if isinstance(system, str) else "", record.get(tools_col) or "" if tools_col else "")
 
 
 def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:

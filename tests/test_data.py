@@ -26,17 +26,20 @@ def test_alpaca_from_llamafactory_registry_masks_the_prompt(tmp_path, lf_data, d
 
 
 def test_sharegpt_with_tools_trains_calls_but_not_observations(tmp_path, lf_data, demo_tokenizer):
-    cfg = tiny_config(tmp_path, dataset="glaive_toolcall_en_demo", dataset_dir=str(lf_data), template="chatml", max_samples=10).model_copy(update={"cutoff_len": 8192})  # past the demo model's 512 positions: only tokenized here
+    cfg = tiny_config(tmp_path, dataset="glaive_toolcall_en_demo", dataset_dir=str(lf_data), template="qwen", max_samples=10).model_copy(update={"cutoff_len": 8192})  # past the demo model's 512 positions: only tokenized here
     data = build_datasets(cfg, demo_tokenizer)
     record = json.loads((lf_data / "glaive_toolcall_en_demo.json").read_text())[0]
     trained = answer_text(demo_tokenizer, data.train[0])
     full = demo_tokenizer.decode(data.train[0].input_ids)
     for turn in record["conversations"]:
-        if turn["from"] in ("gpt", "function_call"):
+        if turn["from"] == "gpt":
             assert turn["value"] in trained
+        elif turn["from"] == "function_call":  # qwen's call syntax, learnt
+            call = json.loads(turn["value"])
+            assert f'<tool_call>\n{{"name": "{call["name"]}"' in trained
         else:
             assert turn["value"] not in trained and turn["value"] in full
-    assert "Tools:" in full  # the tools column reaches the system turn
+    assert "<tools>" in full and "<tool_response>" in full  # the tools column in the system turn; observations
 
 
 def test_malformed_record_message_shows_the_record_and_expected_fields(tmp_path, demo_tokenizer):
@@ -80,16 +83,20 @@ def test_sharegpt_jsonl_and_parquet_files_are_detected(tmp_path, demo_tokenizer)
     assert answer_text(demo_tokenizer, data.train[0]).startswith("parquet answer")
 
 
-def test_cutoff_len_cuts_and_warns_and_drops_examples_without_answer(tmp_path, demo_tokenizer):
+def test_cutoff_len_shares_each_turn_between_prompt_and_answer_and_keeps_the_example(tmp_path, demo_tokenizer):
+    # LLaMA-Factory's infer_seqlen: a short answer stays whole and the prompt is cut (the
+    # example is kept); else both shrink in proportion.
     path = tmp_path / "long.json"
     path.write_text(json.dumps([
         {"instruction": "short", "output": "ok"},
         {"instruction": "word " * 10, "output": "answer " * 200},
-        {"instruction": "prompt " * 200, "output": "lost"},
+        {"instruction": "prompt " * 200, "output": "kept"},
     ]))
     data = build_datasets(tiny_config(tmp_path, dataset=str(path), cutoff_len=64), demo_tokenizer)
     assert max(len(e.input_ids) for e in data.train) == 64
-    assert data.truncated == 2 and data.dropped == 1 and len(data.train) == 2
+    assert data.truncated == 2 and data.dropped == 0 and len(data.train) == 3
+    assert answer_text(demo_tokenizer, data.train[2]).startswith("kept")
+    assert answer_text(demo_tokenizer, data.train[1]).startswith("answer answer")  # both shrank
     assert any("cutoff_len=64" in w for w in data.warnings)
 
 

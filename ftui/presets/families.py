@@ -29,7 +29,7 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("llama", ("llama",), "llama3", ATTN + MLP, r"llama"),
     Family("qwen2", ("qwen2", "qwen2_moe"), "qwen", ATTN + MLP, r"qwen-?2|qwen1\.5"),
-    Family("qwen3", ("qwen3", "qwen3_moe"), "qwen", ATTN + MLP, r"qwen-?3"),
+    Family("qwen3", ("qwen3", "qwen3_moe"), "qwen3", ATTN + MLP, r"qwen-?3"),
     Family("mistral", ("mistral", "mixtral"), "mistral", ATTN + MLP, r"mistral|mixtral"),
     Family("gemma", ("gemma", "gemma2", "gemma3_text"), "gemma", ATTN + MLP, r"gemma"),
     Family("phi3", ("phi3",), "phi", ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), r"phi-?3"),

@@ -106,6 +106,7 @@ class ChatModel:
         self.model: Any = None
         self.tokenizer: Any = None
         self.template: str | None = None
+        self.stop_ids: list[int] = []
         self.device: Any = None
         self.label = ""
 
@@ -174,16 +175,22 @@ class ChatModel:
     def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
         from transformers import AutoTokenizer
 
-        from ftui.runner.model import chat_template_for
+        from ftui.conversation import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
+        from ftui.runner.model import chat_template_for
 
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+        if cfg is not None and cfg.template:
+            fix_tokenizer(tok, TEMPLATES[cfg.template])  # a checkpoint's base tokenizer lacks the stop words
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         if cfg is not None:
             self.template = chat_template_for(cfg, tok)
         else:
-            self.template = tok.chat_template or TEMPLATES["default"]
+            self.template = tok.chat_template or to_jinja(TEMPLATES["default"], tok.bos_token, tok.eos_token)
+        stop_words = TEMPLATES[cfg.template].stop_words if cfg is not None and cfg.template else ()
+        # Generation ends at EOS or any of the template's stop words (LLaMA-Factory's stop token ids).
+        self.stop_ids = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(list(stop_words))} - {None})
         self.model, self.tokenizer, self.device = model, tok, device
 
     def _loaded_info(self) -> dict[str, Any]:
@@ -216,7 +223,7 @@ class ChatModel:
         kwargs: dict[str, Any] = dict(
             input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=int(req.get("max_new_tokens", 256)),
             do_sample=temperature > 0, pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
+            eos_token_id=self.stop_ids or self.tokenizer.eos_token_id, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
         )
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=float(req.get("top_p", 0.9)))

@@ -16,27 +16,49 @@ from torch import nn
 
 from ftui.config import RunConfig
 from ftui.paths import resolve_model_path
+from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.presets.templates import TEMPLATES
 
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:
+    """The model's tokenizer, fixed up for the config's template as LLaMA-Factory does (its stop
+    words become special tokens, EOS the first of them where the template says so)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_name_or_path), trust_remote_code=cfg.trust_remote_code)
+    if cfg.template:
+        fix_tokenizer(tok, TEMPLATES[cfg.template])
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def chat_template_for(cfg: RunConfig, tokenizer: Any) -> str:
-    """The chat template a run renders conversations with (and final/ ships for chat): the
-    config's built-in one, else the tokenizer's own, else ftui's default."""
+def template_name_for(cfg: RunConfig, tokenizer: Any) -> str | None:
+    """The named template a run encodes with: the config's; None for the tokenizer's own chat
+    template; ``default`` for a tokenizer that has none."""
     if cfg.template:
-        return TEMPLATES[cfg.template]
-    if getattr(tokenizer, "chat_template", None):
+        return cfg.template
+    return None if getattr(tokenizer, "chat_template", None) else "default"
+
+
+def chat_template_for(cfg: RunConfig, tokenizer: Any) -> str:
+    """The Jinja chat template final/ ships for chat: the run's named template written as
+    Jinja, else the tokenizer's own."""
+    name = template_name_for(cfg, tokenizer)
+    if name is None:
         return tokenizer.chat_template
-    return TEMPLATES["default"]
+    return to_jinja(TEMPLATES[name], tokenizer.bos_token, tokenizer.eos_token)
+
+
+def grow_embeddings(model: nn.Module, tokenizer: Any) -> int:
+    """Makes room in the embeddings for tokens the template added to the tokenizer (rows padded
+    to a multiple of 64, as LLaMA-Factory resizes); returns how many rows were added."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) <= rows:
+        return 0
+    model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)
+    return model.get_input_embeddings().weight.shape[0] - rows
 
 
 def base_dtype(cfg: RunConfig) -> torch.dtype:

@@ -22,20 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftui.presets.templates import TEMPLATES
 from ftui.runner.data import IGNORE
 
 LF_BATCH = 1000  # LLaMA-Factory's preprocessing_batch_size default: packing restarts every batch
-# The EOS text LLaMA-Factory puts between documents for ftui's built-in templates: llama3 is
-# special-cased in the pt processor; the others replace the tokenizer's EOS with their first
-# stop word (Template.fix_special_tokens, replace_eos). Any other template, or none, uses the
+# The EOS text LLaMA-Factory puts between documents for a named template: llama3 is
+# special-cased in its pt processor; the others that replace EOS use their first stop word
+# (Template.fix_special_tokens, replace_eos). Any other template, or none, uses the
 # tokenizer's own eos_token.
-TEMPLATE_EOS = {
-    "llama3": "<|end_of_text|>",
-    "chatml": "<|im_end|>",
-    "qwen": "<|im_end|>",
-    "gemma": "<end_of_turn>",
-    "phi": "<|end|>",
-}
+TEMPLATE_EOS = {name: t.stop_words[0] for name, t in TEMPLATES.items() if t.replace_eos} | {"llama3": "<|end_of_text|>"}
 
 
 def pretrain_eos(tokenizer: Any, template: str | None = None) -> str:

@@ -34,7 +34,7 @@ from ftui.runner.job import run_job
 from ftui.runner.loop import Training, run_loop
 from ftui.runner.metrics import matmul_mode, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, chat_template_for, count_params,
-                               flops_per_token, load_model, load_tokenizer)
+                               flops_per_token, grow_embeddings, load_model, load_tokenizer)
 from ftui.runner.stages import make_stage
 from ftui.runner.weights import save_final, save_random_base
 
@@ -90,6 +90,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
         engine = make_engine(cfg, info, device)
         model = load_model(cfg, engine.load_device())
+        grow_embeddings(model, tokenizer)  # room for the stop words a template added
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir)
         model = apply_method(model, cfg)

@@ -119,6 +119,24 @@ def with_adapter(model: nn.Module, adapter: Path) -> nn.Module:
     return PeftModel.from_pretrained(model, adapter)
 
 
+def fit_vocab(model: nn.Module, weights: TrainedWeights, cfg: RunConfig | None) -> nn.Module:
+    """The base with room for the tokens the run's template added to the tokenizer (training
+    grew the embeddings the same way), so the run's adapter or checkpoint fits it and prompts
+    with those tokens stay within the vocabulary."""
+    if cfg is None or not cfg.template:
+        return model
+    from transformers import AutoTokenizer
+
+    from ftui.conversation import fix_tokenizer
+    from ftui.presets.templates import TEMPLATES
+    from ftui.runner.model import grow_embeddings
+
+    tok = AutoTokenizer.from_pretrained(weights.tokenizer, trust_remote_code=cfg.trust_remote_code)
+    fix_tokenizer(tok, TEMPLATES[cfg.template])
+    grow_embeddings(model, tok)
+    return model
+
+
 def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dtype) -> nn.Module:
     """The model the weights describe, on the CPU, in ``dtype``, in eval mode.
 
@@ -126,10 +144,12 @@ def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dt
     in fp32: the base is built in fp32, the run's method applied, the checkpoint's weights
     loaded into it, and only then is it cast, so nothing is rounded twice."""
     trust = bool(cfg and cfg.trust_remote_code)
-    if weights.kind in ("base", "final"):
+    if weights.kind == "final":
         model = load_pretrained(weights.path, dtype, trust)
+    elif weights.kind == "base":
+        model = fit_vocab(load_pretrained(weights.path, dtype, trust), weights, cfg)
     elif weights.kind == "final-adapter":
-        model = with_adapter(load_pretrained(weights.base, dtype, trust), weights.path)
+        model = with_adapter(fit_vocab(load_pretrained(weights.base, dtype, trust), weights, cfg), weights.path)
     else:
         if cfg is None:
             raise WeightsError("a checkpoint can only be loaded with its run's config")
@@ -141,7 +161,7 @@ def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dt
 def _from_checkpoint(weights: TrainedWeights, cfg: RunConfig) -> nn.Module:
     from ftui.runner.model import apply_method
 
-    model = load_pretrained(weights.base, torch.float32, cfg.trust_remote_code)
+    model = fit_vocab(load_pretrained(weights.base, torch.float32, cfg.trust_remote_code), weights, cfg)
     model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
     if weights.kind == "checkpoint":
         _load_dcp(model, weights.path / STATE_DIR)

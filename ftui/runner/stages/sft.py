@@ -1,20 +1,31 @@
-"""Supervised fine-tuning (``stage: sft``): conversations rendered with the chat template, the
-loss on the assistant's turns only.
+"""Supervised fine-tuning (``stage: sft``): conversations rendered with a chat template, the
+loss on the assistant's turns, token for token as LLaMA-Factory 0.9.5 makes its examples.
 
-Each record (alpaca or sharegpt, ``ftui.records``) becomes chat messages; the conversation is
-rendered with the tokenizer's chat template (or a named built-in one) and everything but the
-assistant's turns is masked from the loss. Examples longer than ``cutoff_len`` are cut, ones
-left without an answer are dropped, and short ones can be packed into full rows.
+With a named ``template`` (``ftui.presets.templates``) each record becomes a conversation
+(``ftui.records.to_conversation``) that ``ftui.conversation.Renderer`` encodes turn by turn;
+with none, the tokenizer's own chat template renders it and the assistant's turns are found
+by rendering prefix by prefix. Either way the turns pair up (prompt, answer) and
+``ftui.conversation.assemble`` fits them in ``cutoff_len`` pair by pair (a long prompt is cut,
+not the example dropped), masks prompts (``train_on_prompt``: not) and, with
+``mask_history``, learns only the last answer. Short examples can be packed into full rows.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ftui.records import DataFormatError, DatasetSpec, to_messages
+from ftui.conversation import ConversationError, EncodeOptions, Encoded, Renderer, assemble
+from ftui.records import DataFormatError, DatasetSpec, to_conversation, to_messages
 from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_examples
-from ftui.runner.model import chat_template_for
+from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
+
+
+def encode_options(cfg: Any) -> EncodeOptions:
+    return EncodeOptions(
+        cutoff_len=cfg.cutoff_len, train_on_prompt=cfg.train_on_prompt, mask_history=cfg.mask_history,
+        default_system=cfg.default_system, enable_thinking=cfg.enable_thinking, tool_format=cfg.tool_format,
+    )
 
 
 class SFTStage(Stage):
@@ -23,47 +34,87 @@ class SFTStage(Stage):
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Example]:
         cfg = self.cfg
-        encoder = Encoder(self.tokenizer, chat_template_for(cfg, self.tokenizer))
+        encode = self.record_encoder()
         examples: list[Example] = []
+        skipped = 0
         for spec, records in loaded:
             for i, record in enumerate(records):
-                messages, tools = to_messages(record, spec, i)
-                ids, labels = encoder.encode(messages, tools)
                 out.records += 1
                 report.tick(out.records)
-                if len(ids) > cfg.cutoff_len:
-                    out.truncated += 1
-                    ids, labels = ids[: cfg.cutoff_len], labels[: cfg.cutoff_len]
-                if all(label == IGNORE for label in labels[1:]):
+                try:
+                    enc = encode(record, spec, i)
+                except ConversationError as err:
+                    raise DataFormatError(f"dataset {spec.name!r} record {i}: {err}") from None
+                if enc is None:
+                    skipped += 1
+                    continue
+                out.truncated += enc.truncated
+                if all(label == IGNORE for label in enc.labels[1:]):
                     out.dropped += 1
                     continue
-                examples.append(Example(ids, labels, real_tokens=len(ids)))
+                examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids)))
+        if skipped:
+            out.warnings.append(f"{skipped} conversations were skipped: their turns do not alternate user/observation "
+                                "and assistant/function, ending with an answer (as LLaMA-Factory skips them)")
         if out.truncated:
-            out.warnings.append(f"{out.truncated} of {out.records} examples were longer than cutoff_len={cfg.cutoff_len} and were cut")
+            out.warnings.append(f"{out.truncated} of {out.records} examples were longer than cutoff_len={cfg.cutoff_len} "
+                                "and were cut (prompt and answer of each turn shared out as LLaMA-Factory does)")
         if out.dropped:
             out.warnings.append(f"{out.dropped} examples had no answer tokens left within cutoff_len and were dropped")
         if not examples:
             raise DataFormatError(f"no usable examples: all {out.records} lost their answer to cutoff_len={cfg.cutoff_len}; raise cutoff_len")
         return examples
 
+    def record_encoder(self) -> Any:
+        """record, spec, index -> Encoded (None: a conversation LLaMA-Factory would skip)."""
+        opts = encode_options(self.cfg)
+        name = template_name_for(self.cfg, self.tokenizer)
+        if name is not None:
+            try:
+                renderer = Renderer(name, self.tokenizer, opts)
+            except ConversationError as err:
+                raise DataFormatError(str(err)) from None
+
+            def by_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
+                conv = to_conversation(record, spec, i)
+                return None if conv is None else renderer.encode(conv)
+
+            return by_template
+        encoder = Encoder(self.tokenizer, self.tokenizer.chat_template, opts)
+
+        def by_chat_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
+            messages, tools = to_messages(record, spec, i)
+            return encoder.encode(messages, tools)
+
+        return by_chat_template
+
     def pack(self, train: list[Example]) -> list[Example]:
         return pack_examples(train, self.cfg.cutoff_len) if self.cfg.packing else train
 
 
 class Encoder:
-    """Renders messages with a chat template and labels only the assistant's tokens."""
+    """Renders messages with the tokenizer's own (Jinja) chat template and splits the tokens
+    into (prompt, answer) pairs at the assistant's turns."""
 
-    def __init__(self, tokenizer: Any, template: str):
+    def __init__(self, tokenizer: Any, template: str, options: EncodeOptions | None = None):
         self.tokenizer = tokenizer
         self.template = template
+        self.options = options or EncodeOptions(cutoff_len=1 << 30)
 
     def render(self, messages: list[dict[str, str]], tools: Any = None, generation_prompt: bool = False) -> str:
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, chat_template=self.template, tokenize=False,
-            add_generation_prompt=generation_prompt,
+            add_generation_prompt=generation_prompt, enable_thinking=self.options.enable_thinking,
         )
 
-    def encode(self, messages: list[dict[str, str]], tools: Any = None) -> tuple[list[int], list[int]]:
+    def with_default_system(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        system = self.options.default_system
+        if system is None or (messages and messages[0]["role"] == "system"):
+            return messages
+        return [{"role": "system", "content": system}] + messages
+
+    def encode(self, messages: list[dict[str, str]], tools: Any = None) -> Encoded:
+        messages = self.with_default_system(messages)
         full = self.render(messages, tools)
         spans = []
         for i, m in enumerate(messages):
@@ -74,18 +125,28 @@ class Encoder:
             if not (upto.startswith(prefix) and full.startswith(upto)):
                 raise DataFormatError(
                     "the chat template does not render conversations prefix by prefix, so prompt "
-                    "tokens cannot be masked; choose a built-in template (template: chatml, llama3, ...)"
+                    "tokens cannot be masked; choose a built-in template (template: qwen, llama3, ...)"
                 )
             spans.append((len(prefix), len(upto)))
         enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-        ids = enc["input_ids"]
-        labels = [IGNORE] * len(ids)
+        return assemble(self.pairs(enc["input_ids"], enc["offset_mapping"], spans), self.options)
+
+    @staticmethod
+    def pairs(ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:
+        """(prompt, answer) token pairs: each answer is the tokens starting inside an assistant
+        span, its prompt the tokens since the previous answer; tokens after the last answer
+        form a last pair with no answer (never learnt)."""
+        out: list[tuple[list[int], list[int]]] = []
+        prompt: list[int] = []
+        answer: list[int] = []
         s = 0
-        for k, (start, _end) in enumerate(enc["offset_mapping"]):
+        for tid, (start, _end) in zip(ids, offsets):
             while s < len(spans) and start >= spans[s][1]:
+                if answer or prompt:
+                    out.append((prompt, answer))
+                prompt, answer = [], []
                 s += 1
-            if s < len(spans) and spans[s][0] <= start < spans[s][1]:
-                labels[k] = ids[k]
-        return ids, labels
-
-
+            (answer if s < len(spans) and spans[s][0] <= start else prompt).append(tid)
+        if prompt or answer:
+            out.append((prompt, answer))
+        return out
