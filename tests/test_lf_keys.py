@@ -158,3 +158,24 @@ async def test_the_form_shows_a_refused_key_and_keeps_fields_it_has_no_widget_fo
         await until(pilot, lambda: any(p.field == "ray_num_workers" for p in screen.problems))
         assert screen.query_one("#start", Button).disabled
         assert screen.current_config_dict()["use_dora"] is True  # a RunConfig field the form has no widget for
+
+
+def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_keys(tmp_path):
+    """`ftui train CONFIG` with resume_from_checkpoint: RUN/checkpoints/step-N is `ftui train
+    --resume RUN --checkpoint step-N`, the YAML's keys that differ from the run's as --set."""
+    import argparse
+
+    from ftui.cli import _as_resume_args, build_parser
+    from ftui.config import demo_config
+
+    run = tmp_path / "runs" / "demo-1"
+    (run / "checkpoints" / "step-2").mkdir(parents=True)
+    (run / "checkpoints" / "step-2" / "trainer_state.json").write_text("{}")
+    demo_config(max_steps=4).save(run / "config.yaml", include_unsupported=False)
+    yaml_cfg = demo_config(max_steps=10, learning_rate=1e-3, resume_from_checkpoint=str(run / "checkpoints" / "step-2"))
+    args = build_parser().parse_args(["train", "c.yaml", "--detach"])
+    resume = _as_resume_args(args, yaml_cfg)
+    assert isinstance(resume, argparse.Namespace) and resume.config is None and resume.detach
+    assert resume.resume == str(run.resolve()) and resume.checkpoint == str((run / "checkpoints" / "step-2").resolve())
+    assert sorted(resume.overrides) == ["learning_rate=0.001", "max_steps=10"]
+    assert _as_resume_args(args, yaml_cfg.model_copy(update={"resume_from_checkpoint": str(run)})).checkpoint is None
