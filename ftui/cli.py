@@ -270,7 +270,7 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
             err.print(f"[yellow]warning:[/] {escape(w)}")
     from ftui.records import dataset_path_problem
 
-    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
+    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir)
     if problem:
         err.print(f"[red]error:[/] {escape(problem)}")
         return None
@@ -334,6 +334,28 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
     return run_dir, cfg, ckpt
 
 
+def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namespace:
+    """LLaMA-Factory's ``resume_from_checkpoint: PATH`` as ``ftui train --resume RUN
+    --checkpoint PATH``: the run it names goes on from that checkpoint (its newest, for a run
+    directory), with the keys this YAML sets differently from the run's config.yaml applied
+    as --set overrides, so the YAML's settings are the ones trained with, as in LLaMA-Factory."""
+    import json
+
+    from ftui.config import load_config as read_config
+    from ftui.runs import CONFIG_FILE, resume_target
+
+    run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
+    try:
+        saved = read_config(run_dir / CONFIG_FILE)[0].to_dict(include_unsupported=False)
+    except ConfigError:
+        saved = {}
+    own = ("output_dir", "run_name", "resume_from_checkpoint")
+    changed = {k: v for k, v in cfg.to_dict(include_unsupported=False).items() if k not in own and saved.get(k) != v}
+    return argparse.Namespace(**{**vars(args), "config": None, "preset": None, "resume": str(run_dir), "runs_root": None,
+                                 "checkpoint": str(ckpt) if ckpt else None,
+                                 "overrides": [f"{k}={json.dumps(v)}" for k, v in changed.items()]})
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from ftui.follow import follow_run
     from ftui.jobs.launch import RunBusy, other_node_commands, prepare_run, start_run, stop_run
@@ -352,6 +374,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = _load_train_config(args, err)
         if cfg is None:
             return EXIT_USAGE
+        if cfg.resume_from_checkpoint:
+            found = _prepare_resume(_as_resume_args(args, cfg), err)
+            if found is None:
+                return EXIT_USAGE
+            run_dir, cfg, resume, lock = found
+    if resume is None:
         try:
             run_dir = prepare_run(cfg)
         except OSError as e:

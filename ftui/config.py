@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
+from ftui.presets.lf_keys import NO_EFFECT, REFUSED, STAGE_REFUSED, classify
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
@@ -39,6 +40,23 @@ def gpus_as_text(value: Any) -> Any:
     if isinstance(value, str):
         return ",".join(part.strip() for part in value.split(",")) if value.strip() else None
     return value
+
+
+# optim values ftui builds (LLaMA-Factory / transformers' names); the bitsandbytes ones need it and a CUDA GPU
+TORCH_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")
+BNB_OPTIMIZERS = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "paged_adamw")
+OPTIMIZERS = TORCH_OPTIMIZERS + BNB_OPTIMIZERS
+
+
+def comma_text(value: Any) -> Any:
+    """A YAML list of names (lora_target: [q_proj, v_proj]) as LLaMA-Factory's comma text."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return ",".join(str(v).strip() for v in value)
+    return value
+
+
+def comma_items(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
 class RunConfig(BaseModel):
@@ -106,6 +124,24 @@ class RunConfig(BaseModel):
     save_total_limit: int | None = Field(None, ge=1, description="keep only the newest N checkpoints; empty: keep all")
     eval_steps: int | None = Field(None, ge=1, description="default: logging_steps x 10")
     seed: int = Field(42, ge=0)
+    # --- LLaMA-Factory's method, optimizer and data keys (issue 14): each changes the result and is done as it does
+    use_dora: bool = Field(False, description="DoRA: LoRA plus a trained magnitude vector per adapted layer (peft use_dora)")
+    use_rslora: bool = Field(False, description="rank-stabilised LoRA: adapters scaled by lora_alpha / sqrt(lora_rank) instead of lora_alpha / lora_rank")
+    pissa_init: bool = Field(False, description="PiSSA: adapters start from the principal singular vectors of each weight (the base keeps the rest); final/ holds the adapter converted to plain LoRA for the original base")
+    pissa_iter: int = Field(16, ge=-1, description="PiSSA's fast-SVD iterations; -1: the exact SVD")
+    loraplus_lr_ratio: float | None = Field(None, gt=0.0, description="LoRA+: the B matrices (and 1-D trainables) learn at learning_rate x this ratio")
+    loraplus_lr_embedding: float = Field(1e-6, gt=0.0, description="LoRA+: the learning rate of LoRA embedding B matrices")
+    additional_target: str | None = Field(None, description="with LoRA: modules (names, comma separated) trained whole and saved with the adapter, e.g. embed_tokens,lm_head")
+    neftune_noise_alpha: float | None = Field(None, ge=0.0, description="NEFTune: uniform noise of size alpha / sqrt(tokens x hidden) added to the embeddings while training")
+    optim: str = Field("adamw_torch_fused", description=f"the optimizer: {', '.join(OPTIMIZERS)}")
+    double_quantization: bool = Field(True, description="QLoRA 4-bit: quantize the quantization constants too (bnb_4bit_use_double_quant)")
+    quantization_type: Literal["nf4", "fp4"] = Field("nf4", description="QLoRA 4-bit data type")
+    eval_dataset: str | None = Field(None, description="datasets evaluated instead of a val_size share (names or files, comma separated)")
+    mix_strategy: Literal["concat", "interleave_under", "interleave_over", "interleave_once"] = Field(
+        "concat", description="how several datasets mix: concat, or interleaved until the first runs out (under), all ran out (over) or each was used once (once)")
+    interleave_probs: str | None = Field(None, description="with interleave_*: one sampling probability per dataset, comma separated")
+    tokenized_path: str | None = Field(None, description="a folder for the encoded data: written when missing, read (and the datasets skipped) when present")
+    resume_from_checkpoint: str | None = Field(None, description="an ftui checkpoint (RUN/checkpoints/step-N) or run directory: that run continues from it (as ftui train --resume)")
     # --- Output
     output_dir: str = Field(default_factory=default_runs_root, description="the runs root: each run gets a directory in it")
     run_name: str | None = None
@@ -123,6 +159,23 @@ class RunConfig(BaseModel):
     nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
     hang_timeout: int = Field(1800, ge=0, description="end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)")
     stop_timeout: int = Field(600, ge=5, description="seconds a graceful stop may take (finish the step, save) before the ranks are killed")
+
+    @field_validator("stage", mode="before")
+    @classmethod
+    def _stage_known(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in STAGE_REFUSED:
+            raise ValueError(f"{STAGE_REFUSED[value]}; ftui trains {' and '.join(STAGES)}")
+        return value
+
+    @field_validator("lora_target", "additional_target", "eval_dataset", "interleave_probs", "dataset", mode="before")
+    @classmethod
+    def _comma_text(cls, value: Any) -> Any:
+        return comma_text(value)
+
+    @field_validator("resume_from_checkpoint", mode="before")
+    @classmethod
+    def _resume_off(cls, value: Any) -> Any:
+        return None if value is False else value
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -201,12 +254,19 @@ class ConfigError(ValueError):
 
 
 def unsupported_warning(keys: list[str]) -> str | None:
+    """One line for the keys ftui has no field for and does not refuse: those that do not change
+    what is trained (LLaMA-Factory's logging, worker and generation keys, or a refused key left
+    at its no-op default), and those neither ftui nor LLaMA-Factory knows (a typo?)."""
     if not keys:
         return None
-    return (
-        f"ftui does not support these {len(keys)} key(s); they are kept in the file but have "
-        f"no effect: {', '.join(keys)}"
-    )
+    ignored = [k for k in keys if k in NO_EFFECT or k in REFUSED]
+    unknown = [k for k in keys if k not in ignored]
+    parts = []
+    if ignored:
+        parts.append(f"{len(ignored)} key(s) kept in the file with no effect on what is trained: {', '.join(ignored)}")
+    if unknown:
+        parts.append(f"{len(unknown)} key(s) that neither ftui nor LLaMA-Factory knows (a typo?), kept with no effect: {', '.join(unknown)}")
+    return "; ".join(parts)
 
 
 # What an empty required field says (a new form opens with both empty), instead of
@@ -300,9 +360,87 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
     out += model_problems(cfg)
     out += cutoff_problems(cfg)
+    out += multimodal_model_problems(cfg)
+    out += refused_key_problems(cfg)
+    out += method_option_problems(cfg)
+    out += data_option_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
     return out
+
+
+def refused_key_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """LLaMA-Factory keys that would change the result and that ftui does not do: refused by
+    name (ftui.presets.lf_keys), never trained without them."""
+    return [FieldProblem(key, value, f"not supported: {REFUSED[key]}")
+            for key, value in sorted((cfg.model_extra or {}).items()) if classify(key, value) == "refused"]
+
+
+LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target")
+
+
+def method_option_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """The LoRA variants, the optimizer and QLoRA's options: where they apply, as LLaMA-Factory rules."""
+    out: list[FieldProblem] = []
+    if cfg.finetuning_type != "lora":
+        for key in LORA_ONLY:
+            value = getattr(cfg, key)
+            if value not in (None, False):
+                out.append(FieldProblem(key, value, f"{key} is only valid with finetuning_type lora (this run is {cfg.finetuning_type})"))
+    if cfg.pissa_init and cfg.method == "qlora":
+        out.append(FieldProblem("pissa_init", True, "PiSSA decomposes full-precision weights; it cannot start from a 4/8-bit base (use lora without quantization_bit)"))
+    if cfg.additional_target is not None and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.additional_target):
+        out.append(FieldProblem("additional_target", cfg.additional_target, "module names separated by commas, e.g. embed_tokens,lm_head"))
+    if cfg.optim not in OPTIMIZERS:
+        out.append(FieldProblem("optim", cfg.optim, f"ftui builds {', '.join(TORCH_OPTIMIZERS)} (and with bitsandbytes on a CUDA GPU "
+                                f"{', '.join(BNB_OPTIMIZERS)}); other optimizers are not supported"))
+    elif cfg.optim in BNB_OPTIMIZERS:
+        reason = ("bitsandbytes' optimizers run on CUDA only; use adamw_torch for a CPU run" if cfg.device == "cpu"
+                  else qlora_unavailable_reason())
+        if reason is None and (cfg.deepspeed or engine_spec(cfg.engine).shards_parameters):
+            reason = "ftui's sharding engines (fsdp, zero*) build their own optimizer state; use single or ddp"
+        if reason:
+            out.append(FieldProblem("optim", cfg.optim, f"{cfg.optim} is not possible here: {reason}; or use adamw_torch / adamw_torch_fused"))
+    return out
+
+
+def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """eval_dataset, mixing, tokenized_path and resume_from_checkpoint, as LLaMA-Factory rules them."""
+    out: list[FieldProblem] = []
+    if cfg.eval_dataset is not None and cfg.val_size:
+        out.append(FieldProblem("val_size", cfg.val_size, "give either eval_dataset or val_size, not both"))
+    if cfg.interleave_probs is not None:
+        out += _interleave_problems(cfg)
+    if cfg.tokenized_path:
+        from ftui.records import tokenized_data_problem
+
+        problem = tokenized_data_problem(cfg.tokenized_path)
+        if problem:
+            out.append(FieldProblem("tokenized_path", cfg.tokenized_path, problem))
+    if cfg.resume_from_checkpoint:
+        from ftui.runs import resume_target_problem
+
+        problem = resume_target_problem(cfg.resume_from_checkpoint)
+        if problem:
+            out.append(FieldProblem("resume_from_checkpoint", cfg.resume_from_checkpoint, problem))
+    return out
+
+
+def _interleave_problems(cfg: RunConfig) -> list[FieldProblem]:
+    text = cfg.interleave_probs or ""
+    if cfg.mix_strategy == "concat":
+        return [FieldProblem("interleave_probs", text, "interleave_probs is only valid with mix_strategy interleave_under, interleave_over or interleave_once")]
+    try:
+        probs = [float(p) for p in comma_items(text)]
+    except ValueError:
+        return [FieldProblem("interleave_probs", text, "numbers separated by commas, one per dataset, e.g. 0.7,0.3")]
+    for key in ("dataset", "eval_dataset"):
+        names = comma_items(getattr(cfg, key))
+        if names and len(names) != len(probs):
+            return [FieldProblem("interleave_probs", text, f"{len(probs)} probabilities for the {len(names)} dataset(s) of {key}; give one per dataset")]
+    if any(p < 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+        return [FieldProblem("interleave_probs", text, f"probabilities must be at least 0 and add up to 1 (these add up to {sum(probs):g})")]
+    return []
 
 
 def model_problems(cfg: RunConfig) -> list[FieldProblem]:
@@ -356,6 +494,34 @@ def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
                f'"rope_scaling": {{"rope_type": "linear", "factor": {float(math.ceil(cfg.cutoff_len / most))}}}')
     return [FieldProblem("cutoff_len", cfg.cutoff_len,
                          f"cutoff_len {cfg.cutoff_len} is above {why}: lower cutoff_len to {most} or less, or {stretch}")]
+
+
+# config.json keys of vision / audio towers: a multimodal model, which ftui does not train
+MULTIMODAL_CONFIG_KEYS = ("vision_config", "audio_config", "visual", "vision_tower", "mm_vision_tower", "speech_config")
+
+
+def multimodal_model_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """A model with a vision or audio tower (Qwen-VL, LLaVA, Gemma 3 4B+ ...): ftui trains the
+    text-only causal LMs; LLaMA-Factory's multimodal plug-ins (image/video/audio processing,
+    frozen towers) are not part of it, so such a model is refused instead of half-trained."""
+    from ftui.plan import read_model_config
+
+    try:
+        model = read_model_config(cfg.model_name_or_path)
+    except ValueError:
+        return []
+    quant = model.get("quantization_config")
+    method = str(quant.get("quant_method", "")) if isinstance(quant, dict) else ""
+    if method and method != "bitsandbytes":
+        return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
+                             f"a model quantized with {method:.40} (its config.json's quantization_config): not supported, ftui "
+                             "trains LoRA over full-precision or bitsandbytes (quantization_bit) weights; use the unquantized model")]
+    found = next((k for k in MULTIMODAL_CONFIG_KEYS if k in model), None)
+    if found is None:
+        return []
+    return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
+                         f"a multimodal model (model_type {model.get('model_type', '?')!s:.40}; its config.json has {found}): "
+                         "not supported, ftui trains text-only language models; use the text-only variant of the model")]
 
 
 def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:

@@ -18,6 +18,7 @@ RESERVE_FILE = ".run-end-reserve"  # room kept on disk for the final run_end
 CHECKPOINTS_DIR = "checkpoints"  # checkpoints/step-N/, complete or absent
 FINAL_DIR = "final"  # the trained model or adapter + tokenizer, loadable by transformers / peft
 BASE_MODEL_DIR = "base_model"  # a random-weight base (model_init: random), kept so adapters load
+PISSA_INIT_DIR = "pissa_init"  # PiSSA's starting adapter (pissa_init): final/ is converted against it to plain LoRA
 HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
 LOCK_FILE = "job.lock"  # flock'ed by the job's supervisor for its whole life: one job per run directory
 STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that ends without run_end was stopped

@@ -49,6 +49,15 @@ class DatasetPathError(DataFormatError):
     """A dataset_info.json entry whose file lies outside dataset_dir (refused before any read)."""
 
 
+class DatasetRefused(DataFormatError):
+    """A dataset ftui does not train on (multimodal): refused before a run starts, by name."""
+
+
+MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns
+MULTIMODAL_REFUSAL = ("multimodal data (images, videos or audios) is not supported: ftui trains text-only language "
+                      "models; use a text dataset, or drop the media column from the entry")
+
+
 # Secrets that a file mistaken for a dataset may hold: never copied into a message (those
 # end up in train.log and events.jsonl).
 SECRET = re.compile(r"\b(hf_|sk-|ghp_|gho_|github_pat_|xox[abp]-|AKIA)[A-Za-z0-9_\-]{8,}")
@@ -122,10 +131,27 @@ def dataset_path_problem(dataset: str, dataset_dir: str) -> str | None:
     which reports them with the offending record."""
     try:
         resolve_datasets(dataset, dataset_dir)
-    except DatasetPathError as err:
+    except (DatasetPathError, DatasetRefused) as err:
         return str(err)
     except (DataFormatError, OSError, ValueError, AttributeError, TypeError):
         pass
+    return None
+
+
+TOKENIZED_MARKER = "dataset_dict.json"  # what `datasets`' save_to_disk writes (ftui's and LLaMA-Factory's tokenized_path)
+
+
+def tokenized_data_problem(path_text: str) -> str | None:
+    """Why ``tokenized_path`` cannot be used: it exists but is not encoded data saved by ftui
+    or LLaMA-Factory (a folder with dataset_dict.json). A missing folder is fine: the run writes it."""
+    path = Path(path_text).expanduser()
+    if not _exists(path):
+        return None
+    if not path.is_dir():
+        return "this is a file; tokenized_path names a folder (written by the first run, read by later ones)"
+    if not (path / TOKENIZED_MARKER).is_file() and any(path.iterdir()):
+        return (f"this folder holds no encoded data ({TOKENIZED_MARKER} is missing) and is not empty; "
+                "give a new folder (the run writes it) or one an earlier run wrote")
     return None
 
 
@@ -140,6 +166,9 @@ def _exists(path: Path) -> bool:
 def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
     if entry.get("ranking"):
         raise DataFormatError(f"dataset {name!r} is a preference (ranking) dataset; ftui trains SFT only")
+    media = [c for c in MEDIA_COLUMNS if (entry.get("columns") or {}).get(c)]
+    if media:
+        raise DatasetRefused(f"dataset {_clip(name, 80)!r} has a {media[0]} column: {MULTIMODAL_REFUSAL}")
     file_name = entry.get("file_name")
     if file_name and dataset_dir is not None:
         file_name = registry_path(name, str(file_name), dataset_dir)
@@ -446,6 +475,8 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
 def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     """Settles how ``stage`` reads the dataset (from its first record, for a file given by
     path) and names it: raw text for pt, else alpaca or sharegpt."""
+    if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
+        raise DatasetRefused(f"dataset {spec.name!r} record 0 has {next(c for c in MEDIA_COLUMNS if first.get(c))}: {MULTIMODAL_REFUSAL}")
     if stage == "pt":
         return "raw text"
     apply_detected_format(spec, first)

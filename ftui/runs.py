@@ -785,6 +785,32 @@ def resolve_checkpoint(run_dir: Path, which: str | None, skipped: list[str] | No
     return path.resolve()
 
 
+def resume_target(path_text: str) -> tuple[Path, Path | None]:
+    """``resume_from_checkpoint`` (LLaMA-Factory's key) as ftui's resume: (the run directory,
+    the checkpoint, or None for its newest sound one). It names a run directory or one of its
+    ``checkpoints/step-N``; anything else (a transformers / LLaMA-Factory ``checkpoint-N``)
+    raises CheckpointError saying so."""
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist; give an ftui run directory or its checkpoints/step-N")
+    if _is_run(path):
+        return path.resolve(), None
+    if path.parent.name == CHECKPOINTS_DIR and _is_run(path.parent.parent):
+        if not (path / TRAINER_STATE).is_file():
+            raise CheckpointError(f"{path} is not a complete ftui checkpoint (no {TRAINER_STATE}); give the run directory to take its newest one")
+        return path.parent.parent.resolve(), path.resolve()
+    raise CheckpointError(f"{path} is not an ftui run or checkpoint (a transformers / LLaMA-Factory checkpoint-N cannot be resumed "
+                          "by ftui: its optimizer and data order are not ftui's); give an ftui run directory or RUN/checkpoints/step-N")
+
+
+def resume_target_problem(path_text: str) -> str | None:
+    try:
+        resume_target(path_text)
+    except CheckpointError as err:
+        return str(err)
+    return None
+
+
 class LogTailer:
     """Reads new complete lines of train.log by byte offset (never re-reads the file).
 

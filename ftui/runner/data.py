@@ -56,10 +56,11 @@ class TokenizedData:
     warnings: list[str] = field(default_factory=list)
 
 
-def load_all(cfg: RunConfig) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
-    """Every dataset of the config with its records (at most ``max_samples`` each)."""
+def load_all(cfg: RunConfig, names: str | None = None) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
+    """Every dataset of ``names`` (default: the config's ``dataset``) with its records (at most
+    ``max_samples`` each), mixed as ``mix_strategy`` says."""
     loaded = []
-    for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
+    for spec in resolve_datasets(cfg.dataset if names is None else names, cfg.dataset_dir):
         records = load_records(spec)
         if cfg.max_samples:
             records = records[: cfg.max_samples]
@@ -67,7 +68,96 @@ def load_all(cfg: RunConfig) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
             raise DataFormatError(f"dataset {spec.name!r} has no records")
         check_format(spec, records[0], cfg.stage)
         loaded.append((spec, records))
-    return loaded
+    return mix_datasets(loaded, cfg)
+
+
+# mix_strategy -> the stopping strategy of `datasets.interleave_datasets` (as LLaMA-Factory maps them)
+STOPPING = {"interleave_under": "first_exhausted", "interleave_over": "all_exhausted",
+            "interleave_once": "all_exhausted_without_replacement"}
+
+
+def mix_datasets(loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], cfg: RunConfig) -> list[tuple[DatasetSpec, list[dict[str, Any]]]]:
+    """Several datasets in LLaMA-Factory's order: one after the other (concat), or interleaved
+    by ``datasets.interleave_datasets`` with the run's seed and ``interleave_probs``. The
+    interleaving is computed over the record indices only (its order depends on nothing else),
+    so the records keep their own formats; the result is a list of runs of consecutive records
+    from one dataset, which a stage encodes as it encodes whole datasets."""
+    if cfg.mix_strategy == "concat" or len(loaded) < 2:
+        return loaded
+    import datasets
+
+    parts = [datasets.Dataset.from_dict({"d": [k] * len(records), "i": list(range(len(records)))})
+             for k, (_spec, records) in enumerate(loaded)]
+    probs = [float(p) for p in (cfg.interleave_probs or "").split(",") if p.strip()] or None
+    try:
+        mixed = datasets.interleave_datasets(parts, probabilities=probs, seed=cfg.seed, stopping_strategy=STOPPING[cfg.mix_strategy])
+    except ValueError as err:  # an older `datasets` without this stopping strategy
+        raise DataFormatError(f"mix_strategy {cfg.mix_strategy} is not possible with datasets {datasets.__version__}: {err}") from None
+    runs: list[tuple[DatasetSpec, list[dict[str, Any]]]] = []
+    for d, i in zip(mixed["d"], mixed["i"]):
+        spec, records = loaded[d]
+        if runs and runs[-1][0] is spec:
+            runs[-1][1].append(records[i])
+        else:
+            runs.append((spec, [records[i]]))
+    return runs
+
+
+# --- tokenized_path: the encoded examples saved with `datasets` (save_to_disk), as LLaMA-Factory saves them
+
+TOKENIZED_TRAIN, TOKENIZED_EVAL = "train", "validation"
+
+
+def save_tokenized(path: str, train: list[Example], eval_: list[Example]) -> None:
+    """Writes the encoded (not yet packed) train and eval examples: a DatasetDict with
+    input_ids and labels, the layout LLaMA-Factory's tokenized_path has, so either can read
+    the other's. Written beside and renamed, so a crash never leaves half a folder."""
+    import shutil
+    from pathlib import Path
+
+    import datasets
+
+    def table(examples: list[Example]) -> datasets.Dataset:
+        return datasets.Dataset.from_dict({"input_ids": [e.input_ids for e in examples], "labels": [e.labels for e in examples]})
+
+    parts = {TOKENIZED_TRAIN: table(train)}
+    if eval_:
+        parts[TOKENIZED_EVAL] = table(eval_)
+    final = Path(path).expanduser()
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    datasets.DatasetDict(parts).save_to_disk(str(tmp))
+    if final.exists():
+        final.rmdir()  # validation let only an empty folder through
+    tmp.rename(final)
+
+
+def load_tokenized(path: str) -> tuple[list[Example], list[Example]]:
+    """(train, eval) examples from a tokenized_path folder (ftui's or LLaMA-Factory's): input_ids
+    and labels (pre-training data without labels learns every token)."""
+    import datasets
+
+    saved = datasets.load_from_disk(str(path))
+    if not isinstance(saved, datasets.DatasetDict) or TOKENIZED_TRAIN not in saved:
+        raise DataFormatError(f"tokenized_path {path} holds no train split; give a folder an earlier run wrote")
+
+    def examples(ds: Any) -> list[Example]:
+        if "input_ids" not in ds.column_names:
+            raise DataFormatError(f"tokenized_path {path} has no input_ids column (columns: {', '.join(ds.column_names)})")
+        ids = ds["input_ids"]
+        labels = ds["labels"] if "labels" in ds.column_names else ids
+        return [Example(list(i), list(l), real_tokens=len(i)) for i, l in zip(ids, labels)]
+
+    evals = [examples(saved[k]) for k in saved if k.startswith(TOKENIZED_EVAL)]
+    return examples(saved[TOKENIZED_TRAIN]), [e for part in evals for e in part]
+
+
+def has_tokenized(path: str | None) -> bool:
+    from pathlib import Path
+
+    from ftui.records import TOKENIZED_MARKER
+
+    return bool(path) and (Path(path).expanduser() / TOKENIZED_MARKER).is_file()
 
 
 def split_eval(examples: list[Example], cfg: RunConfig) -> tuple[list[Example], list[Example]]:

@@ -9,6 +9,7 @@ random weights (the demo, benchmarks, tests), and saves that base so adapters st
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -99,8 +100,8 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=cfg.quantization_bit == 4,
             load_in_8bit=cfg.quantization_bit == 8,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
+            bnb_4bit_quant_type=cfg.quantization_type,
+            bnb_4bit_use_double_quant=cfg.double_quantization,
             bnb_4bit_compute_dtype=compute_dtype(cfg),  # fp32 runs compute in fp32 (fp16 would need loss scaling)
         )
         kwargs["device_map"] = {"": device}
@@ -120,7 +121,14 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
-    """Marks what trains: everything (full), the last N layers (freeze), or LoRA adapters."""
+    """Marks what trains: everything (full), the last N layers (freeze), or LoRA adapters;
+    and NEFTune's noise on the embeddings when it is asked for."""
+    model = mark_trainable(model, cfg)
+    install_neftune(model, cfg.neftune_noise_alpha)
+    return model
+
+
+def mark_trainable(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
@@ -135,7 +143,7 @@ def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
         for layer in list(layers)[-cfg.freeze_trainable_layers :]:
             layer.requires_grad_(True)
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
     # Not peft's prepare_model_for_kbit_training for QLoRA: it re-enables gradient
     # checkpointing with reentrant checkpointing and upcasts the embeddings, LM head and norms
@@ -144,19 +152,62 @@ def apply_method(model: nn.Module, cfg: RunConfig) -> nn.Module:
     model.requires_grad_(False)
     if cfg.gradient_checkpointing:
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
-    targets: Any = "all-linear" if cfg.lora_target == "all" else [t.strip() for t in cfg.lora_target.split(",")]
-    lora = LoraConfig(
-        r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-    )
-    model = get_peft_model(model, lora)
+    model = get_peft_model(model, lora_config(cfg))
     for p in model.parameters():  # adapters train in fp32 over a half-precision base
         if p.requires_grad and p.dtype != torch.float32:
             p.data = p.data.float()
     return model
+
+
+def lora_targets(lora_target: str) -> Any:
+    """LLaMA-Factory's lora_target as peft's target_modules: "all" is every linear layer but
+    the output head (peft's "all-linear", as LLaMA-Factory's find_all_linear_modules);
+    otherwise module names, matched as the last part of a module's name, comma separated."""
+    names = [t.strip() for t in lora_target.split(",") if t.strip()]
+    return "all-linear" if names == ["all"] else names
+
+
+def lora_config(cfg: RunConfig) -> Any:
+    """The peft LoraConfig of a run, with LLaMA-Factory's variants: DoRA, rsLoRA, PiSSA's
+    initialisation ("pissa" for the exact SVD, "pissa_niter_N" for N fast-SVD iterations) and
+    additional_target (modules trained whole and saved beside the adapter)."""
+    from peft import LoraConfig
+
+    init: Any = True
+    if cfg.pissa_init:
+        init = "pissa" if cfg.pissa_iter == -1 else f"pissa_niter_{cfg.pissa_iter}"
+        # PiSSA's fast SVD is randomised and the base keeps W - (its start): a resume and a
+        # checkpoint loaded for chat must rebuild exactly the same start, so seed it here.
+        torch.manual_seed(cfg.seed)
+    extra = [t.strip() for t in (cfg.additional_target or "").split(",") if t.strip()]
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=lora_targets(cfg.lora_target),
+        use_dora=cfg.use_dora,
+        use_rslora=cfg.use_rslora,
+        init_lora_weights=init,
+        modules_to_save=extra or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def install_neftune(model: nn.Module, alpha: float | None) -> None:
+    """NEFTune (Jain et al. 2023, as transformers' Trainer does it): while the model trains,
+    the input embeddings get uniform noise in [-m, m], m = alpha / sqrt(L x d) for a batch of
+    L positions and hidden size d. In eval mode (evaluation, chat) the hook does nothing."""
+    if not alpha:
+        return
+    embeddings = model.get_input_embeddings()
+
+    def add_noise(module: nn.Module, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        if not module.training:
+            return output
+        bound = alpha / math.sqrt(output.size(1) * output.size(2))
+        return output + torch.zeros_like(output).uniform_(-bound, bound)
+
+    embeddings.register_forward_hook(add_noise)
 
 
 def apply_speedups(model: nn.Module, cfg: RunConfig) -> None:

@@ -36,7 +36,7 @@ from ftui.runner.metrics import matmul_mode, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, chat_template_for, count_params,
                                flops_per_token, grow_embeddings, load_model, load_tokenizer)
 from ftui.runner.stages import make_stage
-from ftui.runner.weights import save_final, save_random_base
+from ftui.runner.weights import save_final, save_pissa_start, save_random_base
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +94,8 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir)
         model = apply_method(model, cfg)
+        if cfg.pissa_init and info.is_main:
+            save_pissa_start(model, run_dir)
         apply_speedups(model, cfg)
         stage.prepare_model(model)
         total, trainable = count_params(model)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ftui.config import RunConfig
-from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, STATE_DIR, resolve_model_path
+from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR, resolve_model_path
 from ftui.runs import CheckpointError, resolve_checkpoint
 
 
@@ -38,6 +38,20 @@ def save_random_base(model: nn.Module, tokenizer: Any, run_dir: Path) -> None:
     model.name_or_path = str(base.resolve())
 
 
+def save_pissa_start(model: nn.Module, run_dir: Path) -> None:
+    """PiSSA's adapter as it starts (before any step), the reference final/ is converted
+    against; kept from the run's first start (a resume rebuilds the same start)."""
+    start = run_dir / PISSA_INIT_DIR
+    if start.is_dir():
+        return
+    config = model.peft_config["default"]
+    init, config.init_lora_weights = config.init_lora_weights, True  # reloading it must not run PiSSA again
+    try:
+        model.save_pretrained(start, safe_serialization=True)
+    finally:
+        config.init_lora_weights = init
+
+
 def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -> None:
     """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft.
 
@@ -50,7 +64,12 @@ def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -
     tmp = run_dir / (FINAL_DIR + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     module = engine.unwrap()
-    module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+    pissa_start = run_dir / PISSA_INIT_DIR
+    # A PiSSA adapter only works over the residual base it was cut from; converted against its
+    # starting point it becomes a plain LoRA adapter (rank x 2) over the original base, which
+    # is what final/ must be (LLaMA-Factory's pissa_convert).
+    convert = {"path_initial_model_for_weight_conversion": str(pissa_start)} if pissa_start.is_dir() else {}
+    module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict, **convert)
     tokenizer.chat_template = chat_template  # chat uses the trained format
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)

@@ -74,22 +74,62 @@ def pick_device(cfg: RunConfig, info: DistInfo) -> torch.device:
     return torch.device("cpu")
 
 
-def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters; no decay for biases and norms; fused where it can be."""
-    decay, no_decay = [], []
+def param_groups(model: nn.Module, cfg: RunConfig) -> list[dict[str, Any]]:
+    """The trainable parameters in optimizer groups: weight decay for matrices only (never
+    biases, norms or other 1-D vectors); with LoRA+ (``loraplus_lr_ratio``), as LLaMA-Factory
+    groups them: the B matrices and the 1-D trainables (DoRA's magnitudes, biases) at
+    learning_rate x ratio, LoRA embedding B matrices at loraplus_lr_embedding, the rest (the A
+    matrices) at learning_rate. The first group always has the base learning rate (the one
+    `step` events report). Empty groups are left out."""
+    base, ratio = cfg.learning_rate, cfg.loraplus_lr_ratio
+    groups: dict[str, dict[str, Any]] = {}
+
+    def put(name: str, p: nn.Parameter, lr: float, decay: bool) -> None:
+        key = f"{name}-{'decay' if decay else 'nodecay'}"
+        groups.setdefault(key, {"params": [], "lr": lr, "weight_decay": cfg.weight_decay if decay else 0.0})["params"].append(p)
+
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decay = not (p.ndim < 2 or "norm" in name.lower())
+        if ratio is None:
+            put("base", p, base, decay)
+        elif "lora_embedding_B" in name:
+            put("embedding", p, cfg.loraplus_lr_embedding, decay)
+        elif "lora_B" in name or p.ndim == 1:
+            put("loraplus", p, base * ratio, decay)
+        else:
+            put("base", p, base, decay)
+    order = ["base-decay", "base-nodecay", "loraplus-decay", "loraplus-nodecay", "embedding-decay", "embedding-nodecay"]
+    return [groups[k] for k in order if k in groups]
+
+
+def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
+    """The config's ``optim`` over ``param_groups``: torch's AdamW (``adamw_torch_fused``: one
+    fused kernel per group where the parameters allow it, on CUDA and the CPU; ``adamw_torch``:
+    the multi-tensor path), or bitsandbytes' 8-bit / paged AdamW (validation allows those only
+    with bitsandbytes and a CUDA GPU)."""
+    groups = param_groups(model, cfg)
     kwargs: dict[str, Any] = dict(lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+    if cfg.optim in BNB_OPTIMIZER_CLASSES:
+        import bitsandbytes as bnb
+
+        return getattr(bnb.optim, BNB_OPTIMIZER_CLASSES[cfg.optim])(groups, **kwargs)
     params = [p for g in groups for p in g["params"]]
     plain = all(type(p.data) is torch.Tensor for p in params)  # not FSDP's DTensor shards on CPU
-    if all(p.device.type == device.type for p in params) and (device.type == "cuda" or (device.type == "cpu" and plain)):
+    fusable = all(p.device.type == device.type for p in params) and (device.type == "cuda" or (device.type == "cpu" and plain))
+    if cfg.optim == "adamw_torch_fused" and fusable:
         kwargs["fused"] = True  # one kernel per group (CUDA, and CPU since torch 2.4); not with offloaded shards
     else:
         kwargs["foreach"] = True
-    return torch.optim.AdamW([g for g in groups if g["params"]], **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+# LLaMA-Factory / transformers' optim names -> bitsandbytes.optim classes
+BNB_OPTIMIZER_CLASSES = {
+    "adamw_bnb_8bit": "AdamW8bit", "adamw_8bit": "AdamW8bit", "paged_adamw_8bit": "PagedAdamW8bit",
+    "paged_adamw_32bit": "PagedAdamW32bit", "paged_adamw": "PagedAdamW",
+}
 
 
 class Engine:

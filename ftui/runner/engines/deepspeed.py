@@ -20,7 +20,7 @@ from torch import nn
 
 from ftui.paths import DEEPSPEED_TAG
 from ftui.presets.engine_presets import fill_deepspeed, load_preset, read_user_deepspeed
-from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer
+from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer, param_groups
 
 
 
@@ -79,7 +79,7 @@ class DeepSpeedEngine(Engine):
                 {k: v for k, v in {"lr": cfg.learning_rate, "betas": [cfg.adam_beta1, cfg.adam_beta2],
                                    "eps": cfg.adam_epsilon, "weight_decay": cfg.weight_decay}.items()
                  if k not in ds["optimizer"]["params"]})
-            kwargs["model_parameters"] = [p for p in model.parameters() if p.requires_grad]
+            kwargs["model_parameters"] = param_groups(model, cfg)  # LoRA+'s learning rates ride on the groups
         elif offload_opt and self.device.type == "cuda":
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # the offloaded step runs on the CPU
 

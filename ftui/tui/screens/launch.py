@@ -123,6 +123,7 @@ GROUPS: list[tuple[str, list[F]]] = [
     ]),
 ]
 FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
+FORM_DERIVED = {"finetuning_type", "quantization_bit", "bf16", "fp16"}  # set by the method and precision choices
 # Which form field shows a RunConfig field's problem.
 FIRST_FRAME_GROUPS = 2  # Model and Data fill an 80x24 screen; the rest mounts after the first frame
 NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help", "Output": "kept-keys"}
@@ -370,8 +371,11 @@ class LaunchScreen(Screen):
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
         if values.get("trust_remote_code"):
             status += " · trust_remote_code is ON: Python code from the model's repository will run"
-        if self.extra:  # the full list is under Output and in the notification shown at load
-            status += f" · {len(self.extra)} unsupported key(s) kept, no effect"
+        from ftui.config import RunConfig
+
+        ignored = [k for k in self.extra if k not in RunConfig.model_fields]
+        if ignored:  # the full list is under Output and in the notification shown at load
+            status += f" · {len(ignored)} unsupported key(s) kept, no effect"
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
 
     def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
@@ -607,12 +611,13 @@ class LaunchScreen(Screen):
         in full in a notification; those it sets are not overwritten by the model family."""
         from ftui.config import RunConfig, unsupported_warning
 
-        known = set(RunConfig.model_fields)
-        self.extra = {k: v for k, v in data.items() if k not in known}
+        # Every key the form has no field for is kept as loaded (RunConfig fields such as use_dora
+        # too, so they reach the run and its validation); only those ftui has no field for are listed.
+        self.extra = {k: v for k, v in data.items() if k not in FIELDS and k not in FORM_DERIVED}
         self._loaded_keys = set(data)
         if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
             self._nproc_filled = None
-        warning = unsupported_warning(sorted(self.extra))
+        warning = unsupported_warning(sorted(k for k in self.extra if k not in RunConfig.model_fields))
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))  # wrapped, stays after the notification
         if what or warning:
             self.notify("\n".join(filter(None, [what, warning])), severity="warning" if warning else "information",
@@ -670,6 +675,10 @@ class LaunchScreen(Screen):
         self.revalidate()  # the latest keystrokes may not be validated yet
         if self.config is None:
             self.notify("the form has problems: fix the fields marked in red", severity="error")
+            return
+        if self.config.resume_from_checkpoint:
+            self.notify(f"resume_from_checkpoint continues the run it names: from a shell, ftui train CONFIG.yaml "
+                        f"(or ftui train --resume RUN); clear the key here to start a new run", severity="error", markup=False)
             return
         self.query_one("#start", Button).disabled = True
         self.start_run(self.config)

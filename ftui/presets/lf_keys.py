@@ -1,0 +1,130 @@
+"""What ftui does with each LLaMA-Factory key it has no field for: a table, not code.
+
+Every key LLaMA-Factory 0.9.5 reads from a training YAML is either a ``RunConfig`` field
+(implemented), listed in ``NO_EFFECT`` (it does not change what is trained: logging,
+workers, timeouts, generation settings of predict; ftui warns once and goes on), or listed
+in ``REFUSED`` with the reason (it would change the result and ftui cannot do it, so the run
+is refused rather than trained differently). A refused key set to LLaMA-Factory's own
+default (``llamafactory_keys.json``, made by tests/data/llamafactory_keys/make_reference.py)
+asks for nothing and passes: ``resume_from_checkpoint: null``, ``use_galore: false``.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LF_DEFAULTS: dict[str, Any] = json.loads((Path(__file__).with_name("llamafactory_keys.json")).read_text())["defaults"]
+
+
+def _keys(text: str) -> list[str]:
+    return text.split()
+
+
+# --- Keys that do not change the trained weights: one warning line, then ignored (or honoured as ftui does anyway).
+NO_EFFECT = set(_keys("""
+    plot_loss overwrite_output_dir ddp_timeout preprocessing_num_workers preprocessing_batch_size overwrite_cache
+    cache_dir dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor
+    dataloader_drop_last logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter
+    include_num_input_tokens_seen include_effective_tokens_per_second log_level log_level_replica disable_tqdm
+    logging_dir save_only_model save_strategy save_on_each_node enable_jit_checkpoint skip_memory_metrics debug
+    local_rank ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph ddp_backend
+    print_param_status low_cpu_mem_usage use_fast_tokenizer data_shared_file_system remove_unused_columns label_names
+    length_column_name project trackio_space_id trackio_bucket_id trackio_static_space_id enable_torch_profiler
+    profiler_output_dir profiler_wait_steps profiler_warmup_steps profiler_active_steps profiler_repeat
+    profiler_record_shapes profiler_profile_memory profiler_with_stack profile_modules torch_empty_cache_steps
+    use_cache use_kv_cache eval_do_concat_batches eval_use_gather_object eval_accumulation_steps
+    prediction_loss_only include_for_metrics batch_eval_metrics eval_on_start eval_delay eval_strategy do_eval
+    do_predict compute_accuracy predict_with_generate generation_max_length generation_num_beams generation_config
+    eval_num_beams bf16_full_eval fp16_full_eval sortish_sampler do_sample temperature top_p top_k num_beams
+    max_length max_new_tokens repetition_penalty length_penalty skip_special_tokens infer_backend infer_dtype
+    vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config sglang_maxlen sglang_mem_fraction
+    sglang_tp_size sglang_config sglang_lora_backend export_dir export_size export_device export_quantization_bit
+    export_quantization_dataset export_quantization_nsamples export_quantization_maxlen export_legacy_format
+    export_hub_model_id hub_token hf_hub_token ms_hub_token om_hub_token hub_private_repo hub_model_id hub_strategy
+    hub_always_push hub_revision metric_for_best_model greater_is_better ignore_data_skip
+    restore_callback_states_from_checkpoint full_determinism data_seed master_addr master_port
+    use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing average_tokens_across_devices
+    flash_attn torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
+    quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc
+    image_max_pixels image_min_pixels image_do_pan_and_scan crop_to_patches video_max_pixels video_min_pixels
+    video_fps video_maxlen use_audio_in_video audio_sampling_rate media_dir
+    freeze_vision_tower freeze_multi_modal_projector freeze_language_model
+    module_dropout oft_rank oft_block_size oft_target
+    pref_beta pref_ftx pref_bco_weight pref_loss dpo_label_smoothing kto_chosen_weight kto_rejected_weight simpo_gamma
+    ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards ref_model ref_model_adapters
+    ref_model_quantization_bit reward_model reward_model_adapters reward_model_quantization_bit reward_model_type ld_alpha
+    galore_target galore_rank galore_update_interval galore_scale galore_proj_type galore_layerwise
+    apollo_target apollo_rank apollo_update_interval apollo_scale apollo_proj apollo_proj_type apollo_scale_type
+    apollo_layerwise apollo_scale_front badam_mode badam_start_block badam_switch_mode badam_switch_interval
+    badam_update_ratio badam_mask_mode badam_verbose asft_alpha eaft_alpha hyper_parallel_args
+    kt_weight_path kt_expert_checkpoint_path kt_use_lora_experts kt_lora_expert_num kt_lora_expert_intermediate_size
+    use_swanlab swanlab_project swanlab_workspace swanlab_run_name swanlab_mode swanlab_api_key swanlab_logdir
+    swanlab_lark_webhook_url swanlab_lark_secret fp8_backend fp8_enable_fsdp_float8_all_gather pissa_convert
+    report_to
+"""))
+
+# --- Keys that change the result and that ftui does not do: refused (exit 2, a form error), each with why.
+_REFUSED_GROUPS: list[tuple[str, str]] = [
+    ("ray_num_workers ray_init_kwargs",
+     "ftui does not run on Ray; use engine ddp / fsdp / zero* with nproc_per_node and nnodes"),
+    ("use_galore use_apollo use_badam use_adam_mini use_muon use_llama_pro use_mca use_hyper_parallel use_kt use_unsloth "
+     "use_v1_kernels use_dft_loss use_asft_loss use_eaft_loss mixture_of_depths shift_attn pure_bf16 upcast_layernorm "
+     "upcast_lmhead_output fp8",
+     "ftui does not implement this training method or numeric variant; remove the key (or set it false)"),
+    ("adapter_name_or_path adapter_folder create_new_adapter",
+     "ftui starts LoRA adapters fresh; continuing someone else's adapter is not supported (merge it into the base first)"),
+    ("resize_vocab add_tokens add_special_tokens new_special_tokens_config init_special_tokens split_special_tokens",
+     "ftui trains with the tokenizer's vocabulary as it is; add the tokens to the tokenizer (and resize the model) beforehand"),
+    ("model_revision", "ftui loads the model folder or hub name as given; download that revision to a folder and point model_name_or_path at it"),
+    ("quantization_method", "ftui quantizes with bitsandbytes only (QLoRA: quantization_bit 4 or 8); GPTQ/AWQ/AQLM/HQQ/EETQ models are not supported"),
+    ("rope_scaling", "set rope scaling in the model's config.json instead (ftui reads it from there)"),
+    ("moe_aux_loss_coef", "ftui does not add a MoE router loss coefficient; remove the key"),
+    ("train_from_scratch", "use model_init: random (ftui's name for training from random weights)"),
+    ("freeze_trainable_modules freeze_extra_modules",
+     "ftui's freeze trains the last freeze_trainable_layers decoder layers whole; other module choices are not supported"),
+    ("streaming", "ftui reads every record before training (it needs the count for the schedule); turn streaming off"),
+    ("neat_packing", "ftui's packing (packing: true) keeps examples apart with position ids; neat_packing is not supported"),
+    ("preserve_thinking", "ftui does not keep earlier turns' thinking blocks; remove the key"),
+    ("eval_on_each_dataset", "ftui reports one eval loss over the whole eval set; remove the key"),
+    ("disable_shuffling train_sampling_strategy", "ftui always shuffles with its resumable seeded sampler"),
+    ("early_stopping_steps load_best_model_at_end", "ftui trains to max_steps / num_train_epochs and keeps every checkpoint (save_total_limit); pick one with ftui chat --checkpoint"),
+    ("lr_scheduler_kwargs", "ftui's schedulers take no extra arguments; use lr_scheduler_type, warmup_ratio / warmup_steps"),
+    ("optim_args optim_target_modules", "ftui's optimizers take no extra arguments; use optim, adam_beta1/2, adam_epsilon, weight_decay"),
+    ("label_smoothing_factor", "ftui's loss has no label smoothing"),
+    ("auto_find_batch_size", "set per_device_train_batch_size yourself (ftui plan tells what fits)"),
+    ("use_cpu", "use device: cpu"),
+    ("fsdp fsdp_config accelerator_config parallelism_config", "pick ftui's engine instead (engine: fsdp, fsdp_offload, zero0-3 ...; ftui presets lists them)"),
+    ("push_to_hub", "ftui does not upload; upload the run's final/ folder yourself"),
+    ("tool_format default_system enable_thinking train_on_prompt mask_history",
+     "ftui does not implement this key of LLaMA-Factory's templates yet"),
+]
+REFUSED: dict[str, str] = {key: why for keys, why in _REFUSED_GROUPS for key in keys.split()}
+
+# stage names LLaMA-Factory has and ftui does not (yet): the message says so instead of pydantic's list
+STAGE_REFUSED = {
+    "ppo": "PPO (stage: ppo) is not supported: it needs a reward model and generation during training",
+    "dpo": "preference training (stage: dpo) is not supported yet",
+    "kto": "KTO (stage: kto) is not supported yet",
+    "rm": "reward modelling (stage: rm) is not supported yet",
+}
+
+
+def asks_for_something(key: str, value: Any) -> bool:
+    """False where the value is LLaMA-Factory's own default or an empty / off value: the key
+    asks for nothing and can be ignored."""
+    if value is None or value is False or value == "" or value == [] or value == {}:
+        return False
+    return key not in LF_DEFAULTS or value != LF_DEFAULTS[key]
+
+
+def classify(key: str, value: Any) -> str:
+    """"refused", "no-effect" or "unknown" (neither ftui's nor LLaMA-Factory's: a typo, or
+    another tool's key) for a key that is not a RunConfig field."""
+    if key in REFUSED and asks_for_something(key, value):
+        return "refused"
+    if key in REFUSED or key in NO_EFFECT:
+        return "no-effect"
+    return "unknown"

@@ -1,0 +1,181 @@
+"""Every LLaMA-Factory key is implemented, refused by name, or known to have no effect (issue 14,
+item 3): the config side (no torch). What the implemented keys do to training is in
+tests/test_lf_methods.py."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftui.config import RunConfig, validate_config
+from ftui.paths import DEMO_MODEL_DIR
+from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED
+
+DEMO = {"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "cutoff_len": 128}
+
+
+def problems_of(**over) -> dict[str, str]:
+    _cfg, problems = validate_config(DEMO | over)
+    return {p.field: p.message for p in problems}
+
+
+def test_every_llamafactory_key_is_a_field_refused_or_without_effect():
+    assert len(LF_DEFAULTS) > 300  # llamafactory_keys.json: 0.9.5's whole argument list
+    fields = set(RunConfig.model_fields)
+    unclassified = sorted(k for k in LF_DEFAULTS if k not in fields and k not in REFUSED and k not in NO_EFFECT)
+    assert unclassified == []
+    assert not (set(REFUSED) & NO_EFFECT)
+
+
+@pytest.mark.parametrize("key,value,why", [
+    ("ray_num_workers", 4, "Ray"), ("use_galore", True, "training method"), ("adapter_name_or_path", "x", "adapter"),
+    ("quantization_method", "gptq", "bitsandbytes"), ("streaming", True, "streaming"), ("neat_packing", True, "neat_packing"),
+    ("rope_scaling", "linear", "config.json"), ("push_to_hub", True, "upload"), ("label_smoothing_factor", 0.1, "smoothing"),
+])
+def test_a_result_changing_key_is_refused_by_name_and_why(key, value, why):
+    problems = problems_of(**{key: value})
+    assert key in problems and "not supported" in problems[key] and why in problems[key]
+
+
+@pytest.mark.parametrize("key,value", [("ray_num_workers", 1), ("use_galore", False), ("adapter_name_or_path", None),
+                                       ("quantization_method", "bnb"), ("streaming", False), ("push_to_hub", False)])
+def test_a_refused_key_at_llamafactorys_default_asks_for_nothing_and_passes(key, value):
+    cfg, problems = validate_config(DEMO | {key: value})
+    assert problems == [] and cfg is not None
+
+
+def test_keys_without_effect_are_one_warning_and_unknown_keys_are_called_so():
+    from ftui.config import parse_config
+
+    _cfg, warnings = parse_config(DEMO | {"plot_loss": True, "ddp_timeout": 9, "dataloader_num_workers": 4, "lerning_rate": 1})
+    assert len(warnings) == 1
+    assert "no effect on what is trained: dataloader_num_workers, ddp_timeout, plot_loss" in warnings[0]
+    assert "neither ftui nor LLaMA-Factory knows (a typo?)" in warnings[0] and "lerning_rate" in warnings[0]
+
+
+@pytest.mark.parametrize("stage,why", [("ppo", "PPO"), ("dpo", "preference"), ("kto", "KTO"), ("rm", "reward")])
+def test_stages_ftui_lacks_are_refused_saying_so(stage, why):
+    problems = problems_of(stage=stage)
+    assert why in problems["stage"] and "ftui trains sft and pt" in problems["stage"]
+
+
+def test_lora_variants_need_lora_as_in_llamafactory():
+    for key, value in (("use_dora", True), ("use_rslora", True), ("pissa_init", True), ("loraplus_lr_ratio", 16.0),
+                       ("additional_target", "lm_head")):
+        assert "only valid with finetuning_type lora" in problems_of(finetuning_type="full", **{key: value})[key]
+        assert key not in problems_of(finetuning_type="lora", **{key: value})
+
+
+def test_optim_names_the_ones_ftui_builds_and_refuses_8bit_without_bitsandbytes_and_cuda():
+    assert problems_of(optim="adamw_torch") == {} and problems_of(optim="adamw_torch_fused") == {}
+    assert "adamw_torch, adamw_torch_fused" in problems_of(optim="sgd")["optim"]
+    message = problems_of(optim="paged_adamw_8bit", device="cpu")["optim"]
+    assert "not possible here" in message and "CUDA" in message and "adamw_torch" in message
+
+
+def test_lora_target_and_additional_target_take_llamafactorys_forms():
+    assert RunConfig.model_validate(DEMO | {"lora_target": ["q_proj", "v_proj"]}).lora_target == "q_proj,v_proj"
+    assert problems_of(lora_target="q_proj, v_proj") == {} and problems_of(lora_target="all") == {}
+    assert "lora_target" in problems_of(lora_target="q_proj;rm -rf")
+    assert "additional_target" in problems_of(additional_target="embed tokens")
+
+
+def test_mixing_rules_as_llamafactory():
+    two = {"dataset": "ftui_demo,ftui_demo"}
+    assert "only valid with mix_strategy interleave" in problems_of(**two, interleave_probs="0.5,0.5")["interleave_probs"]
+    assert "one per dataset" in problems_of(**two, mix_strategy="interleave_under", interleave_probs="1.0")["interleave_probs"]
+    assert "add up to 1" in problems_of(**two, mix_strategy="interleave_over", interleave_probs="0.5,0.9")["interleave_probs"]
+    assert problems_of(**two, mix_strategy="interleave_over", interleave_probs="0.25,0.75") == {}
+    assert "mix_strategy" in problems_of(mix_strategy="shuffle")
+
+
+def test_eval_dataset_or_val_size_not_both():
+    assert "either eval_dataset or val_size" in problems_of(eval_dataset="ftui_demo", val_size=0.1)["val_size"]
+    assert problems_of(eval_dataset="ftui_demo") == {}
+
+
+def test_tokenized_path_must_be_new_or_written_by_a_run(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    assert "this is a file" in problems_of(tokenized_path=str(tmp_path / "notes.txt"))["tokenized_path"]
+    assert "no encoded data" in problems_of(tokenized_path=str(tmp_path))["tokenized_path"]
+    assert problems_of(tokenized_path=str(tmp_path / "new")) == {}
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    assert problems_of(tokenized_path=str(tmp_path / "saved")) == {}
+
+
+def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
+    hf = tmp_path / "saves" / "checkpoint-500"
+    hf.mkdir(parents=True)
+    (hf / "trainer_state.json").write_text("{}")
+    assert "not an ftui run or checkpoint" in problems_of(resume_from_checkpoint=str(hf))["resume_from_checkpoint"]
+    assert "does not exist" in problems_of(resume_from_checkpoint=str(tmp_path / "nope"))["resume_from_checkpoint"]
+    assert problems_of(resume_from_checkpoint=None) == {}
+
+
+def test_multimodal_datasets_are_refused_before_a_run(lf_data, tmp_path):
+    from ftui.records import dataset_path_problem
+
+    problem = dataset_path_problem("identity,mllm_demo", str(lf_data))
+    assert "mllm_demo" in problem and "images column" in problem and "multimodal" in problem
+    assert dataset_path_problem("identity,alpaca_en_demo", str(lf_data)) is None
+
+
+def test_a_multimodal_or_pre_quantized_model_is_refused(tmp_path):
+    for name, extra, said in (("vl", {"vision_config": {"depth": 2}}, "multimodal model"),
+                              ("awq", {"quantization_config": {"quant_method": "awq"}}, "quantized with awq")):
+        folder = tmp_path / name
+        shutil.copytree(DEMO_MODEL_DIR, folder)
+        config = json.loads((folder / "config.json").read_text()) | extra
+        (folder / "config.json").write_text(json.dumps(config))
+        assert said in problems_of(model_name_or_path=str(folder))["model_name_or_path"]
+
+
+def test_ftui_train_and_plan_exit_2_naming_a_refused_key(tmp_path):
+    for command in ("train", "plan"):
+        proc = subprocess.run([sys.executable, "-m", "ftui.cli", command, "--preset", "demo", "--set", "ray_num_workers=4",
+                               "--set", "use_badam=true"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and "ray_num_workers = 4: not supported" in said and "use_badam = True" in said, said
+
+
+async def test_the_form_shows_a_refused_key_and_keeps_fields_it_has_no_widget_for(tmp_path):
+    from textual.widgets import Button
+
+    from tests.test_tui_pilot import make_app, until
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: ftui-demo\nmodel_init: random\ndataset: ftui_demo\ncutoff_len: 128\n"
+                      "ray_num_workers: 4\nuse_dora: true\n")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.load_yaml(str(config))
+        await until(pilot, lambda: any(p.field == "ray_num_workers" for p in screen.problems))
+        assert screen.query_one("#start", Button).disabled
+        assert screen.current_config_dict()["use_dora"] is True  # a RunConfig field the form has no widget for
+
+
+def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_keys(tmp_path):
+    """`ftui train CONFIG` with resume_from_checkpoint: RUN/checkpoints/step-N is `ftui train
+    --resume RUN --checkpoint step-N`, the YAML's keys that differ from the run's as --set."""
+    import argparse
+
+    from ftui.cli import _as_resume_args, build_parser
+    from ftui.config import demo_config
+
+    run = tmp_path / "runs" / "demo-1"
+    (run / "checkpoints" / "step-2").mkdir(parents=True)
+    (run / "checkpoints" / "step-2" / "trainer_state.json").write_text("{}")
+    demo_config(max_steps=4).save(run / "config.yaml", include_unsupported=False)
+    yaml_cfg = demo_config(max_steps=10, learning_rate=1e-3, resume_from_checkpoint=str(run / "checkpoints" / "step-2"))
+    args = build_parser().parse_args(["train", "c.yaml", "--detach"])
+    resume = _as_resume_args(args, yaml_cfg)
+    assert isinstance(resume, argparse.Namespace) and resume.config is None and resume.detach
+    assert resume.resume == str(run.resolve()) and resume.checkpoint == str((run / "checkpoints" / "step-2").resolve())
+    assert sorted(resume.overrides) == ["learning_rate=0.001", "max_steps=10"]
+    assert _as_resume_args(args, yaml_cfg.model_copy(update={"resume_from_checkpoint": str(run)})).checkpoint is None
