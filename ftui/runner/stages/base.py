@@ -59,8 +59,9 @@ class Stage:
         """The training rows from the training examples (identity unless the stage packs)."""
         return train
 
-    def build_data(self, progress: Callable[[int, int], None] | None = None) -> TokenizedData:
-        """Reads, checks, encodes, splits and packs every dataset of the config.
+    def build_data(self, progress: Callable[[int, int], None] | None = None, pack: bool = True) -> TokenizedData:
+        """Reads, checks, encodes, splits and packs every dataset of the config (``pack=False``:
+        one row per example, as ``ftui data`` shows them).
 
         ``progress(done, total)`` is called with the records encoded so far: once at the
         start, every few seconds, and at the end (200,000 records take about a minute on one
@@ -72,7 +73,7 @@ class Stage:
         report.done()
         train, out.eval = split_eval(examples, self.cfg)
         out.train_examples = len(train)
-        out.train = self.pack(train)
+        out.train = self.pack(train) if pack else train
         return out
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:
