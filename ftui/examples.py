@@ -41,8 +41,9 @@ class EncodedExamples:
     Raises :class:`ExamplesFailed` with the child's message when it fails. ``stop`` ends the
     child early (the form asks for a newer preview)."""
 
-    def __init__(self, cfg: "RunConfig", limit: int | None = None, text: bool = False):
+    def __init__(self, cfg: "RunConfig", limit: int | None = None, text: bool = False, offline: bool = False):
         self.cfg, self.limit, self.text = cfg, limit, text
+        self.offline = offline  # the hub's caches only: a preview never downloads a model or dataset
         self.notes: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
 
@@ -56,13 +57,15 @@ class EncodedExamples:
             self.cfg.save(config)
             with open(Path(tmp) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
                 self.proc = subprocess.Popen(self.command(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-                                             text=True, encoding="utf-8", env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+                                             text=True, encoding="utf-8", env=self.environment())
                 try:
                     for line in self.proc.stdout or ():
                         yield json.loads(line)
                     code = self.proc.wait()
                 finally:
                     self.stop()
+                    if self.proc.stdout is not None:
+                        self.proc.stdout.close()
                 errors.seek(0)
                 said = errors.read().splitlines()
         own = [line for line in said if line.startswith(OWN_PREFIXES)]
@@ -70,13 +73,18 @@ class EncodedExamples:
             raise ExamplesFailed(code, "\n".join(own or said[-15:] or [f"the encoding process exited with {code}"]).removeprefix("ftui data: "))
         self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
 
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+        if self.offline:
+            env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        return env
+
     def stop(self) -> None:
+        """Ends the child (safe from another thread: the reading thread then sees the end)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        if proc is not None and proc.stdout is not None:
-            proc.stdout.close()
 
 
 def example_text(index: int, row: dict[str, Any]) -> Text:

@@ -712,3 +712,19 @@ async def test_the_dashboard_samples_the_gpus_the_run_was_given(tmp_path, monkey
         await until(pilot, lambda: "nvidia-smi 3" in text_of(dash.query_one("#gpu-panel")))
         gpu = text_of(dash.query_one("#gpu-panel"))
         assert "0 (nvidia-smi 2)" in gpu and "1 (nvidia-smi 3)" in gpu and "nvidia-smi 1" not in gpu
+
+
+async def test_form_preview_renders_the_first_example_as_the_run_encodes_it(tmp_path):
+    """The demo's first record, rendered by the runner's stage (ftui data --show 1): its token
+    counts and its text, the masked prompt dimmed; a new template renders it again."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = await open_form(pilot, app)
+        preview = screen.query_one("#preview")
+        await until(pilot, lambda: "with loss" in text_of(preview), timeout=240)
+        shown = text_of(preview)
+        assert "as the run encodes it, example 1:" in shown and "What is ftui?" in shown and "<|im_start|>assistant" in shown
+        dim = "".join(screen._rendered.plain[s.start:s.end] for s in screen._rendered.spans if s.style == "dim")
+        assert "What is ftui?" in dim and "terminal dashboard" not in dim
+        screen.fill({"template": "llama3"})
+        await until(pilot, lambda: "<|start_header_id|>" in text_of(preview), timeout=240)
