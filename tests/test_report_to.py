@@ -177,3 +177,13 @@ def test_wandb_offline_writes_the_run_with_its_history(tmp_path, monkeypatch):
         assert history[e["step"]]["train/learning_rate"] == pytest.approx(e["lr"])
     (ev,) = [e for e in events if e["event"] == "eval"]
     assert history[ev["step"]]["eval/loss"] == pytest.approx(ev["eval_loss"])
+
+
+def test_the_launch_form_keeps_report_to():
+    """A YAML's report_to (a list too) fills the form's field and comes back out of it."""
+    from ftui.tui.screens.launch import config_to_form, form_to_config
+
+    values = config_to_form({"report_to": ["tensorboard", "wandb"], "finetuning_type": "lora"})
+    assert values["report_to"] == "tensorboard,wandb"
+    assert form_to_config({"report_to": "tensorboard"})["report_to"] == "tensorboard"
+    assert "report_to" not in form_to_config({"report_to": " "})  # empty: the default, none

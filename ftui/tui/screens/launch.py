@@ -45,7 +45,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
     "save_total_limit": None,
-    "seed": 42, "run_name": None,
+    "seed": 42, "run_name": None, "report_to": "none",
 }
 PRECISIONS = ("bf16", "fp16", "fp32")
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
@@ -119,6 +119,7 @@ GROUPS: list[tuple[str, list[F]]] = [
     ("Output", [
         F("run_name", "run name", optional=True, placeholder="derived from the model"),
         F("output_dir", "runs root"),
+        F("report_to", "report to", optional=True, placeholder="none, tensorboard, wandb (comma separated)"),
     ]),
 ]
 FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
@@ -136,8 +137,9 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
-    if isinstance(cfg.get("gpus"), (list, tuple)):  # YAML's gpus: [2, 3]
-        values["gpus"] = ",".join(str(g) for g in cfg["gpus"])
+    for key in ("gpus", "report_to"):
+        if isinstance(cfg.get(key), (list, tuple)):  # YAML's gpus: [2, 3], report_to: [tensorboard, wandb]
+            values[key] = ",".join(str(g) for g in cfg[key])
     return values
 
 
