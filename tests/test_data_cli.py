@@ -120,3 +120,16 @@ def test_a_dataset_the_stage_refuses_exits_2_with_its_message(tmp_path):
     proc = ftui_data(str(write_config(tmp_path, dataset=str(data))), "--dump", str(out))
     assert proc.returncode == 2, proc.stderr
     assert "bad.json" in proc.stderr and not out.exists() and not (tmp_path / "out.jsonl.part").exists()
+
+
+def test_a_hub_that_cannot_be_reached_fails_at_once_with_the_hint(tmp_path):
+    import os
+
+    config = write_config(tmp_path, model_name_or_path="someorg/somemodel")
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_CACHE=str(tmp_path / "empty-cache"))  # nothing listens there
+    env.pop("HF_HUB_OFFLINE", None)
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "data", str(config), "--show", "1"], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env=env)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1, proc.stderr
+    assert "could not be reached and someorg/somemodel is not in the hub cache" in said and "HF_ENDPOINT to a mirror" in said
