@@ -487,6 +487,7 @@ class LaunchScreen(Screen):
                cfg.dataset_dir, cfg.cutoff_len, cfg.packing)
         if key != self._render_key:
             self._render_key = key
+            self._show_preview(rendered=Text("rendering the first example as the run encodes it...", style="dim"))
             self.render_first_example(cfg)
 
     @work(thread=True, exclusive=True, group="render")
