@@ -66,7 +66,7 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
                       else "the config could not be read")
         return 1
     if reporters is not None:
-        reporters.close(failed=status != "completed")
+        reporters.close(failed=status == "failed")  # a stopped run resumes into the same W&B run
     if writer is not None:
         write_end(writer, status=status, reason=reason)
         writer.close()
