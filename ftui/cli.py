@@ -5,6 +5,7 @@
     ftui train --resume RUN [--checkpoint N] continue a stopped or failed run from a checkpoint
     ftui presets                             the engine presets and when to use each
     ftui plan CONFIG.yaml                    will it fit? per-GPU memory estimate and what would fit
+    ftui data CONFIG.yaml --show N | --dump OUT.jsonl   the training examples as the run encodes them
     ftui chat --run RUN | --model PATH       talk to a trained model (streaming REPL, or --prompt)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
@@ -17,6 +18,8 @@ Every command that reads or writes runs takes --root RUNS_ROOT (train: --runs-ro
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -82,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)")
+    da = sub.add_parser("data", help="see what a run trains on: its examples as the runner encodes them (template, masking, truncation)",
+                        epilog="The examples come in dataset order, before shuffling and packing; those held out for eval "
+                               "(val_size) are left out. exit codes: 0 done, 1 the encoding failed (tokenizer, hub), "
+                               "2 a usage, config or dataset error")
+    da.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file (its stage, template and cutoff_len apply)")
+    da.add_argument("--preset", choices=["demo"], help="the built-in demo")
+    da.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    da.add_argument("--show", type=int, metavar="N", help="print the first N examples: token counts, the masked part (no loss) dimmed")
+    da.add_argument("--dump", metavar="OUT.jsonl", help='write every example, one {"input_ids": [...], "labels": [...]} a line (labels -100 where masked)')
     pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
     pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
 
@@ -134,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_presets(args)
     if args.command == "plan":
         return cmd_plan(args)
+    if args.command == "data":
+        return cmd_data(args)
     if args.command == "chat":
         return cmd_chat(args)
     if args.command == "attach":
@@ -555,6 +569,55 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not verdict.suggestions:
         out.print("  nothing ftui offers makes it fit: more or larger GPUs")
     return EXIT_FAILED
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """The config's training examples, encoded by the runner in a child process."""
+    from ftui.examples import EncodedExamples, ExamplesFailed, example_text
+
+    out, err = safe_console(), safe_console(stderr=True)
+    if (args.show is None) == (args.dump is None):
+        err.print("ftui data: give --show N (print N examples) or --dump OUT.jsonl (write all of them)")
+        return EXIT_USAGE
+    if args.show is not None and args.show < 1:
+        err.print("ftui data: --show takes a number of examples, 1 or more")
+        return EXIT_USAGE
+    target = Path(args.dump).expanduser() if args.dump else None
+    if target is not None and not target.parent.is_dir():
+        err.print(f"[red]error:[/] {escape(str(target.parent))} is not a directory; give --dump a file in an existing directory")
+        return EXIT_USAGE
+    args.node_rank = args.runs_root = None
+    cfg = _load_train_config(args, err)
+    if cfg is None:
+        return EXIT_USAGE
+    examples = EncodedExamples(cfg, limit=args.show, text=target is None)
+    partial = target.with_name(target.name + ".part") if target is not None else None
+    count = 0
+    try:
+        if partial is not None:
+            with open(partial, "w", encoding="utf-8") as fh:
+                for row in examples:
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    count += 1
+            os.replace(partial, target)
+        else:
+            for row in examples:
+                count += 1
+                out.print(example_text(count, row), soft_wrap=True)  # the text as it is: the terminal wraps it
+    except ExamplesFailed as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE if e.code == EXIT_USAGE else EXIT_FAILED
+    except OSError as e:
+        err.print(f"[red]error:[/] cannot write {escape(str(target))}: {escape(str(e))}")
+        return EXIT_FAILED
+    finally:
+        if partial is not None and partial.exists():
+            partial.unlink()
+    for note in examples.notes:
+        err.print(f"[yellow]note:[/] {escape(note)}")
+    if target is not None:
+        err.print(f"wrote {count} examples to {escape(str(target))}")
+    return EXIT_OK
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

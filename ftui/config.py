@@ -155,6 +155,10 @@ class RunConfig(BaseModel):
     device: Literal["auto", "cuda", "cpu"] = "auto"
     gpus: str | None = Field(None, description="the GPUs the run uses, as nvidia-smi numbers them (0,1) or GPU-/MIG- UUID prefixes: "
                              "its processes' CUDA_VISIBLE_DEVICES; empty: those CUDA_VISIBLE_DEVICES leaves (unset: all)")
+    # --- Reporting
+    report_to: str | list[str] | None = Field("none", description="mirror the step and eval figures besides events.jsonl: none, "
+                                             "tensorboard (event files in the run directory's tensorboard/), wandb (needs "
+                                             "pip install wandb; WANDB_MODE=offline needs no network), all, or several separated by commas")
     # --- Faults (ftui's own)
     nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
     hang_timeout: int = Field(1800, ge=0, description="end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)")
@@ -364,6 +368,7 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     out += refused_key_problems(cfg)
     out += method_option_problems(cfg)
     out += data_option_problems(cfg)
+    out += report_to_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
     return out
@@ -446,8 +451,10 @@ def _interleave_problems(cfg: RunConfig) -> list[FieldProblem]:
 def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """What the run would load and cannot: a local folder without config.json, weights (unless
     model_init is random) or a tokenizer; a hub model missing from the cache under
-    HF_HUB_OFFLINE. From file names only (no torch, no network): the form runs it per keystroke."""
-    from ftui.model_files import cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path
+    HF_HUB_OFFLINE; USE_MODELSCOPE_HUB=1 without the modelscope package. From file names only
+    (no torch, no network): the form runs it per keystroke."""
+    from ftui.model_files import (cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path,
+                                  modelscope_missing, use_modelscope)
 
     name = cfg.model_name_or_path
     resolved = resolve_model_path(name)
@@ -468,10 +475,39 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
                        "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
     elif looks_like_path(name):
         problem = "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"
+    elif use_modelscope():
+        problem = modelscope_missing()  # its own cache: the run looks there (HF_HUB_OFFLINE: only there)
     elif hub_offline() and not cached_for_run(name, cfg.model_init == "random"):
         problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "
                    "give a local folder, download it first, or unset HF_HUB_OFFLINE")
     return [FieldProblem("model_name_or_path", name, problem)] if problem else []
+
+
+REPORTERS = ("tensorboard", "wandb")  # what report_to can name besides none and all
+
+
+def reporter_names(report_to: str | list[str] | None) -> list[str]:
+    """report_to as a list of names, as LLaMA-Factory (transformers) takes it: a name, names
+    separated by commas, or a list; none (or empty) is no reporter, all is every one ftui has
+    whose package is installed (tensorboard needs none)."""
+    items = report_to if isinstance(report_to, list) else str(report_to or "").split(",")
+    names = [str(n).strip().lower() for n in items if str(n).strip()]
+    if "all" in names:
+        names = ["tensorboard"] + (["wandb"] if importlib.util.find_spec("wandb") is not None else [])
+    return [n for n in dict.fromkeys(names) if n != "none"]
+
+
+def report_to_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """report_to names that ftui cannot mirror to, each by name, and wandb without its package."""
+    names = reporter_names(cfg.report_to)
+    unknown = [n for n in names if n not in REPORTERS]
+    if unknown:
+        return [FieldProblem("report_to", cfg.report_to, f"ftui cannot report to {', '.join(unknown)}: it mirrors the figures to "
+                             f"{' and '.join(REPORTERS)} (or none; events.jsonl always has them)")]
+    if "wandb" in names and importlib.util.find_spec("wandb") is None:
+        return [FieldProblem("report_to", cfg.report_to, "wandb is not installed: pip install wandb (or pip install 'ftui[wandb]'), "
+                             "or report to tensorboard or none")]
+    return []
 
 
 def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:

@@ -21,7 +21,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ftui.paths import EVENTS_FILE, RESERVE_FILE  # noqa: F401 (re-exported)
 
@@ -117,6 +117,9 @@ class EventWriter:
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._torn = False  # a write stopped halfway: the next line starts on a fresh one
         self.disk_full = False  # a write failed for lack of room (ENOSPC, EFBIG, EDQUOT)
+        # Called with each event once its line is written (report_to's TensorBoard and W&B);
+        # events.jsonl stays the record, so a mirror must not raise (ftui.runner.report).
+        self.mirrors: list[Callable[[dict[str, Any]], None]] = []
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = make_event(kind, **fields)
@@ -131,6 +134,8 @@ class EventWriter:
             if kind != "run_end" or not release_reserve(self.path.parent):
                 raise
             self._append(line)
+        for mirror in self.mirrors:
+            mirror(event)
         return event
 
     def _append(self, line: str) -> None:

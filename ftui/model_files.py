@@ -7,6 +7,7 @@ while, with transformers' own message; validation says it first (ftui.config).
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.mode
                       "spiece.model", "*.tiktoken")
 TRUE_VALUES = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's reading of HF_HUB_OFFLINE
 DEFAULT_ENDPOINT = "https://huggingface.co"
+DEFAULT_MODELSCOPE_ENDPOINT = "https://modelscope.cn"
 
 
 def _any(folder: Path, patterns: tuple[str, ...]) -> bool:
@@ -62,6 +64,27 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
 
 
+def use_modelscope() -> bool:
+    """USE_MODELSCOPE_HUB=1 (LLaMA-Factory's switch): hub names download from ModelScope."""
+    return (os.environ.get("USE_MODELSCOPE_HUB") or "").upper() in TRUE_VALUES
+
+
+def modelscope_endpoint() -> str:
+    """Where the modelscope package downloads from: MODELSCOPE_ENDPOINT, the older
+    MODELSCOPE_DOMAIN (a host name), else its default."""
+    domain = os.environ.get("MODELSCOPE_DOMAIN", "").strip()
+    return (os.environ.get("MODELSCOPE_ENDPOINT", "").strip() or (f"https://{domain}" if domain else "")
+            or DEFAULT_MODELSCOPE_ENDPOINT)
+
+
+def modelscope_missing() -> str | None:
+    """Why USE_MODELSCOPE_HUB=1 cannot work here (the modelscope package is an optional extra)."""
+    if importlib.util.find_spec("modelscope") is not None:
+        return None
+    return ("USE_MODELSCOPE_HUB=1 downloads through the modelscope package, which is not installed: "
+            "pip install modelscope (or pip install 'ftui[modelscope]'), or unset USE_MODELSCOPE_HUB to use the Hugging Face hub")
+
+
 def cached_snapshots(name: str) -> list[Path]:
     """The hub cache's snapshot folders of the model ``name`` (org/name), newest name first."""
     repo = "models--" + name.replace("/", "--")
@@ -86,19 +109,27 @@ def looks_like_path(name: str) -> bool:
 
 def download_warning(name: str, random_init: bool) -> str | None:
     """Said before a run whose model is a hub name this machine does not have: the run will
-    download it, and with no network it fails only after a minute of retries. From the cache's
-    files alone: no network call."""
+    download it (and, with no network, fail within seconds with this same advice). From the
+    cache's files alone: no network call. ModelScope's cache layout changes between its
+    versions, so with USE_MODELSCOPE_HUB=1 the advice is always given."""
     from ftui.paths import DEMO_MODEL
 
     name = name.strip()
     if not name or name == DEMO_MODEL or looks_like_path(name) or is_folder(name) or hub_offline():
         return None  # a folder is checked by validation; offline, a missing model is an error there
+    if use_modelscope():
+        return None if modelscope_missing() else hub_unreachable_advice(name)  # missing: validation refuses it
     return None if cached_for_run(name, random_init) else hub_unreachable_advice(name)
 
 
 def hub_unreachable_advice(name: str) -> str:
     """What to do when a hub model is not on this machine and the hub may not be reachable:
     the form's warning before a run and the failed run's hint say the same."""
+    if use_modelscope():
+        return (f"{name} is not a local folder: with USE_MODELSCOPE_HUB=1 the run downloads it from ModelScope "
+                f"({modelscope_endpoint()}) unless the modelscope cache has it; with no network give a local path (a folder with config.json, weights and "
+                "tokenizer), set MODELSCOPE_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1 "
+                "to load it from the modelscope cache")
     return (f"{name} is not a local folder and not in the hub cache ({hub_cache_dir()}): the run downloads it from "
             f"{hub_endpoint()}; with no network give a local path (a folder with config.json, weights and tokenizer), "
             "set HF_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1")

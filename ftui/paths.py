@@ -23,6 +23,8 @@ HEARTBEAT_DIR = "heartbeat"  # one file per rank, touched as it makes progress
 LOCK_FILE = "job.lock"  # flock'ed by the job's supervisor for its whole life: one job per run directory
 STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that ends without run_end was stopped
 STORE_PREFIX = ".store-"  # the one-node launcher's FileStore, removed when it ends
+TENSORBOARD_DIR = "tensorboard"  # report_to tensorboard: TensorBoard's event files of the run
+WANDB_DIR = "wandb"  # report_to wandb: W&B's own folder (wandb.init(dir=RUN_DIR) names it so)
 
 # --- Inside checkpoints/step-N/
 TRAINER_STATE = "trainer_state.json"  # step, data position, scheduler, scaler; written last, before the rename

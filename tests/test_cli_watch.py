@@ -41,7 +41,7 @@ def test_ambiguous_prefix_is_refused(tmp_path):
 
 def test_help_lists_every_command():
     out = subprocess.run([*FTUI, "--help"], capture_output=True, text=True).stdout
-    for cmd in ("train", "plan", "presets", "chat", "runs", "attach", "watch"):
+    for cmd in ("train", "plan", "data", "presets", "chat", "runs", "attach", "watch", "delete"):
         assert cmd in out
     assert "--root RUNS_ROOT" in out and "--config CONFIG.yaml" in out
     assert "APP_ROOT" not in out and "APP_CONFIG" not in out  # argparse's internal names

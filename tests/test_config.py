@@ -60,9 +60,11 @@ def test_llamafactory_sft_yaml_loads_and_lists_unsupported_keys_once(tmp_path):
     assert cfg.dataset == "identity,alpaca_en_demo" and cfg.gradient_accumulation_steps == 8
     assert len(warnings) == 1
     for key in ("overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers", "plot_loss",
-                "overwrite_output_dir", "save_only_model", "report_to", "ddp_timeout"):
+                "overwrite_output_dir", "save_only_model", "ddp_timeout"):
         assert key in warnings[0]
     assert "learning_rate" not in warnings[0] and "resume_from_checkpoint" not in warnings[0]  # a field now (null: a fresh run)
+    assert "report_to" not in warnings[0]  # supported: none, tensorboard, wandb
+    assert cfg.report_to == "none"
 
 
 def test_unsupported_keys_survive_a_save_and_are_not_in_the_run_config(tmp_path):

@@ -140,7 +140,7 @@ async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_pat
 
 
 UNSUPPORTED = ("dataloader_num_workers", "ddp_timeout", "overwrite_cache", "overwrite_output_dir", "plot_loss", "preprocessing_num_workers",
-               "report_to", "save_only_model")  # resume_from_checkpoint: null is a field left empty
+               "save_only_model")  # report_to and resume_from_checkpoint are fields
 
 
 async def assert_loaded_yaml_kept(pilot, app, screen, out):
@@ -157,7 +157,7 @@ async def assert_loaded_yaml_kept(pilot, app, screen, out):
     saved = yaml.safe_load(out.read_text())
     assert saved["plot_loss"] is True and saved["bf16"] is True and saved["finetuning_type"] == "lora"
     assert saved["template"] == "llama3" and saved["dataset"] == "identity,alpaca_en_demo"
-    assert saved["lora_target"] == "all"
+    assert saved["lora_target"] == "all" and saved["report_to"] == "none"
 
 
 async def test_ftui_config_opens_the_form_with_the_yaml_as_it_is(tmp_path, monkeypatch):
@@ -493,8 +493,9 @@ async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(t
         assert screen.current_config_dict()["gpus"] == "1, 3" and screen.config.gpus == "1,3"
         assert "gpus 1,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help"))
         nproc.value = "3"  # the user's own number: no longer follows the GPUs
-        await until(pilot, lambda: screen.query("#e-nproc_per_node"))
-        assert "3 processes need a GPU each, but gpus picks 2 (1,3)" in text_of(screen.query_one("#e-nproc_per_node"))
+        # the label may be there already, emptied (nproc 4 > 2 GPUs for a moment): wait for its text
+        await until(pilot, lambda: screen.query("#e-nproc_per_node")
+                    and "3 processes need a GPU each, but gpus picks 2 (1,3)" in text_of(screen.query_one("#e-nproc_per_node")))
         assert screen.query_one("#start", Button).disabled
         gpus.value = "0,1,2"
         await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
@@ -827,3 +828,19 @@ async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_pa
         screen = await open_form(pilot, app)
         await pilot.pause(0.3)
         assert {"start", "runs", "quit"} <= set(await footer_keys_in_sight(pilot, screen))
+
+
+async def test_form_preview_renders_the_first_example_as_the_run_encodes_it(tmp_path):
+    """The demo's first record, rendered by the runner's stage (ftui data --show 1): its token
+    counts and its text, the masked prompt dimmed; a new template renders it again."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = await open_form(pilot, app)
+        preview = screen.query_one("#preview")
+        await until(pilot, lambda: "with loss" in text_of(preview), timeout=240)
+        shown = text_of(preview)
+        assert "as the run encodes it, example 1:" in shown and "What is ftui?" in shown and "<|im_start|>assistant" in shown
+        dim = "".join(screen._rendered.plain[s.start:s.end] for s in screen._rendered.spans if s.style == "dim")
+        assert "What is ftui?" in dim and "terminal dashboard" not in dim
+        screen.fill({"template": "llama3"})
+        await until(pilot, lambda: "<|start_header_id|>" in text_of(preview), timeout=240)

@@ -34,6 +34,11 @@ def test_launch_screen_with_demo(snap_compare, tmp_path):
             if "fits" in str(verdict.render()):
                 break
             await pilot.pause(0.1)
+        preview = pilot.app.screen.query_one("#preview")
+        for _ in range(2400):  # the first example, rendered by a child process (ftui data)
+            if "with loss" in str(preview.render()):
+                break
+            await pilot.pause(0.1)
         pilot.app.screen.set_focus(None)  # a blinking cursor would make the picture flaky
         await settle(pilot)
 

@@ -3,6 +3,7 @@
     train RUN_DIR [--resume CHECKPOINT]   a rank of a training job (started by ftui.jobs.spawn,
                                           or by torchrun on several nodes)
     chat                                  the chat worker: JSON lines on stdin and stdout
+    data CONFIG.yaml [--limit N] [--text] a config's training examples as JSON lines (ftui data)
 
 Everything outside ``ftui.runner`` starts these as processes and never imports them.
 """
@@ -16,6 +17,7 @@ import sys
 JOBS = {
     "train": "ftui.runner.train:main",
     "chat": "ftui.runner.chat:main",
+    "data": "ftui.runner.examples:main",
 }
 
 

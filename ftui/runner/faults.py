@@ -21,6 +21,7 @@ from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.paths import HEARTBEAT_DIR
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.records import DataFormatError
+from ftui.runner.hub import HubProblem
 from ftui.runs import CheckpointError
 
 
@@ -136,6 +137,8 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
         return "pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)"
     if isinstance(exc, DataFormatError):
         return "fix the dataset (or its dataset_info.json entry) and start again"
+    if isinstance(exc, HubProblem):
+        return exc.hint
     if disk_full(exc):
         return ("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
                 "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "

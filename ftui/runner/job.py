@@ -20,6 +20,7 @@ from ftui.events import EventWriter
 from ftui.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import DISK_FULL_HINT, StopRequest, die_with_parent, disk_full, hint_for
+from ftui.runner.report import Reporters, open_reporters
 
 # body(run_dir, cfg, info, writer, stop, resume) -> (status, reason)
 JobBody = Callable[[Path, RunConfig, DistInfo, "EventWriter | None", StopRequest, "Path | None"], tuple[str, str]]
@@ -43,10 +44,14 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     cfg: RunConfig | None = None
+    reporters: Reporters | None = None
     try:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+        reporters = open_reporters(cfg, run_dir, writer)  # report_to: mirrors of the events
         status, reason = body(run_dir, cfg, info, writer, stop, resume)
     except BaseException as exc:  # every failure ends with a run_end that says why
+        if reporters is not None:
+            reporters.close(failed=True)
         try:
             traceback.print_exc()
             sys.stderr.flush()
@@ -60,6 +65,8 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
                       hint=DISK_FULL_HINT if writer.disk_full else hint_for(exc, cfg) if cfg is not None
                       else "the config could not be read")
         return 1
+    if reporters is not None:
+        reporters.close(failed=status == "failed")  # a stopped run resumes into the same W&B run
     if writer is not None:
         write_end(writer, status=status, reason=reason)
         writer.close()

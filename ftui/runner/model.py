@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from ftui.config import RunConfig
-from ftui.paths import resolve_model_path
 from ftui.conversation import fix_tokenizer, to_jinja
+from ftui.runner.hub import model_source
 from ftui.presets.templates import TEMPLATES
 
 
@@ -27,7 +27,7 @@ def load_tokenizer(cfg: RunConfig) -> Any:
     words become special tokens, EOS the first of them where the template says so)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_name_or_path), trust_remote_code=cfg.trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(model_source(cfg.model_name_or_path), trust_remote_code=cfg.trust_remote_code)
     if cfg.template:
         fix_tokenizer(tok, TEMPLATES[cfg.template])
     if tok.pad_token is None:
@@ -85,7 +85,7 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     the GPU (see ``Engine.load_device``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = resolve_model_path(cfg.model_name_or_path)
+    path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation="sdpa")
     if cfg.model_init == "random":

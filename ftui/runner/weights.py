@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from ftui.config import RunConfig
-from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR, resolve_model_path
+from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
+from ftui.runner.hub import model_source
 from ftui.runs import CheckpointError, resolve_checkpoint
 
 
@@ -81,7 +82,7 @@ def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -
 def base_model_path(run_dir: Path, cfg: RunConfig) -> Path:
     """The weights training started from: the saved random base, or the config's model."""
     saved = run_dir / BASE_MODEL_DIR
-    return saved if saved.is_dir() else Path(resolve_model_path(cfg.model_name_or_path))
+    return saved if saved.is_dir() else Path(model_source(cfg.model_name_or_path))
 
 
 @dataclass(frozen=True)

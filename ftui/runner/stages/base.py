@@ -61,10 +61,11 @@ class Stage:
         """The training rows from the training examples (identity unless the stage packs)."""
         return train
 
-    def build_data(self, progress: Callable[[int, int], None] | None = None) -> TokenizedData:
-        """Reads, checks, encodes, splits and packs every dataset of the config (or reads the
-        encoded examples from ``tokenized_path`` when an earlier run saved them there, as
-        LLaMA-Factory does: the datasets are then not read at all).
+    def build_data(self, progress: Callable[[int, int], None] | None = None, pack: bool = True) -> TokenizedData:
+        """Reads, checks, encodes, splits and packs every dataset of the config (``pack=False``:
+        one row per example, as ``ftui data`` shows them), or reads the encoded examples from
+        ``tokenized_path`` when an earlier run saved them there, as LLaMA-Factory does: the
+        datasets are then not read at all.
 
         ``progress(done, total)`` is called with the records encoded so far: once at the
         start, every few seconds, and at the end (200,000 records take about a minute on one
@@ -94,7 +95,7 @@ class Stage:
                 out.warnings.append(f"saved the encoded examples to tokenized_path {cfg.tokenized_path}; "
                                     "later runs with it read them instead of the datasets")
         out.train_examples = len(train)
-        out.train = self.pack(train)
+        out.train = self.pack(train) if pack else train
         return out
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:

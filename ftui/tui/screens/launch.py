@@ -46,7 +46,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
     "save_total_limit": None,
-    "seed": 42, "run_name": None,
+    "seed": 42, "run_name": None, "report_to": "none",
 }
 PRECISIONS = ("bf16", "fp16", "fp32")
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
@@ -120,6 +120,7 @@ GROUPS: list[tuple[str, list[F]]] = [
     ("Output", [
         F("run_name", "run name", optional=True, placeholder="derived from the model"),
         F("output_dir", "runs root"),
+        F("report_to", "report to", optional=True, placeholder="none, tensorboard, wandb (comma separated)"),
     ]),
 ]
 FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
@@ -138,8 +139,9 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
-    if isinstance(cfg.get("gpus"), (list, tuple)):  # YAML's gpus: [2, 3]
-        values["gpus"] = ",".join(str(g) for g in cfg["gpus"])
+    for key in ("gpus", "report_to"):
+        if isinstance(cfg.get(key), (list, tuple)):  # YAML's gpus: [2, 3], report_to: [tensorboard, wandb]
+            values[key] = ",".join(str(g) for g in cfg[key])
     return values
 
 
@@ -204,6 +206,10 @@ class LaunchScreen(Screen):
         # picked until the user types another number; a loaded YAML's value is the user's
         self._nproc_filled: str | None = None if initial else str(FORM_DEFAULTS["nproc_per_node"])
         self._machine_gpus = Text()  # the machine's GPUs, listed under the Engine group
+        # The Data group's note: the records as read, then the first example as the run encodes it
+        self._records_preview, self._rendered = Text(), Text()
+        self._render_key: tuple[Any, ...] | None = None
+        self._render_job: Any = None  # the EncodedExamples of the render under way
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="form"):
@@ -366,6 +372,7 @@ class LaunchScreen(Screen):
         start.disabled = cfg is None
         if cfg is not None:
             self.plan_memory(cfg)
+            self._render_if_changed(cfg)
         else:
             self.query_one("#plan-verdict", Static).update("")
         status = f"{len(problems)} problem(s) to fix" if problems else "ready"
@@ -380,7 +387,7 @@ class LaunchScreen(Screen):
 
     def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
         """A hub model this machine does not have: Start stays possible (the run downloads
-        it), but with no network that fails only after a minute of retries, so say it here."""
+        it), but with no network the run fails (within seconds), so say it here."""
         from ftui.model_files import download_warning
 
         warning = None if has_error else download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
@@ -480,7 +487,48 @@ class LaunchScreen(Screen):
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
         if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
-            self.app.call_from_thread(self._show_static, "#preview", text)
+            self.app.call_from_thread(self._show_preview, records=text)
+
+    def _render_if_changed(self, cfg: "RunConfig") -> None:
+        """Renders the first example again when what it depends on changed (not per keystroke
+        elsewhere in the form: it takes a process that loads the tokenizer)."""
+        key = (cfg.model_name_or_path, cfg.model_init, cfg.trust_remote_code, cfg.template, cfg.stage, cfg.dataset,
+               cfg.dataset_dir, cfg.cutoff_len, cfg.packing)
+        if key != self._render_key:
+            self._render_key = key
+            self._show_preview(rendered=Text("rendering the first example as the run encodes it...", style="dim"))
+            self.render_first_example(cfg)
+
+    @work(thread=True, exclusive=True, group="render")
+    def render_first_example(self, cfg: "RunConfig") -> None:
+        """The first training example as the run encodes it (``ftui data --show 1``), from the
+        first records only and the hub's caches only: a preview never downloads."""
+        from ftui.examples import EncodedExamples, ExamplesFailed, example_text
+
+        few = min(cfg.max_samples or PREVIEW_RECORDS, PREVIEW_RECORDS)
+        job = EncodedExamples(cfg.model_copy(update={"max_samples": few, "val_size": 0.0}), limit=1, text=True, offline=True)
+        previous, self._render_job = self._render_job, job
+        if previous is not None:
+            previous.stop()
+        try:
+            rows = list(job)
+            text = example_text(1, rows[0]) if rows else Text("no example to render", style="dim")
+            text = Text("as the run encodes it, ", style="dim") + text
+        except ExamplesFailed as err:
+            text = Text(_shorten(f"not rendered: {err}", PREVIEW_ERROR_CHARS), style="dim")
+        except (OSError, ValueError) as err:  # the child could not start, or was stopped for a newer one
+            text = Text(f"not rendered: {err}", style="dim")
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show_preview, rendered=text)
+
+    def _show_preview(self, records: Text | None = None, rendered: Text | None = None) -> None:
+        self._records_preview = self._records_preview if records is None else records
+        self._rendered = self._rendered if rendered is None else rendered
+        self._show_static("#preview", self._records_preview + (Text("\n") + self._rendered if self._rendered.plain else Text()))
+
+    def on_unmount(self) -> None:
+        if self._render_job is not None:
+            self._render_job.stop()
 
     def _show_static(self, selector: str, content: Text) -> None:
         """A worker's result, shown on the UI thread: the widget is looked up here, not in the
@@ -709,6 +757,7 @@ class LaunchScreen(Screen):
 
 
 PREVIEW_ERROR_CHARS = 600
+PREVIEW_RECORDS = 32  # records the first-example render encodes (pt packs several documents into a block)
 
 
 def _shorten(text: str, n: int) -> str:

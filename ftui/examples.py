@@ -1,0 +1,101 @@
+"""What a config trains on, for ``ftui data`` and the launch form: the training examples as
+the runner encodes them, got from a child process (``python -m ftui.runner data``, the
+stage's own encoding: tokenizers need transformers, which the app never imports), and shown
+with the masked part dimmed. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from ftui.config import RunConfig
+
+IGNORE = -100  # a label with no loss (ftui.runner.data.IGNORE)
+# Terminal control characters in dataset text, shown as escapes (\x1b) rather than obeyed;
+# newlines and tabs are the text's own layout.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
+
+
+class ExamplesFailed(RuntimeError):
+    """The child could not encode the data; ``code`` 2: a config or dataset to fix."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class EncodedExamples:
+    """Iterating yields ``{"input_ids", "labels"[, "segments"]}`` rows in dataset order, as
+    the child writes them; then ``notes`` has its warnings (examples cut, held out for eval).
+    Raises :class:`ExamplesFailed` with the child's message when it fails. ``stop`` ends the
+    child early (the form asks for a newer preview)."""
+
+    def __init__(self, cfg: "RunConfig", limit: int | None = None, text: bool = False, offline: bool = False):
+        self.cfg, self.limit, self.text = cfg, limit, text
+        self.offline = offline  # the hub's caches only: a preview never downloads a model or dataset
+        self.notes: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+
+    def command(self, config: Path) -> list[str]:
+        return [sys.executable, "-m", "ftui.runner", "data", str(config), *(["--limit", str(self.limit)] if self.limit else []),
+                *(["--text"] if self.text else [])]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        with tempfile.TemporaryDirectory(prefix="ftui-data-") as tmp:
+            config = Path(tmp) / "config.yaml"
+            self.cfg.save(config)
+            with open(Path(tmp) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
+                self.proc = subprocess.Popen(self.command(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+                                             text=True, encoding="utf-8", env=self.environment())
+                try:
+                    for line in self.proc.stdout or ():
+                        yield json.loads(line)
+                    code = self.proc.wait()
+                finally:
+                    self.stop()
+                    if self.proc.stdout is not None:
+                        self.proc.stdout.close()
+                errors.seek(0)
+                said = errors.read().splitlines()
+        own = [line for line in said if line.startswith(OWN_PREFIXES)]
+        if code:
+            raise ExamplesFailed(code, "\n".join(own or said[-15:] or [f"the encoding process exited with {code}"]).removeprefix("ftui data: "))
+        self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+        if self.offline:
+            env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        return env
+
+    def stop(self) -> None:
+        """Ends the child (safe from another thread: the reading thread then sees the end)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def example_text(index: int, row: dict[str, Any]) -> Text:
+    """One example as ``ftui data --show`` prints it: a header with its token counts, then its
+    text with the masked part (no loss) dimmed. A Text, so dataset text is never markup, and
+    control characters show as escapes."""
+    labelled = sum(1 for label in row["labels"] if label != IGNORE)
+    text = Text()
+    text.append(f"example {index}: {len(row['input_ids'])} tokens, {labelled} with loss (masked: dimmed)\n", style="bold")
+    for piece, masked in row.get("segments", []):
+        text.append(CONTROL.sub(lambda m: repr(m.group())[1:-1], piece), style="dim" if masked else "")
+    if not text.plain.endswith("\n"):
+        text.append("\n")
+    return text

@@ -1,0 +1,76 @@
+"""``python -m ftui.runner data CONFIG.yaml [--limit N] [--text]``: a config's training
+examples exactly as a run encodes them, one JSON object a line on stdout, for ``ftui data``
+and the launch form's preview (both torch-free, so they start this).
+
+The config's stage builds them with its own ``build_data``, as training does, and they come
+out in dataset order: before the sampler shuffles them and before packing. Examples held
+out for eval (``val_size``) are left out. Each line is ``{"input_ids": [...], "labels":
+[...]}`` (-100 where no loss is taken); with ``--text`` it also has ``segments``, the
+example's text cut where the mask changes (``[text, masked]`` pairs). Messages go to stderr.
+Exit codes: 0; 2 a config or dataset to fix; 1 anything else (the hub, the tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ftui.config import ConfigError, load_config
+from ftui.records import DataFormatError
+from ftui.runner.data import IGNORE
+from ftui.runner.hub import HubProblem
+from ftui.runner.model import load_tokenizer
+from ftui.runner.stages import make_stage
+
+
+def masked_segments(tokenizer: Any, ids: list[int], labels: list[int]) -> list[list[Any]]:
+    """[text, masked] runs of one example. Each run's text is what decoding up to its end adds
+    to decoding up to its start, so a run that starts inside a word keeps its spacing."""
+    ends = [k for k in range(1, len(ids)) if (labels[k] == IGNORE) != (labels[k - 1] == IGNORE)] + [len(ids)]
+    out, start, before = [], 0, ""
+    for end in ends:
+        text = tokenizer.decode(ids[:end], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        piece = text[len(before):] if text.startswith(before) else tokenizer.decode(
+            ids[start:end], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        out.append([piece, labels[start] == IGNORE])
+        start, before = end, text
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ftui.runner data")
+    parser.add_argument("config")
+    parser.add_argument("--limit", type=int, default=None, help="the first N examples only")
+    parser.add_argument("--text", action="store_true", help="add each example's text, cut where the mask changes")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # stdout carries the examples only: whatever a library prints goes to stderr
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        cfg, _warnings = load_config(args.config)
+        tokenizer = load_tokenizer(cfg)
+        data = make_stage(cfg, tokenizer).build_data(pack=False)
+    except (ConfigError, DataFormatError) as err:
+        print(f"ftui data: {err}", file=sys.stderr)
+        return 2
+    except HubProblem as err:
+        print(f"ftui data: {err}\nhint: {err.hint}", file=sys.stderr)
+        return 1
+    except OSError as err:  # transformers' own for a tokenizer it cannot load
+        print(f"ftui data: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    for warning in data.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if data.eval:
+        print(f"note: {len(data.eval)} examples held out for eval (val_size) are not included", file=sys.stderr)
+    for example in data.train[: args.limit]:
+        row: dict[str, Any] = {"input_ids": example.input_ids, "labels": example.labels}
+        if args.text:
+            row["segments"] = masked_segments(tokenizer, example.input_ids, example.labels)
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    out.close()
+    return 0

@@ -1,0 +1,189 @@
+"""report_to: TensorBoard event files and W&B (offline) mirror the step and eval events."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import steps_of, tiny_config, train_sync
+from ftui.config import ConfigError, parse_config, reporter_names
+from ftui.events import EventWriter, read_all
+
+
+# --- reading TensorBoard's files without tensorboard: TFRecords of Event protobufs
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _fields(data: bytes) -> list[tuple[int, object]]:
+    """(field number, value) of a protobuf message: ints, 8/4-byte raw, or bytes."""
+    out, i = [], 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        kind = key & 7
+        if kind == 0:
+            value, i = _varint(data, i)
+        elif kind == 1:
+            value, i = data[i:i + 8], i + 8
+        elif kind == 5:
+            value, i = data[i:i + 4], i + 4
+        else:
+            n, i = _varint(data, i)
+            value, i = data[i:i + n], i + n
+        out.append((key >> 3, value))
+    return out
+
+
+def read_scalars(folder: Path) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} of every event file in ``folder``, checking each record's CRCs."""
+    from ftui.runner.report import masked_crc
+
+    out: dict[str, dict[int, float]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            header = data[i:i + 8]
+            (n,) = struct.unpack("<Q", header)
+            assert data[i + 8:i + 12] == masked_crc(header)
+            record = data[i + 12:i + 12 + n]
+            assert data[i + 12 + n:i + 16 + n] == masked_crc(record)
+            i += 16 + n
+            event = dict(_fields(record))
+            for _, value in _fields(event.get(5, b"")):  # summary.value
+                value = dict(_fields(value))
+                out.setdefault(value[1].decode(), {})[event.get(2, 0)] = struct.unpack("<f", value[2])[0]
+    return out
+
+
+def test_report_to_forms():
+    assert reporter_names("none") == [] and reporter_names(None) == [] and reporter_names("") == []
+    assert reporter_names("tensorboard, wandb") == ["tensorboard", "wandb"]
+    assert reporter_names(["TensorBoard", "none"]) == ["tensorboard"]
+    assert "tensorboard" in reporter_names("all")
+
+
+def test_unknown_reporter_is_refused_by_name():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "tensorboard,mlflow"})
+    assert "report_to" in str(err.value) and "mlflow" in str(err.value)
+
+
+def test_wandb_without_its_package_is_refused(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError) as err:
+        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "wandb"})
+    assert "pip install wandb" in str(err.value)
+
+
+def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
+    from ftui.runner.report import Reporters
+
+    class Broken:
+        name = "broken"
+
+        def scalars(self, step, values, wall_time):
+            raise RuntimeError("no room")
+
+        def close(self, failed):
+            pass
+
+    writer = EventWriter(tmp_path / "events.jsonl")
+    reporters = Reporters(writer, [Broken()])
+    writer.mirrors.append(reporters)
+    writer.write("eval", step=1, eval_loss=1.0)
+    writer.write("eval", step=2, eval_loss=0.5)
+    events = read_all(tmp_path / "events.jsonl")
+    assert [e["event"] for e in events] == ["eval", "log", "eval"]
+    assert "report_to broken failed" in events[1]["message"] and not reporters.sinks
+
+
+@pytest.mark.dist
+def test_tensorboard_event_files_hold_the_step_and_eval_figures(tmp_path):
+    cfg = tiny_config(tmp_path, report_to="tensorboard", max_steps=4, val_size=0.25, eval_steps=2)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = steps_of(events)
+    evals = [e for e in events if e["event"] == "eval"]
+    assert len(steps) == 4 and len(evals) == 2
+    scalars = read_scalars(run_dir / "tensorboard")
+    assert scalars["train/loss"] == pytest.approx({e["step"]: e["loss"] for e in steps}, rel=1e-6)
+    assert scalars["train/learning_rate"] == pytest.approx({e["step"]: e["lr"] for e in steps}, rel=1e-6)
+    assert scalars["train/tokens_per_s"] == pytest.approx({e["step"]: e["tokens_per_s"] for e in steps}, rel=1e-6)
+    assert scalars["eval/loss"] == pytest.approx({e["step"]: e["eval_loss"] for e in evals}, rel=1e-6)
+    if importlib.util.find_spec("tensorboard") is not None:  # TensorBoard's own reader, where it is installed
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run_dir / "tensorboard"))
+        acc.Reload()
+        assert {s.step: s.value for s in acc.Scalars("train/loss")} == pytest.approx(scalars["train/loss"])
+        assert {s.step: s.value for s in acc.Scalars("eval/loss")} == pytest.approx(scalars["eval/loss"])
+
+
+def wandb_history(run_file: Path) -> dict[int, dict[str, float]]:
+    """{step: {key: value}} of a .wandb file's history records (a LevelDB-style log of W&B's
+    Record protobufs: a 7-byte header, then in 32 KiB blocks chunks of crc, length, type, data)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = run_file.read_bytes()[7:]
+    records, pending, i = [], b"", 0
+    while i + 7 <= len(data):
+        room = 32768 - (i + 7) % 32768  # offsets count from the file's start
+        if room < 7:
+            i += room
+            continue
+        length, kind = struct.unpack("<HB", data[i + 4:i + 7])
+        chunk, i = data[i + 7:i + 7 + length], i + 7 + length
+        pending += chunk
+        if kind in (1, 4):  # full, last
+            records.append(pending)
+            pending = b""
+    history: dict[int, dict[str, float]] = {}
+    for raw in records:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            row = history.setdefault(record.history.step.num, {})
+            for item in record.history.item:
+                row[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return history
+
+
+@pytest.mark.dist
+def test_wandb_offline_writes_the_run_with_its_history(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = tiny_config(tmp_path, report_to="wandb", max_steps=3, val_size=0.25, eval_steps=3)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [e for e in events if e["event"] == "log" and "report_to" in e.get("message", "")]
+    (folder,) = (run_dir / "wandb").glob("offline-run-*")
+    (run_file,) = folder.glob("run-*.wandb")
+    history = wandb_history(run_file)
+    for e in steps_of(events):
+        assert history[e["step"]]["train/loss"] == pytest.approx(e["loss"])
+        assert history[e["step"]]["train/learning_rate"] == pytest.approx(e["lr"])
+    (ev,) = [e for e in events if e["event"] == "eval"]
+    assert history[ev["step"]]["eval/loss"] == pytest.approx(ev["eval_loss"])
+
+
+def test_the_launch_form_keeps_report_to():
+    """A YAML's report_to (a list too) fills the form's field and comes back out of it."""
+    from ftui.tui.screens.launch import config_to_form, form_to_config
+
+    values = config_to_form({"report_to": ["tensorboard", "wandb"], "finetuning_type": "lora"})
+    assert values["report_to"] == "tensorboard,wandb"
+    assert form_to_config({"report_to": "tensorboard"})["report_to"] == "tensorboard"
+    assert "report_to" not in form_to_config({"report_to": " "})  # empty: the default, none
