@@ -489,21 +489,24 @@ REPORTERS = ("tensorboard", "wandb")  # what report_to can name besides none and
 def reporter_names(report_to: str | list[str] | None) -> list[str]:
     """report_to as a list of names, as LLaMA-Factory (transformers) takes it: a name, names
     separated by commas, or a list; none (or empty) is no reporter, all is every one ftui has
-    whose package is installed (tensorboard needs none)."""
+    whose package is installed."""
     items = report_to if isinstance(report_to, list) else str(report_to or "").split(",")
     names = [str(n).strip().lower() for n in items if str(n).strip()]
     if "all" in names:
-        names = ["tensorboard"] + (["wandb"] if importlib.util.find_spec("wandb") is not None else [])
+        names = [n for n in ("tensorboard", "wandb") if importlib.util.find_spec(n) is not None]
     return [n for n in dict.fromkeys(names) if n != "none"]
 
 
 def report_to_problems(cfg: RunConfig) -> list[FieldProblem]:
-    """report_to names that ftui cannot mirror to, each by name, and wandb without its package."""
+    """report_to names that ftui cannot mirror to, each by name, and tensorboard or wandb without its package."""
     names = reporter_names(cfg.report_to)
     unknown = [n for n in names if n not in REPORTERS]
     if unknown:
         return [FieldProblem("report_to", cfg.report_to, f"ftui cannot report to {', '.join(unknown)}: it mirrors the figures to "
                              f"{' and '.join(REPORTERS)} (or none; events.jsonl always has them)")]
+    if "tensorboard" in names and importlib.util.find_spec("tensorboard") is None:
+        return [FieldProblem("report_to", cfg.report_to, "tensorboard is not installed: pip install tensorboard (or pip install "
+                             "'ftui[tensorboard]'), or report to wandb or none")]
     if "wandb" in names and importlib.util.find_spec("wandb") is None:
         return [FieldProblem("report_to", cfg.report_to, "wandb is not installed: pip install wandb (or pip install 'ftui[wandb]'), "
                              "or report to tensorboard or none")]

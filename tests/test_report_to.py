@@ -14,56 +14,13 @@ from ftui.config import ConfigError, parse_config, reporter_names
 from ftui.events import EventWriter, read_all
 
 
-# --- reading TensorBoard's files without tensorboard: TFRecords of Event protobufs
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if not byte & 0x80:
-            return value, i
-
-
-def _fields(data: bytes) -> list[tuple[int, object]]:
-    """(field number, value) of a protobuf message: ints, 8/4-byte raw, or bytes."""
-    out, i = [], 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        kind = key & 7
-        if kind == 0:
-            value, i = _varint(data, i)
-        elif kind == 1:
-            value, i = data[i:i + 8], i + 8
-        elif kind == 5:
-            value, i = data[i:i + 4], i + 4
-        else:
-            n, i = _varint(data, i)
-            value, i = data[i:i + n], i + n
-        out.append((key >> 3, value))
-    return out
-
-
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of every event file in ``folder``, checking each record's CRCs."""
-    from ftui.runner.report import masked_crc
+    """{tag: {step: value}} of the event files in ``folder``, read by TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out: dict[str, dict[int, float]] = {}
-    for path in sorted(folder.glob("events.out.tfevents.*")):
-        data, i = path.read_bytes(), 0
-        while i < len(data):
-            header = data[i:i + 8]
-            (n,) = struct.unpack("<Q", header)
-            assert data[i + 8:i + 12] == masked_crc(header)
-            record = data[i + 12:i + 12 + n]
-            assert data[i + 12 + n:i + 16 + n] == masked_crc(record)
-            i += 16 + n
-            event = dict(_fields(record))
-            for _, value in _fields(event.get(5, b"")):  # summary.value
-                value = dict(_fields(value))
-                out.setdefault(value[1].decode(), {})[event.get(2, 0)] = struct.unpack("<f", value[2])[0]
-    return out
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: {s.step: s.value for s in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
 
 
 def test_report_to_forms():
@@ -85,6 +42,14 @@ def test_wandb_without_its_package_is_refused(monkeypatch):
     with pytest.raises(ConfigError) as err:
         parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "wandb"})
     assert "pip install wandb" in str(err.value)
+
+
+def test_tensorboard_without_its_package_is_refused(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ConfigError) as err:
+        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "tensorboard"})
+    assert "pip install tensorboard" in str(err.value)
 
 
 def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
@@ -111,6 +76,7 @@ def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
 
 @pytest.mark.dist
 def test_tensorboard_event_files_hold_the_step_and_eval_figures(tmp_path):
+    pytest.importorskip("tensorboard")
     cfg = tiny_config(tmp_path, report_to="tensorboard", max_steps=4, val_size=0.25, eval_steps=2)
     run_dir, events, proc = train_sync(cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -122,13 +88,6 @@ def test_tensorboard_event_files_hold_the_step_and_eval_figures(tmp_path):
     assert scalars["train/learning_rate"] == pytest.approx({e["step"]: e["lr"] for e in steps}, rel=1e-6)
     assert scalars["train/tokens_per_s"] == pytest.approx({e["step"]: e["tokens_per_s"] for e in steps}, rel=1e-6)
     assert scalars["eval/loss"] == pytest.approx({e["step"]: e["eval_loss"] for e in evals}, rel=1e-6)
-    if importlib.util.find_spec("tensorboard") is not None:  # TensorBoard's own reader, where it is installed
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-        acc = EventAccumulator(str(run_dir / "tensorboard"))
-        acc.Reload()
-        assert {s.step: s.value for s in acc.Scalars("train/loss")} == pytest.approx(scalars["train/loss"])
-        assert {s.step: s.value for s in acc.Scalars("eval/loss")} == pytest.approx(scalars["eval/loss"])
 
 
 def wandb_history(run_file: Path) -> dict[int, dict[str, float]]:

@@ -9,10 +9,8 @@ host there, and a logging step costs one more small append (TensorBoard) or a qu
 (W&B's own service process does the I/O). A mirror that fails is switched off with a
 warning; the run goes on.
 
-TensorBoard's event files are written here, not through ``tensorboard``'s package, which is
-not needed to write them: records of TensorBoard's ``Event`` protobuf (wall time, step, and
-scalar values), framed as TFRecords (length, data and their masked CRC-32C checksums), in
-RUN_DIR/tensorboard/events.out.tfevents.*: ``tensorboard --logdir RUN_DIR`` reads them.
+TensorBoard's event files go to RUN_DIR/tensorboard (torch's ``SummaryWriter``, which needs
+the ``tensorboard`` package): ``tensorboard --logdir RUN_DIR`` reads them.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
-import struct
 import sys
 import time
 from pathlib import Path
@@ -59,88 +55,25 @@ class Sink(Protocol):
     def close(self, failed: bool) -> None: ...
 
 
-# --- TensorBoard's file format: protobuf fields by hand, TFRecord framing, CRC-32C
-
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1  # negative int64 values as protobuf writes them
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _length_delimited(field: int, data: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
-
-
-def tf_event(wall_time: float, step: int = 0, file_version: str | None = None, values: dict[str, float] | None = None) -> bytes:
-    """One serialized ``tensorflow.Event``: wall_time (1, double), step (2, int64),
-    file_version (3, string) or summary (5) with one ``Summary.Value`` per tag: tag (1,
-    string) and simple_value (2, float)."""
-    out = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step)
-    if file_version is not None:
-        out += _length_delimited(3, file_version.encode())
-    if values:
-        summary = b"".join(_length_delimited(1, _length_delimited(1, tag.encode()) + b"\x15" + struct.pack("<f", value))
-                           for tag, value in values.items())
-        out += _length_delimited(5, summary)
-    return out
-
-
-def _crc32c_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # Castagnoli's polynomial, reflected
-        table.append(c)
-    return table
-
-
-CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc(data: bytes) -> bytes:
-    crc = crc32c(data)
-    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
-
-def tf_record(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return length + masked_crc(length) + data + masked_crc(data)
-
-
 class TensorBoardEvents:
-    """An event file in RUN_DIR/tensorboard (a new one per process: a resumed run adds one)."""
+    """Event files in RUN_DIR/tensorboard through torch's ``SummaryWriter`` (the tensorboard
+    package; a new file per process, so a resumed run adds one). Its writer thread does the
+    file I/O, so a logging step only queues the values."""
 
     name = "tensorboard"
 
     def __init__(self, folder: Path):
-        folder.mkdir(exist_ok=True)
-        self.path = folder / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.0"
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._append(tf_event(time.time(), file_version="brain.Event:2"))
+        from torch.utils.tensorboard import SummaryWriter
 
-    def _append(self, event: bytes) -> None:
-        if self._fd is not None:
-            os.write(self._fd, tf_record(event))  # one small unbuffered append, like the event line
+        folder.mkdir(exist_ok=True)
+        self.writer = SummaryWriter(log_dir=str(folder), flush_secs=10)
 
     def scalars(self, step: int, values: dict[str, float], wall_time: float) -> None:
-        self._append(tf_event(wall_time, step, values=values))
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step, walltime=wall_time)
 
     def close(self, failed: bool) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self.writer.close()  # flushes what is queued
 
 
 class WandbRun:
