@@ -60,7 +60,7 @@ def save_random_weights(mdir: Path) -> None:
     parameters and writing them to its run directory (``model_init: random`` would)."""
     code = ("import sys, torch; from transformers import AutoConfig, AutoModelForCausalLM; torch.manual_seed(0); "
             "AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])")
-    subprocess.run([sys.executable, "-c", code, str(mdir)], check=True)
+    subprocess.run([sys.executable, "-c", code, str(mdir)], check=True, capture_output=True)  # stdout is the JSON's
 
 
 def trainer_case(name: str, common: dict[str, Any], tmp: Path, warmup: int) -> dict[str, Any]:

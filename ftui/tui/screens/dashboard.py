@@ -144,7 +144,14 @@ class DashboardScreen(Screen):
             time.sleep(GPU_POLL_S)
 
     # --- rendering (UI thread)
+    def _widgets_gone(self) -> bool:
+        """The screen is being taken down (the app quits, the user left): a worker's last
+        result finds its widgets gone and has nothing to draw."""
+        return not self.is_attached or not self.query(RunHeader)
+
     def show(self, view: RunView, lines: list[str], initial: bool) -> None:
+        if self._widgets_gone():
+            return
         previous = self.view
         was_live = previous is not None and not previous.ended
         self.view = view
@@ -197,6 +204,8 @@ class DashboardScreen(Screen):
         return True
 
     def show_devices(self, gpus, host) -> None:
+        if self._widgets_gone():
+            return
         ended = self.view is not None and self.view.ended
         self._gpu = ([], None) if ended else (gpus, host)  # a sample that was on its way when the run ended
         self.query_one(GpuPanel).show(*self._gpu, self.view.rank_peaks if self.view else (), ended=ended)
