@@ -30,6 +30,7 @@ def test_watch_cpu_bench_runs():
     assert result["steps_seen_in_window"] >= 0 and result["cpu_s"] >= 0
 
 
+@pytest.mark.slow  # CI time: test_gpu_set_bench_runs_the_trainer_and_ftui runs the same Trainer and ftui machinery
 def test_throughput_bench_runs_both_sides():
     result = run("throughput.py", "--modes", "single")
     single = result["modes"]["single"]

@@ -44,6 +44,7 @@ async def open_form(pilot, app):
 def make_app(tmp_path, **kw):
     kw.setdefault("sampler", fixed_sampler)
     kw.setdefault("offer_live", False)
+    kw.setdefault("render_examples", False)  # a child process per form: its own test turns it on
     return FtuiApp(tmp_path / "runs", **kw)
 
 
@@ -833,7 +834,7 @@ async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_pa
 async def test_form_preview_renders_the_first_example_as_the_run_encodes_it(tmp_path):
     """The demo's first record, rendered by the runner's stage (ftui data --show 1): its token
     counts and its text, the masked prompt dimmed; a new template renders it again."""
-    app = make_app(tmp_path)
+    app = make_app(tmp_path, render_examples=True)
     async with app.run_test(size=(120, 45)) as pilot:
         screen = await open_form(pilot, app)
         preview = screen.query_one("#preview")

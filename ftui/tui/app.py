@@ -32,6 +32,7 @@ class FtuiApp(App):
         clock: Callable[[], float] = time.time,
         sampler: Callable[[], tuple] | None = None,
         offer_live: bool = True,
+        render_examples: bool = True,
     ):
         super().__init__()
         self.runs_root = Path(runs_root)
@@ -40,6 +41,7 @@ class FtuiApp(App):
         self.clock = clock
         self.sampler = sampler
         self.offer_live = offer_live
+        self.render_examples = render_examples  # the form's first example, rendered by a child process
         self.launch_screen: LaunchScreen | None = None
 
     def on_mount(self) -> None:

@@ -494,7 +494,7 @@ class LaunchScreen(Screen):
         elsewhere in the form: it takes a process that loads the tokenizer)."""
         key = (cfg.model_name_or_path, cfg.model_init, cfg.trust_remote_code, cfg.template, cfg.stage, cfg.dataset,
                cfg.dataset_dir, cfg.cutoff_len, cfg.packing)
-        if key != self._render_key:
+        if key != self._render_key and getattr(self.app, "render_examples", True):
             self._render_key = key
             self._show_preview(rendered=Text("rendering the first example as the run encodes it...", style="dim"))
             self.render_first_example(cfg)
