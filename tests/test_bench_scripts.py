@@ -39,6 +39,7 @@ def test_throughput_bench_runs_both_sides():
     assert single["ratio_median"]["packed_vs_baseline"] > 0
 
 
+@pytest.mark.slow  # CI time: run with -m slow
 def test_monitor_overhead_bench_runs():
     result = run("monitor_overhead.py")
     (pair,) = result["pairs"]
@@ -52,6 +53,7 @@ def test_planner_check_bench_runs():
         assert case["model_peak_bytes"] > 0 and case["estimated_gib"] > 0
 
 
+@pytest.mark.slow  # CI time: run with -m slow; test_chunked_loss covers both loss paths
 def test_loss_memory_bench_runs_both_paths():
     out = run("loss_memory.py")
     (row,) = out["reps"]
