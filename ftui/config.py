@@ -504,12 +504,10 @@ def report_to_problems(cfg: RunConfig) -> list[FieldProblem]:
     if unknown:
         return [FieldProblem("report_to", cfg.report_to, f"ftui cannot report to {', '.join(unknown)}: it mirrors the figures to "
                              f"{' and '.join(REPORTERS)} (or none; events.jsonl always has them)")]
-    if "tensorboard" in names and importlib.util.find_spec("tensorboard") is None:
-        return [FieldProblem("report_to", cfg.report_to, "tensorboard is not installed: pip install tensorboard (or pip install "
-                             "'ftui[tensorboard]'), or report to wandb or none")]
-    if "wandb" in names and importlib.util.find_spec("wandb") is None:
-        return [FieldProblem("report_to", cfg.report_to, "wandb is not installed: pip install wandb (or pip install 'ftui[wandb]'), "
-                             "or report to tensorboard or none")]
+    for name, other in (("tensorboard", "wandb"), ("wandb", "tensorboard")):  # each needs its package
+        if name in names and importlib.util.find_spec(name) is None:
+            return [FieldProblem("report_to", cfg.report_to, f"{name} is not installed: pip install {name} (or pip install "
+                                 f"'ftui[{name}]'), or report to {other} or none")]
     return []
 
 

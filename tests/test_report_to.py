@@ -36,20 +36,13 @@ def test_unknown_reporter_is_refused_by_name():
     assert "report_to" in str(err.value) and "mlflow" in str(err.value)
 
 
-def test_wandb_without_its_package_is_refused(monkeypatch):
+@pytest.mark.parametrize("package", ["wandb", "tensorboard"])
+def test_a_reporter_without_its_package_is_refused(monkeypatch, package):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
     with pytest.raises(ConfigError) as err:
-        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "wandb"})
-    assert "pip install wandb" in str(err.value)
-
-
-def test_tensorboard_without_its_package_is_refused(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
-    with pytest.raises(ConfigError) as err:
-        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": "tensorboard"})
-    assert "pip install tensorboard" in str(err.value)
+        parse_config({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "report_to": package})
+    assert f"pip install {package}" in str(err.value)
 
 
 def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
