@@ -94,6 +94,8 @@ def read_result(run_dir: Path, warmup: int) -> dict[str, Any]:
     out["losses"] = [round(s["loss"], 4) for s in steps if s.get("loss") is not None][:3] + \
                     [round(s["loss"], 4) for s in steps if s.get("loss") is not None][-2:]
     out["skipped_steps"] = sum(1 for s in steps if s.get("skipped"))
+    waits = [s["data_wait_s"] for s in steps[warmup + 1:] if "data_wait_s" in s]
+    out["data_wait_s_median"] = median(waits) if waits else None
     out["loss_scale_last"] = steps[-1].get("loss_scale") if steps else None
     return out
 
@@ -105,6 +107,17 @@ def failure(exc: Exception, root: Path) -> dict[str, Any]:
     err = ev.get("reason") or (text.splitlines()[0] if text else type(exc).__name__)
     return {"status": ev.get("status", "error"), "error": err[:400], "hint": ev.get("hint"),
             "log_tail": text[-1500:]}
+
+
+def run_case(yaml_path: Path, output_dir: Path, warmup: int, timeout: float) -> dict[str, Any]:
+    """``ftui train`` of one case to its end: read_result's figures, or failure's."""
+    try:
+        return read_result(run_ftui(yaml_path, timeout=timeout), warmup)
+    except Exception as exc:
+        row = failure(exc, output_dir)
+        if not isinstance(exc, RuntimeError):
+            row["traceback"] = traceback.format_exc()[-1500:]
+        return row
 
 
 def gib(n: float | None) -> str:
@@ -147,13 +160,7 @@ def main() -> int:
             row: dict[str, Any] = {"preset": preset, "precision": precision, "method": method,
                                    "nproc": cfg["nproc_per_node"], "planned_bytes": planned_bytes(cfg)}
             started = time.time()
-            try:
-                run = run_ftui(write_config(tmp / f"{cfg['run_name']}.yaml", cfg), timeout=args.timeout)
-                row.update(read_result(run, warmup))
-            except Exception as exc:
-                row.update(failure(exc, Path(cfg["output_dir"])))
-                if not isinstance(exc, RuntimeError):
-                    row["traceback"] = traceback.format_exc()[-1500:]
+            row.update(run_case(write_config(tmp / f"{cfg['run_name']}.yaml", cfg), Path(cfg["output_dir"]), warmup, args.timeout))
             row["wall_s"] = round(time.time() - started, 1)
             if row.get("peak_bytes") and row.get("planned_bytes"):
                 row["plan_over_measured"] = row["planned_bytes"] / row["peak_bytes"]

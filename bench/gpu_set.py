@@ -29,14 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlib import SHAPES, machine, median, model_dir, record, run_baseline, run_ftui, tokens_per_s, varied_dataset, write_config  # noqa: E402
-from gpu_check import failure, gib, planned_bytes, read_result  # noqa: E402
+from benchlib import SHAPES, machine, model_dir, record, run_baseline, tokens_per_s, varied_dataset, write_config  # noqa: E402
+from gpu_check import gib, planned_bytes, run_case  # noqa: E402
 
 BF16 = dict(bf16=True, fp16=False)
 CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is its own case)
@@ -76,16 +75,8 @@ def ftui_case(name: str, common: dict[str, Any], tmp: Path, warmup: int, timeout
     cfg = dict(common, **CASES[name], run_name=name, output_dir=str(tmp / "runs" / name))
     row: dict[str, Any] = {"planned_bytes": planned_bytes(cfg)}
     try:
-        run = run_ftui(write_config(tmp / f"{name}.yaml", cfg), timeout=timeout)
-        row.update(read_result(run, warmup))
-        steps = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if '"step"' in line]
-        waits = [s["data_wait_s"] for s in steps[warmup + 1:] if s.get("event") == "step" and "data_wait_s" in s]
-        row["data_wait_s_median"] = median(waits) if waits else None
-    except Exception as exc:
-        row.update(failure(exc, Path(cfg["output_dir"])))
-        if not isinstance(exc, RuntimeError):
-            row["traceback"] = traceback.format_exc()[-1500:]
-    finally:  # a 1.5 B run writes GBs (its random base and final weights): keep the disk free
+        row.update(run_case(write_config(tmp / f"{name}.yaml", cfg), Path(cfg["output_dir"]), warmup, timeout))
+    finally:  # a 1.5 B run writes GBs (its final weights): keep the disk free
         shutil.rmtree(cfg["output_dir"], ignore_errors=True)
     if row.get("peak_bytes") and row.get("planned_bytes"):
         row["plan_over_measured"] = row["planned_bytes"] / row["peak_bytes"]
