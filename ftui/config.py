@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ftui.presets.choices import ENGINES, SCHEDULERS, STAGES
+from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import NO_EFFECT, REFUSED, STAGE_REFUSED, classify
@@ -78,7 +78,7 @@ class RunConfig(BaseModel):
     default_system: str | None = Field(None, description="the system prompt for records without one, instead of the template's")
     enable_thinking: bool = Field(True, description="reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt")
     # --- Method
-    stage: Literal[STAGES] = Field("sft", description="sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss)")  # type: ignore[valid-type]
+    stage: Literal[STAGES] = Field("sft", description="sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model")  # type: ignore[valid-type]
     do_train: bool = True
     finetuning_type: Literal["full", "lora", "freeze"] = Field(
         "lora", description="QLoRA is finetuning_type lora with quantization_bit 4"
@@ -142,6 +142,14 @@ class RunConfig(BaseModel):
     interleave_probs: str | None = Field(None, description="with interleave_*: one sampling probability per dataset, comma separated")
     tokenized_path: str | None = Field(None, description="a folder for the encoded data: written when missing, read (and the datasets skipped) when present")
     resume_from_checkpoint: str | None = Field(None, description="an ftui checkpoint (RUN/checkpoints/step-N) or run directory: that run continues from it (as ftui train --resume)")
+    # --- Preference stages (dpo, kto; LLaMA-Factory's keys)
+    pref_beta: float = Field(0.1, gt=0.0, description="dpo/kto: beta, how far the policy may move from the reference (higher: less)")
+    pref_loss: Literal[PREF_LOSSES] = Field("sigmoid", description="dpo: sigmoid (DPO), hinge, ipo, orpo or simpo (the last two need no reference model)")  # type: ignore[valid-type]
+    pref_ftx: float = Field(0.0, ge=0.0, description="dpo/kto: weight of an SFT term on the chosen answer added to the preference loss")
+    dpo_label_smoothing: float = Field(0.0, ge=0.0, le=0.5, description="dpo sigmoid: robust DPO's label smoothing (0 to 0.5)")
+    simpo_gamma: float = Field(0.5, description="dpo simpo: the target reward margin")
+    kto_chosen_weight: float = Field(1.0, gt=0.0, description="kto: weight of the desirable examples' loss")
+    kto_rejected_weight: float = Field(1.0, gt=0.0, description="kto: weight of the undesirable examples' loss")
     # --- Output
     output_dir: str = Field(default_factory=default_runs_root, description="the runs root: each run gets a directory in it")
     run_name: str | None = None
@@ -168,7 +176,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _stage_known(cls, value: Any) -> Any:
         if isinstance(value, str) and value in STAGE_REFUSED:
-            raise ValueError(f"{STAGE_REFUSED[value]}; ftui trains {' and '.join(STAGES)}")
+            raise ValueError(f"{STAGE_REFUSED[value]}; ftui trains {', '.join(STAGES)}")
         return value
 
     @field_validator("lora_target", "additional_target", "eval_dataset", "interleave_probs", "dataset", mode="before")
@@ -368,6 +376,7 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     out += refused_key_problems(cfg)
     out += method_option_problems(cfg)
     out += data_option_problems(cfg)
+    out += stage_problems(cfg)
     out += report_to_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
@@ -428,6 +437,29 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
         problem = resume_target_problem(cfg.resume_from_checkpoint)
         if problem:
             out.append(FieldProblem("resume_from_checkpoint", cfg.resume_from_checkpoint, problem))
+    return out
+
+
+PREFERENCE_STAGES = ("dpo", "kto", "rm")  # trained on answers compared (pairs, or tagged answers)
+
+
+def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """What the preference stages cannot do, as LLaMA-Factory's processors for them cannot:
+    their examples are a prompt with whole answers compared, so they are never packed and
+    always learn the answers only."""
+    out: list[FieldProblem] = []
+    if cfg.stage not in PREFERENCE_STAGES:
+        return out
+    if cfg.packing:
+        out.append(FieldProblem("packing", True, f"stage {cfg.stage} compares whole answers, which packing would join; "
+                                "set packing false (or empty)"))
+    for key in ("train_on_prompt", "mask_history"):
+        if getattr(cfg, key):
+            out.append(FieldProblem(key, True, f"stage {cfg.stage} learns from the last answer only, never the prompt "
+                                    "or earlier turns (as LLaMA-Factory's preference processors); remove the key"))
+    if cfg.stage == "dpo" and cfg.dpo_label_smoothing and cfg.pref_loss != "sigmoid":
+        out.append(FieldProblem("dpo_label_smoothing", cfg.dpo_label_smoothing,
+                                f"label smoothing is part of the sigmoid (DPO) loss only, not {cfg.pref_loss}; set it to 0 or pref_loss sigmoid"))
     return out
 
 

@@ -387,6 +387,14 @@ class Renderer:
                     encoded[i] = encoded[i] + empty
         return [(encoded[i], encoded[i + 1]) for i in range(0, len(encoded), 2)]
 
+    def encode_oneturn(self, conv: Conversation) -> tuple[list[int], list[int]]:
+        """(prompt ids, answer ids) of a conversation ending with an answer: everything before
+        the last answer is the prompt (LLaMA-Factory's ``encode_oneturn``, which the preference
+        stages use; earlier answers lose their thinking blocks as there)."""
+        pairs = self.encode_pairs(conv, discard_history_thoughts=True)
+        prompt = [tid for p, a in pairs[:-1] for tid in p + a] + pairs[-1][0]
+        return prompt, pairs[-1][1]
+
     def encode(self, conv: Conversation) -> "Encoded":
         """Input ids and labels of one supervised example within ``cutoff_len``."""
         opts = self.options

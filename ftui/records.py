@@ -164,8 +164,6 @@ def _exists(path: Path) -> bool:
 
 
 def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
-    if entry.get("ranking"):
-        raise DataFormatError(f"dataset {name!r} is a preference (ranking) dataset; ftui trains SFT only")
     media = [c for c in MEDIA_COLUMNS if (entry.get("columns") or {}).get(c)]
     if media:
         raise DatasetRefused(f"dataset {_clip(name, 80)!r} has a {media[0]} column: {MULTIMODAL_REFUSAL}")
@@ -178,7 +176,7 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
     return DatasetSpec(
         name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
-        split=entry.get("split", "train"), subset=entry.get("subset"),
+        split=entry.get("split", "train"), subset=entry.get("subset"), ranking=bool(entry.get("ranking")),
     )
 
 
@@ -478,9 +476,20 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
         raise DatasetRefused(f"dataset {spec.name!r} record 0 has {next(c for c in MEDIA_COLUMNS if first.get(c))}: {MULTIMODAL_REFUSAL}")
     if stage == "pt":
+        if spec.ranking:
+            raise DataFormatError(f"dataset {spec.name!r} is a preference (ranking) dataset; it fits stage dpo or rm, not pt")
         return "raw text"
-    apply_detected_format(spec, first)
-    return f"{spec.formatting} format"
+    from ftui.preference_records import stage_fit_problem
+
+    if not spec.explicit_format and isinstance(first, dict) and "chosen" in first and "rejected" in first:
+        spec.formatting = "sharegpt" if ("conversations" in first or "messages" in first) else "alpaca"
+    else:
+        apply_detected_format(spec, first)
+    problem = stage_fit_problem(spec, first, stage)
+    if problem:
+        raise DataFormatError(problem)
+    kind = {"dpo": " ranking", "rm": " ranking", "kto": " feedback"}.get(stage, "")
+    return f"{spec.formatting}{kind} format"
 
 
 def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
@@ -488,6 +497,10 @@ def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tu
     form's preview. Raises DataFormatError showing the record, as training would."""
     if stage == "pt":
         return to_text(record, spec, index), ""
+    if stage in ("dpo", "rm", "kto"):
+        from ftui.preference_records import comparison_preview
+
+        return comparison_preview(record, spec, index, stage)
     messages, _tools = to_messages(record, spec, index)
     user = next((m["content"] for m in messages if m["role"] == "user"), "")
     answer = next((m["content"] for m in messages if m["role"] == "assistant"), "")

@@ -28,15 +28,15 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "train_full/qwen3_full_sft.yaml": TRAINS,
     "train_full/qwen3vl_full_sft.yaml": ("mllm_demo", "qwen3_vl_nothink"),
     "train_lora/mossvl_lora_sft.yaml": ("mllm_demo", "moss_vl"),
-    "train_lora/qwen3_lora_dpo.yaml": ("stage",),  # preference stages: another issue
-    "train_lora/qwen3_lora_kto.yaml": ("stage",),
+    "train_lora/qwen3_lora_dpo.yaml": TRAINS,
+    "train_lora/qwen3_lora_kto.yaml": TRAINS,
     "train_lora/qwen3_lora_pretrain.yaml": TRAINS,
-    "train_lora/qwen3_lora_reward.yaml": ("stage",),
+    "train_lora/qwen3_lora_reward.yaml": TRAINS,
     "train_lora/qwen3_lora_sft.yaml": TRAINS,
     "train_lora/qwen3_lora_sft_ds3.yaml": TRAINS,
     "train_lora/qwen3_lora_sft_ray.yaml": ("ray_num_workers",),
     "train_lora/qwen3_preprocess.yaml": TRAINS,
-    "train_lora/qwen3vl_lora_dpo.yaml": ("stage",),
+    "train_lora/qwen3vl_lora_dpo.yaml": ("rlhf_v", "qwen3_vl_nothink"),  # multimodal preference data
     "train_lora/qwen3vl_lora_sft.yaml": ("mllm_demo", "qwen3_vl_nothink"),
     "train_qlora/llama3_lora_sft_aqlm.yaml": TRAINS,  # the pre-quantized model is swapped for a plain one
     "train_qlora/llama3_lora_sft_awq.yaml": TRAINS,

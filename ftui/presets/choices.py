@@ -7,7 +7,11 @@ from ftui.presets.engine_presets import PRESET_NAMES, describe
 STAGE_DESCRIPTIONS = {
     "sft": "supervised fine-tuning: conversations, loss on the answers",
     "pt": "pre-training: raw text, loss on every token",
+    "dpo": "preference (DPO and variants): prompt, chosen and rejected answers",
+    "kto": "preference (KTO): answers tagged desirable or not",
+    "rm": "reward model: a value head scores answers, trained on chosen/rejected pairs",
 }
+PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")  # LLaMA-Factory's pref_loss choices ftui has
 STAGES = tuple(STAGE_DESCRIPTIONS)
 ENGINES = PRESET_NAMES
 SCHEDULERS = (

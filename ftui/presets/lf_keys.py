@@ -53,9 +53,8 @@ NO_EFFECT = set(_keys("""
     video_fps video_maxlen use_audio_in_video audio_sampling_rate media_dir
     freeze_vision_tower freeze_multi_modal_projector freeze_language_model
     module_dropout oft_rank oft_block_size oft_target
-    pref_beta pref_ftx pref_bco_weight pref_loss dpo_label_smoothing kto_chosen_weight kto_rejected_weight simpo_gamma
-    ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards ref_model ref_model_adapters
-    ref_model_quantization_bit reward_model reward_model_adapters reward_model_quantization_bit reward_model_type ld_alpha
+    ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
+    reward_model reward_model_adapters reward_model_quantization_bit reward_model_type
     galore_target galore_rank galore_update_interval galore_scale galore_proj_type galore_layerwise
     apollo_target apollo_rank apollo_update_interval apollo_scale apollo_proj apollo_proj_type apollo_scale_type
     apollo_layerwise apollo_scale_front badam_mode badam_start_block badam_switch_mode badam_switch_interval
@@ -98,6 +97,11 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("use_cpu", "use device: cpu"),
     ("fsdp fsdp_config accelerator_config parallelism_config", "pick ftui's engine instead (engine: fsdp, fsdp_offload, zero0-3 ...; ftui presets lists them)"),
     ("push_to_hub", "ftui does not upload; upload the run's final/ folder yourself"),
+    ("pref_bco_weight", "ftui's DPO has no BCO term (pref_bco_weight); remove the key"),
+    ("ld_alpha", "ftui's DPO has no length desensitisation (LD-DPO, ld_alpha); remove the key"),
+    ("ref_model ref_model_adapters ref_model_quantization_bit",
+     "ftui's reference model is the run's own starting point (the base with the adapter off for LoRA, a frozen copy "
+     "for full and freeze); a separate reference model is not supported"),
     ("tool_format default_system enable_thinking train_on_prompt mask_history",
      "ftui does not implement this key of LLaMA-Factory's templates yet"),
 ]
@@ -106,9 +110,6 @@ REFUSED: dict[str, str] = {key: why for keys, why in _REFUSED_GROUPS for key in 
 # stage names LLaMA-Factory has and ftui does not (yet): the message says so instead of pydantic's list
 STAGE_REFUSED = {
     "ppo": "PPO (stage: ppo) is not supported: it needs a reward model and generation during training",
-    "dpo": "preference training (stage: dpo) is not supported yet",
-    "kto": "KTO (stage: kto) is not supported yet",
-    "rm": "reward modelling (stage: rm) is not supported yet",
 }
 
 

@@ -93,6 +93,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         grow_embeddings(model, tokenizer)  # room for the stop words a template added
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir)
+        stage.keep_start(model)  # a preference stage's reference copy (full, freeze)
         model = apply_method(model, cfg)
         if cfg.pissa_init and info.is_main:
             save_pissa_start(model, run_dir)
@@ -103,6 +104,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         # --- Engine: wraps the model and owns the optimizer
         engine.prepare(model)
+        stage.attach(engine)
         load_peak = None
         if device.type == "cuda":
             # Peaks reported from here on cover training, not loading and sharding the model.
@@ -166,7 +168,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         # --- Save
         if step >= max_steps:
             Heartbeat(run_dir, info.rank).beat()  # gathering the shards of a big model takes a while
-            save_final(engine, tokenizer, chat_template_for(cfg, tokenizer), run_dir)
+            save_final(engine, tokenizer, chat_template_for(cfg, tokenizer), run_dir, stage.final_extras)
         if info.world_size > 1:
             torch.distributed.barrier()
         if step < max_steps:

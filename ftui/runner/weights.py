@@ -53,8 +53,10 @@ def save_pissa_start(model: nn.Module, run_dir: Path) -> None:
         config.init_lora_weights = init
 
 
-def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -> None:
-    """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft.
+def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path, extras: Any = None) -> None:
+    """final/: the model or adapter plus tokenizer, loadable by plain transformers / peft;
+    ``extras(state_dict)`` -> (the model's weights, {file name: tensors}) puts a stage's own
+    weights (a reward model's value head) in files of their own beside them.
 
     Collective (FSDP and ZeRO-3 gather their shards onto rank 0, which writes). Written under
     a temporary name and renamed, so a crash never leaves half a final/."""
@@ -70,7 +72,17 @@ def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path) -
     # starting point it becomes a plain LoRA adapter (rank x 2) over the original base, which
     # is what final/ must be (LLaMA-Factory's pissa_convert).
     convert = {"path_initial_model_for_weight_conversion": str(pissa_start)} if pissa_start.is_dir() else {}
+    files: dict[str, dict[str, torch.Tensor]] = {}
+    if extras is not None:
+        kept, files = extras(state_dict if state_dict is not None else module.state_dict())
+        if files:  # otherwise the weights are saved exactly as without a stage's extras
+            state_dict = kept
     module.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict, **convert)
+    if files:
+        from safetensors.torch import save_file
+
+        for name, tensors in files.items():
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / name))
     tokenizer.chat_template = chat_template  # chat uses the trained format
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)

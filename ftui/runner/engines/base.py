@@ -164,6 +164,12 @@ class Engine:
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
 
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """A frozen model beside the trained one (a preference stage's reference): placed as
+        this engine places the policy, without gradients or optimizer state. Single and DDP
+        keep a whole copy on the device (nothing to synchronise: it never learns)."""
+        return model.requires_grad_(False).eval().to(self.device)
+
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.half is None:
             return contextlib.nullcontext()

@@ -102,6 +102,24 @@ class DeepSpeedEngine(Engine):
         self.model = engine
         self.optimizer = optimizer
 
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """ZeRO-3: partitioned over the ranks like the policy, through a DeepSpeed engine with
+        no optimizer (TRL's prepare_deepspeed does the same); ZeRO-0/1/2 replicate the policy's
+        weights anyway, so a whole copy on the device in the policy's precision (DeepSpeed
+        casts the trained module to bf16 / fp16 itself)."""
+        import deepspeed
+
+        model.requires_grad_(False).eval()
+        if self.stage != 3:
+            half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.cfg.precision)
+            return model.to(self.device, dtype=half) if half is not None else model.to(self.device)
+        ds = {k: v for k, v in self.ds_config.items() if k not in ("optimizer", "scheduler", "zero_force_ds_cpu_optimizer")}
+        ds["zero_optimization"] = {k: v for k, v in ds.get("zero_optimization", {}).items() if k != "offload_optimizer"}
+        self.partition_parameters(model, ds)
+        engine, *_ = deepspeed.initialize(model=model, config=ds)
+        engine.eval()
+        return engine
+
     def autocast(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 

@@ -54,6 +54,12 @@ class FSDPEngine(Engine):
         fully_shard(model, reshard_after_forward=False, **kwargs)  # the root's params are needed right after forward
         return model
 
+    def prepare_frozen(self, model: nn.Module) -> nn.Module:
+        """Sharded like the policy (each rank holds 1/N; layers gathered for their forward),
+        with the same mixed-precision policy, so the reference computes as the policy does."""
+        model.requires_grad_(False).eval()
+        return self.wrap(model)
+
     def autocast(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # MixedPrecisionPolicy casts the gathered parameters
 

@@ -21,6 +21,9 @@ __all__ = ["MicroLoss", "Stage", "STAGES", "make_stage", "build_datasets"]
 STAGES = {
     "sft": "ftui.runner.stages.sft:SFTStage",
     "pt": "ftui.runner.stages.pt:PretrainStage",
+    "dpo": "ftui.runner.stages.dpo:DPOStage",
+    "kto": "ftui.runner.stages.kto:KTOStage",
+    "rm": "ftui.runner.stages.rm:RewardStage",
 }
 
 

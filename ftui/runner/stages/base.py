@@ -102,6 +102,18 @@ class Stage:
         return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
 
     # --- model and loss
+    def keep_start(self, model: nn.Module) -> None:
+        """Called with the starting model, before the method (LoRA, freeze) is applied: a
+        preference stage keeps a frozen copy as its reference model."""
+
+    def attach(self, engine: Any) -> None:
+        """Called once the engine has wrapped the model (a reference copy is placed by it)."""
+
+    def final_extras(self, state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+        """The weights final/ saves as the model (or adapter), and extra safetensors files
+        (name -> tensors) beside it: a reward model's value head."""
+        return state_dict, {}
+
     def prepare_model(self, model: nn.Module) -> None:
         """Called once the method is applied, before the engine wraps the model."""
         if self.cfg.chunked_loss:

@@ -114,6 +114,16 @@ class Encoder:
         return [{"role": "system", "content": system}] + messages
 
     def encode(self, messages: list[dict[str, str]], tools: Any = None) -> Encoded:
+        return assemble(self.encode_pairs(messages, tools), self.options)
+
+    def encode_oneturn(self, messages: list[dict[str, str]], tools: Any = None) -> tuple[list[int], list[int]]:
+        """(prompt ids, answer ids): everything before the last answer is the prompt."""
+        pairs = self.encode_pairs(messages, tools)
+        if pairs and not pairs[-1][1]:  # tokens after the last answer (a template's closing text) are not an answer
+            pairs = pairs[:-1]
+        return [tid for p, a in pairs[:-1] for tid in p + a] + pairs[-1][0], pairs[-1][1]
+
+    def encode_pairs(self, messages: list[dict[str, str]], tools: Any = None) -> list[tuple[list[int], list[int]]]:
         messages = self.with_default_system(messages)
         full = self.render(messages, tools)
         spans = []
@@ -129,7 +139,7 @@ class Encoder:
                 )
             spans.append((len(prefix), len(upto)))
         enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-        return assemble(self.pairs(enc["input_ids"], enc["offset_mapping"], spans), self.options)
+        return self.pairs(enc["input_ids"], enc["offset_mapping"], spans)
 
     @staticmethod
     def pairs(ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[tuple[list[int], list[int]]]:

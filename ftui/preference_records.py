@@ -1,0 +1,164 @@
+"""Records of the preference stages, read as LLaMA-Factory's converters read them.
+
+- Ranking datasets (``ranking: true`` in dataset_info.json, or a file given by path whose
+  records have ``chosen`` and ``rejected``) for ``stage: dpo`` and ``stage: rm``: alpaca with
+  text ``chosen`` / ``rejected`` columns, or sharegpt whose conversation ends with the user's
+  turn and whose ``chosen`` / ``rejected`` columns are one assistant turn each.
+- Feedback datasets for ``stage: kto``: an ordinary alpaca or sharegpt record (its last
+  assistant turn is the answer) with a boolean ``kto_tag`` column (desirable or not).
+
+Each record becomes a :class:`Comparison`: the prompt as a conversation ending with the user's
+turn, and its answers. Like LLaMA-Factory, a record whose turns do not alternate is skipped
+(None), a malformed one is an error that shows it. Torch-free: the launch form previews these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
+from ftui.records import DataFormatError, DatasetSpec, _fail, _text, to_conversation
+
+RANKING_EXPECTED = {
+    "alpaca": "instruction (text), input (optional text), chosen (text), rejected (text); optional system, history",
+    "sharegpt": "conversations ending with the user's turn, chosen and rejected: one {from: gpt, value: text} turn each",
+}
+FEEDBACK_EXPECTED = "an alpaca or sharegpt record with its answer, and a true/false kto_tag column (desirable answer or not)"
+
+
+@dataclass
+class Comparison:
+    """A prompt (turns ending with the user's) and its answers: (chosen, rejected) for ranking
+    data; (answer,) with ``desirable`` for KTO's feedback data."""
+
+    prompt: Conversation
+    answers: list[dict[str, str]]
+    desirable: bool = True
+
+
+def is_ranking_record(record: Any) -> bool:
+    """A record of a file given by path that holds a preference pair."""
+    return isinstance(record, dict) and "chosen" in record and "rejected" in record
+
+
+def kto_column(spec: DatasetSpec) -> str | None:
+    return spec.columns.get("kto_tag") or (None if spec.explicit_format else "label")
+
+
+def stage_fit_problem(spec: DatasetSpec, first: Any, stage: str) -> str | None:
+    """Why the dataset does not fit ``stage`` (a ranking set for sft, a plain set for dpo, ...), else None."""
+    ranking = spec.ranking or (not spec.explicit_format and is_ranking_record(first))
+    if ranking:
+        spec.ranking = True
+    if stage in ("dpo", "rm") and not ranking:
+        return (f"dataset {spec.name!r} has no chosen/rejected answers: stage {stage} trains on preference pairs "
+                "(a dataset_info.json entry with ranking: true and chosen/rejected columns, e.g. LLaMA-Factory's dpo_en_demo)")
+    if stage not in ("dpo", "rm") and ranking:
+        fits = "stage dpo or rm"
+        return f"dataset {spec.name!r} is a preference (ranking) dataset with chosen/rejected answers; it fits {fits}, not {stage}"
+    if stage == "kto":
+        column = kto_column(spec)
+        if not column or not isinstance(first, dict) or not isinstance(first.get(column), bool):
+            return (f"dataset {spec.name!r} has no true/false kto_tag column: stage kto learns from answers tagged desirable "
+                    "or not (columns: {kto_tag: label} in dataset_info.json, as LLaMA-Factory's kto_en_demo)")
+    return None
+
+
+def to_comparison(record: Any, spec: DatasetSpec, index: int, stage: str) -> Comparison | None:
+    """One record of a ranking (dpo, rm) or feedback (kto) dataset; None: LLaMA-Factory skips it."""
+    if not isinstance(record, dict):
+        raise _fail(spec, index, record, "a record must be a JSON object")
+    if stage == "kto":
+        return _feedback(record, spec, index)
+    return _ranking(record, spec, index)
+
+
+def _answer_turn(value: Any, spec: DatasetSpec, index: int, record: dict[str, Any], column: str) -> dict[str, str] | None:
+    if spec.formatting == "alpaca":
+        if not _text(value):
+            raise _ranking_fail(spec, index, record, f"missing or non-text field {column!r}")
+        return {"role": ASSISTANT, "content": value}
+    role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
+    if isinstance(value, dict) and role_tag not in value and "role" in value and not spec.tags:
+        role_tag, content_tag = "role", "content"
+    if not isinstance(value, dict) or not _text(value.get(content_tag)):
+        raise _ranking_fail(spec, index, record, f"{column!r} must be one turn with text {content_tag!r}")
+    roles = {spec.tag("assistant_tag"): ASSISTANT, spec.tag("function_tag"): FUNCTION, "assistant": ASSISTANT}
+    if value.get(role_tag) not in roles:
+        return None  # LLaMA-Factory: "Invalid role tag", the example is dropped
+    return {"role": roles[value[role_tag]], "content": value[content_tag]}
+
+
+def _ranking_fail(spec: DatasetSpec, index: int, record: Any, problem: str) -> DataFormatError:
+    err = _fail(spec, index, record, problem)
+    text = str(err).rsplit("  expected", 1)[0]
+    return DataFormatError(f"{text}  expected ({spec.formatting} ranking): {RANKING_EXPECTED[spec.formatting]}")
+
+
+def _prompt_of(record: dict[str, Any], spec: DatasetSpec, index: int, with_answer: bool) -> Conversation | None:
+    """The record's conversation as to_conversation reads it; for ranking records (no answer
+    in the conversation) a placeholder answer is added for the checks and taken off again."""
+    if with_answer:
+        conv = to_conversation(record, spec, index)
+        return conv
+    probe = dict(record)
+    if spec.formatting == "alpaca":
+        probe[spec.column("response")] = "-"
+        conv = to_conversation(probe, spec, index)
+        return None if conv is None else Conversation(conv.turns[:-1], conv.system, conv.tools)
+    col = spec.column("messages")
+    turns = record.get(col) if record.get(col) is not None else record.get("messages")
+    if not isinstance(turns, list) or not turns:
+        raise _ranking_fail(spec, index, record, f"missing or empty list {col!r}")
+    first = turns[0] if isinstance(turns[0], dict) else {}
+    role_tag = spec.tag("role_tag") if spec.tag("role_tag") in first or spec.tags else "role"
+    content_tag = spec.tag("content_tag") if role_tag == spec.tag("role_tag") else "content"
+    assistant = spec.tag("assistant_tag") if role_tag == spec.tag("role_tag") else "assistant"
+    probe[col if record.get(col) is not None else "messages"] = turns + [{role_tag: assistant, content_tag: "-"}]
+    conv = to_conversation(probe, spec, index)
+    return None if conv is None else Conversation(conv.turns[:-1], conv.system, conv.tools)
+
+
+def _ranking(record: dict[str, Any], spec: DatasetSpec, index: int) -> Comparison | None:
+    chosen_col, rejected_col = spec.columns.get("chosen", "chosen"), spec.columns.get("rejected", "rejected")
+    if chosen_col not in record or rejected_col not in record:
+        raise _ranking_fail(spec, index, record, f"missing {chosen_col!r} or {rejected_col!r}")
+    prompt = _prompt_of(record, spec, index, with_answer=False)
+    chosen = _answer_turn(record[chosen_col], spec, index, record, chosen_col)
+    rejected = _answer_turn(record[rejected_col], spec, index, record, rejected_col)
+    if prompt is None or chosen is None or rejected is None or not prompt.turns:
+        return None
+    return Comparison(prompt, [chosen, rejected])
+
+
+def _feedback(record: dict[str, Any], spec: DatasetSpec, index: int) -> Comparison | None:
+    column = kto_column(spec)
+    tag = record.get(column) if column else None
+    if not isinstance(tag, bool):
+        raise _fail(spec, index, record, f"{column!r} must be true or false (desirable answer or not)", FEEDBACK_EXPECTED)
+    conv = _prompt_of(record, spec, index, with_answer=True)
+    if conv is None:
+        return None
+    return Comparison(Conversation(conv.turns[:-1], conv.system, conv.tools), [conv.turns[-1]], desirable=tag)
+
+
+def comparison_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
+    """(the last prompt turn, the answers) of one record, for the launch form's preview."""
+    comp = to_comparison(record, spec, index, stage)
+    if comp is None:
+        return "(skipped: its turns do not alternate user and assistant)", ""
+    user = comp.prompt.turns[-1]["content"] if comp.prompt.turns else ""
+    if stage == "kto":
+        return user, f"[{'desirable' if comp.desirable else 'undesirable'}] {comp.answers[0]['content']}"
+    return user, f"chosen: {comp.answers[0]['content']}\nrejected: {comp.answers[1]['content']}"
+
+
+TURN_ROLES = {USER: "user", ASSISTANT: "assistant", OBSERVATION: "tool", FUNCTION: "assistant"}
+
+
+def as_messages(conv: Conversation, answer: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The prompt (and an answer) as chat messages for a tokenizer's own chat template."""
+    out = [{"role": "system", "content": conv.system}] if conv.system else []
+    turns = conv.turns + ([answer] if answer is not None else [])
+    return out + [{"role": TURN_ROLES[t["role"]], "content": t["content"]} for t in turns]

@@ -1,0 +1,235 @@
+"""What the preference stages (dpo, kto, rm) share: compared answers as examples, their
+batches, per-answer log-probabilities and the reference model.
+
+Encoding follows LLaMA-Factory 0.9.5's pairwise and feedback processors: each answer is
+rendered after the whole prompt (``encode_oneturn``: earlier turns, answers included, are
+prompt), the template's EOS added for efficient-EOS templates, and the budget split between
+the prompt and the *longer* answer (``split_budget``, LF's ``infer_seqlen``), so a pair keeps
+the same prompt. Labels mask the prompt; nothing is packed.
+
+A batch of pairs is one padded batch of ``2 x pairs`` rows, the chosen answers first, so
+chosen and rejected go through the model in one forward (as LF's collator concatenates
+them); its ``loss_tokens`` is the number of pairs, so the loop's step mean is over pairs.
+
+The reference model (DPO's and KTO's ``pi_ref``): for LoRA the policy itself with its
+adapter switched off (no second copy, as TRL and LF do); for full and freeze a frozen copy of
+the starting weights, which the engine places as it places the policy (sharded under FSDP
+and ZeRO-3: ``Engine.prepare_frozen``). Dropout is off in both (TRL's ``disable_dropout``),
+so the policy and the reference agree exactly at the first step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ftui.conversation import Conversation, ConversationError, Renderer, split_budget
+from ftui.preference_records import Comparison, as_messages, to_comparison
+from ftui.records import DataFormatError, DatasetSpec
+from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
+from ftui.runner.model import template_name_for
+from ftui.runner.stages.base import Stage
+from ftui.runner.stages.sft import Encoder, encode_options
+
+KL_ROTATION_BATCH = 1000  # LLaMA-Factory's preprocessing_batch_size: KTO's mismatched answers rotate within it
+
+
+@dataclass
+class PairExample:
+    """A chosen and a rejected answer to the same prompt (dpo, rm)."""
+
+    chosen: Example
+    rejected: Example
+
+    @property
+    def input_ids(self) -> list[int]:  # both rows' tokens (the FLOP estimate averages over rows)
+        return self.chosen.input_ids + self.rejected.input_ids
+
+    @property
+    def rows(self) -> int:
+        return 2
+
+
+@dataclass
+class FeedbackExample:
+    """KTO: an answer tagged desirable or not, and the same prompt with another record's
+    answer (the mismatched completion KTO's KL estimate is taken on)."""
+
+    target: Example
+    kl: Example
+    desirable: bool
+
+    @property
+    def input_ids(self) -> list[int]:
+        return self.target.input_ids + self.kl.input_ids
+
+    @property
+    def rows(self) -> int:
+        return 2
+
+
+def answer_example(prompt: list[int], answer: list[int], source: int, target: int) -> Example:
+    ids = prompt[:source] + answer[:target]
+    return Example(ids, [IGNORE] * min(source, len(prompt)) + answer[:target], real_tokens=len(ids))
+
+
+class ComparisonEncoder:
+    """(prompt ids, answer ids) for a prompt and one answer, with the run's template (or the
+    tokenizer's own chat template), as LLaMA-Factory's ``encode_oneturn`` gives them."""
+
+    def __init__(self, cfg: Any, tokenizer: Any):
+        opts = encode_options(cfg)
+        name = template_name_for(cfg, tokenizer)
+        self.renderer = self.encoder = None
+        self.eos: list[int] = []
+        if name is not None:
+            try:
+                self.renderer = Renderer(name, tokenizer, opts)
+            except ConversationError as err:
+                raise DataFormatError(str(err)) from None
+            if self.renderer.template.efficient_eos:
+                self.eos = [tokenizer.eos_token_id]
+        else:
+            self.encoder = Encoder(tokenizer, tokenizer.chat_template, opts)
+
+    def encode(self, prompt: Conversation, answer: dict[str, str]) -> tuple[list[int], list[int]]:
+        if self.renderer is not None:
+            p, a = self.renderer.encode_oneturn(Conversation(prompt.turns + [answer], prompt.system, prompt.tools))
+        else:
+            tools = prompt.tools
+            if isinstance(tools, str):
+                try:
+                    tools = json.loads(tools) if tools.strip() else None
+                except ValueError:
+                    tools = [tools]
+            p, a = self.encoder.encode_oneturn(as_messages(prompt, answer), tools or None)
+        return p, a + self.eos
+
+
+class PreferenceStage(Stage):
+    """The ranking stages' data (dpo, rm): pairs; subclasses give the loss."""
+
+    def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
+               report: Progress) -> list[Any]:
+        encoder = ComparisonEncoder(self.cfg, self.tokenizer)
+        examples: list[Any] = []
+        skipped = 0
+        for comp, spec, i in self.comparisons(loaded, out, report):
+            if comp is None:
+                skipped += 1
+                continue
+            try:
+                example = self.make_example(comp, encoder, out)
+            except ConversationError as err:
+                raise DataFormatError(f"dataset {spec.name!r} record {i}: {err}") from None
+            if example is not None:
+                examples.append(example)
+        self.report_counts(out, skipped, len(examples))
+        return examples
+
+    def comparisons(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData, report: Progress):
+        for spec, records in loaded:
+            for i, record in enumerate(records):
+                out.records += 1
+                report.tick(out.records)
+                yield to_comparison(record, spec, i, self.name), spec, i
+
+    def make_example(self, comp: Comparison, encoder: ComparisonEncoder, out: TokenizedData) -> PairExample | None:
+        prompt, chosen = encoder.encode(comp.prompt, comp.answers[0])
+        _, rejected = encoder.encode(comp.prompt, comp.answers[1])
+        source, target = split_budget(len(prompt), max(len(chosen), len(rejected)), self.cfg.cutoff_len)
+        if source < len(prompt) or target < max(len(chosen), len(rejected)):
+            out.truncated += 1
+        if target == 0:
+            out.dropped += 1
+            return None
+        return PairExample(answer_example(prompt, chosen, source, target), answer_example(prompt, rejected, source, target))
+
+    def report_counts(self, out: TokenizedData, skipped: int, kept: int) -> None:
+        what = "pairs" if self.name != "kto" else "examples"
+        if skipped:
+            out.warnings.append(f"{skipped} records were skipped: their turns do not alternate user and assistant, or an "
+                                "answer's role is not the assistant's (as LLaMA-Factory drops them)")
+        if out.truncated:
+            out.warnings.append(f"{out.truncated} of {out.records} {what} were longer than cutoff_len={self.cfg.cutoff_len} "
+                                "and were cut (the prompt and the longer answer share it as LLaMA-Factory does)")
+        if out.dropped:
+            out.warnings.append(f"{out.dropped} {what} had no answer tokens left within cutoff_len and were dropped")
+        if not kept:
+            raise DataFormatError(f"no usable {what} among {out.records} records (cutoff_len={self.cfg.cutoff_len})")
+
+    def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
+        return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
+
+    def prepare_model(self, model: nn.Module) -> None:
+        """Dropout off (TRL's disable_dropout); the log-probabilities need the full logits, so
+        the chunked cross-entropy is not installed."""
+        disable_dropout(model)
+
+
+class PairCollator(Collator):
+    """Pairs as one batch: the chosen rows, then the rejected rows; the loss unit is the pair."""
+
+    def __call__(self, pairs: list[PairExample]) -> Batch:
+        batch = super().__call__([p.chosen for p in pairs] + [p.rejected for p in pairs])
+        batch.loss_tokens = len(pairs)
+        return batch
+
+
+def disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
+def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the summed log-probability of the labelled next tokens (fp32) and how many there are
+    (LLaMA-Factory's get_batch_logps)."""
+    target = labels[:, 1:]
+    mask = target != IGNORE
+    token_logps = -F.cross_entropy(logits[:, :-1].float().transpose(1, 2), target.clamp(min=0), reduction="none")
+    return (token_logps * mask).sum(-1), mask.sum(-1)
+
+
+def forward_logits(model: nn.Module, batch: Batch, autocast: Callable[[], contextlib.AbstractContextManager],
+                   rows: slice | None = None) -> torch.Tensor:
+    inputs = batch.model_inputs()
+    if rows is not None:
+        inputs = {k: v[rows] for k, v in inputs.items()}
+    with autocast():
+        return model(**inputs, use_cache=False).logits
+
+
+class Reference:
+    """The reference model: the policy with its LoRA adapter off, or a frozen copy of the
+    starting weights placed by the engine (full, freeze)."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.copy: nn.Module | None = None
+        self.engine: Any = None
+
+    def keep(self, model: nn.Module) -> None:
+        """Called with the starting model before the method is applied: full and freeze keep a copy."""
+        if self.cfg.finetuning_type != "lora":
+            self.copy = copy.deepcopy(model).requires_grad_(False).eval()
+            disable_dropout(self.copy)
+
+    def attach(self, engine: Any) -> None:
+        self.engine = engine
+        if self.copy is not None:
+            self.copy = engine.prepare_frozen(self.copy)
+
+    @torch.no_grad()
+    def logits(self, model: nn.Module, batch: Batch, autocast: Callable, rows: slice | None = None) -> torch.Tensor:
+        if self.copy is not None:
+            return forward_logits(self.copy, batch, autocast, rows)
+        with self.engine.unwrap().disable_adapter():
+            return forward_logits(model, batch, autocast, rows)
