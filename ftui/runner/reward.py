@@ -1,0 +1,118 @@
+"""A reward model: a value head on a causal language model, scoring an answer by the value
+at its last token (TRL's AutoModelForCausalLMWithValueHead, which LLaMA-Factory's ``stage: rm``
+trains and saves as ``value_head.safetensors`` with keys ``v_head.summary.weight`` / ``.bias``).
+
+The head is installed on the model's output projection module (a child named ``v_head``, and
+that module's forward replaced), for the same reason the chunked loss hooks there: the
+engines' wrappers (DDP, FSDP2, DeepSpeed) and peft see the forward they expect, the head's
+parameters are trained, sharded and checkpointed with the model's, and no vocabulary-sized
+logits are computed. The model's ``logits`` output then holds the values, one per position.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ftui.runner.loss import output_projection
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+HEAD_PREFIX = "v_head."
+
+
+class ValueHead(nn.Module):
+    """TRL's value head: dropout (0.1, its default) then a linear layer to one number."""
+
+    def __init__(self, hidden: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.summary = nn.Linear(hidden, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.summary(self.dropout(hidden.to(self.summary.weight.dtype)))
+
+
+def _values_forward(self: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    return self.v_head(hidden)
+
+
+def install_value_head(model: nn.Module, head: ValueHead | None = None) -> ValueHead:
+    """Puts a value head (a new one, or ``head``) on the model's output projection. The
+    projection's own weight is frozen unless it is the input embedding too (tied): its output
+    is no longer used, so it would get no gradient (and DDP would wait for one)."""
+    proj = output_projection(model)
+    if proj is None:
+        raise ValueError("this model has no output projection (get_output_embeddings) to put a value head on")
+    hidden = proj.weight.shape[1]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embed = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    if embed is None or embed.weight is not proj.weight:
+        proj.weight.requires_grad_(False)
+        if getattr(proj, "bias", None) is not None:
+            proj.bias.requires_grad_(False)
+    head = head if head is not None else ValueHead(hidden)
+    proj.v_head = head.to(device=proj.weight.device, dtype=torch.float32)
+    proj.forward = types.MethodType(_values_forward, proj)
+    return head
+
+
+def pair_scores(values: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen, rejected) scores of a batch of pairs (chosen rows first): the value at each
+    row's last real token (rows are right-padded), in fp32."""
+    values = values.squeeze(-1).float()
+    last = attention_mask.sum(-1, keepdim=True) - 1
+    scores = values.gather(-1, last).squeeze(-1)
+    pairs = values.size(0) // 2
+    return scores[:pairs], scores[pairs:]
+
+
+def split_value_head(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the model's weights, the value head's under TRL's names ``v_head.summary.*``)."""
+    model, head = {}, {}
+    for key, value in state_dict.items():
+        at = key.find(HEAD_PREFIX)
+        if at == 0 or (at > 0 and key[at - 1] == "."):
+            head[key[at:]] = value
+        else:
+            model[key] = value
+    return model, head
+
+
+def load_value_head(path: Path) -> ValueHead:
+    """The value head saved beside a reward model (``final/value_head.safetensors``)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    weight = tensors[HEAD_PREFIX + "summary.weight"]
+    head = ValueHead(weight.shape[1])
+    head.load_state_dict({k[len(HEAD_PREFIX):]: v for k, v in tensors.items()})
+    return head.eval()
+
+
+def load_reward_model(final: Path, base: Path | None = None, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """A trained reward model from its final/ folder, ready to score: the full model, or the
+    base with the adapter merged, with the value head on. ``model(**inputs).logits[..., 0]``
+    is then the value per position; ``score`` gives the answer's score."""
+    from ftui.runner.weights import load_pretrained, with_adapter
+
+    final = Path(final)
+    if (final / "adapter_config.json").is_file():
+        if base is None:
+            raise ValueError("a LoRA reward model needs its base model's folder")
+        model = with_adapter(load_pretrained(base, dtype), final)
+        model = model.merge_and_unload()
+    else:
+        model = load_pretrained(final, dtype)
+    install_value_head(model, load_value_head(final / VALUE_HEAD_FILE))
+    return model.eval()
+
+
+@torch.no_grad()
+def score(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's score: the value at its last real token (right padding)."""
+    values = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.squeeze(-1).float()
+    return values.gather(-1, attention_mask.sum(-1, keepdim=True) - 1).squeeze(-1)
