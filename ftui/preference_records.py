@@ -24,7 +24,6 @@ RANKING_EXPECTED = {
     "alpaca": "instruction (text), input (optional text), chosen (text), rejected (text); optional system, history",
     "sharegpt": "conversations ending with the user's turn, chosen and rejected: one {from: gpt, value: text} turn each",
 }
-FEEDBACK_EXPECTED = "an alpaca or sharegpt record with its answer, and a true/false kto_tag column (desirable answer or not)"
 
 
 @dataclass
@@ -34,7 +33,7 @@ class Comparison:
 
     prompt: Conversation
     answers: list[dict[str, str]]
-    desirable: bool = True
+    desirable: bool | None = True  # None: a feedback record without a true/false tag (skipped, as LF does)
 
 
 def is_ranking_record(record: Any) -> bool:
@@ -75,14 +74,16 @@ def to_comparison(record: Any, spec: DatasetSpec, index: int, stage: str) -> Com
 
 
 def _answer_turn(value: Any, spec: DatasetSpec, index: int, record: dict[str, Any], column: str) -> dict[str, str] | None:
+    """The answer as a turn; None where LLaMA-Factory's converter finds no answer (a chosen or
+    rejected that is not text, or not a turn, e.g. null) and drops the record."""
     if spec.formatting == "alpaca":
-        if not _text(value):
-            raise _ranking_fail(spec, index, record, f"missing or non-text field {column!r}")
-        return {"role": ASSISTANT, "content": value}
+        return {"role": ASSISTANT, "content": value} if _text(value) else None
     role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
     if isinstance(value, dict) and role_tag not in value and "role" in value and not spec.tags:
         role_tag, content_tag = "role", "content"
-    if not isinstance(value, dict) or not _text(value.get(content_tag)):
+    if not isinstance(value, dict):
+        return None
+    if not _text(value.get(content_tag)):
         raise _ranking_fail(spec, index, record, f"{column!r} must be one turn with text {content_tag!r}")
     roles = {spec.tag("assistant_tag"): ASSISTANT, spec.tag("function_tag"): FUNCTION, "assistant": ASSISTANT}
     if value.get(role_tag) not in roles:
@@ -135,12 +136,13 @@ def _ranking(record: dict[str, Any], spec: DatasetSpec, index: int) -> Compariso
 def _feedback(record: dict[str, Any], spec: DatasetSpec, index: int) -> Comparison | None:
     column = kto_column(spec)
     tag = record.get(column) if column else None
-    if not isinstance(tag, bool):
-        raise _fail(spec, index, record, f"{column!r} must be true or false (desirable answer or not)", FEEDBACK_EXPECTED)
     conv = _prompt_of(record, spec, index, with_answer=True)
     if conv is None:
         return None
-    return Comparison(Conversation(conv.turns[:-1], conv.system, conv.tools), [conv.turns[-1]], desirable=tag)
+    # A tag that is not true/false (null): LLaMA-Factory drops the example but still hands its
+    # answer to the next one as the mismatched (KL) completion; so does desirable=None here.
+    return Comparison(Conversation(conv.turns[:-1], conv.system, conv.tools), [conv.turns[-1]],
+                      desirable=tag if isinstance(tag, bool) else None)
 
 
 def comparison_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
@@ -150,7 +152,8 @@ def comparison_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -
         return "(skipped: its turns do not alternate user and assistant)", ""
     user = comp.prompt.turns[-1]["content"] if comp.prompt.turns else ""
     if stage == "kto":
-        return user, f"[{'desirable' if comp.desirable else 'undesirable'}] {comp.answers[0]['content']}"
+        tag = {True: "desirable", False: "undesirable", None: "untagged: skipped"}[comp.desirable]
+        return user, f"[{tag}] {comp.answers[0]['content']}"
     return user, f"chosen: {comp.answers[0]['content']}\nrejected: {comp.answers[1]['content']}"
 
 

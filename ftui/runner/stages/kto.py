@@ -70,10 +70,10 @@ class KTOStage(PreferenceStage):
         for start in range(0, len(items), KL_ROTATION_BATCH):
             block = items[start:start + KL_ROTATION_BATCH]
             for j, (comp, spec, i) in enumerate(block):
-                if comp is None:
+                if comp is None or comp.desirable is None:
                     skipped += 1
                     continue
-                previous = block[j - 1][0]  # j = 0: the block's last record, as LF's rotation
+                previous = block[j - 1][0]  # j = 0: the block's last record, as LF's rotation (skipped ones too)
                 kl_answer = previous.answers[0] if previous is not None else comp.answers[0]
                 try:
                     example = self.feedback_example(comp.prompt, comp.answers[0], kl_answer, comp.desirable, encoder, out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from ftui.conversation import Conversation, ConversationError, Renderer, split_b
 from ftui.preference_records import Comparison, as_messages, to_comparison
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
+from ftui.runner.engines.base import local_numel
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
 from ftui.runner.stages.sft import Encoder, encode_options
@@ -155,8 +157,9 @@ class PreferenceStage(Stage):
     def report_counts(self, out: TokenizedData, skipped: int, kept: int) -> None:
         what = "pairs" if self.name != "kto" else "examples"
         if skipped:
-            out.warnings.append(f"{skipped} records were skipped: their turns do not alternate user and assistant, or an "
-                                "answer's role is not the assistant's (as LLaMA-Factory drops them)")
+            out.warnings.append(f"{skipped} records were skipped: their turns do not alternate user and assistant, an "
+                                "answer is missing or not the assistant's, or (kto) the tag is not true/false "
+                                "(as LLaMA-Factory drops them)")
         if out.truncated:
             out.warnings.append(f"{out.truncated} of {out.records} {what} were longer than cutoff_len={self.cfg.cutoff_len} "
                                 "and were cut (the prompt and the longer answer share it as LLaMA-Factory does)")
@@ -181,6 +184,11 @@ class PairCollator(Collator):
         batch = super().__call__([p.chosen for p in pairs] + [p.rejected for p in pairs])
         batch.loss_tokens = len(pairs)
         return batch
+
+
+def labelled_tokens(example: Example) -> int:
+    """Tokens of an example that carry a label (its answer's tokens)."""
+    return sum(1 for x in example.labels if x != IGNORE)
 
 
 def labelled_tokens(example: Example) -> int:
@@ -229,8 +237,16 @@ class Reference:
 
     def attach(self, engine: Any) -> None:
         self.engine = engine
-        if self.copy is not None:
-            self.copy = engine.prepare_frozen(self.copy)
+        if self.copy is None:
+            print(f"[ftui] rank {engine.info.rank}: reference model = the policy with its LoRA adapter off",
+                  file=sys.stderr, flush=True)
+            return
+        total = sum(p.numel() for p in self.copy.parameters())
+        self.copy = engine.prepare_frozen(self.copy)
+        held = sum(local_numel(p) for p in self.copy.parameters())
+        # train.log says what each rank holds of the frozen copy (tests read it: proof of sharding)
+        print(f"[ftui] rank {engine.info.rank}: reference model = a frozen copy placed by {engine.name}: "
+              f"{held} of {total} parameter elements on this rank", file=sys.stderr, flush=True)
 
     @torch.no_grad()
     def logits(self, model: nn.Module, batch: Batch, autocast: Callable, rows: slice | None = None) -> torch.Tensor:
