@@ -1,0 +1,181 @@
+"""`stage: dpo / kto / rm` end to end (issue 15) on LLaMA-Factory's demo preference data: each
+learns in its own figure (pairs or examples evaluated are the training ones: eval_dataset is
+the training set), DPO under a sharded engine with full fine-tuning (the reference copy
+sharded too), exact resume, final/ usable (chat for dpo, scoring for rm), LLaMA-Factory's own
+example YAMLs through `ftui train`, and what the config and the data checks refuse. (Losses
+and encoding against LLaMA-Factory itself: tests/test_preference_reference.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import resume_sync, steps_of, tiny_config, train_sync
+from ftui.config import validate_config
+from tests.test_lf_examples import EXAMPLES, test_model  # noqa: F401  (test_model: a session fixture)
+
+
+def pref_config(tmp_path, lf_data, stage="dpo", **overrides):
+    dataset = "kto_en_demo" if stage == "kto" else "dpo_en_demo"
+    over = dict(stage=stage, dataset=dataset, eval_dataset=dataset, dataset_dir=str(lf_data), cutoff_len=64,
+                max_samples=8, per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=10,
+                eval_steps=100, logging_steps=1, finetuning_type="full", learning_rate=5e-3)
+    over.update(overrides)
+    return tiny_config(tmp_path, **over)
+
+
+def finished(run_dir, proc, events, stage):
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    assert next(e for e in events if e["event"] == "run_start")["stage"] == stage
+    evals = [e for e in events if e["event"] == "eval"]
+    assert evals, "the run evaluated its training pairs at the end"
+    return steps_of(events), evals[-1]
+
+
+def test_dpo_with_lora_separates_the_training_pairs(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, finetuning_type="lora", lora_rank=16, learning_rate=2e-2, max_steps=16)
+    run_dir, events, proc = train_sync(cfg)
+    steps, last = finished(run_dir, proc, events, "dpo")
+    # the reference is the policy with its adapter off: identical at the start, so loss ln 2 and margin 0
+    assert steps[0]["loss"] == pytest.approx(0.6931, abs=1e-3) and steps[0]["rewards_margin"] == pytest.approx(0, abs=1e-4)
+    for name in ("rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen", "logps_rejected"):
+        assert name in steps[-1] and f"eval_{name}" in last
+    assert last["eval_rewards_margin"] > 0.5 and last["eval_rewards_accuracy"] >= 0.9
+    assert "adapter off" in (run_dir / "train.log").read_text()
+    assert (run_dir / "final" / "adapter_config.json").is_file()
+
+
+def test_dpo_final_answers_in_chat(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, max_steps=2, eval_dataset=None)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", "--run", str(run_dir), "--prompt", "Hi!",
+                          "--temperature", "0", "--max-new-tokens", "8", "--device", "cpu"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.rstrip("\n"), out.stderr[-2000:]  # some answer (random weights: any text)
+
+
+@pytest.mark.dist
+def test_dpo_full_under_fsdp_shards_the_reference_and_learns(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, engine="fsdp", nproc_per_node=2, per_device_train_batch_size=2,
+                      per_device_eval_batch_size=2, max_steps=12)
+    run_dir, events, proc = train_sync(cfg)
+    steps, last = finished(run_dir, proc, events, "dpo")
+    start = next(e for e in events if e["event"] == "run_start")
+    ranks = next(s["ranks"] for s in steps if s.get("ranks"))
+    assert len(ranks) == 2 and ranks[0]["param_elements"] < start["total_params"] * 0.6  # the policy is sharded
+    held = re.findall(r"reference model = a frozen copy placed by fsdp: (\d+) of (\d+)", (run_dir / "train.log").read_text())
+    assert len(held) == 2 and all(int(h) < int(total) * 0.6 for h, total in held)  # so is the reference
+    assert steps[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert last["eval_rewards_margin"] > 0.5 and last["eval_rewards_accuracy"] >= 0.9
+
+
+def test_kto_learns_which_answers_are_desirable(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, stage="kto", max_steps=16)
+    run_dir, events, proc = train_sync(cfg)
+    steps, last = finished(run_dir, proc, events, "kto")
+    assert steps[0]["loss"] == pytest.approx(0.5, abs=1e-3)  # 1 - sigmoid(0) at the reference
+    assert {"rewards_accuracy", "rewards_margin", "kl"} <= set(steps[-1])
+    assert last["eval_rewards_margin"] > 0.5 and last["eval_rewards_accuracy"] >= 0.9
+
+
+def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
+    import torch
+
+    from ftui.runner.model import load_tokenizer
+    from ftui.runner.reward import VALUE_HEAD_FILE, load_reward_model, score
+    from ftui.runner.stages import make_stage
+
+    cfg = pref_config(tmp_path, lf_data, stage="rm", learning_rate=1e-3, max_steps=12)
+    run_dir, events, proc = train_sync(cfg)
+    steps, last = finished(run_dir, proc, events, "rm")
+    assert last["eval_rewards_accuracy"] >= 0.9 and last["eval_rewards_margin"] > 0.5
+    final = run_dir / "final"
+    assert (final / VALUE_HEAD_FILE).is_file()
+    # final/ is a plain model plus the value head: loaded on its own, it ranks the same pairs
+    model = load_reward_model(final)
+    pairs = make_stage(cfg, load_tokenizer(cfg)).build_data(pack=False).train
+    batch = make_stage(cfg, load_tokenizer(cfg)).collator()(pairs)
+    scores = score(model, batch.input_ids, batch.attention_mask)
+    chosen, rejected = scores[: len(pairs)], scores[len(pairs):]
+    accuracy = (chosen > rejected).float().mean().item()
+    assert accuracy == pytest.approx(last["eval_rewards_accuracy"], abs=1e-6)
+    assert (chosen - rejected).mean().item() == pytest.approx(last["eval_rewards_margin"], rel=1e-3, abs=1e-3)
+    assert torch.isfinite(scores).all()
+
+
+def test_dpo_resumes_exactly(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, max_steps=6, save_steps=3, eval_dataset=None)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    resumed, proc = resume_sync(copy, copy / "checkpoints" / "step-3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = {s["step"]: (s["loss"], s["rewards_margin"]) for s in steps_of(events)}
+    again = {s["step"]: (s["loss"], s["rewards_margin"]) for s in steps_of(resumed)}
+    assert sorted(again) == [4, 5, 6] and all(again[k] == first[k] for k in again)
+
+
+@pytest.mark.parametrize("name", ["qwen3_lora_dpo.yaml", "qwen3_lora_kto.yaml", "qwen3_lora_reward.yaml"])
+def test_llamafactory_preference_examples_train(name, tmp_path, lf_data, test_model):
+    data = yaml.safe_load((EXAMPLES / "train_lora" / name).read_text())
+    data |= {"model_name_or_path": str(test_model), "dataset_dir": str(lf_data),
+             "output_dir": str(tmp_path / "runs")}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    # shortened with --set only: two steps of the example's own batch (1 x 8 accumulation)
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path), "--set", "max_steps=2",
+                           "--set", "max_samples=16", "--set", "cutoff_len=256", "--set", "logging_steps=1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run_dir = next((tmp_path / "runs").iterdir())
+    steps = steps_of([json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()])
+    assert len(steps) == 2 and ("rewards_accuracy" in steps[-1])
+
+
+# --- What the config and the data checks refuse
+
+def problems(**keys):
+    base = dict(model_name_or_path="m", dataset="d", stage="dpo")
+    _cfg, found = validate_config(base | keys)
+    return {p.field: p.message for p in found}
+
+
+def test_preference_stages_refuse_what_they_cannot_do():
+    assert "packing" in problems(packing=True)
+    assert "learns from the last answer" in problems(stage="kto", train_on_prompt=True)["train_on_prompt"]
+    assert "sigmoid" in problems(pref_loss="hinge", dpo_label_smoothing=0.1)["dpo_label_smoothing"]
+    assert "pref_loss" in problems(pref_loss="bco")
+    for key, value in (("ref_model", "some/model"), ("ld_alpha", 0.5), ("pref_bco_weight", 0.5)):
+        assert "not supported" in problems(**{key: value})[key]
+    assert not problems(pref_loss="simpo", simpo_gamma=1.0, pref_ftx=0.5)
+
+
+@pytest.mark.parametrize("stage,dataset,says", [
+    ("sft", "dpo_en_demo", "fits stage dpo or rm"),
+    ("dpo", "alpaca_en_demo", "no chosen/rejected answers"),
+    ("rm", "kto_en_demo", "no chosen/rejected answers"),
+    ("kto", "alpaca_en_demo", "no true/false kto_tag"),
+])
+def test_a_dataset_that_does_not_fit_the_stage_is_named(lf_data, stage, dataset, says):
+    from ftui.records import DataFormatError, check_format, read_records, resolve_datasets
+
+    spec = resolve_datasets(dataset, str(lf_data))[0]
+    with pytest.raises(DataFormatError, match=says):
+        check_format(spec, read_records(spec, 1)[0], stage)
+
+
+def test_a_ranking_file_given_by_path_is_recognised(tmp_path):
+    from ftui.records import check_format, read_records, resolve_datasets
+
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps([{"instruction": "2+2?", "input": "", "chosen": "4", "rejected": "5"}]))
+    spec = resolve_datasets(str(path), str(tmp_path))[0]
+    assert check_format(spec, read_records(spec)[0], "dpo") == "alpaca ranking format"
