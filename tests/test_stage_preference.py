@@ -179,3 +179,31 @@ def test_a_ranking_file_given_by_path_is_recognised(tmp_path):
     path.write_text(json.dumps([{"instruction": "2+2?", "input": "", "chosen": "4", "rejected": "5"}]))
     spec = resolve_datasets(str(path), str(tmp_path))[0]
     assert check_format(spec, read_records(spec)[0], "dpo") == "alpaca ranking format"
+
+
+# --- Every engine, with LoRA and with full (slow: the default suite runs FSDP above; the
+# reference's placement differs per engine: adapter off, whole copy, FSDP or ZeRO-3 shards)
+
+ENGINE_CASES = [(engine, method) for engine in ("ddp", "zero0", "zero1", "zero2", "zero3", "fsdp")
+                for method in ("lora", "full")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["dpo", "kto", "rm"])
+@pytest.mark.parametrize("engine,method", ENGINE_CASES, ids=[f"{e}-{m}" for e, m in ENGINE_CASES])
+def test_every_engine_trains_the_preference_stages(tmp_path, lf_data, stage, engine, method):
+    cfg = pref_config(tmp_path, lf_data, stage=stage, engine=engine, finetuning_type=method, nproc_per_node=2,
+                      per_device_train_batch_size=2, per_device_eval_batch_size=2, max_steps=3, eval_dataset=None)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    steps = steps_of(events)
+    assert len(steps) == 3 and "rewards_accuracy" in steps[-1]
+    ranks = next(s["ranks"] for s in steps if s.get("ranks"))
+    assert len(ranks) == 2
+    if stage != "rm":
+        log = (run_dir / "train.log").read_text()
+        assert ("adapter off" in log) if method == "lora" else (f"placed by {engine}" in log)
+        if method == "full" and engine in ("fsdp", "zero3"):
+            held = re.findall(r"placed by \w+: (\d+) of (\d+)", log)
+            assert len(held) == 2 and all(int(h) < int(total) * 0.6 for h, total in held)
+    assert (run_dir / "final").is_dir()
