@@ -87,15 +87,29 @@ class EncodedExamples:
             proc.wait()
 
 
+# The parts an example row may have: an SFT / pt example's, a pair's chosen and rejected
+# answers, a KTO example's mismatched (KL) completion.
+ROW_PREFIXES = ("", "chosen_", "rejected_", "kl_")
+PART_NAMES = {"chosen_": "chosen", "rejected_": "rejected", "kl_": "mismatched answer (KTO's KL term)"}
+
+
 def example_text(index: int, row: dict[str, Any]) -> Text:
     """One example as ``ftui data --show`` prints it: a header with its token counts, then its
-    text with the masked part (no loss) dimmed. A Text, so dataset text is never markup, and
-    control characters show as escapes."""
-    labelled = sum(1 for label in row["labels"] if label != IGNORE)
+    text with the masked part (no loss) dimmed; each part of a preference example (chosen,
+    rejected; KTO's answer, tagged, and its mismatched answer) so. A Text, so dataset text is
+    never markup, and control characters show as escapes."""
     text = Text()
-    text.append(f"example {index}: {len(row['input_ids'])} tokens, {labelled} with loss (masked: dimmed)\n", style="bold")
-    for piece, masked in row.get("segments", []):
-        text.append(CONTROL.sub(lambda m: repr(m.group())[1:-1], piece), style="dim" if masked else "")
-    if not text.plain.endswith("\n"):
-        text.append("\n")
+    for prefix in ROW_PREFIXES:
+        if f"{prefix}input_ids" not in row:
+            continue
+        labelled = sum(1 for label in row[f"{prefix}labels"] if label != IGNORE)
+        part = PART_NAMES.get(prefix, "")
+        if not prefix and "kto_tags" in row:
+            part = "desirable" if row["kto_tags"] else "undesirable"
+        text.append(f"example {index}{f' ({part})' if part else ''}: {len(row[f'{prefix}input_ids'])} tokens, "
+                    f"{labelled} with loss (masked: dimmed)\n", style="bold")
+        for piece, masked in row.get(f"{prefix}segments", []):
+            text.append(CONTROL.sub(lambda m: repr(m.group())[1:-1], piece), style="dim" if masked else "")
+        if not text.plain.endswith("\n"):
+            text.append("\n")
     return text

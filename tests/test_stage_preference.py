@@ -207,3 +207,29 @@ def test_every_engine_trains_the_preference_stages(tmp_path, lf_data, stage, eng
             held = re.findall(r"placed by \w+: (\d+) of (\d+)", log)
             assert len(held) == 2 and all(int(h) < int(total) * 0.6 for h, total in held)
     assert (run_dir / "final").is_dir()
+
+
+def test_tokenized_path_keeps_pairs_and_feedback_and_refuses_another_stages(tmp_path, lf_data, demo_tokenizer):
+    from ftui.records import DataFormatError
+    from ftui.runner.stages import make_stage
+
+    for stage in ("dpo", "kto"):
+        folder = tmp_path / f"tok-{stage}"
+        cfg = pref_config(tmp_path, lf_data, stage=stage, tokenized_path=str(folder), eval_dataset=None)
+        first = make_stage(cfg, demo_tokenizer).build_data(pack=False)  # encodes and saves
+        again = make_stage(cfg, demo_tokenizer).build_data(pack=False)  # reads the folder instead
+        assert any("read" in w and "tokenized_path" in w for w in again.warnings)
+        assert [e.columns() for e in again.train] == [e.columns() for e in first.train] and len(first.train) == 8
+    wrong = pref_config(tmp_path, lf_data, stage="rm", tokenized_path=str(tmp_path / "tok-kto"), eval_dataset=None)
+    with pytest.raises(DataFormatError, match="another stage than rm"):
+        make_stage(wrong, demo_tokenizer).build_data(pack=False)
+
+
+def test_ftui_data_shows_both_answers_of_a_pair(tmp_path, lf_data):
+    cfg = pref_config(tmp_path, lf_data, max_samples=2, eval_dataset=None)
+    path = tmp_path / "dpo.yaml"
+    cfg.save(path)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "data", str(path), "--show", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "example 1 (chosen):" in out.stdout and "example 1 (rejected):" in out.stdout

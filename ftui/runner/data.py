@@ -108,17 +108,34 @@ def mix_datasets(loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], cfg: Ru
 TOKENIZED_TRAIN, TOKENIZED_EVAL = "train", "validation"
 
 
-def save_tokenized(path: str, train: list[Example], eval_: list[Example]) -> None:
+def example_columns(example: Any) -> dict[str, Any]:
+    """One example as a row of a saved table: input_ids and labels, or a preference example's own columns."""
+    if hasattr(example, "columns"):
+        return example.columns()
+    return {"input_ids": example.input_ids, "labels": example.labels}
+
+
+def token_examples(ds: Any, path: str) -> list[Example]:
+    """Examples of a saved table with input_ids and labels (pre-training data without labels learns every token)."""
+    if "input_ids" not in ds.column_names:
+        raise DataFormatError(f"tokenized_path {path} has no input_ids column (columns: {', '.join(ds.column_names)})")
+    ids = ds["input_ids"]
+    labels = ds["labels"] if "labels" in ds.column_names else ids
+    return [Example(list(i), list(l), real_tokens=len(i)) for i, l in zip(ids, labels)]
+
+
+def save_tokenized(path: str, train: list[Any], eval_: list[Any]) -> None:
     """Writes the encoded (not yet packed) train and eval examples: a DatasetDict with
-    input_ids and labels, the layout LLaMA-Factory's tokenized_path has, so either can read
+    input_ids and labels (a preference stage's pairs: chosen_/rejected_ columns; KTO's: kl_
+    columns and kto_tags), the layout LLaMA-Factory's tokenized_path has, so either can read
     the other's. Written beside and renamed, so a crash never leaves half a folder."""
     import shutil
     from pathlib import Path
 
     import datasets
 
-    def table(examples: list[Example]) -> datasets.Dataset:
-        return datasets.Dataset.from_dict({"input_ids": [e.input_ids for e in examples], "labels": [e.labels for e in examples]})
+    def table(examples: list[Any]) -> datasets.Dataset:
+        return datasets.Dataset.from_list([example_columns(e) for e in examples])
 
     parts = {TOKENIZED_TRAIN: table(train)}
     if eval_:
@@ -132,24 +149,17 @@ def save_tokenized(path: str, train: list[Example], eval_: list[Example]) -> Non
     tmp.rename(final)
 
 
-def load_tokenized(path: str) -> tuple[list[Example], list[Example]]:
-    """(train, eval) examples from a tokenized_path folder (ftui's or LLaMA-Factory's): input_ids
-    and labels (pre-training data without labels learns every token)."""
+def load_tokenized(path: str, parse: Callable[[Any, str], list[Any]] = token_examples) -> tuple[list[Any], list[Any]]:
+    """(train, eval) examples from a tokenized_path folder (ftui's or LLaMA-Factory's), each
+    split's table read by ``parse`` (the stage's: token_examples, or a preference stage's)."""
     import datasets
 
     saved = datasets.load_from_disk(str(path))
     if not isinstance(saved, datasets.DatasetDict) or TOKENIZED_TRAIN not in saved:
         raise DataFormatError(f"tokenized_path {path} holds no train split; give a folder an earlier run wrote")
 
-    def examples(ds: Any) -> list[Example]:
-        if "input_ids" not in ds.column_names:
-            raise DataFormatError(f"tokenized_path {path} has no input_ids column (columns: {', '.join(ds.column_names)})")
-        ids = ds["input_ids"]
-        labels = ds["labels"] if "labels" in ds.column_names else ids
-        return [Example(list(i), list(l), real_tokens=len(i)) for i, l in zip(ids, labels)]
-
-    evals = [examples(saved[k]) for k in saved if k.startswith(TOKENIZED_EVAL)]
-    return examples(saved[TOKENIZED_TRAIN]), [e for part in evals for e in part]
+    evals = [parse(saved[k], path) for k in saved if k.startswith(TOKENIZED_EVAL)]
+    return parse(saved[TOKENIZED_TRAIN], path), [e for part in evals for e in part]
 
 
 def has_tokenized(path: str | None) -> bool:

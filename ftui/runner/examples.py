@@ -5,8 +5,10 @@ and the launch form's preview (both torch-free, so they start this).
 The config's stage builds them with its own ``build_data``, as training does, and they come
 out in dataset order: before the sampler shuffles them and before packing. Examples held
 out for eval (``val_size``) are left out. Each line is ``{"input_ids": [...], "labels":
-[...]}`` (-100 where no loss is taken); with ``--text`` it also has ``segments``, the
-example's text cut where the mask changes (``[text, masked]`` pairs). Messages go to stderr.
+[...]}`` (-100 where no loss is taken); the preference stages' examples have LLaMA-Factory's
+columns (``chosen_input_ids``, ``rejected_labels``, ...; KTO's ``kl_input_ids`` and
+``kto_tags``). With ``--text`` each part also has its ``segments``, its text cut where the
+mask changes (``[text, masked]`` pairs). Messages go to stderr.
 Exit codes: 0; 2 a config or dataset to fix; 1 anything else (the hub, the tokenizer).
 """
 
@@ -20,7 +22,8 @@ from typing import Any
 
 from ftui.config import ConfigError, load_config
 from ftui.records import DataFormatError
-from ftui.runner.data import IGNORE
+from ftui.examples import ROW_PREFIXES
+from ftui.runner.data import IGNORE, example_columns
 from ftui.runner.hub import HubProblem
 from ftui.runner.model import load_tokenizer
 from ftui.runner.stages import make_stage
@@ -68,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     if data.eval:
         print(f"note: {len(data.eval)} examples held out for eval (val_size) are not included", file=sys.stderr)
     for example in data.train[: args.limit]:
-        row: dict[str, Any] = {"input_ids": example.input_ids, "labels": example.labels}
+        row = example_columns(example)
         if args.text:
-            row["segments"] = masked_segments(tokenizer, example.input_ids, example.labels)
+            for prefix in ROW_PREFIXES:
+                if f"{prefix}input_ids" in row:
+                    row[f"{prefix}segments"] = masked_segments(tokenizer, row[f"{prefix}input_ids"], row[f"{prefix}labels"])
         out.write(json.dumps(row, ensure_ascii=False) + "\n")
     out.close()
     return 0

@@ -28,7 +28,7 @@ from torch import nn
 from ftui.config import RunConfig
 from ftui.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,
-                              save_tokenized, split_eval)
+                              save_tokenized, split_eval, token_examples)
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
 
 
@@ -57,6 +57,10 @@ class Stage:
         """Every record of every dataset as examples; counts records, cut and dropped ones in ``out``."""
         raise NotImplementedError
 
+    def parse_saved(self, table: Any, path: str) -> list[Any]:
+        """Examples from a saved table (tokenized_path): input_ids and labels."""
+        return token_examples(table, path)
+
     def pack(self, train: list[Example]) -> list[Example]:
         """The training rows from the training examples (identity unless the stage packs)."""
         return train
@@ -73,7 +77,7 @@ class Stage:
         cfg = self.cfg
         out = TokenizedData(train=[], eval=[])
         if has_tokenized(cfg.tokenized_path):
-            train, out.eval = load_tokenized(cfg.tokenized_path)
+            train, out.eval = load_tokenized(cfg.tokenized_path, self.parse_saved)
             out.records = len(train) + len(out.eval)
             out.warnings.append(f"read {len(train)} train and {len(out.eval)} eval examples encoded earlier from "
                                 f"tokenized_path {cfg.tokenized_path}; dataset, template and cutoff_len were not applied again")

@@ -31,7 +31,8 @@ from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
 from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.preference import (KL_ROTATION_BATCH, ComparisonEncoder, FeedbackExample, PreferenceStage,
-                                           Reference, answer_example, forward_logits, labelled_tokens, sequence_logps)
+                                           Reference, answer_example, example_of, forward_logits, labelled_tokens,
+                                           saved_columns, sequence_logps)
 
 
 @dataclass
@@ -100,6 +101,10 @@ class KTOStage(PreferenceStage):
             out.dropped += 1
             return None
         return FeedbackExample(answer_example(p, a, source, target), answer_example(kp, ka, kl_source, kl_target), desirable)
+
+    def parse_saved(self, table: Any, path: str) -> list[FeedbackExample]:
+        cols = saved_columns(table, path, ("input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tags"), self.name)
+        return [FeedbackExample(example_of(i, l), example_of(ki, kl), bool(tag)) for i, l, ki, kl, tag in zip(*cols)]
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
         return FeedbackCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)

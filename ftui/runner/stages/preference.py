@@ -54,9 +54,9 @@ class PairExample:
     def input_ids(self) -> list[int]:  # both rows' tokens (the FLOP estimate averages over rows)
         return self.chosen.input_ids + self.rejected.input_ids
 
-    @property
-    def rows(self) -> int:
-        return 2
+    def columns(self) -> dict[str, Any]:  # LLaMA-Factory's tokenized layout
+        return {"chosen_input_ids": self.chosen.input_ids, "chosen_labels": self.chosen.labels,
+                "rejected_input_ids": self.rejected.input_ids, "rejected_labels": self.rejected.labels}
 
 
 @dataclass
@@ -72,9 +72,22 @@ class FeedbackExample:
     def input_ids(self) -> list[int]:
         return self.target.input_ids + self.kl.input_ids
 
-    @property
-    def rows(self) -> int:
-        return 2
+    def columns(self) -> dict[str, Any]:  # LLaMA-Factory's tokenized layout
+        return {"input_ids": self.target.input_ids, "labels": self.target.labels, "kl_input_ids": self.kl.input_ids,
+                "kl_labels": self.kl.labels, "kto_tags": self.desirable}
+
+
+def saved_columns(table: Any, path: str, names: tuple[str, ...], stage: str) -> list[list[Any]]:
+    missing = [n for n in names if n not in table.column_names]
+    if missing:
+        raise DataFormatError(f"tokenized_path {path} holds no {', '.join(missing)} column(s) (it has "
+                              f"{', '.join(table.column_names)}): it was written for another stage than {stage}; "
+                              "give another folder, or none to encode the datasets")
+    return [table[n] for n in names]
+
+
+def example_of(ids: list[int], labels: list[int]) -> Example:
+    return Example(list(ids), list(labels), real_tokens=len(ids))
 
 
 def answer_example(prompt: list[int], answer: list[int], source: int, target: int) -> Example:
@@ -167,6 +180,10 @@ class PreferenceStage(Stage):
             out.warnings.append(f"{out.dropped} {what} had no answer tokens left within cutoff_len and were dropped")
         if not kept:
             raise DataFormatError(f"no usable {what} among {out.records} records (cutoff_len={self.cfg.cutoff_len})")
+
+    def parse_saved(self, table: Any, path: str) -> list[PairExample]:
+        cols = saved_columns(table, path, ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"), self.name)
+        return [PairExample(example_of(ci, cl), example_of(ri, rl)) for ci, cl, ri, rl in zip(*cols)]
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
         return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
