@@ -253,14 +253,18 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
-             liger: bool = False, fused_kernels: bool = False) -> Estimate:
+             liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid") -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
     decide NCCL's share of :attr:`Estimate.overhead`. ``liger``: Liger's fused linear
     cross-entropy computes the chunked loss (chunks sized from the hidden size).
     ``fused_kernels``: ``torch_compile`` or Liger's kernels fuse the MLP's activation, which
-    then saves its two inputs only (not the activation and the product as well)."""
+    then saves its two inputs only (not the activation and the product as well).
+    ``training_stage``: dpo and rm put a pair's two answers through the model (twice the rows), and dpo
+    and kto take log-probabilities from the full logits (no chunks) and, for full and freeze,
+    keep a frozen reference copy of the model (not for the reference-free orpo / simpo); rm
+    computes no logits (its value head gives one number a position)."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -316,8 +320,19 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         weights += cast
         res_bytes = 4 if base_bytes == 4 else 2
 
+    # --- a preference stage's frozen reference model (LoRA's is the base with the adapter off)
+    reference_free = training_stage == "dpo" and pref_loss in ("orpo", "simpo")
+    if training_stage in ("dpo", "kto") and method in ("full", "freeze") and not reference_free:
+        if deepspeed:  # ZeRO-0/1/2: a copy in the policy's precision; ZeRO-3: partitioned like it
+            reference = P * (2 if half else 4) / (W if stage == 3 else 1)
+        else:  # single, DDP: the fp32 copy whole; FSDP: its shard (layers gathered in turn, as the policy's)
+            reference = P * 4.0 / (W if spec.fsdp else 1)
+        weights += reference
+        notes.append(f"{training_stage}: a frozen reference copy of the model, {gib(reference)} on each GPU")
+
     # --- activations of one micro batch
-    tokens = micro_batch * seq_len
+    rows = 2 if training_stage in ("dpo", "rm") else 1  # a pair's answers; kto's mismatched rows run without gradients
+    tokens = micro_batch * seq_len * rows
     act = 2 if half else 4
     kv = shape.kv_heads * shape.head_dim
     per_layer = 6 * shape.hidden * res_bytes + (4 * shape.hidden + 3 * kv + 4 * shape.intermediate) * act
@@ -335,7 +350,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         layers_act = tokens * (saved_layers * shape.hidden * res_bytes + 2 * per_layer)
     else:
         layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
-    if chunked_loss:
+    if training_stage == "rm":
+        logits = tokens * shape.hidden * act  # the value head's input; one value a position
+    elif chunked_loss and training_stage not in ("dpo", "kto"):
         # one chunk's logits at a time, plus the flattened copy of the last hidden states the
         # chunks are cut from. A chunk's logits are computed in the compute type, copied to
         # fp32, turned into the softmax gradient in place and cast back to the compute type:
@@ -380,7 +397,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     lora_target=get("lora_target"), freeze_layers=get("freeze_trainable_layers"), zero_stage=stage, offload=offload,
                     nproc_per_node=cfg.nproc_per_node, compute_major=compute_major,
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
-                    fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")))
+                    fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
+                    training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"))
 
 
 @dataclass

@@ -269,3 +269,20 @@ def test_the_planner_compares_with_the_gpus_the_run_picked(llama7b, monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert plan(cfg_for(llama7b, finetuning_type="lora")).gpu_bytes == 24 * GIB
     assert plan(cfg_for(llama7b, finetuning_type="lora", gpus="1")).gpu_bytes == 80 * GIB
+
+
+def test_preference_stages_count_their_reference_copy_their_rows_and_their_logits():
+    shape = ModelShape.from_config(LLAMA2_7B)
+    common = dict(method="full", precision="bf16", engine="fsdp", world_size=4, micro_batch=1, seq_len=2048)
+    sft = estimate(shape, **common)
+    dpo = estimate(shape, training_stage="dpo", **common)
+    # a frozen fp32 reference, sharded over the 4 ranks as the policy is
+    assert dpo.weights - sft.weights == pytest.approx(shape.params * 4 / 4)
+    assert any("reference copy" in n for n in dpo.notes)
+    # twice the rows, and full logits (log-probabilities per answer) instead of the chunked loss
+    assert dpo.activations > 2 * sft.activations
+    assert estimate(shape, training_stage="dpo", pref_loss="simpo", **common).weights == sft.weights  # reference-free
+    lora = dict(common, method="lora")
+    assert estimate(shape, training_stage="kto", **lora).weights == estimate(shape, **lora).weights  # the adapter off
+    rm = estimate(shape, training_stage="rm", **common)
+    assert rm.weights == sft.weights and rm.activations < dpo.activations  # no logits, only one value a position
