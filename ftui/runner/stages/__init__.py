@@ -1,7 +1,7 @@
-"""Training stages: what differs between SFT, pre-training and (to come) the preference stages.
+"""Training stages: what differs between SFT, pre-training and the preference stages (dpo, kto, rm).
 
 Adding a stage: a module here with a :class:`Stage` subclass, one line in ``STAGES``, and its
-name in ``ftui.config.STAGES`` (the config's list); a record reader in ``ftui.records`` only
+name in ``ftui.presets.choices.STAGE_DESCRIPTIONS`` (the config's list); a record reader in ``ftui.records`` only
 when the stage reads a new data format. The loop, the engines, events, checkpoints and the
 dashboard need no change (see docs/architecture.md).
 """
