@@ -284,7 +284,7 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
             err.print(f"[yellow]warning:[/] {escape(w)}")
     from ftui.records import dataset_path_problem
 
-    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir)
+    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage)
     if problem:
         err.print(f"[red]error:[/] {escape(problem)}")
         return None

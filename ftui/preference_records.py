@@ -64,6 +64,19 @@ def stage_fit_problem(spec: DatasetSpec, first: Any, stage: str) -> str | None:
     return None
 
 
+def registry_fit_problem(spec: DatasetSpec, stage: str) -> str | None:
+    """What a dataset_info.json entry alone says against ``stage`` (files given by path are
+    judged by their first record, when the run reads them)."""
+    if not spec.explicit_format or not (spec.ranking or stage in ("dpo", "rm", "kto")):
+        return None
+    if stage == "kto" and not spec.ranking:
+        if not spec.columns.get("kto_tag"):
+            return (f"dataset {spec.name!r} has no kto_tag column in its dataset_info.json entry: stage kto learns from "
+                    "answers tagged desirable or not (columns: {kto_tag: label}, as LLaMA-Factory's kto_en_demo)")
+        return None
+    return stage_fit_problem(spec, None, stage)
+
+
 def to_comparison(record: Any, spec: DatasetSpec, index: int, stage: str) -> Comparison | None:
     """One record of a ranking (dpo, rm) or feedback (kto) dataset; None: LLaMA-Factory skips it."""
     if not isinstance(record, dict):

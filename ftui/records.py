@@ -125,16 +125,24 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
     return specs
 
 
-def dataset_path_problem(dataset: str, dataset_dir: str) -> str | None:
-    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir), else None.
-    Checked before a run starts (CLI, form); other dataset problems are left to the run,
-    which reports them with the offending record."""
+def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = None) -> str | None:
+    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir, it is multimodal,
+    or, given the ``stage``, its entry says it does not fit: a ranking set for sft, none for
+    dpo), else None. Checked before a run starts (CLI, form) from the registry alone; other
+    dataset problems are left to the run, which reports them with the offending record."""
     try:
-        resolve_datasets(dataset, dataset_dir)
+        specs = resolve_datasets(dataset, dataset_dir)
     except (DatasetPathError, DatasetRefused) as err:
         return str(err)
     except (DataFormatError, OSError, ValueError, AttributeError, TypeError):
-        pass
+        return None
+    if stage is not None:
+        from ftui.preference_records import registry_fit_problem
+
+        for spec in specs:
+            problem = registry_fit_problem(spec, stage)
+            if problem:
+                return problem
     return None
 
 

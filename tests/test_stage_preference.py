@@ -233,3 +233,18 @@ def test_ftui_data_shows_both_answers_of_a_pair(tmp_path, lf_data):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "example 1 (chosen):" in out.stdout and "example 1 (rejected):" in out.stdout
+
+
+def test_ftui_train_refuses_a_registry_dataset_of_another_stage_before_the_run(tmp_path, lf_data):
+    from ftui.records import dataset_path_problem
+
+    assert "fits stage dpo or rm, not sft" in dataset_path_problem("alpaca_en_demo,dpo_en_demo", str(lf_data), "sft")
+    assert "no kto_tag column" in dataset_path_problem("alpaca_en_demo", str(lf_data), "kto")
+    assert dataset_path_problem("kto_en_demo", str(lf_data), "kto") is None
+    assert dataset_path_problem("dpo_zh_demo", str(lf_data), "rm") is None
+    cfg = pref_config(tmp_path, lf_data, stage="sft", dataset="dpo_en_demo", eval_dataset=None)
+    path = tmp_path / "sft.yaml"
+    cfg.save(path)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "fits stage dpo or rm" in " ".join(out.stderr.split())
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run was started
