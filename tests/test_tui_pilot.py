@@ -11,7 +11,7 @@ from ftui.tui.app import FtuiApp
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.runs import RunsScreen
-from tests.fixtures_runs import T0, fixed_sampler, write_run
+from tests.fixtures_runs import T0, dpo_figures, fixed_sampler, write_run
 from tests.test_config import LF_LORA_SFT
 
 
@@ -205,6 +205,9 @@ async def test_dashboard_figures_match_the_events(tmp_path):
         assert "97%" in gpu and "r1 15.0 GiB" in gpu
         header = text_of(dash.query_one("#run-header"))
         assert "ETA 04:30" in header and "elapsed 08:20" in header
+        # no extra figures (sft): no figure plot beside the loss, no key f to cycle them
+        assert not dash.query_one("#figure-plots").display
+        assert not dash.check_action("figure", ()) and "figure" not in {k.action for k in dash.query("FooterKey")}
 
 
 def plot_text(plot) -> str:
@@ -254,6 +257,33 @@ async def test_dashboard_shows_a_new_stages_figures_by_name_and_no_hostile_ones(
         assert "[red]margin[/]" in figures
         for absent in ("evil", "\x1b", "nnnnnnnnnn", "flag", "nan_one", "hello", "nested"):
             assert absent not in figures
+
+
+async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_them(tmp_path):
+    """Issue 15: rewards_margin first (its eval points too), rewards_accuracy below it where the
+    terminal has the rows, f moves on to the next figures; m and w reach the figure plots."""
+    from ftui.tui.widgets import FigurePlot
+
+    run = write_run(tmp_path / "runs", "dpo", steps=120, max_steps=300, step_extras=dpo_figures,
+                    eval_extras=lambda s: dpo_figures(s, "eval_"))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 500)
+    async with app.run_test(size=(80, 24)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 120)
+        await until(pilot, lambda: dash.query_one("#figure-plots").display)
+        first, second = dash.query(FigurePlot)
+        assert first.display and not second.display  # 80x24: one figure beside the loss
+        assert first.metric == "rewards_margin" and first.evals == ([50, 100], [dpo_figures(s)["rewards_margin"] for s in (50, 100)])
+        assert "rewards_margin" in plot_text(first)
+        figures = " ".join(text_of(dash.query_one("#figures")).split())
+        assert "rewards_margin 1.55" in figures and "rewards_accuracy 1" in figures
+        await pilot.press("f")
+        assert first.metric == "rewards_accuracy" and "rewards_accuracy" in plot_text(first)
+        await pilot.press("m", "w")
+        assert not first.smoothing and first.recent_only and "(raw) · recent" in plot_text(dash.query_one("#loss-plot"))
+        await pilot.resize_terminal(120, 36)
+        await until(pilot, lambda: second.display)
+        assert (first.metric, second.metric) == ("rewards_accuracy", "rewards_chosen")
 
 
 async def test_form_defaults_equal_runconfig_defaults():
