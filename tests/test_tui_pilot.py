@@ -875,3 +875,37 @@ async def test_form_preview_renders_the_first_example_as_the_run_encodes_it(tmp_
         assert "What is ftui?" in dim and "terminal dashboard" not in dim
         screen.fill({"template": "llama3"})
         await until(pilot, lambda: "<|start_header_id|>" in text_of(preview), timeout=240)
+
+
+async def test_the_runs_overlay_compares_an_extra_figure_across_runs(tmp_path):
+    """Issue 15: o overlays the marked runs' loss; f moves the overlay on to their extra
+    figures (rewards_margin first), each drawn for the runs that have it, then back to the loss."""
+    from ftui.tui.widgets import LossPlot
+
+    root = tmp_path / "runs"
+    write_run(root, "dpo-a-20231114-221320", steps=60, max_steps=60, end="completed", step_extras=dpo_figures)
+    write_run(root, "dpo-b-20231114-231000", steps=40, max_steps=60, end="stopped",
+              step_extras=lambda s: {"rewards_margin": s / 10, "rewards_accuracy": 0.5, "kl": 0.1})
+    write_run(root, "sft-20231115-090000", steps=30, max_steps=60, end="completed")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await open_runs(pilot, app, 3)
+        screen = app.screen
+        assert not screen.check_action("figure", ())  # no overlay yet: nothing to cycle
+        await pilot.press("space", "down", "space", "down", "space", "o")
+        plot = screen.query_one("#overlay", LossPlot)
+        await until(pilot, lambda: len(screen.overlaid) == 3)
+        assert plot.display and [c[0] for c in plot.curves] == [r.run_id for r in screen.runs]
+        assert "loss (smoothed)" in plot_text(plot)
+        metrics = screen.overlay_metrics()
+        assert metrics[:3] == ["loss", "rewards_margin", "rewards_accuracy"]
+        assert sorted(metrics[3:]) == ["kl", "logps_chosen", "logps_rejected", "rewards_chosen", "rewards_rejected"]
+        await pilot.press("f")
+        assert sorted(c[0] for c in plot.curves) == ["dpo-a-20231114-221320", "dpo-b-20231114-231000"]
+        b = dict(plot.curves)["dpo-b-20231114-231000"]
+        assert b == (list(range(1, 41)), [s / 10 for s in range(1, 41)])
+        assert "rewards_margin (smoothed)" in plot_text(plot)
+        await pilot.press(*["f"] * (metrics.index("kl") - 1))  # from metrics[1]
+        assert plot.metric == "kl" and [c[0] for c in plot.curves] == ["dpo-b-20231114-231000"]  # the one run that has it
+        await pilot.press(*["f"] * (len(metrics) - metrics.index("kl")))
+        assert plot.metric == "loss" and len(plot.curves) == 3
