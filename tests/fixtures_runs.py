@@ -16,10 +16,11 @@ def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None
               log_lines: tuple[str, ...] = (), model: str = "Qwen/Qwen2.5-0.5B", world_size: int = 2,
               step_s: float = 1.5, precision: str = "bf16", every: int = 1,
               step_extras: dict | Callable[[int], dict] | None = None, eval_extras: dict | Callable[[int], dict] | None = None,
-              loss_at: Callable[[int], float] | None = None) -> Path:
+              loss_at: Callable[[int], float] | None = None, as_written: bool = False) -> Path:
     """``step_extras`` / ``eval_extras``: more fields for every step / eval event (a newer
     stage's figures, or hostile ones), or a function of the step giving them; ``loss_at``: the loss at a step, when the default
-    curve (3.1 down to about 0.6) does not suit."""
+    curve (3.1 down to about 0.6) does not suit; ``as_written``: lines with EventWriter's compact
+    separators (json.dumps' default otherwise), the shape readers take as columns (compact reads)."""
     run = root / name
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(f"model_name_or_path: {model}\ndataset: alpaca_en_demo\n")
@@ -45,7 +46,8 @@ def write_run(root: Path, name: str, steps: int, max_steps: int, end: str | None
                              hint="halve per_device_train_batch_size and double gradient_accumulation_steps, or use preset zero3"))
     elif end:
         ev.append(make_event("run_end", t=T0 + 20 + steps * step_s + 1, status=end, reason=f"{steps} steps"))
-    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ev))
+    separators = (",", ":") if as_written else None
+    (run / "events.jsonl").write_text("".join(json.dumps(e, separators=separators) + "\n" for e in ev))
     (run / "train.log").write_text("".join(line + "\n" for line in log_lines))
     return run
 

@@ -106,16 +106,6 @@ def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
     assert len(full.view().lr_series[0]) == 200 and compact.view().lr_recent == full.view().lr_recent
 
 
-def as_written(run):
-    """events.jsonl with EventWriter's compact separators (write_run's are json.dumps' default),
-    the shape the dashboard reads as columns."""
-    import json
-
-    path = run / "events.jsonl"
-    path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in read_all(path)))
-    return path
-
-
 def test_a_preference_runs_figures_are_followed_over_the_run_from_compact_reads(tmp_path):
     """Issue 15: a step event's extra figures (a DPO run's rewards_margin, ...) become series as
     the loss does, also when the dashboard reads runs of step lines as columns (the reader
@@ -123,8 +113,8 @@ def test_a_preference_runs_figures_are_followed_over_the_run_from_compact_reads(
     from tests.fixtures_runs import dpo_figures
 
     run = write_run(tmp_path, "dpo", steps=240, max_steps=600, step_extras=dpo_figures,
-                    eval_extras=lambda s: dpo_figures(s, "eval_"))
-    for state in folded_both_ways(as_written(run), 4096):
+                    eval_extras=lambda s: dpo_figures(s, "eval_"), as_written=True)
+    for state in folded_both_ways(run / "events.jsonl", 4096):
         v = state.view()
         assert v.figure_names == ["rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy",
                                   "logps_chosen", "logps_rejected"]
@@ -137,8 +127,8 @@ def test_a_preference_runs_figures_are_followed_over_the_run_from_compact_reads(
 def test_a_sft_run_has_no_figure_series_and_keeps_its_compact_read(tmp_path):
     from ftui.events import EventReader, StepColumns
 
-    run = write_run(tmp_path, "sft", steps=120, max_steps=300)
-    batch = EventReader(as_written(run)).read_new(compact=True)
+    run = write_run(tmp_path, "sft", steps=120, max_steps=300, as_written=True)
+    batch = EventReader(run / "events.jsonl").read_new(compact=True)
     assert any(type(e) is StepColumns for e in batch)  # a million-step sft run still attaches fast
     state = RunState(RunSummary(run_id="sft", path=run))
     state.apply(batch)
