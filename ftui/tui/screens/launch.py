@@ -39,7 +39,8 @@ FORM_DEFAULTS: dict[str, Any] = {
     "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": None, "max_samples": None, "val_size": 0.0,
     "stage": "sft", "pref_beta": 0.1, "pref_loss": "sigmoid", "pref_ftx": 0.0, "dpo_label_smoothing": 0.0, "simpo_gamma": 0.5,
-    "kto_chosen_weight": 1.0, "kto_rejected_weight": 1.0, "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
+    "kto_chosen_weight": 1.0, "kto_rejected_weight": 1.0,
+    "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False,
     "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
@@ -58,7 +59,7 @@ PREF_LOSS_DESCRIPTIONS = {
     "sigmoid": "DPO", "hinge": "hinge (SLiC)", "ipo": "IPO, squared margin",
     "orpo": "ORPO, no reference model", "simpo": "SimPO, no reference model",
 }
-PREFERENCE = ("dpo", "kto")  # the stages that take pref_beta, pref_loss and pref_ftx
+PREFERENCE = ("dpo", "kto")  # the stages that take pref_beta and pref_ftx (pref_loss: dpo's alone)
 
 
 @dataclass(frozen=True)
