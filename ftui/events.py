@@ -323,6 +323,9 @@ class EventReader:
     problem: str | None = None  # why the file cannot be read (then read_new returns nothing)
     _pending: bytes = field(default=b"", repr=False)
     _seen_step: bool = field(default=False, repr=False)
+    # The first step event read carried extra figures (a preference stage's): StepColumns have
+    # no room for them, so this file's step lines all take the full parse (their figures are plotted).
+    _steps_have_figures: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -331,7 +334,9 @@ class EventReader:
         """New complete events (all there are when ``max_bytes`` is None). With ``compact``,
         runs of step events come as :class:`StepColumns`; the first step event ever seen and
         the last one of the batch still come as full dicts (they carry the figures the
-        dashboard shows). A file that cannot be read sets ``problem`` and gives nothing."""
+        dashboard shows), and so do all step events of a file whose first step event
+        carries extra figures (events.extra_figures: a preference stage's rewards, plotted
+        over the run). A file that cannot be read sets ``problem`` and gives nothing."""
         out: list[Any] = []
         while True:
             before = self.offset
@@ -377,8 +382,14 @@ class EventReader:
             return 0
         if not self._seen_step:
             first_end = seg.find(b"\n")
-            out.extend(self._parse((seg if first_end < 0 else seg[:first_end],)))
+            first = list(self._parse((seg if first_end < 0 else seg[:first_end],)))
+            out.extend(first)
             found = found[1:]
+            self._steps_have_figures = any(e["event"] == "step" and extra_figures(e) for e in first)
+            seg = b"" if first_end < 0 else seg[first_end + 1:]
+        if self._steps_have_figures:
+            out.extend(self._parse(seg.split(b"\n")))
+            return count
         if len(found) > 1:
             ts, steps, losses, lrs = zip(*found[:-1])
             out.append(StepColumns(

@@ -100,6 +100,24 @@ def test_watch_lines_carry_a_new_stages_figures(tmp_path):
     assert "evil" not in text
 
 
+def test_watch_prints_a_preference_runs_figures_and_its_eval_figures(tmp_path):
+    """Issue 15: `ftui watch` of a DPO run (events as the writer writes them, read as columns):
+    the step lines carry rewards_margin, rewards_accuracy, ..., the eval lines their eval_ twins."""
+    from tests.fixtures_runs import dpo_figures
+
+    root = tmp_path / "runs"
+    write_run(root, "dpo-1", steps=100, max_steps=100, end="completed", step_extras=dpo_figures,
+              eval_extras=lambda s: dpo_figures(s, "eval_"), as_written=True)
+    proc = subprocess.run([*FTUI, "watch", "dpo", "--root", str(root), "--interval", "0.05"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    last = dpo_figures(100)
+    step = next(line for line in proc.stdout.splitlines() if line.startswith("step 100/100 loss"))
+    assert f"rewards_margin {last['rewards_margin']:.4g} rewards_accuracy 1" in step and "logps_rejected -42.81" in step
+    evals = [line for line in proc.stdout.splitlines() if " eval_loss " in line]
+    assert [line.split()[1] for line in evals] == ["50", "100"]
+    assert f"eval_rewards_margin {dpo_figures(50)['rewards_margin']:.4g}" in evals[0] and "eval_rewards_accuracy 0.75" in evals[0]
+
+
 def test_a_failure_is_told_once(tmp_path):
     """The run_end reason is the error's first line: `ftui watch` and `ftui train`'s follower
     print it once, then the rest of the error."""

@@ -11,7 +11,7 @@ from ftui.tui.app import FtuiApp
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.runs import RunsScreen
-from tests.fixtures_runs import T0, fixed_sampler, write_run
+from tests.fixtures_runs import T0, dpo_figures, fixed_sampler, write_run
 from tests.test_config import LF_LORA_SFT
 
 
@@ -123,14 +123,19 @@ async def test_demo_from_the_form_runs_stops_lists_and_reattaches(tmp_path):
         assert again.view.status == "stopped" and len(again.view.series[0]) == stopped_at
 
 
+async def load_in_form(pilot, app, path, text: str):
+    """The launch form, once ready, told to load ``text`` written to ``path`` (F3's worker)."""
+    path.write_text(text)
+    screen = app.screen
+    await until(pilot, lambda: screen._ready)
+    screen.load_yaml(str(path))
+    return screen
+
+
 async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_path):
-    src = tmp_path / "lf.yaml"
-    src.write_text(LF_LORA_SFT)
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 40)) as pilot:
-        screen = app.screen
-        await until(pilot, lambda: screen._ready)
-        screen.load_yaml(str(src))
+        screen = await load_in_form(pilot, app, tmp_path / "lf.yaml", LF_LORA_SFT)
         await until(pilot, lambda: screen.query_one("#f-model_name_or_path", Input).value.startswith("meta-llama"))
         assert screen.query_one("#f-learning_rate", Input).value == "0.0001"
         assert screen.query_one("#f-method").value == "lora"
@@ -205,6 +210,9 @@ async def test_dashboard_figures_match_the_events(tmp_path):
         assert "97%" in gpu and "r1 15.0 GiB" in gpu
         header = text_of(dash.query_one("#run-header"))
         assert "ETA 04:30" in header and "elapsed 08:20" in header
+        # no extra figures (sft): no figure plot beside the loss, no key f to cycle them
+        assert not dash.query_one("#figure-plots").display
+        assert not dash.check_action("figure", ()) and "figure" not in {k.action for k in dash.query("FooterKey")}
 
 
 def plot_text(plot) -> str:
@@ -254,6 +262,33 @@ async def test_dashboard_shows_a_new_stages_figures_by_name_and_no_hostile_ones(
         assert "[red]margin[/]" in figures
         for absent in ("evil", "\x1b", "nnnnnnnnnn", "flag", "nan_one", "hello", "nested"):
             assert absent not in figures
+
+
+async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_them(tmp_path):
+    """Issue 15: rewards_margin first (its eval points too), rewards_accuracy below it where the
+    terminal has the rows, f moves on to the next figures; m and w reach the figure plots."""
+    from ftui.tui.widgets import FigurePlot
+
+    run = write_run(tmp_path / "runs", "dpo", steps=120, max_steps=300, step_extras=dpo_figures,
+                    eval_extras=lambda s: dpo_figures(s, "eval_"))
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 500)
+    async with app.run_test(size=(80, 24)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 120)
+        await until(pilot, lambda: dash.query_one("#figure-plots").display)
+        first, second = dash.query(FigurePlot)
+        assert first.display and not second.display  # 80x24: one figure beside the loss
+        assert first.metric == "rewards_margin" and first.evals == ([50, 100], [dpo_figures(s)["rewards_margin"] for s in (50, 100)])
+        assert "rewards_margin" in plot_text(first)
+        figures = " ".join(text_of(dash.query_one("#figures")).split())
+        assert "rewards_margin 1.55" in figures and "rewards_accuracy 1" in figures
+        await pilot.press("f")
+        assert first.metric == "rewards_accuracy" and "rewards_accuracy" in plot_text(first)
+        await pilot.press("m", "w")
+        assert not first.smoothing and first.recent_only and "(raw) · recent" in plot_text(dash.query_one("#loss-plot"))
+        await pilot.resize_terminal(120, 36)
+        await until(pilot, lambda: second.display)
+        assert (first.metric, second.metric) == ("rewards_accuracy", "rewards_chosen")
 
 
 async def test_form_defaults_equal_runconfig_defaults():
@@ -845,3 +880,140 @@ async def test_form_preview_renders_the_first_example_as_the_run_encodes_it(tmp_
         assert "What is ftui?" in dim and "terminal dashboard" not in dim
         screen.fill({"template": "llama3"})
         await until(pilot, lambda: "<|start_header_id|>" in text_of(preview), timeout=240)
+
+
+async def test_the_runs_overlay_compares_an_extra_figure_across_runs(tmp_path):
+    """Issue 15: o overlays the marked runs' loss; f moves the overlay on to their extra
+    figures (rewards_margin first), each drawn for the runs that have it, then back to the loss."""
+    from ftui.tui.widgets import LossPlot
+
+    root = tmp_path / "runs"
+    write_run(root, "dpo-a-20231114-221320", steps=60, max_steps=60, end="completed", step_extras=dpo_figures)
+    write_run(root, "dpo-b-20231114-231000", steps=40, max_steps=60, end="stopped",
+              step_extras=lambda s: {"rewards_margin": s / 10, "rewards_accuracy": 0.5, "kl": 0.1})
+    write_run(root, "sft-20231115-090000", steps=30, max_steps=60, end="completed")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await open_runs(pilot, app, 3)
+        screen = app.screen
+        assert not screen.check_action("figure", ())  # no overlay yet: nothing to cycle
+        await pilot.press("space", "down", "space", "down", "space", "o")
+        plot = screen.query_one("#overlay", LossPlot)
+        await until(pilot, lambda: len(screen.overlaid) == 3)
+        assert plot.display and [c[0] for c in plot.curves] == [r.run_id for r in screen.runs]
+        assert "loss (smoothed)" in plot_text(plot)
+        metrics = screen.overlay_metrics()
+        assert metrics[:3] == ["loss", "rewards_margin", "rewards_accuracy"]
+        assert sorted(metrics[3:]) == ["kl", "logps_chosen", "logps_rejected", "rewards_chosen", "rewards_rejected"]
+        await pilot.press("f")
+        assert sorted(c[0] for c in plot.curves) == ["dpo-a-20231114-221320", "dpo-b-20231114-231000"]
+        b = dict(plot.curves)["dpo-b-20231114-231000"]
+        assert b == (list(range(1, 41)), [s / 10 for s in range(1, 41)])
+        assert "rewards_margin (smoothed)" in plot_text(plot)
+        await pilot.press(*["f"] * (metrics.index("kl") - 1))  # from metrics[1]
+        assert plot.metric == "kl" and [c[0] for c in plot.curves] == ["dpo-b-20231114-231000"]  # the one run that has it
+        await pilot.press(*["f"] * (len(metrics) - metrics.index("kl")))
+        assert plot.metric == "loss" and len(plot.curves) == 3
+
+
+PREFERENCE_ROWS = {"dpo": {"pref_beta", "pref_loss", "dpo_label_smoothing", "simpo_gamma", "pref_ftx"},
+                   "kto": {"pref_beta", "pref_ftx", "kto_chosen_weight", "kto_rejected_weight"}}
+
+
+async def test_preference_fields_show_and_reach_the_config_only_for_their_stage(tmp_path):
+    """Issue 15: beta, loss, ... appear for dpo, the KTO weights for kto, none for sft; each
+    pref_loss is offered with a few words on what it is."""
+    from ftui.presets.choices import PREF_LOSSES
+    from ftui.tui.screens.launch import FIELDS
+
+    all_rows = set().union(*PREFERENCE_ROWS.values())
+    assert [v for _, v in FIELDS["pref_loss"].options] == list(PREF_LOSSES)
+    assert all(label != v and label.startswith(f"{v}: ") for label, v in FIELDS["pref_loss"].options)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await open_form(pilot, app)
+        assert not any(screen.query_one(f"#row-{k}").display for k in all_rows)
+        assert not all_rows & set(screen.current_config_dict())
+        for stage, rows in PREFERENCE_ROWS.items():
+            screen.fill({"stage": stage, "pref_beta": "0.25", "pref_ftx": "0.5", "pref_loss": "ipo", "kto_chosen_weight": "2"})
+            await until(pilot, lambda: all(screen.query_one(f"#row-{k}").display == (k in rows) for k in all_rows))
+            cfg = screen.current_config_dict()
+            assert set(cfg) & all_rows == rows and cfg["pref_beta"] == "0.25" and screen.config.pref_beta == 0.25
+        assert screen.config.kto_chosen_weight == 2.0 and screen.config.pref_loss == "sigmoid"  # kto: no pref_loss
+        screen.fill({"stage": "dpo", "dpo_label_smoothing": "0.1"})  # smoothing is the sigmoid loss's: not with ipo
+        await until(pilot, lambda: screen.query("#e-dpo_label_smoothing"))
+        assert "sigmoid" in text_of(screen.query_one("#e-dpo_label_smoothing", Label))
+        assert screen.query_one("#start", Button).disabled
+
+
+DPO_YAML = """\
+model_name_or_path: Qwen/Qwen3-4B-Instruct-2507
+stage: dpo
+do_train: true
+finetuning_type: lora
+pref_beta: 0.25
+pref_loss: simpo
+simpo_gamma: 0.7
+pref_ftx: 0.1
+kto_chosen_weight: 2.0
+dataset: dpo_en_demo
+template: qwen3_nothink
+cutoff_len: 2048
+"""
+
+
+async def test_a_dpo_yaml_shows_its_keys_in_the_form_and_keeps_them_saved_back(tmp_path):
+    """A dpo YAML fills the preference fields; another stage's key (kto_chosen_weight) stays in
+    the config; choosing sft hides the fields but keeps the YAML's values; saving writes them."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await load_in_form(pilot, app, tmp_path / "dpo.yaml", DPO_YAML)
+        await until(pilot, lambda: screen.query_one("#f-pref_beta", Input).value == "0.25")
+        assert screen.query_one("#f-pref_loss").value == "simpo" and screen.query_one("#f-simpo_gamma", Input).value == "0.7"
+        assert screen.query_one("#row-pref_beta").display and not screen.query_one("#row-kto_chosen_weight").display
+        expected = {"stage": "dpo", "pref_beta": 0.25, "pref_loss": "simpo", "simpo_gamma": 0.7, "pref_ftx": 0.1, "kto_chosen_weight": 2.0}
+        await until(pilot, lambda: screen.config is not None)
+        assert {k: getattr(screen.config, k) for k in expected} == expected
+        screen.fill({"pref_beta": "0.3"})
+        assert screen.config.pref_beta == 0.3  # the field, shown, is what counts
+        screen.fill({"stage": "sft"})
+        await until(pilot, lambda: not screen.query_one("#row-pref_beta").display)
+        cfg = screen.current_config_dict()
+        assert (cfg["stage"], cfg["pref_loss"], cfg["simpo_gamma"], cfg["kto_chosen_weight"]) == ("sft", "simpo", 0.7, 2.0)
+        screen.fill({"stage": "dpo"})
+        out = tmp_path / "saved.yaml"
+        screen.save_yaml(str(out), screen.current_config_dict())
+        await until(pilot, lambda: out.exists())
+        saved = yaml.safe_load(out.read_text())
+        assert {k: saved.get(k) for k in expected} == expected | {"pref_beta": 0.3}
+
+
+async def test_the_dataset_field_says_when_a_dataset_does_not_fit_the_stage(tmp_path, lf_data):
+    """Issue 15: a ranking set for sft, a plain set for dpo, a set without kto_tag for kto: the
+    dataset field's problem (Start stays off) and the preview say so; a ranking set for dpo
+    previews its chosen and rejected answers."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = await open_form(pilot, app)
+        preview = screen.query_one("#preview")
+        cases = [("sft", "dpo_en_demo", "is a preference (ranking) dataset"), ("dpo", "alpaca_en_demo", "has no chosen/rejected answers"),
+                 ("kto", "dpo_en_demo", "fits stage dpo or rm, not kto"), ("kto", "alpaca_en_demo", "no true/false kto_tag")]
+        for stage, dataset, message in cases:
+            screen.fill({"stage": stage, "dataset": dataset, "dataset_dir": str(lf_data)})
+            screen.preview_dataset(dataset, str(lf_data), stage)
+            await until(pilot, lambda: screen.query("#e-dataset") and message in text_of(screen.query_one("#e-dataset", Label)))
+            assert message in " ".join(text_of(preview).split())
+            assert screen.query_one("#start", Button).disabled and screen.config is None
+        screen.fill({"stage": "dpo", "dataset": "dpo_en_demo"})
+        screen.preview_dataset("dpo_en_demo", str(lf_data), "dpo")
+        await until(pilot, lambda: "dpo_en_demo: sharegpt ranking format" in text_of(preview))
+        lines = text_of(preview).splitlines()
+        first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1. "))
+        assert "→ chosen: " in lines[first] and lines[first + 1].lstrip().startswith("rejected: ")
+        await until(pilot, lambda: not screen.query_one("#e-dataset", Label).display)
+        await until(pilot, lambda: screen.config is not None and screen.config.stage == "dpo")
+        screen.fill({"stage": "kto", "dataset": "kto_en_demo"})
+        screen.preview_dataset("kto_en_demo", str(lf_data), "kto")
+        await until(pilot, lambda: "kto_en_demo: sharegpt feedback format" in text_of(preview))
+        assert "[desirable]" in text_of(preview) or "[undesirable]" in text_of(preview)
+        await until(pilot, lambda: screen.config is not None and screen.config.stage == "kto")

@@ -7,7 +7,7 @@ at the new SVGs before committing them."""
 import pytest
 
 from ftui.tui.app import FtuiApp
-from tests.fixtures_runs import T0, fixed_sampler, write_run
+from tests.fixtures_runs import T0, dpo_figures, fixed_sampler, write_run
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +49,16 @@ def test_launch_screen_with_demo(snap_compare, tmp_path):
 def test_dashboard_mid_run(snap_compare, tmp_path, size):
     run = write_run(tmp_path / "runs", "qwen-lora-20231114-221320", steps=240, max_steps=600,
                     log_lines=("[rank0] step 240 done", "[rank1] step 240 done"))
+    app = FtuiApp(tmp_path / "runs", attach=run, clock=lambda: T0 + 400, sampler=fixed_sampler, offer_live=False)
+    assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)], ids=["80x24", "120x36"])
+def test_dashboard_dpo_run_plots_margin_and_accuracy(snap_compare, tmp_path, size):
+    """A preference run: its rewards_margin beside the loss at 80x24, rewards_accuracy below
+    it on a taller terminal (issue 15)."""
+    run = write_run(tmp_path / "runs", "qwen-dpo-20231114-221320", steps=240, max_steps=600, step_extras=dpo_figures,
+                    eval_extras=lambda s: dpo_figures(s + 20, "eval_"))
     app = FtuiApp(tmp_path / "runs", attach=run, clock=lambda: T0 + 400, sampler=fixed_sampler, offer_live=False)
     assert snap_compare(app, terminal_size=size, run_before=settle)
 

@@ -77,6 +77,20 @@ def test_a_resumed_run_replaces_the_steps_after_its_checkpoint():
     assert tail.view().series == v.series and tail.view().lr_series == v.lr_series
 
 
+def folded_both_ways(path, chunk: int) -> tuple[RunState, RunState]:
+    """The events of ``path`` folded from full events, and from compact reads of ``chunk``
+    bytes (runs of step lines as columns, as the dashboard reads them)."""
+    from ftui.events import EventReader
+
+    full = RunState(RunSummary(run_id="r", path=path.parent))
+    full.apply(read_all(path))
+    compact = RunState(RunSummary(run_id="r", path=path.parent))
+    reader = EventReader(path)
+    while batch := reader.read_new(chunk, compact=True):
+        compact.apply(batch)
+    return full, compact
+
+
 def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
     """The dashboard reads runs of step lines as columns (EventReader compact): the learning
     rate rides along, so the lr view of a long run has every step, not one per batch."""
@@ -87,11 +101,62 @@ def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
     with EventWriter(path) as w:
         for s in range(1, 201):
             w.write("step", **step_fields(step=s, loss=1.0 / s, lr=1e-4 * s / 200))
-    full = RunState(RunSummary(run_id="r", path=tmp_path))
-    full.apply(read_all(path))
-    compact = RunState(RunSummary(run_id="r", path=tmp_path))
-    reader = EventReader(path)
-    while batch := reader.read_new(2048, compact=True):
-        compact.apply(batch)
+    full, compact = folded_both_ways(path, 2048)
     assert compact.view().lr_series == full.view().lr_series
     assert len(full.view().lr_series[0]) == 200 and compact.view().lr_recent == full.view().lr_recent
+
+
+def test_a_preference_runs_figures_are_followed_over_the_run_from_compact_reads(tmp_path):
+    """Issue 15: a step event's extra figures (a DPO run's rewards_margin, ...) become series as
+    the loss does, also when the dashboard reads runs of step lines as columns (the reader
+    then parses such a file's step lines in full); an eval's eval_NAME is NAME's eval point."""
+    from tests.fixtures_runs import dpo_figures
+
+    run = write_run(tmp_path, "dpo", steps=240, max_steps=600, step_extras=dpo_figures,
+                    eval_extras=lambda s: dpo_figures(s, "eval_"), as_written=True)
+    for state in folded_both_ways(run / "events.jsonl", 4096):
+        v = state.view()
+        assert v.figure_names == ["rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy",
+                                  "logps_chosen", "logps_rejected"]
+        xs, ys = v.figure_series["rewards_margin"]
+        assert xs == list(range(1, 241)) and ys == [dpo_figures(s)["rewards_margin"] for s in xs]
+        assert v.figure_evals["rewards_margin"] == ([50, 100, 150, 200], [dpo_figures(s)["rewards_margin"] for s in (50, 100, 150, 200)])
+        assert v.figure_recent["rewards_accuracy"][0] == list(range(41, 241))  # the last recent_steps (200)
+
+
+def test_a_sft_run_has_no_figure_series_and_keeps_its_compact_read(tmp_path):
+    from ftui.events import EventReader, StepColumns
+
+    run = write_run(tmp_path, "sft", steps=120, max_steps=300, as_written=True)
+    batch = EventReader(run / "events.jsonl").read_new(compact=True)
+    assert any(type(e) is StepColumns for e in batch)  # a million-step sft run still attaches fast
+    state = RunState(RunSummary(run_id="sft", path=run))
+    state.apply(batch)
+    assert state.view().figure_names == [] and state.view().figure_evals == {}
+
+
+def test_a_resumed_preference_run_replaces_its_figures_after_the_checkpoint():
+    ev = _resumed_events()
+    for e in ev:
+        if e["event"] in ("step", "eval"):
+            e["rewards_margin" if e["event"] == "step" else "eval_rewards_margin"] = e.get("loss", e.get("eval_loss"))
+    state = RunState(RunSummary(run_id="r", path=None, started=T0))
+    state.apply(ev)
+    v = state.view()
+    assert v.figure_series["rewards_margin"] == v.series and v.figure_evals["rewards_margin"] == ([], [])
+    head = RunState(RunSummary(run_id="r", path=None, started=T0))
+    head.apply(ev[:9])
+    tail = RunState(RunSummary(run_id="r", path=None, started=T0))
+    tail.apply(ev[9:])
+    tail.prepend(head)
+    assert tail.view().figure_series == v.figure_series
+
+
+def test_figure_series_are_bounded_and_listed_with_the_preferred_first():
+    from ftui.tui.state import MAX_FIGURE_SERIES, ordered_figures
+
+    ev = [{"v": 1, "t": T0 + s, "event": "step", "step": s, "loss": 1.0, f"figure_{s}": 1.0} for s in range(1, 40)]
+    state = RunState(RunSummary(run_id="r", path=None))
+    state.apply(ev)
+    assert len(state.view().figure_names) == MAX_FIGURE_SERIES  # names that keep changing cannot grow it without bound
+    assert ordered_figures(["kl", "eval_rewards_accuracy", "rewards_margin"]) == ["rewards_margin", "eval_rewards_accuracy", "kl"]

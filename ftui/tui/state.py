@@ -68,6 +68,49 @@ def truncate_after(steps: array, values: array, step: int) -> None:
     del values[keep:]
 
 
+MAX_FIGURE_SERIES = 16  # extra figures followed over a run: a run directory is untrusted
+EVAL_PREFIX = "eval_"  # an eval event's eval_NAME is the eval point of the step figure NAME (as eval_loss of loss)
+Points = dict[str, tuple[array, array]]  # a figure's name -> its (steps, values)
+
+
+def figure_name(eval_name: str) -> str:
+    """The figure an eval event's extra figure belongs to: eval_rewards_margin -> rewards_margin."""
+    return eval_name[len(EVAL_PREFIX):] if eval_name.startswith(EVAL_PREFIX) and len(eval_name) > len(EVAL_PREFIX) else eval_name
+
+
+# The extra figures plotted (and listed) first when a run has them (dpo, kto and rm log both);
+# any other extra figure follows, so a stage needs no code in the app to get its figures plotted.
+PREFERRED_FIGURES = ("rewards_margin", "rewards_accuracy")
+
+
+def ordered_figures(names: Sequence[str]) -> list[str]:
+    """Figure names with PREFERRED_FIGURES first (an eval's eval_NAME sorts as NAME), else as given."""
+    rank = {n: i for i, n in enumerate(PREFERRED_FIGURES)}
+    return sorted(names, key=lambda n: rank.get(figure_name(n), len(rank)))
+
+
+def add_figures(points: Points, step: int, figures: tuple[tuple[str, int | float], ...], eval_event: bool = False) -> None:
+    """Appends one event's extra figures (events.extra_figures) to their series; a name beyond
+    the first MAX_FIGURE_SERIES seen is not followed."""
+    for name, value in figures:
+        name = figure_name(name) if eval_event else name
+        if name not in points:
+            if len(points) >= MAX_FIGURE_SERIES:
+                continue
+            points[name] = (array("l"), array("d"))
+        steps, values = points[name]
+        steps.append(step)
+        values.append(float(value))
+
+
+def join_points(history: Points, later: Points) -> Points:
+    """Each figure's points of an earlier stretch of the run, then those of a later one."""
+    names = list(dict.fromkeys([*history, *later]))[:MAX_FIGURE_SERIES]
+    empty = (array("l"), array("d"))
+    return {n: (history.get(n, empty)[0] + later.get(n, empty)[0], history.get(n, empty)[1] + later.get(n, empty)[1])
+            for n in names}
+
+
 @dataclass(frozen=True)
 class RunView:
     """Everything one frame of the dashboard shows; built off the UI thread."""
@@ -109,6 +152,17 @@ class RunView:
     # by name: checked by events.extra_figures, still untrusted text.
     extras: tuple[tuple[str, int | float], ...] = ()
     eval_extras: tuple[tuple[str, int | float], ...] = ()
+    # The same figures over the run, by figure name (an eval's eval_NAME under NAME), as the
+    # loss is: whole run downsampled, the last N steps, and the eval points. Empty for sft and pt.
+    figure_series: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    figure_recent: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    figure_evals: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+
+    @property
+    def figure_names(self) -> list[str]:
+        """The extra figures of this run's step events, in the order they appeared (one only
+        its eval events carry is shown in the "now" panel, not plotted)."""
+        return list(self.figure_series)
 
     @property
     def ended(self) -> bool:
@@ -125,6 +179,8 @@ class RunState:
     eval_values: array = field(default_factory=lambda: array("d"))
     lr_steps: array = field(default_factory=lambda: array("l"))
     lr_values: array = field(default_factory=lambda: array("d"))
+    figure_points: Points = field(default_factory=dict)  # step events' extra figures
+    eval_figure_points: Points = field(default_factory=dict)  # eval events' extra figures
     last_step: dict[str, Any] = field(default_factory=dict)
     last_eval: dict[str, Any] = field(default_factory=dict)
     rank_peaks: list[int] = field(default_factory=list)
@@ -164,6 +220,8 @@ class RunState:
                 self.resumed_from = int(e["resumed_from_step"])
                 truncate_after(self.eval_steps, self.eval_values, self.resumed_from)
                 truncate_after(self.lr_steps, self.lr_values, self.resumed_from)
+                for steps, values in (*self.figure_points.values(), *self.eval_figure_points.values()):
+                    truncate_after(steps, values, self.resumed_from)
                 if self.last_eval.get("step", 0) > self.resumed_from:
                     self.last_eval = {}
                 self.first_step_t = None  # throughput is measured from the resumed steps on
@@ -173,6 +231,7 @@ class RunState:
                 if e.get("lr") is not None:
                     self.lr_steps.append(e["step"])
                     self.lr_values.append(e["lr"])
+                add_figures(self.figure_points, e["step"], extra_figures(e))
                 self.total_tokens = e.get("total_tokens", self.total_tokens + e.get("tokens", 0))
                 if self.first_step_t is None or e["step"] <= 1:
                     # Average throughput is measured from the first step event on (after any
@@ -190,6 +249,7 @@ class RunState:
                 if e.get("eval_loss") is not None:
                     self.eval_steps.append(e["step"])
                     self.eval_values.append(e["eval_loss"])
+                add_figures(self.eval_figure_points, e["step"], extra_figures(e), eval_event=True)
             elif kind == "log":
                 self.messages.append((e.get("level", "info"), str(e.get("message", ""))))
                 del self.messages[:-50]
@@ -201,12 +261,16 @@ class RunState:
             h.truncate_after(self.resumed_from)
             truncate_after(history.eval_steps, history.eval_values, self.resumed_from)
             truncate_after(history.lr_steps, history.lr_values, self.resumed_from)
+            for steps, values in (*history.figure_points.values(), *history.eval_figure_points.values()):
+                truncate_after(steps, values, self.resumed_from)
         s.loss_steps = h.loss_steps + s.loss_steps
         s.loss_values = h.loss_values + s.loss_values
         self.eval_steps = history.eval_steps + self.eval_steps
         self.eval_values = history.eval_values + self.eval_values
         self.lr_steps = history.lr_steps + self.lr_steps
         self.lr_values = history.lr_values + self.lr_values
+        self.figure_points = join_points(history.figure_points, self.figure_points)
+        self.eval_figure_points = join_points(history.eval_figure_points, self.eval_figure_points)
         self.messages = (history.messages + self.messages)[-50:]
         if not self.last_eval and (self.resumed_from is None or history.last_eval.get("step", 0) <= self.resumed_from):
             self.last_eval = history.last_eval  # the tail had no eval: the last one is in the history
@@ -249,4 +313,7 @@ class RunState:
             rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
             extras=extra_figures(st) if st else (), eval_extras=extra_figures(self.last_eval) if self.last_eval else (),
+            figure_series={n: downsample(xs, ys, self.max_points) for n, (xs, ys) in self.figure_points.items()},
+            figure_recent={n: (list(xs[-self.recent_steps:]), list(ys[-self.recent_steps:])) for n, (xs, ys) in self.figure_points.items()},
+            figure_evals={n: (list(xs), list(ys)) for n, (xs, ys) in self.eval_figure_points.items()},
         )

@@ -19,7 +19,7 @@ from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
-from ftui.tui.state import RunView, ema
+from ftui.tui.state import RunView, ema, ordered_figures
 
 STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
@@ -88,16 +88,22 @@ class LossPlot(PlotextPlot):
             self.evals = view.evals
         self.redraw()
 
-    def show_many(self, curves: list[tuple[str, tuple[list[float], list[float]]]]) -> None:
-        self.curves, self.evals = curves, ((), ())
+    def show_many(self, curves: list[tuple[str, tuple[list[float], list[float]]]], metric: str = "loss") -> None:
+        """Several runs' curves of one metric (the loss, or an extra figure by name)."""
+        self.curves, self.evals, self.metric = curves, ((), ()), metric
         self.redraw()
+
+    def _metric_label(self) -> str:
+        """What is plotted: the loss, the learning rate, or an extra figure by its name
+        (events.extra_figures: printable, never markup; plotext draws it as text)."""
+        return "learning rate" if self.metric == "lr" else self.metric
 
     def _title(self) -> str:
         single = len(self.curves) == 1
         if self.metric == "lr":
             title = "learning rate"
         else:
-            title = f"loss ({('raw + smoothed' if single else 'smoothed') if self.smoothing else 'raw'})"
+            title = f"{self._metric_label()} ({('raw + smoothed' if single else 'smoothed') if self.smoothing else 'raw'})"
         return title + (" · log" if self.log_scale else "") + (" · recent" if self.recent_only else "")
 
     def _on_axis(self, xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
@@ -112,7 +118,7 @@ class LossPlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         single = len(self.curves) == 1
-        smooth = self.smoothing and self.metric == "loss"  # a learning rate is a schedule: drawn as it is
+        smooth = self.smoothing and self.metric != "lr"  # a learning rate is a schedule: drawn as it is
         plt.title(self._title())
         plt.xlabel("step")
         xs_all: list[float] = []
@@ -136,7 +142,7 @@ class LossPlot(PlotextPlot):
                 plt.scatter(*self._on_axis([p[0] for p in pts], [p[1] for p in pts]), label="eval", marker="o")
                 ys_all += [p[1] for p in pts]
         if not xs_all:
-            plt.title(f"{'learning rate' if self.metric == 'lr' else 'loss'}: waiting for the first step")
+            plt.title(f"{self._metric_label()}: waiting for the first step")
         elif not self.set_axes(xs_all, ys_all):
             plt.title(f"{self._title()}: no value above zero to draw")
         self.refresh()
@@ -156,6 +162,24 @@ class LossPlot(PlotextPlot):
             plt.ylim(*y)
             plt.yticks(*ticks_of(*y))
         return y is not None
+
+
+class FigurePlot(LossPlot):
+    """One extra figure of a run (a preference stage's rewards_margin, ...) over its steps,
+    drawn as the loss is (raw and smoothed, eval points, the last N steps): ``metric`` is
+    the figure's name, which the dashboard picks among those the run's events carry."""
+
+    def show(self, view: RunView) -> None:
+        name = self.metric
+        self.curves = [("train", (view.figure_recent if self.recent_only else view.figure_series).get(name, ((), ())))]
+        self.evals = view.figure_evals.get(name, ((), ()))
+        self.redraw()
+
+    def _title(self) -> str:
+        """As the loss plot's, or the figure's name alone where that does not fit (80x24):
+        plotext leaves out a title wider than the plot."""
+        title = super()._title()
+        return title if len(title) <= self.size.width - 2 else self._metric_label()
 
 
 class Figures(Static):
@@ -179,9 +203,16 @@ class Figures(Static):
         t.add_row("MFU", "-" if view.mfu is None else f"{100 * view.mfu:.1f}%")
         if view.loss_scale is not None:
             t.add_row("loss scale", f"{view.loss_scale:g}")
-        for name, value in view.extras + view.eval_extras:  # a new stage's figures, by their names
-            t.add_row(Text(name, overflow="ellipsis"), fmt_figure(value))  # Text: a name is never markup
         parts: list = [t]
+        if view.extras or view.eval_extras:  # a new stage's figures, by their names, in a grid of their own:
+            figures = Table.grid(padding=(0, 1))  # a long name does not narrow the values above
+            rows = [(name, fmt_figure(dict(extras)[name])) for extras in (view.extras, view.eval_extras)
+                    for name in ordered_figures([n for n, _ in extras])]  # rewards_margin and accuracy first: in sight at 80x24
+            figures.add_column(style="dim")  # the column of names gives way (each cut with an ellipsis) ...
+            figures.add_column(no_wrap=True)  # ... the values stay whole
+            for name, value in rows:
+                figures.add_row(Text(name, overflow="ellipsis", no_wrap=True), value)  # Text: a name is never markup
+            parts.append(figures)
         for level, message in view.messages[-2:]:
             parts.append(Text(f"{level}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
         self.update(Group(*parts))
@@ -246,4 +277,4 @@ class LogTail(RichLog):
             self.write(Text(line, style=style or ""))
 
 
-__all__ = ["RunHeader", "LossPlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]
+__all__ = ["RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]

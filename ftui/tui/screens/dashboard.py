@@ -1,4 +1,6 @@
 """The dashboard of one run: header, loss plot, figures, GPU panel, log tail, Stop.
+A run whose step events carry extra figures (a preference stage's rewards) gets plots of
+them beside the loss: one at 80x24, two on a taller terminal; key f cycles which.
 
 Two thread workers feed it: one tails events.jsonl (through ``RunFollower``, the one reader
 and end rule of every view of a run) and train.log by byte offset and folds events into a
@@ -17,7 +19,7 @@ from typing import Callable
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
@@ -25,9 +27,9 @@ from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
 from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.state import RunState, RunView
+from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
-from ftui.tui.widgets import EndBanner, Figures, GpuPanel, LogTail, LossPlot, RunHeader
+from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader
 
 POLL_S = 1.0  # the header shows whole seconds; new events show within a second
 PLOT_EVERY_S = 1.0
@@ -36,6 +38,9 @@ CHUNK = 8 << 20  # bytes of events folded per UI update when catching up on a lo
 BIG_FILE = 32 << 20  # above this, attach shows head and tail first and reads the rest after
 HEAD_BYTES = 1 << 20
 TAIL_BYTES = 8 << 20
+FIGURE_PLOTS = 2  # at most, stacked beside the loss plot ...
+FIXED_ROWS = 11  # ... each given MIN_FIGURE_ROWS of the rows the header, the bottom panels and the footer leave
+MIN_FIGURE_ROWS = 10
 
 
 class DashboardScreen(Screen):
@@ -45,12 +50,13 @@ class DashboardScreen(Screen):
         Binding("l", "log_scale", "Log y"),
         Binding("v", "lr", "Loss/LR"),
         Binding("w", "window", "Last N / all"),
+        Binding("f", "figure", "Figure"),
         Binding("escape", "back", "Back"),
         Binding("r", "runs", "Runs"),
         Binding("c", "chat", "Chat"),
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
-    FOOTER_DROP_FIRST = ("window", "smoothing", "chat", "runs", "lr", "log_scale")
+    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale")
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
         super().__init__()
@@ -63,12 +69,16 @@ class DashboardScreen(Screen):
         self._gpu: tuple = ([], None)
         self._plotted = 0.0
         self._plot_due = False
+        self.figure_offset = 0  # which of the run's extra figures the first figure plot shows (key f)
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
         yield EndBanner(id="end-banner")
         with Horizontal(id="top"):
             yield LossPlot(id="loss-plot")
+            with Vertical(id="figure-plots"):  # shown once a step event carries extra figures
+                for i in range(FIGURE_PLOTS):
+                    yield FigurePlot(id=f"figure-plot-{i}")
             yield Figures(id="figures")
         with Horizontal(id="bottom"):
             yield GpuPanel(id="gpu-panel")
@@ -77,6 +87,7 @@ class DashboardScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(EndBanner).display = False
+        self.query_one("#figure-plots").display = False
         self.query_one("#gpu-panel").border_title = "devices"
         self.query_one("#log-tail").border_title = "train.log"
         self.query_one("#figures").border_title = "now"
@@ -169,7 +180,7 @@ class DashboardScreen(Screen):
             now = time.monotonic()
             if view.ended or view.loading is None and now - self._plotted >= PLOT_EVERY_S or previous is None:
                 self._plotted = now
-                self.query_one(LossPlot).show(view)
+                self._draw_plots(view)
             else:
                 self._plot_due = True
         if lines:
@@ -187,7 +198,34 @@ class DashboardScreen(Screen):
         if self._plot_due and self.view is not None and time.monotonic() - self._plotted >= PLOT_EVERY_S:
             self._plot_due = False
             self._plotted = time.monotonic()
-            self.query_one(LossPlot).show(self.view)
+            self._draw_plots(self.view)
+
+    def _draw_plots(self, view: RunView) -> None:
+        self.query_one("#loss-plot", LossPlot).show(view)
+        self._show_figures(view)
+
+    def _show_figures(self, view: RunView) -> None:
+        """The figure plots: none for a run without extra figures (sft, pt: the loss plot keeps
+        its room), else as many as the terminal's height gives room for, from figure_offset on."""
+        names = ordered_figures(view.figure_names)
+        box = self.query_one("#figure-plots")
+        if box.display != bool(names):
+            box.display = bool(names)
+            self.refresh_bindings()  # f is offered only with figures to cycle
+        if not names:
+            return
+        room = max(1, (self.size.height - FIXED_ROWS) // MIN_FIGURE_ROWS)
+        for i, plot in enumerate(self.query(FigurePlot)):
+            shown = i < min(len(names), room)
+            if plot.display != shown:
+                plot.display = shown
+            if shown:
+                plot.metric = names[(self.figure_offset + i) % len(names)]
+                plot.show(view)
+
+    def on_resize(self, _event) -> None:
+        if self.view is not None and not self._widgets_gone():
+            self._show_figures(self.view)
 
     def _follow_liveness(self, ended: bool) -> None:
         """A run that ends stops the device sampler and hides Stop; one that lives again (a
@@ -201,6 +239,8 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # nothing to stop once the run has ended: not offered in the footer
             return self.view is None or not self.view.ended
+        if action == "figure":  # nothing to cycle without extra figures (sft, pt)
+            return self.view is not None and bool(self.view.figure_names)
         return True
 
     def show_devices(self, gpus, host) -> None:
@@ -212,10 +252,16 @@ class DashboardScreen(Screen):
 
     # --- actions
     def action_smoothing(self) -> None:
-        self._toggle_plot("smoothing")
+        self._toggle_plot("smoothing", figures=True)
 
     def action_window(self) -> None:
-        self._toggle_plot("recent_only")
+        self._toggle_plot("recent_only", figures=True)
+
+    def action_figure(self) -> None:
+        """The figure plots move on to the run's next extra figures."""
+        if self.view is not None and self.view.figure_names:
+            self.figure_offset = (self.figure_offset + 1) % len(self.view.figure_names)
+            self._show_figures(self.view)
 
     def action_log_scale(self) -> None:
         self._toggle_plot("log_scale")
@@ -223,13 +269,15 @@ class DashboardScreen(Screen):
     def action_lr(self) -> None:
         self._toggle_plot("metric", ("loss", "lr"))
 
-    def _toggle_plot(self, setting: str, values: tuple = (False, True)) -> None:
-        """Flips one of the plot's settings and draws it again from the last view (the window
-        and the metric change which curves it draws)."""
-        plot = self.query_one(LossPlot)
-        setattr(plot, setting, values[1] if getattr(plot, setting) == values[0] else values[0])
+    def _toggle_plot(self, setting: str, values: tuple = (False, True), figures: bool = False) -> None:
+        """Flips one of the loss plot's settings (``figures``: the figure plots' too) and draws
+        them again from the last view (the window and the metric change which curves they draw)."""
+        plot = self.query_one("#loss-plot", LossPlot)
+        value = values[1] if getattr(plot, setting) == values[0] else values[0]
+        for each in [plot, *(self.query(FigurePlot) if figures else ())]:
+            setattr(each, setting, value)
         if self.view is not None:
-            plot.show(self.view)
+            self._draw_plots(self.view)
         else:
             plot.redraw()
 

@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 from textual.worker import get_current_worker
 
-from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, SCHEDULERS, STAGE_DESCRIPTIONS
+from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.footer import FittingFooter
@@ -38,7 +38,9 @@ METHODS = ("full", "lora", "qlora", "freeze")
 FORM_DEFAULTS: dict[str, Any] = {
     "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": None, "max_samples": None, "val_size": 0.0,
-    "stage": "sft", "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
+    "stage": "sft", "pref_beta": 0.1, "pref_loss": "sigmoid", "pref_ftx": 0.0, "dpo_label_smoothing": 0.0, "simpo_gamma": 0.5,
+    "kto_chosen_weight": 1.0, "kto_rejected_weight": 1.0,
+    "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False,
     "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
@@ -52,6 +54,12 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
 PACKING = {"stage default (pt: on, sft: off)": "default", "on": "on", "off": "off"}
 PACKING_VALUES = {"default": None, "on": True, "off": False}
+# pref_loss's choices as the form lists them (every one of PREF_LOSSES: a test checks)
+PREF_LOSS_DESCRIPTIONS = {
+    "sigmoid": "DPO", "hinge": "hinge (SLiC)", "ipo": "IPO, squared margin",
+    "orpo": "ORPO, no reference model", "simpo": "SimPO, no reference model",
+}
+PREFERENCE = ("dpo", "kto")  # the stages that take pref_beta and pref_ftx (pref_loss: dpo's alone)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class F:
     options: tuple = ()
     optional: bool = False  # empty text means "not set"
     only_for: tuple[str, ...] = ()  # methods this field belongs to
+    stages: tuple[str, ...] = ()  # stages this field belongs to (shown, and in the config, only for them)
     placeholder: str = ""
 
 
@@ -82,6 +91,14 @@ GROUPS: list[tuple[str, list[F]]] = [
     ]),
     ("Method", [
         F("stage", "stage", "select", tuple((f"{s}: {d.split(':')[0]}", s) for s, d in STAGE_DESCRIPTIONS.items())),
+        F("pref_beta", "beta (preference)", stages=PREFERENCE),
+        F("pref_loss", "preference loss", "select", tuple((f"{k}: {PREF_LOSS_DESCRIPTIONS.get(k, k)}", k) for k in PREF_LOSSES),
+          stages=("dpo",)),
+        F("dpo_label_smoothing", "label smoothing (sigmoid)", stages=("dpo",)),
+        F("simpo_gamma", "SimPO target margin", stages=("dpo",)),
+        F("pref_ftx", "SFT loss weight (chosen)", stages=PREFERENCE),
+        F("kto_chosen_weight", "desirable weight", stages=("kto",)),
+        F("kto_rejected_weight", "undesirable weight", stages=("kto",)),
         F("method", "method", "select", tuple((m, m) for m in METHODS)),
         F("lora_rank", "LoRA rank", only_for=("lora", "qlora")),
         F("lora_alpha", "LoRA alpha", optional=True, only_for=("lora", "qlora"), placeholder="2 x rank"),
@@ -145,6 +162,12 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def shown_for(f: F, values: dict[str, Any]) -> bool:
+    """Whether a field belongs to the method and the stage chosen (else it is hidden and
+    left out of the config)."""
+    return (not f.only_for or values.get("method") in f.only_for) and (not f.stages or values.get("stage") in f.stages)
+
+
 def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
     """Form values -> the mapping RunConfig validates (strings are coerced by pydantic)."""
     data: dict[str, Any] = {}
@@ -162,7 +185,7 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
             if PACKING_VALUES.get(value) is None:
                 continue
             value = PACKING_VALUES[value]
-        if f.only_for and values.get("method") not in f.only_for:
+        if not shown_for(f, values):
             continue
         data[key] = value
     method = values.get("method", "lora")
@@ -201,6 +224,9 @@ class LaunchScreen(Screen):
         self._validation_pending = False
         self._ready = False
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
+        # Why the dataset does not fit the stage (records.check_format: a ranking set for sft, a
+        # plain one for dpo), from the preview worker, for the (dataset, dataset_dir, stage) it read
+        self._fit_problem: tuple[tuple[str, str, str], str | None] | None = None
         self.yaml_path: str | None = None  # the YAML last saved or loaded: F6 offers `ftui train` on it
         # processes per node as the form itself last set it (the GPU count): it follows the GPUs
         # picked until the user types another number; a loaded YAML's value is the user's
@@ -322,10 +348,11 @@ class LaunchScreen(Screen):
 
         values = self.values()
         cfg, problems = validate_config(self.current_config_dict())
-        if self._dataset_problem:
+        dataset_problem = self._dataset_problem or self._stage_fit_problem(values)
+        if dataset_problem:
             from ftui.config import FieldProblem
 
-            problems = [*problems, FieldProblem("dataset", values.get("dataset"), self._dataset_problem)]
+            problems = [*problems, FieldProblem("dataset", values.get("dataset"), dataset_problem)]
             cfg = None
         self.config, self.problems = cfg, problems
         by_field: dict[str, list[str]] = {}
@@ -356,11 +383,10 @@ class LaunchScreen(Screen):
                 label.display = bool(msgs)
                 row.set_class(bool(msgs), "-invalid")
         self._show_model_warning(values, bool(by_field.get("model_name_or_path")))
-        method = values.get("method")
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
-            if f.only_for or key in ("node_rank", "rdzv_endpoint"):
-                visible = (method in f.only_for) if f.only_for else multi
+            if f.only_for or f.stages or key in ("node_rank", "rdzv_endpoint"):
+                visible = shown_for(f, values) if f.only_for or f.stages else multi
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
                     row.display = visible
@@ -462,6 +488,7 @@ class LaunchScreen(Screen):
         from ftui.records import DataFormatError, HubDataset, check_format, dataset_path_problem, read_records, record_preview, resolve_datasets
 
         text = Text()
+        fit_problem = None
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
         if problem != self._dataset_problem:
             self.app.call_from_thread(self._set_dataset_problem, problem)
@@ -475,18 +502,24 @@ class LaunchScreen(Screen):
                     continue
                 if not records:
                     raise DataFormatError(f"dataset {spec.name!r} has no records")
-                text.append(f"{spec.name}: {check_format(spec, records[0], stage)}\n", style="bold")
+                try:
+                    kind = check_format(spec, records[0], stage)
+                except DataFormatError as err:  # the dataset does not fit the stage: the field's problem too
+                    fit_problem = str(err)
+                    raise
+                text.append(f"{spec.name}: {kind}\n", style="bold")
                 for i, r in enumerate(records):
                     prompt, answer = record_preview(r, spec, i, stage)
                     text.append(f"  {i + 1}. ", style="dim")
                     text.append(_clip(prompt, 60 if answer else 120))
-                    if answer:
-                        text.append(" → ", style="dim")
-                        text.append(_clip(answer, 60))
+                    for k, part in enumerate(answer_parts(answer, stage)):
+                        text.append(" → " if k == 0 else "\n     ", style="dim")
+                        text.append(_clip(part, 60))
                     text.append("\n")
         except (DataFormatError, OSError, ValueError) as err:
             text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
         if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
+            self.app.call_from_thread(self._set_fit_problem, (dataset, dataset_dir, stage), fit_problem)
             self.app.call_from_thread(self._show_preview, records=text)
 
     def _render_if_changed(self, cfg: "RunConfig") -> None:
@@ -539,6 +572,18 @@ class LaunchScreen(Screen):
     def _set_dataset_problem(self, problem: str | None) -> None:
         self._dataset_problem = problem
         self.revalidate()
+
+    def _set_fit_problem(self, read: tuple[str, str, str], problem: str | None) -> None:
+        if self._fit_problem != (read, problem):
+            self._fit_problem = (read, problem)
+            self.revalidate()
+
+    def _stage_fit_problem(self, values: dict[str, Any]) -> str | None:
+        """The preview's stage-fit problem, while the form still names what the preview read."""
+        if self._fit_problem is None:
+            return None
+        read, problem = self._fit_problem
+        return problem if read == (values.get("dataset"), values.get("dataset_dir"), values.get("stage")) else None
 
     @work(thread=True, exclusive=True, group="plan")
     def plan_memory(self, cfg: "RunConfig") -> None:
@@ -661,7 +706,9 @@ class LaunchScreen(Screen):
 
         # Every key the form has no field for is kept as loaded (RunConfig fields such as use_dora
         # too, so they reach the run and its validation); only those ftui has no field for are listed.
-        self.extra = {k: v for k, v in data.items() if k not in FIELDS and k not in FORM_DERIVED}
+        # A stage's own keys (pref_beta, ...) are kept too: a field shows and overrides them while
+        # its stage is chosen, and another stage chosen in the form does not lose them.
+        self.extra = {k: v for k, v in data.items() if (k not in FIELDS or FIELDS[k].stages) and k not in FORM_DERIVED}
         self._loaded_keys = set(data)
         if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
             self._nproc_filled = None
@@ -763,6 +810,15 @@ PREVIEW_RECORDS = 32  # records the first-example render encodes (pt packs sever
 def _shorten(text: str, n: int) -> str:
     """Like _clip, but keeps the line breaks (a record error spans lines)."""
     return text if len(text) <= n else text[:n] + f"… ({len(text):,} characters)"
+
+
+def answer_parts(answer: str, stage: str) -> list[str]:
+    """A record's answers as the preview lists them: a preference pair's chosen and rejected
+    answer on lines of their own (preference_records.comparison_preview), else the answer."""
+    if stage in ("dpo", "rm") and "\nrejected: " in answer:
+        chosen, rejected = answer.split("\nrejected: ", 1)
+        return [chosen, "rejected: " + rejected]
+    return [answer] if answer else []
 
 
 def _clip(text: str, n: int) -> str:

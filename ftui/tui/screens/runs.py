@@ -1,5 +1,6 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
-loss curves are overlaid below the table, d deletes a run that no job runs (after a yes)."""
+loss curves are overlaid below the table (f: an extra figure of theirs instead, such as a
+preference run's rewards_margin), d deletes a run that no job runs (after a yes)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
-from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunsRootError, RunSummary, delete_run, list_row, list_runs, summarize_run
+from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_run, list_row, list_runs
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.state import downsample
+from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.widgets import STATUS_STYLE, LossPlot
 
 REFRESH_S = 2.0
@@ -33,6 +34,7 @@ COMFORT = {"run": 30, "model": 24}
 GIVE_WAY = ("started", "duration")
 CELL_PAD = 2  # DataTable's cell padding, both sides
 MARK_WIDTH = 1 + CELL_PAD
+OVERLAY_POINTS = 1000  # per run and curve
 
 
 def fit_columns(widths: dict[str, int], available: int) -> dict[str, int]:
@@ -100,6 +102,7 @@ class RunsScreen(Screen):
         Binding("enter", "attach", "Attach", priority=True),
         Binding("space", "mark", "Mark"),
         Binding("o", "overlay", "Overlay"),
+        Binding("f", "figure", "Figure"),
         Binding("escape", "back", "Back"),
         Binding("n", "new", "New"),
         Binding("d", "delete", "Delete"),
@@ -111,6 +114,8 @@ class RunsScreen(Screen):
         self.runs: list[RunSummary] = []
         self.marked: set[str] = set()
         self.shown_columns: dict[str, int] = {}
+        self.overlaid: list[RunView] = []  # the runs of the overlay, read whole
+        self.overlay_metric = "loss"  # or an extra figure of theirs (key f)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"runs in {self.root}", style="bold"), id="runs-title")
@@ -210,17 +215,45 @@ class RunsScreen(Screen):
     @work(thread=True, exclusive=True, group="overlay")
     def load_curves(self, chosen: list[RunSummary]) -> None:
         """The list holds summaries from the head and tail of each run's events; the overlay
-        reads the chosen runs whole (off the UI thread: a long run takes a while)."""
-        curves = []
+        reads the chosen runs whole (off the UI thread: a long run takes a while), folded as
+        the dashboard folds them: the loss and any extra figures over the run."""
+        views = []
         for r in chosen:
-            full = summarize_run(r.path, full=True)
-            curves.append((r.run_id, downsample(full.loss_steps, full.loss_values, 1000)))
-        self.app.call_from_thread(self._show_curves, curves)
+            state = RunState(RunSummary(run_id=r.run_id, path=r.path), max_points=OVERLAY_POINTS)
+            RunFollower(r.path, state.summary, state.apply, compact=True).read()
+            views.append(state.view())
+        self.app.call_from_thread(self._show_curves, views)
 
-    def _show_curves(self, curves: list) -> None:
+    def overlay_metrics(self) -> list[str]:
+        """What the overlay can compare: the loss, then the extra figures any of its runs has."""
+        return ["loss", *ordered_figures(list(dict.fromkeys(n for v in self.overlaid for n in v.figure_names)))]
+
+    def _show_curves(self, views: list[RunView]) -> None:
+        self.overlaid = views
+        if self.overlay_metric not in self.overlay_metrics():
+            self.overlay_metric = "loss"
+        self.refresh_bindings()  # f is offered when there is a figure to compare
+        self._draw_overlay()
+
+    def _draw_overlay(self) -> None:
+        """The overlay's metric for each of its runs that has it."""
+        metric = self.overlay_metric
+        curves = [(v.run_id, v.series if metric == "loss" else v.figure_series[metric])
+                  for v in self.overlaid if metric == "loss" or metric in v.figure_series]
         plot = self.query_one(LossPlot)
         plot.display = bool(curves)
-        plot.show_many(curves)
+        plot.show_many(curves, metric)
+
+    def action_figure(self) -> None:
+        """The overlay compares the next of its metrics: the loss, then each extra figure."""
+        metrics = self.overlay_metrics()
+        self.overlay_metric = metrics[(metrics.index(self.overlay_metric) + 1) % len(metrics)]
+        self._draw_overlay()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "figure":  # only an overlay with extra figures has something to cycle
+            return len(self.overlay_metrics()) > 1
+        return True
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
