@@ -38,7 +38,7 @@ def finished(run_dir, proc, events, stage):
     return steps_of(events), evals[-1]
 
 
-def test_dpo_with_lora_separates_the_training_pairs(tmp_path, lf_data):
+def test_dpo_with_lora_separates_the_training_pairs_and_chats(tmp_path, lf_data):
     cfg = pref_config(tmp_path, lf_data, finetuning_type="lora", lora_rank=16, learning_rate=2e-2, max_steps=16)
     run_dir, events, proc = train_sync(cfg)
     steps, last = finished(run_dir, proc, events, "dpo")
@@ -49,12 +49,7 @@ def test_dpo_with_lora_separates_the_training_pairs(tmp_path, lf_data):
     assert last["eval_rewards_margin"] > 0.5 and last["eval_rewards_accuracy"] >= 0.9
     assert "adapter off" in (run_dir / "train.log").read_text()
     assert (run_dir / "final" / "adapter_config.json").is_file()
-
-
-def test_dpo_final_answers_in_chat(tmp_path, lf_data):
-    cfg = pref_config(tmp_path, lf_data, max_steps=2, eval_dataset=None)
-    run_dir, _events, proc = train_sync(cfg)
-    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    # final/ is an adapter over the base as for SFT: chat loads and answers with it
     out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", "--run", str(run_dir), "--prompt", "Hi!",
                           "--temperature", "0", "--max-new-tokens", "8", "--device", "cpu"],
                          capture_output=True, text=True, timeout=300)
@@ -132,7 +127,7 @@ def test_llamafactory_preference_examples_train(name, tmp_path, lf_data, test_mo
     path.write_text(yaml.safe_dump(data))
     # shortened with --set only: two steps of the example's own batch (1 x 8 accumulation)
     proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path), "--set", "max_steps=2",
-                           "--set", "max_samples=16", "--set", "cutoff_len=256", "--set", "logging_steps=1"],
+                           "--set", "max_samples=8", "--set", "cutoff_len=128", "--set", "logging_steps=1"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     run_dir = next((tmp_path / "runs").iterdir())

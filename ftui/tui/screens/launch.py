@@ -766,7 +766,7 @@ class LaunchScreen(Screen):
         from ftui.records import dataset_path_problem
 
         if self.config is not None:  # the preview may not have read the latest dataset_info.json yet
-            self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir)
+            self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir, self.config.stage)
         self.revalidate()  # the latest keystrokes may not be validated yet
         if self.config is None:
             self.notify("the form has problems: fix the fields marked in red", severity="error")
