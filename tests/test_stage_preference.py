@@ -105,8 +105,12 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     assert torch.isfinite(scores).all()
 
 
-def test_dpo_resumes_exactly(tmp_path, lf_data):
-    cfg = pref_config(tmp_path, lf_data, max_steps=6, save_steps=3, eval_dataset=None)
+@pytest.mark.parametrize("stage,method", [("dpo", "full"), pytest.param("kto", "full", marks=pytest.mark.slow),
+                                          pytest.param("rm", "lora", marks=pytest.mark.slow)])
+def test_preference_runs_resume_exactly(tmp_path, lf_data, stage, method):
+    """Policy (or adapter and value head), optimizer and data position come back; the reference
+    is rebuilt from the same start."""
+    cfg = pref_config(tmp_path, lf_data, stage=stage, finetuning_type=method, max_steps=6, save_steps=3, eval_dataset=None)
     run_dir, events, proc = train_sync(cfg)
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
     copy = tmp_path / "copy"
