@@ -24,6 +24,7 @@ def test_attach_bench_runs():
     assert result["step_events"] == 3000 and result["whole_history_s"] >= result["first_frame_with_last_step_s"] > 0
 
 
+@pytest.mark.slow  # a bench's smoke run (CI time); the bench itself is run by hand
 @pytest.mark.dist
 def test_watch_cpu_bench_runs():
     (result,) = run("tui_watch_cpu.py", "2")
@@ -46,6 +47,7 @@ def test_monitor_overhead_bench_runs():
     assert pair["every_step_step_s"] > 0 and pair["first_and_last_only_step_s"] > 0
 
 
+@pytest.mark.slow  # a bench's smoke run (CI time); tests/test_plan.py checks the planner itself
 def test_planner_check_bench_runs():
     result = run("planner_check.py")
     assert [c["case"] for c in result["cases"]] == ["full fp32 single"]
@@ -71,6 +73,7 @@ def test_loss_parity_bench_runs():
     assert len(result["single-full"]["loss"]) == 2 and len(result["single-full"]["eval_loss"]) == 2
 
 
+@pytest.mark.slow  # a bench's smoke run (CI time): the GPU set is run on a GPU by hand
 def test_gpu_set_bench_runs_the_trainer_and_ftui():
     out = run("gpu_set.py")
     cases = out["cases"]

@@ -28,9 +28,12 @@ SHARDS_OPTIMIZER = SHARDS_PARAMS | {"zero1", "zero2", "zero2_offload"}
 MAX_STEPS, SAVE_STEPS = 8, 4
 
 
+SLOW_PRESETS = {"zero2_offload", "fsdp_offload"}  # on a CPU their offload moves nothing beyond zero2 / fsdp (CI time)
+
+
 def matrix():
     for preset, method in DEFAULT_METHOD.items():
-        yield pytest.param(preset, method, id=f"{preset}-{method}")
+        yield pytest.param(preset, method, id=f"{preset}-{method}", marks=[pytest.mark.slow] if preset in SLOW_PRESETS else [])
         other = "lora" if method == "full" else "full"
         yield pytest.param(preset, other, id=f"{preset}-{other}", marks=pytest.mark.slow)
 

@@ -93,8 +93,8 @@ def test_fuzzed_datasets_say_what_is_wrong(tmp_path, demo_tokenizer, case):
     elif case == "nulls":
         f.write_text(json.dumps([{"instruction": None, "output": None}]))
         expected = ""
-    else:  # a 10 MB single record: read, cut to cutoff_len, trained on (or dropped with a warning)
-        f.write_text(json.dumps([{"instruction": "q " * 5_000_000, "output": "a"}, {"instruction": "q", "output": "a"}]))
+    else:  # a 2 MB single record: read, cut to cutoff_len, trained on (or dropped with a warning)
+        f.write_text(json.dumps([{"instruction": "q " * 1_000_000, "output": "a"}, {"instruction": "q", "output": "a"}]))
         data = build_datasets(tiny_config(tmp_path, dataset=str(f), cutoff_len=64), demo_tokenizer)
         assert all(len(e.input_ids) <= 64 for e in data.train)
         assert data.warnings

@@ -233,7 +233,7 @@ def try_hostile_pickles(ports: list[int], processes: list[psutil.Process], marke
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc", [pytest.param(1, marks=pytest.mark.slow), 2])  # 1: no group, no socket at all (CI time)
 def test_a_run_listens_on_no_port_beyond_loopback_and_runs_no_planted_pickle(tmp_path, nproc):
     """The whole process tree of a training run (supervisor, launcher, ranks): one process
     listens on nothing; two ranks at most on loopback, meeting through a private file in the
