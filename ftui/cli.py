@@ -7,6 +7,8 @@
     ftui plan CONFIG.yaml                    will it fit? per-GPU memory estimate and what would fit
     ftui data CONFIG.yaml --show N | --dump OUT.jsonl   the training examples as the run encodes them
     ftui chat --run RUN | --model PATH       talk to a trained model (streaming REPL, or --prompt)
+    ftui predict RUN --dataset NAMES         generate answers to a dataset's prompts, BLEU-4 / ROUGE (a job)
+    ftui eval RUN --dataset NAMES            eval loss and perplexity (reward accuracy) over datasets (a job)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui runs                                list the runs under the runs root
@@ -111,6 +113,29 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
     c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
 
+    for kind, what in (("predict", "generate a model's answers to a dataset's prompts and score them (BLEU-4, ROUGE) as LLaMA-Factory does"),
+                       ("eval", "a model's eval loss and perplexity over datasets (reward accuracy for preference stages)")):
+        j = sub.add_parser(kind, help=what, description=f"{what}. A job like training: detached, it outlives the app; "
+                           "Ctrl-C stops it (what it did is kept); --detach returns at once.")
+        j.add_argument("run", nargs="?", help="a run id (prefix) or directory: its final/ by default")
+        j.add_argument("--checkpoint", metavar="N", help="the run's checkpoint at step N instead of final/")
+        j.add_argument("--base", action="store_true", help="the base model the run started from (to compare)")
+        j.add_argument("--model", help="a model directory outside any run (with --template; the job goes under the runs root)")
+        j.add_argument("--adapter", help="with --model: a LoRA adapter directory on top")
+        j.add_argument("--template", help="with --model: the chat template (default: the tokenizer's own)")
+        j.add_argument("--dataset", required=True, help="dataset names (dataset_info.json) or files, comma separated")
+        j.add_argument("--dataset-dir", help="where dataset_info.json is (default: the run's dataset_dir)")
+        j.add_argument("--max-samples", type=int, help="the first N records of each dataset")
+        j.add_argument("--nproc-per-node", type=int, default=1, help="processes (each takes a share of the examples; default 1)")
+        j.add_argument("--device", default="auto", help="cpu, cuda or auto (default: a GPU if there is one)")
+        j.add_argument("--detach", action="store_true", help="start it and return (follow with ftui watch DIR)")
+        j.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+        if kind == "predict":
+            j.add_argument("--max-new-tokens", type=int, default=512)
+            j.add_argument("--temperature", type=float, default=0.95, help="0 means greedy (default 0.95, as LLaMA-Factory)")
+            j.add_argument("--top-p", type=float, default=0.7)
+            j.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
+
     r = sub.add_parser("runs", help="list your runs (the default runs root's and those output_dir put elsewhere)")
     r.add_argument("--root", default=None, metavar="RUNS_ROOT",
                    help=f"list only the runs under this directory (default: {default_runs_root()}, set by FTUI_HOME, plus the runs it indexes)")
@@ -150,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_data(args)
     if args.command == "chat":
         return cmd_chat(args)
+    if args.command in ("predict", "eval"):
+        return cmd_offline_job(args)
     if args.command == "attach":
         return cmd_attach(args)
     if args.command == "watch":
@@ -255,6 +282,50 @@ def cmd_delete(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"deleted {path}")
     return EXIT_OK
+
+
+# LLaMA-Factory's predict keys, read by _llamafactory_predict_args instead of the training config
+LF_PREDICT_KEYS = ("do_train", "do_predict", "do_eval", "predict_with_generate", "adapter_name_or_path", "eval_dataset",
+                   "per_device_eval_batch_size", "max_new_tokens", "temperature", "top_p", "do_sample", "output_dir")
+
+
+def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argparse.Namespace | bool | None:
+    """A LLaMA-Factory predict YAML (``do_predict: true``, ``predict_with_generate: true``, no
+    ``do_train``) as ftui predict's arguments: ``eval_dataset`` scored, ``model_name_or_path``
+    with ``adapter_name_or_path`` on it, the job under ``output_dir``. None: a training YAML;
+    False: a predict YAML with a problem (said)."""
+    if not args.config or args.preset:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(args.config).expanduser().read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None  # the training path reports it
+    if not isinstance(data, dict) or not data.get("do_predict") or data.get("do_train"):
+        return None
+    data.update(_parse_set(args.overrides))
+    if not data.get("predict_with_generate"):
+        err.print("[red]error:[/] do_predict without predict_with_generate scores no answers; set predict_with_generate: "
+                  "true (answers and BLEU / ROUGE), or use ftui eval RUN --dataset NAMES for the eval loss")
+        return False
+    adapter = data.get("adapter_name_or_path")
+    if isinstance(adapter, str) and "," in adapter:
+        err.print("[red]error:[/] adapter_name_or_path names several adapters; ftui predicts with one (merge the others first)")
+        return False
+    dataset = data.get("eval_dataset") or data.get("dataset")
+    if not dataset or not data.get("model_name_or_path"):
+        err.print("[red]error:[/] a predict YAML needs model_name_or_path and eval_dataset")
+        return False
+    temperature = float(data.get("temperature", 0.95)) if data.get("do_sample", True) else 0.0
+    model_data = {k: v for k, v in data.items() if k not in LF_PREDICT_KEYS and k not in ("dataset", "stage")}
+    return argparse.Namespace(
+        command="predict", run=None, checkpoint=None, base=False, model=str(data["model_name_or_path"]),
+        adapter=str(adapter) if adapter else None, template=data.get("template"), dataset=str(dataset),
+        dataset_dir=data.get("dataset_dir"), max_samples=data.get("max_samples"), nproc_per_node=1, device="auto",
+        detach=args.detach, root=str(data.get("output_dir") or default_runs_root()),
+        max_new_tokens=int(data.get("max_new_tokens", 1024)), temperature=temperature, top_p=float(data.get("top_p", 0.7)),
+        batch_size=int(data.get("per_device_eval_batch_size", 8)), model_data=model_data, model_source=str(args.config))
 
 
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
@@ -385,6 +456,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         run_dir, cfg, resume, lock = found
     else:
+        predict = _llamafactory_predict_args(args, err)
+        if predict is not None:  # LLaMA-Factory's way in: do_predict + predict_with_generate, no do_train
+            return cmd_offline_job(predict) if predict else EXIT_USAGE
         cfg = _load_train_config(args, err)
         if cfg is None:
             return EXIT_USAGE
@@ -438,6 +512,116 @@ def cmd_train(args: argparse.Namespace) -> int:
     if summary.status == "completed":
         return EXIT_OK
     return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
+
+
+def cmd_offline_job(args: argparse.Namespace) -> int:
+    """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it."""
+    from ftui.config import ConfigError, parse_config
+    from ftui.follow import follow_run
+    from ftui.jobs.launch import RunBusy, stop_run
+    from ftui.jobs.offline import JobError, prepare_job, source_of, start_job
+
+    out, err = safe_console(), safe_console(stderr=True)
+    kind = args.command
+    if (args.run is None) == (args.model is None):
+        err.print(f"ftui {kind}: give a run (id or directory) or --model PATH, not both")
+        return EXIT_USAGE
+    if args.model is None and (args.adapter or args.template):
+        err.print(f"ftui {kind}: --adapter and --template go with --model (a run has its own)")
+        return EXIT_USAGE
+    if args.checkpoint and args.base:
+        err.print(f"ftui {kind}: --checkpoint or --base, not both")
+        return EXIT_USAGE
+    for name in ("max_samples", "batch_size", "max_new_tokens", "nproc_per_node"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            err.print(f"ftui {kind}: --{name.replace('_', '-')} must be 1 or more")
+            return EXIT_USAGE
+    run_dir = model_config = None
+    root = Path(args.root or default_runs_root()).expanduser()
+    if args.run is not None:
+        run_dir = _resolve(args.run, args.root, err)
+        if run_dir is None:
+            return EXIT_USAGE
+    else:
+        data = getattr(args, "model_data", None) or {"model_name_or_path": args.model, "template": args.template}
+        try:
+            model_config, _ = parse_config({**data, "dataset": args.dataset, "dataset_dir": args.dataset_dir or data.get("dataset_dir", "data"),
+                                            "output_dir": str(root)}, getattr(args, "model_source", "--model"))
+        except ConfigError as e:
+            err.print(f"[red]error:[/] {escape(str(e))}")
+            return EXIT_USAGE
+    generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)}
+    if generation.get("temperature", 0) < 0 or not 0 < generation.get("top_p", 1) <= 1:
+        err.print(f"ftui {kind}: --temperature must be 0 or more and --top-p in (0, 1]")
+        return EXIT_USAGE
+    source = source_of(run_dir, args.checkpoint, args.base, args.model, args.adapter)
+    problem = _offline_source_problem(run_dir, args)
+    if problem:
+        err.print(f"[red]error:[/] {escape(problem)}")
+        return EXIT_USAGE
+    try:
+        job_dir, cfg = prepare_job(kind, run_dir=run_dir, source=source, dataset=args.dataset, dataset_dir=args.dataset_dir,
+                                   max_samples=args.max_samples, generation=generation, nproc=args.nproc_per_node,
+                                   device=args.device, model_config=model_config, root=root)
+    except (JobError, ConfigError, OSError) as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE if not isinstance(e, OSError) else EXIT_FAILED
+    from ftui.records import dataset_path_problem
+
+    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
+    if problem:
+        err.print(f"[red]error:[/] {escape(problem)}")
+        return EXIT_USAGE
+    try:
+        start_job(kind, job_dir, cfg)
+    except RunBusy as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE
+    out.print(f"{kind} job started in {escape(str(job_dir))}")
+    if args.detach:
+        out.print(f"follow it with: ftui watch {escape(str(job_dir))}")
+        return EXIT_OK
+    interrupts = []
+
+    def interrupted(count: int) -> None:
+        interrupts.append(count)
+        out.print("[yellow]stopping: what is done is kept[/]" if count == 1 else "[red]killing the job[/]")
+        stop_run(job_dir, force=count > 1)
+
+    summary = follow_run(job_dir, out, on_interrupt=interrupted)
+    out.print(escape(str(job_dir)))
+    if summary.status == "completed":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
+
+
+def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> str | None:
+    """A checkpoint that is not there, a run without weights, a model path that is not a model:
+    said before the job starts."""
+    from ftui.paths import FINAL_DIR
+
+    if run_dir is None:
+        from ftui.paths import resolve_model_path
+
+        if not (Path(resolve_model_path(args.model)).expanduser() / "config.json").is_file():
+            return f"{args.model} is not a model directory (no config.json); give a directory written by save_pretrained"
+        if args.adapter and not (Path(args.adapter).expanduser() / "adapter_config.json").is_file():
+            return f"{args.adapter} is not a LoRA adapter directory (no adapter_config.json)"
+        return None
+    if args.checkpoint:
+        from ftui.runs import CheckpointError, resolve_checkpoint
+
+        try:
+            resolve_checkpoint(run_dir, str(args.checkpoint).removeprefix("step-"))
+        except CheckpointError as e:
+            return str(e)
+    elif not args.base and not (run_dir / FINAL_DIR).is_dir():
+        from ftui.runs import checkpoints
+
+        if not checkpoints(run_dir):
+            return f"{run_dir.name} has no final/ and no checkpoint yet; use --base for the model it started from"
+    return None
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

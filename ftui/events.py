@@ -49,6 +49,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "checkpoint": ("step", "path"),
     "log": ("level", "message"),
     "prepare": ("done", "total"),
+    "progress": ("done", "total"),  # a predict job's examples answered so far
+    "predict": ("predict_samples",),  # a predict job's results (predict_results.json's fields)
     "run_end": ("status", "reason"),
 }
 NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}

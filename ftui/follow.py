@@ -142,6 +142,27 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
     elif kind == "prepare":
         console.print(f"[dim]{fmt_prepare(event)}[/]")
+    elif kind == "progress" and _counts(event):
+        eta.add(event["t"], event["done"])
+        stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
+        stats["eta"] = fmt_duration(eta.eta(event["done"], event["total"]))
+        progress.update(task, total=event["total"], completed=event["done"], **stats)
+    elif kind == "predict":
+        console.print(fmt_predict(event))
+
+
+def _counts(event: dict) -> bool:
+    return all(isinstance(event.get(k), int) and not isinstance(event.get(k), bool) for k in ("done", "total"))
+
+
+def fmt_predict(event: dict) -> str:
+    """A predict job's results as one line (LLaMA-Factory's metric names; numbers only: a job
+    directory is untrusted)."""
+    names = {"predict_bleu_4": "BLEU-4", "predict_rouge_1": "ROUGE-1", "predict_rouge_2": "ROUGE-2",
+             "predict_rouge_l": "ROUGE-L", "predict_samples_per_second": "examples/s"}
+    parts = [f"{label} {event[n]:.2f}" for n, label in names.items()
+             if isinstance(event.get(n), (int, float)) and not isinstance(event.get(n), bool)]
+    return "results: " + (", ".join(parts) if parts else "no scores")
 
 
 def _num(value: float | None) -> str:

@@ -26,6 +26,16 @@ STORE_PREFIX = ".store-"  # the one-node launcher's FileStore, removed when it e
 TENSORBOARD_DIR = "tensorboard"  # report_to tensorboard: TensorBoard's event files of the run
 WANDB_DIR = "wandb"  # report_to wandb: W&B's own folder (wandb.init(dir=RUN_DIR) names it so)
 
+# --- Evaluate & Predict jobs: each in a directory of its own inside the run (RUN/predict/ID,
+# RUN/eval/ID) laid out as a run directory (config.yaml, events.jsonl, train.log, job.lock),
+# so the same launcher, supervisor, Stop, attach and watch serve them
+PREDICT_DIR = "predict"
+EVAL_DIR = "eval"
+JOB_SPEC_FILE = "job.json"  # what the job does: the model source, datasets, generation settings
+PREDICTIONS_FILE = "generated_predictions.jsonl"  # LLaMA-Factory's name: {"prompt", "predict", "label"} a line
+PREDICT_RESULTS_FILE = "predict_results.json"  # LLaMA-Factory's metric names, and the job's speed
+EVAL_RESULTS_FILE = "eval_results.json"  # the eval event's fields
+
 # --- Inside checkpoints/step-N/
 TRAINER_STATE = "trainer_state.json"  # step, data position, scheduler, scaler; written last, before the rename
 STATE_DIR = "state"  # the torch engines' DCP checkpoint of model (or adapter) + optimizer

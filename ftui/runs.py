@@ -283,6 +283,10 @@ class RunSummary:
                 self.last_loss = event["loss"]
                 self.loss_steps.append(self.step)
                 self.loss_values.append(event["loss"])
+        elif kind == "progress":  # a predict job: examples answered stand for steps
+            done = event.get("done")
+            if isinstance(done, int) and not isinstance(done, bool):
+                self.step = done
         elif kind == "run_end":
             self.status = event.get("status", "failed")
             self.ended = event.get("t")

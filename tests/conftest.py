@@ -64,6 +64,16 @@ def pretrained_base(tmp_path_factory) -> Path:
     return run_dir / "final"
 
 
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """The built-in demo, trained as `ftui train --preset demo` does (about half a minute);
+    shared by the chat and the predict / eval tests, which only read it (copy it to write)."""
+    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("demo")))
+    run_dir, _events, proc = train_sync(cfg, timeout=600)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    return run_dir
+
+
 def lora_config(tmp_path: Path, base: Path, **overrides):
     """LoRA on the pre-trained base, on data it has not seen (tests/data/farm_qa.json)."""
     over = dict(model_name_or_path=str(base), model_init="pretrained", finetuning_type="lora",

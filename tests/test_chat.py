@@ -12,22 +12,12 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from conftest import train_sync, wait_for
+from conftest import wait_for
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
-from ftui.config import demo_config
 
 QUESTION = "What is ftui?"
 ANSWER = "ftui is a terminal dashboard for fine-tuning language models on GPU servers."
 GREEDY = GenerationSettings(temperature=0.0, max_new_tokens=60)
-
-
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory) -> Path:
-    """The built-in demo, trained as `ftui train --preset demo` does (about half a minute)."""
-    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("demo")))
-    run_dir, events, proc = train_sync(cfg, timeout=600)
-    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
-    return run_dir
 
 
 def answer(worker: ChatWorker, question: str, settings: GenerationSettings = GREEDY) -> tuple[str, list[dict], dict]:

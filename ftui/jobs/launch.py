@@ -35,7 +35,8 @@ from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_d
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
 
-def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None) -> list[str]:
+def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None,
+                   job: str = "train") -> list[str]:
     """The exact command that starts the ranks on this node.
 
     One node: ftui's own launcher (``ftui.jobs.spawn``), which opens no port: the ranks
@@ -50,7 +51,7 @@ def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, res
     give the ranks ``stop_timeout`` seconds to finish the step and save a checkpoint after
     a Stop."""
     py = python or sys.executable
-    tail = ["train", str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
+    tail = [job, str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
     if cfg.nnodes == 1:
         return [py, "-m", "ftui.jobs.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
     host, _, port = cfg.rdzv_endpoint.rpartition(":")
@@ -123,13 +124,14 @@ def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
 
 
 def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None,
-              lock: int | None = None) -> dict[str, Any]:
+              lock: int | None = None, job: str = "train") -> dict[str, Any]:
     """Starts the supervisor + launcher in a new session; returns what launch.json records.
 
     ``lock``: the run directory's job lock if the caller took it already (lock_run_dir);
-    else it is taken here (RunBusy when another job runs)."""
+    else it is taken here (RunBusy when another job runs). ``job``: the runner's job (train;
+    predict and eval in a job directory of their own)."""
     run_dir = run_dir.resolve()
-    cmd = launch_command(cfg, run_dir, resume=resume)
+    cmd = launch_command(cfg, run_dir, resume=resume, job=job)
     sup = [sys.executable, "-m", "ftui.jobs.supervise", str(run_dir)]
     if cfg.node_rank > 0:
         sup += ["--node-rank", str(cfg.node_rank)]

@@ -4,6 +4,8 @@
                                           or by torchrun on several nodes)
     chat                                  the chat worker: JSON lines on stdin and stdout
     data CONFIG.yaml [--limit N] [--text] a config's training examples as JSON lines (ftui data)
+    predict JOB_DIR                       a predict job's rank (ftui predict): answers and their scores
+    eval JOB_DIR                          an eval job's rank (ftui eval): the stage's eval loss over datasets
 
 Everything outside ``ftui.runner`` starts these as processes and never imports them.
 """
@@ -18,6 +20,8 @@ JOBS = {
     "train": "ftui.runner.train:main",
     "chat": "ftui.runner.chat:main",
     "data": "ftui.runner.examples:main",
+    "predict": "ftui.runner.predict:main",
+    "eval": "ftui.runner.evaluate:main",
 }
 
 

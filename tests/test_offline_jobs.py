@@ -1,0 +1,134 @@
+"""Evaluate & Predict as jobs (issue 16): `ftui predict` and `ftui eval` on the trained demo,
+against its base; in order across processes; a predict job that outlives the CLI that started
+it, and one stopped half way that keeps what it answered; LLaMA-Factory's predict YAML through
+`ftui train`. (The BLEU / ROUGE definitions against LLaMA-Factory: tests/test_text_metrics.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import wait_for
+from ftui.paths import EVAL_RESULTS_FILE, EVENTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+
+FTUI = [sys.executable, "-m", "ftui.cli"]
+QUICK = ["--temperature", "0", "--max-new-tokens", "40"]
+
+
+def events_of(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / EVENTS_FILE).read_text().splitlines() if line.strip()]
+
+
+def run_cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*FTUI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def job_dir_of(proc: subprocess.CompletedProcess) -> Path:
+    """The job directory the CLI printed (its last line)."""
+    return Path(proc.stdout.strip().splitlines()[-1].strip())
+
+
+def predictions(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / PREDICTIONS_FILE).read_text().splitlines()]
+
+
+def test_predict_scores_the_trained_demo_far_above_its_base(demo_run):
+    trained = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", "--max-samples", "24", *QUICK)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    base = run_cli("predict", str(demo_run), "--base", "--dataset", "ftui_demo", "--max-samples", "24", *QUICK)
+    assert base.returncode == 0, base.stdout + base.stderr
+    good, bad = (json.loads((job_dir_of(p) / PREDICT_RESULTS_FILE).read_text()) for p in (trained, base))
+    for results in (good, bad):
+        assert {"predict_bleu-4", "predict_rouge-1", "predict_rouge-2", "predict_rouge-l"} <= set(results)
+        assert results["predict_samples"] == 24 and results["complete"] and results["predict_samples_per_second"] > 0
+    # the demo learnt its answers: BLEU-4 and ROUGE-L at least 60 points above the random base's
+    assert good["predict_bleu-4"] > 80 and good["predict_bleu-4"] - bad["predict_bleu-4"] > 60
+    assert good["predict_rouge-l"] - bad["predict_rouge-l"] > 60
+    rows = predictions(job_dir_of(trained))
+    assert len(rows) == 24 and all(set(r) == {"prompt", "predict", "label"} for r in rows)
+    assert job_dir_of(trained).parent == demo_run / "predict"
+    assert "<|im_start|>user" in rows[0]["prompt"] and rows[0]["predict"].strip() == rows[0]["label"].strip()
+
+
+def test_eval_reports_loss_and_perplexity_and_marks_the_run(demo_run, tmp_path):
+    run = tmp_path / demo_run.name
+    shutil.copytree(demo_run, run)
+    proc = run_cli("eval", str(run), "--dataset", "ftui_demo", "--max-samples", "16")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((job_dir_of(proc) / EVAL_RESULTS_FILE).read_text())
+    assert results["examples"] == 16 and results["eval_loss"] < 0.5 and results["eval_perplexity"] < 1.7
+    last = events_of(run)[-1]  # the run's own events: the dashboard draws the point at the model's step
+    steps = [e["step"] for e in events_of(run) if e["event"] == "step"]
+    assert last["event"] == "eval" and last["step"] == steps[-1] and last["eval_loss"] == results["eval_loss"]
+    base = run_cli("eval", str(run), "--base", "--dataset", "ftui_demo", "--max-samples", "16")
+    assert json.loads((job_dir_of(base) / EVAL_RESULTS_FILE).read_text())["eval_loss"] > results["eval_loss"] + 3
+
+
+@pytest.mark.dist
+def test_two_processes_share_the_examples_and_keep_the_dataset_order(demo_run, tmp_path):
+    one = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", "--max-samples", "7", *QUICK)
+    two = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", "--max-samples", "7", "--nproc-per-node", "2", *QUICK)
+    assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
+    assert predictions(job_dir_of(two)) == predictions(job_dir_of(one))
+    start = next(e for e in events_of(job_dir_of(two)) if e["event"] == "run_start")
+    assert start["world_size"] == 2
+
+
+def test_a_predict_job_outlives_its_cli_and_a_stopped_one_keeps_its_answers(demo_run, lf_data):
+    from ftui.jobs.launch import stop_run
+
+    cmd = [*FTUI, "predict", str(demo_run), "--dataset", "alpaca_en_demo", "--dataset-dir", str(lf_data),
+           "--max-samples", "300", "--batch-size", "1", "--temperature", "0", "--max-new-tokens", "24"]
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    jobs = demo_run / "predict"
+    assert wait_for(lambda: jobs.is_dir() and any(
+        (d / EVENTS_FILE).is_file() and '"progress"' in (d / EVENTS_FILE).read_text() for d in jobs.iterdir()), timeout=300)
+    job = max(jobs.iterdir(), key=lambda d: d.stat().st_mtime)
+    os.killpg(cli.pid, signal.SIGKILL)  # the app (here: the CLI following the job) dies
+    cli.wait()
+    before = sum(1 for e in events_of(job) if e["event"] == "progress")
+    assert wait_for(lambda: sum(1 for e in events_of(job) if e["event"] == "progress") > before, timeout=300)  # still going
+    stop_run(job)
+    assert wait_for(lambda: any(e["event"] == "run_end" for e in events_of(job)), timeout=300)
+    end = events_of(job)[-1]
+    assert end["event"] == "run_end" and end["status"] == "stopped", end
+    rows = predictions(job)
+    results = json.loads((job / PREDICT_RESULTS_FILE).read_text())
+    assert 0 < len(rows) < 300 and results["predict_samples"] == len(rows) and not results["complete"]
+    assert all(r["label"] for r in rows)
+
+
+def test_llamafactorys_predict_yaml_runs_a_predict_job(demo_run, tmp_path):
+    data = {"model_name_or_path": str(demo_run / "final"), "stage": "sft", "do_predict": True, "predict_with_generate": True,
+            "finetuning_type": "full", "eval_dataset": "ftui_demo", "cutoff_len": 256, "max_samples": 4,
+            "output_dir": str(tmp_path / "out"), "per_device_eval_batch_size": 2, "do_sample": False, "max_new_tokens": 40}
+    path = tmp_path / "predict.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = run_cli("train", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = job_dir_of(proc)
+    assert job.parent == tmp_path / "out" / "predict" and len(predictions(job)) == 4
+    assert json.loads((job / PREDICT_RESULTS_FILE).read_text())["predict_bleu-4"] > 80
+    no_generate = dict(data, predict_with_generate=False)
+    path.write_text(yaml.safe_dump(no_generate))
+    refused = run_cli("train", str(path))
+    assert refused.returncode == 2 and "predict_with_generate" in refused.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--checkpoint", "999"], "999"),
+    (["--model", "/nonexistent"], "give a run"),
+    (["--base", "--checkpoint", "1"], "not both"),
+    (["--batch-size", "0"], "--batch-size must be 1 or more"),
+])
+def test_predict_usage_problems_exit_2_before_any_job(demo_run, args, says):
+    proc = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", *args, timeout=120)
+    assert proc.returncode == 2 and says in " ".join(proc.stderr.split()), proc.stderr
