@@ -19,7 +19,10 @@ import importlib
 import logging
 import math
 import os
+import warnings
 from collections.abc import Iterable
+
+from .paths import ftui_home
 
 METRICS = ("bleu-4", "rouge-1", "rouge-2", "rouge-l")
 ROUGE_METRICS = ("rouge-1", "rouge-2", "rouge-l")
@@ -43,10 +46,20 @@ def metrics_unavailable() -> str | None:
 
 def _importable(module: str) -> bool:
     try:
-        importlib.import_module(module)
+        _import_quietly(module)
     except ImportError:
         return False
     return True
+
+
+def _import_quietly(module: str):
+    """Import a metric package without its warnings reaching the terminal: jieba and
+    rouge_chinese have regexes with invalid escapes (a SyntaxWarning on Python 3.12+ whenever
+    their source is compiled, e.g. with no writable __pycache__), and jieba imports
+    pkg_resources (a deprecation warning on recent setuptools)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module(module)
 
 
 def example_scores(predict: str, label: str) -> dict[str, float]:
@@ -54,9 +67,8 @@ def example_scores(predict: str, label: str) -> dict[str, float]:
     exactly as LLaMA-Factory's ComputeSimilarity scores a decoded prediction against its label.
     The first call builds jieba's dictionary (about 1 s; cached under FTUI_HOME for the next
     process)."""
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-    from rouge_chinese import Rouge
-
+    bleu_score = _import_quietly("nltk.translate.bleu_score")
+    rouge_chinese = _import_quietly("rouge_chinese")
     jieba = _quiet_jieba()
     hypothesis = list(jieba.cut(predict))
     reference = list(jieba.cut(label))
@@ -64,11 +76,12 @@ def example_scores(predict: str, label: str) -> dict[str, float]:
     if len(" ".join(hypothesis).split()) == 0 or len(" ".join(reference).split()) == 0:
         rouge = {metric: {"f": 0.0} for metric in ROUGE_METRICS}
     else:
-        rouge = Rouge().get_scores(" ".join(hypothesis), " ".join(reference))[0]
+        rouge = rouge_chinese.Rouge().get_scores(" ".join(hypothesis), " ".join(reference))[0]
     for metric in ROUGE_METRICS:
-        scores[metric] = round(rouge[metric]["f"] * 100, 4)
-    bleu = sentence_bleu([list(label)], list(predict), smoothing_function=SmoothingFunction().method3)
-    scores["bleu-4"] = round(bleu * 100, 4)
+        scores[metric] = float(round(rouge[metric]["f"] * 100, 4))
+    bleu = bleu_score.sentence_bleu([list(label)], list(predict),
+                                    smoothing_function=bleu_score.SmoothingFunction().method3)
+    scores["bleu-4"] = float(round(bleu * 100, 4))  # sentence_bleu gives an int 0 for no match
     return scores
 
 
@@ -96,7 +109,7 @@ def _quiet_jieba():
     cannot write its cache) and caching under FTUI_HOME, this user's own and kept across reboots,
     rather than in the temp dir's jieba.cache, which all users share (and another may own)."""
     global _jieba_ready
-    import jieba
+    jieba = _import_quietly("jieba")
 
     if not _jieba_ready:
         jieba.setLogLevel(logging.CRITICAL)
@@ -108,8 +121,6 @@ def _quiet_jieba():
 
 def _jieba_cache_dir() -> str | None:
     """FTUI_HOME/cache when it exists or can be made and is writable, else None."""
-    from .paths import ftui_home
-
     path = ftui_home() / JIEBA_CACHE_DIR
     try:
         path.mkdir(parents=True, exist_ok=True)

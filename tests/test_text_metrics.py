@@ -70,9 +70,9 @@ def test_a_missing_package_is_named_with_the_install_command(monkeypatch, module
     assert not any(d in why for d in others)
 
 
-def _run_python(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env},
-                          timeout=300)
+def _run_python(code: str, env: dict, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
 
 
 def test_the_module_imports_neither_torch_nor_the_metric_packages():
@@ -104,5 +104,15 @@ def test_jieba_works_where_ftui_home_cannot_be_written(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     proc = _run_python(SCORE_ONE, {"FTUI_HOME": str(blocker / "ftui"), "TMPDIR": str(tmp)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "66.6667" and proc.stderr == ""
+
+
+def test_the_metric_packages_warnings_stay_off_the_terminal(tmp_path):
+    """jieba's and rouge_chinese's invalid regex escapes warn whenever their source is compiled
+    (a SyntaxWarning that Python 3.12 shows by default): compiled afresh here (an empty pycache
+    prefix) with every warning shown, scoring still prints nothing on stderr."""
+    env = {"FTUI_HOME": str(tmp_path / "home"), "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+    proc = _run_python(SCORE_ONE, env, "-W", "default")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "66.6667" and proc.stderr == ""
