@@ -578,7 +578,7 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
     except RunBusy as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
         return EXIT_USAGE
-    out.print(f"{kind} job started in {escape(str(job_dir))}")
+    out.print(f"{kind} job started in {escape(str(job_dir))}", soft_wrap=True)
     if args.detach:
         out.print(f"follow it with: ftui watch {escape(str(job_dir))}")
         return EXIT_OK
@@ -590,7 +590,7 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
         stop_run(job_dir, force=count > 1)
 
     summary = follow_run(job_dir, out, on_interrupt=interrupted)
-    out.print(escape(str(job_dir)))
+    out.print(escape(str(job_dir)), soft_wrap=True)  # the last line: the job's directory, whole (scripts read it)
     if summary.status == "completed":
         return EXIT_OK
     return EXIT_INTERRUPTED if interrupts else EXIT_FAILED

@@ -87,11 +87,12 @@ def test_a_predict_job_outlives_its_cli_and_a_stopped_one_keeps_its_answers(demo
 
     cmd = [*FTUI, "predict", str(demo_run), "--dataset", "alpaca_en_demo", "--dataset-dir", str(lf_data),
            "--max-samples", "300", "--batch-size", "1", "--temperature", "0", "--max-new-tokens", "24"]
-    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     jobs = demo_run / "predict"
-    assert wait_for(lambda: jobs.is_dir() and any(
-        (d / EVENTS_FILE).is_file() and '"progress"' in (d / EVENTS_FILE).read_text() for d in jobs.iterdir()), timeout=300)
-    job = max(jobs.iterdir(), key=lambda d: d.stat().st_mtime)
+    earlier = set(jobs.iterdir()) if jobs.is_dir() else set()
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert wait_for(lambda: jobs.is_dir() and len(set(jobs.iterdir()) - earlier) == 1, timeout=120)
+    job = (set(jobs.iterdir()) - earlier).pop()
+    assert wait_for(lambda: (job / EVENTS_FILE).is_file() and '"progress"' in (job / EVENTS_FILE).read_text(), timeout=300)
     os.killpg(cli.pid, signal.SIGKILL)  # the app (here: the CLI following the job) dies
     cli.wait()
     before = sum(1 for e in events_of(job) if e["event"] == "progress")
