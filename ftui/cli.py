@@ -426,6 +426,7 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
     as --set overrides, so the YAML's settings are the ones trained with, as in LLaMA-Factory."""
     import json
 
+    from ftui.config import ConfigError
     from ftui.config import load_config as read_config
     from ftui.runs import CONFIG_FILE, resume_target
 

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ftui.runner.engines import DistInfo
 from ftui.runner.engines.base import Engine
 from ftui.runner.faults import Heartbeat, StopRequest
 from ftui.runner.job import run_job
-from ftui.runner.predict import job_device, load_model, read_spec
+from ftui.runner.predict import PROGRESS_EVERY_S, job_device, load_model, read_spec
 from ftui.runner.stages import make_stage
 
 
@@ -104,7 +105,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
                          trainable_params=0, max_steps=None, planned_tokens_per_step=0, examples=len(data.train),
                          source=spec.get("source_label", loaded.label), dataset=cfg.dataset, device=device)
         share = data.train[info.rank :: info.world_size]
-        fields = stage.evaluate(engine, share, stage.collator(), heartbeat.beat)
+        fields = stage.evaluate(engine, share, stage.collator(), progress_beat(heartbeat, writer, cfg, info, len(data.train)))
     if writer is None:
         return "completed", ""
     if not fields:
@@ -121,6 +122,22 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     record_in_run(spec, step, fields, extra)
     shown = ", ".join(f"{k.removeprefix('eval_')} {v:.4f}" for k, v in fields.items() if isinstance(v, float))
     return "completed", f"{len(data.train)} examples of {cfg.dataset}: {shown}"
+
+
+def progress_beat(heartbeat: Heartbeat, writer: EventWriter | None, cfg: RunConfig, info: DistInfo, total: int):
+    """Stage.evaluate's per-batch beat: the heartbeat, and on rank 0 a `progress` event every few
+    seconds (examples scored, counted from rank 0's batches: the ranks hold equal shares)."""
+    batches, last = 0, time.monotonic()
+
+    def beat() -> None:
+        nonlocal batches, last
+        heartbeat.beat()
+        batches += 1
+        if writer is not None and time.monotonic() - last >= PROGRESS_EVERY_S:
+            last = time.monotonic()
+            writer.write("progress", done=min(total, batches * cfg.per_device_eval_batch_size * info.world_size), total=total)
+
+    return beat
 
 
 def record_in_run(spec: dict[str, Any], step: int, fields: dict[str, Any], extra: dict[str, Any]) -> None:

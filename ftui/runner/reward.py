@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
-from typing import Any
-
 import torch
 from torch import nn
 

@@ -208,11 +208,6 @@ def labelled_tokens(example: Example) -> int:
     return sum(1 for x in example.labels if x != IGNORE)
 
 
-def labelled_tokens(example: Example) -> int:
-    """Tokens of an example that carry a label (its answer's tokens)."""
-    return sum(1 for x in example.labels if x != IGNORE)
-
-
 def disable_dropout(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Dropout):
