@@ -254,3 +254,19 @@ async def test_compare_refuses_different_datasets(tmp_path, run):
         app.push_screen(CompareScreen(a, b))
         await until(pilot, lambda: app.screen.problem is not None)
         assert "not the same dataset" in app.screen.problem and not app.screen.items
+
+
+def test_browser_snapshot(snap_compare, tmp_path, run):
+    """The predictions browser at 100x30: sorted by BLEU-4 worst first, the hostile example
+    highlighted (its markup and control characters shown as text)."""
+    job = write_job(run, "20240101-000100", ROWS)
+    app = make_app(tmp_path)
+
+    async def before(pilot):
+        pilot.app.push_screen(PredictionsScreen(job))
+        await until(pilot, lambda: pilot.app.screen.status.plain == "scored")
+        await pilot.press("s", "down", "down")
+        await pilot.pause(0.5)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=before)

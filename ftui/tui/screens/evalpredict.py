@@ -120,7 +120,7 @@ class EvalPredictScreen(Screen):
                 sources = job_sources(self.run_dir)
                 yield self._row("source", "model", Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
                 yield self._row("dataset", "datasets", Input(id="ep-dataset", placeholder="names or files", compact=True))
-                yield self._row("dataset_dir", "dataset_info.json folder", Input("data", id="ep-dataset_dir", compact=True))
+                yield self._row("dataset_dir", "dataset dir", Input("data", id="ep-dataset_dir", compact=True))
                 yield self._row("max_samples", "max samples", Input(id="ep-max_samples", placeholder="all", compact=True))
                 from ftui.jobs.offline import GENERATION_DEFAULTS
 
@@ -148,7 +148,7 @@ class EvalPredictScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#ep-form").border_title = "new job"
         jobs = self.query_one("#ep-jobs", DataTable)
-        jobs.border_title = "jobs of this run (Enter: open, Space: mark two predict jobs, F8: compare)"
+        jobs.border_title = "jobs: Enter opens, Space marks two to compare"
         for key in ("mark", "kind", "job", "source", "dataset", "status", "result"):
             jobs.add_column("" if key == "mark" else key, key=key)
         self.query_one("#ep-progress").display = False

@@ -26,7 +26,7 @@ from ftui.tui.predictions import (SCORES, Example, Pair, clip, metric_deltas, pa
                                   score_examples, shown, visible)
 
 MAX_ROWS = 2000  # table rows at once: a search narrows a larger set
-SCORE_WIDTH = 7
+SCORE_WIDTH = 8
 NAMES = {"bleu-4": "BLEU-4", "rouge-l": "ROUGE-L"}
 
 
@@ -266,10 +266,10 @@ def score_all(screen: ExamplesScreen, rows: list[Example]) -> list[dict[str, flo
 
 class CompareScreen(ExamplesScreen):
     """Two predict jobs of one dataset: their figures and B - A, then per example
-    # | Δ BLEU-4 | Δ ROUGE-L | label | A | B, sortable by the difference."""
+    # | Δ BLEU-4 | Δ ROUGE-L | label | A | B (each with its BLEU-4), sortable by the difference."""
 
     TEXT_COLUMNS = ("label", "A", "B")
-    SCORE_COLUMNS = ("Δ BLEU-4", "Δ ROUGE-L")
+    SCORE_COLUMNS = ("ΔBLEU-4", "ΔROUGE-L")
 
     def __init__(self, job_a: Path, job_b: Path):
         super().__init__()
@@ -316,7 +316,7 @@ class CompareScreen(ExamplesScreen):
 
     def cells(self, item: Pair, width: int) -> list[Text]:
         return [score_cell(item.delta("bleu-4"), signed=True), score_cell(item.delta("rouge-l"), signed=True),
-                Text(clip(item.a.label, width)), Text(clip(item.a.predict, width)), Text(clip(item.b.predict, width))]
+                Text(clip(item.a.label, width)), scored_text(item.a, width), scored_text(item.b, width)]
 
     def detail(self, item: Pair) -> Text:
         text = Text()
@@ -325,6 +325,15 @@ class CompareScreen(ExamplesScreen):
         section(text, f"A {self.labels[0]}", item.a.predict, item.a.scores)
         section(text, f"B {self.labels[1]}", item.b.predict, item.b.scores)
         return text
+
+
+def scored_text(example: Example, width: int) -> Text:
+    """A prediction's cell in the comparison: its BLEU-4, then the text."""
+    bleu = example.scores.get("bleu-4")
+    head = "  …  " if bleu is None else f"{bleu:5.1f} "
+    text = Text(head, style="dim")
+    text.append(clip(example.predict, max(1, width - len(head))))
+    return text
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
