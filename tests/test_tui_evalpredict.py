@@ -270,3 +270,22 @@ def test_browser_snapshot(snap_compare, tmp_path, run):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=before)
+
+
+async def test_browser_of_a_job_without_predictions_or_metric_packages(tmp_path, run, monkeypatch):
+    """A job still running has no predictions file yet: the browser says so. Without the metric
+    packages the examples are listed unscored, with the reason."""
+    import ftui.text_metrics
+
+    running = write_job(run, "20240101-000000", ROWS, end=None)
+    done = write_job(run, "20240101-000100", ROWS)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.push_screen(PredictionsScreen(running))
+        await until(pilot, lambda: app.screen.problem is not None)
+        assert "not there yet" in app.screen.problem
+        app.pop_screen()
+        monkeypatch.setattr(ftui.text_metrics, "metrics_unavailable", lambda: "nltk is not installed: pip install 'ftui[predict]'")
+        app.push_screen(PredictionsScreen(done))
+        await until(pilot, lambda: "no per-example scores" in app.screen.status.plain)
+        assert len(app.screen.visible_items) == 4 and all(not e.scores for e in app.screen.visible_items)

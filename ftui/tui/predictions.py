@@ -72,6 +72,8 @@ def read_predictions(job_dir: Path) -> list[Example]:
     that is not a prediction) with a message that names the file."""
     path = Path(job_dir) / PREDICTIONS_FILE
     rows = []
+    if not path.is_file():
+        raise OSError(f"{path} is not there yet: a predict job writes it when it ends (a stopped one too)")
     with open(path, encoding="utf-8", errors="replace") as fh:
         for n, line in enumerate(fh):
             if not line.strip():
