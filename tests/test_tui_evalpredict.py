@@ -70,6 +70,32 @@ def run(tmp_path):
     return run
 
 
+LOCKS: list[int] = []
+
+
+@pytest.fixture
+def fake_start(monkeypatch):
+    """start_job without a model: the (kind, job_dir, cfg) it was given, and the job's lock
+    held as the supervisor holds it from the job's start to its end (release_locks ends it)."""
+    from ftui.jobs import offline
+
+    started = []
+
+    def start_job(kind, job_dir, cfg):
+        LOCKS.append(os.open(job_dir / "job.lock", os.O_CREAT | os.O_RDWR))
+        fcntl.flock(LOCKS[-1], fcntl.LOCK_EX)
+        started.append((kind, job_dir, cfg))
+
+    monkeypatch.setattr(offline, "start_job", start_job)
+    yield started
+    release_locks()
+
+
+def release_locks() -> None:
+    while LOCKS:
+        os.close(LOCKS.pop())
+
+
 def app_with(tmp_path, run):
     return make_app(tmp_path, attach=run)
 
@@ -118,21 +144,13 @@ async def test_opens_from_dashboard_runs_screen_and_palette(tmp_path, run):
         assert "Evaluate & Predict" in titles
 
 
-async def test_start_follows_progress_and_stop(tmp_path, run, monkeypatch):
+async def test_start_follows_progress_and_stop(tmp_path, run, monkeypatch, fake_start):
     """Start prepares the job (job.json with the form's settings) and starts it; the screen
     follows its progress (examples done / total, ETA), Stop asks stop_run, the end shows the
     figures from the results file."""
-    from ftui.jobs import launch, offline
+    from ftui.jobs import launch
 
-    started, stops, locks = [], [], []
-
-    def start_job(kind, job_dir, cfg):
-        """As the supervisor does: the job's lock is held from its start to its end."""
-        locks.append(os.open(job_dir / "job.lock", os.O_CREAT | os.O_RDWR))
-        fcntl.flock(locks[0], fcntl.LOCK_EX)
-        started.append((kind, job_dir, cfg))
-
-    monkeypatch.setattr(offline, "start_job", start_job)
+    started, stops = fake_start, []
     monkeypatch.setattr(launch, "stop_run", lambda job_dir, force=False: stops.append(force) or "stop requested")
     (tmp_path / "data.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 3))
     app = app_with(tmp_path, run)
@@ -169,7 +187,7 @@ async def test_start_follows_progress_and_stop(tmp_path, run, monkeypatch):
             assert "stopped after 1 of 3" in text_of(screen.query_one("#ep-status"))
             assert screen.query_one("#ep-stop", Button).disabled and not screen.query_one("#ep-browse", Button).disabled
         finally:
-            os.close(locks[0])
+            release_locks()
 
 
 async def test_bad_field_is_refused_with_a_message(tmp_path, run, monkeypatch):
@@ -289,3 +307,23 @@ async def test_browser_of_a_job_without_predictions_or_metric_packages(tmp_path,
         app.push_screen(PredictionsScreen(done))
         await until(pilot, lambda: "no per-example scores" in app.screen.status.plain)
         assert len(app.screen.visible_items) == 4 and all(not e.scores for e in app.screen.visible_items)
+
+
+async def test_eval_job_hides_generation_and_f5_twice_starts_one_job(tmp_path, run, fake_start):
+    started = fake_start
+    (tmp_path / "data.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 3))
+    app = app_with(tmp_path, run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, app)
+        await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value)
+        screen.query_one("#ep-dataset", Input).value = str(tmp_path / "data.json")
+        screen.query_one("#ep-kind").value = "eval"
+        await pilot.pause()
+        assert not screen.query_one("#ep-row-temperature").display and screen.query_one("#ep-row-nproc").display
+        screen.query_one("#ep-source").value = "base"
+        await pilot.press("f5", "f5")
+        await until(pilot, lambda: started)
+        await pilot.press("f5")
+        await pilot.pause(0.5)
+        assert len(started) == 1 and started[0][0] == "eval" and started[0][1].parent == run / "eval"
+        assert json.loads((started[0][1] / "job.json").read_text())["source"]["base"] is True

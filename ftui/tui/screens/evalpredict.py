@@ -26,8 +26,9 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar
 from textual.worker import get_current_worker
 
 from ftui.paths import CONFIG_FILE
-from ftui.runs import RunFollower, RunSummary, checkpoints, summarize_run
+from ftui.runs import RunFollower, RunSummary, summarize_run
 from ftui.tui.predictions import read_results, result_lines
+from ftui.tui.screens.chat import BASE, chat_sources
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.widgets import STATUS_STYLE
 
@@ -35,18 +36,12 @@ POLL_S = 0.5
 KINDS = (("predict: generate answers, BLEU / ROUGE", "predict"), ("eval: loss and perplexity", "eval"))
 GENERATION_FIELDS = (("max_new_tokens", "max new tokens", int), ("temperature", "temperature", float),
                      ("top_p", "top-p", float), ("batch_size", "batch size", int))
-BASE, FINAL = "base", "final"
-
-
-def job_sources(run_dir: Path) -> list[tuple[str, str]]:
-    """(label, value) model sources of a run: final/ (when there), its checkpoints newest first, the base."""
-    out = [("final/", FINAL)] if (run_dir / "final").is_dir() else []
-    out += [(f"checkpoint step {s}", f"step-{s}") for s, _ in reversed(checkpoints(run_dir))]
-    return out + [("base model (untrained)", BASE)]
+JOBS_REFRESH_S = 5.0  # the jobs list: a job started from a shell shows up, a live one's status moves
 
 
 def source_args(value: str) -> tuple[str | None, bool]:
-    """A source choice as ``source_of`` takes it: (checkpoint step, base)."""
+    """A model source as the chat screen lists them (``chat_sources``: final, step-N, base) as
+    ``source_of`` takes it: (checkpoint step, base)."""
     if value == BASE:
         return None, True
     return (value.removeprefix("step-"), False) if value.startswith("step-") else (None, False)
@@ -111,13 +106,14 @@ class EvalPredictScreen(Screen):
         self.marked: list[Path] = []  # predict jobs marked to compare, oldest mark first
         self.summary: RunSummary | None = None
         self.stop_requests = 0
+        self.stage = "sft"  # the run's stage: the preview checks the datasets fit it
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"Evaluate & Predict · {self.run_dir.name}", style="bold"), id="ep-title")
         with Horizontal(id="ep-body"):
             with VerticalScroll(id="ep-form"):
                 yield self._row("kind", "job", Select(KINDS, value="predict", allow_blank=False, id="ep-kind", compact=True))
-                sources = job_sources(self.run_dir)
+                sources = chat_sources(self.run_dir)
                 yield self._row("source", "model", Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
                 yield self._row("dataset", "datasets", Input(id="ep-dataset", placeholder="names or files", compact=True))
                 yield self._row("dataset_dir", "dataset dir", Input("data", id="ep-dataset_dir", compact=True))
@@ -154,6 +150,7 @@ class EvalPredictScreen(Screen):
         self.query_one("#ep-progress").display = False
         self.read_run_defaults()
         self.list_jobs()
+        self.set_interval(JOBS_REFRESH_S, self.list_jobs)
 
     # --- workers
     @work(thread=True, group="defaults")
@@ -166,6 +163,7 @@ class EvalPredictScreen(Screen):
         data = data if isinstance(data, dict) else {}
         dataset = data.get("eval_dataset") or data.get("dataset") or ""
         dataset_dir = data.get("dataset_dir") or "data"
+        self.stage = str(data.get("stage") or "sft")
         self.app.call_from_thread(self._fill_defaults, ",".join(dataset) if isinstance(dataset, list) else str(dataset), str(dataset_dir))
 
     def _fill_defaults(self, dataset: str, dataset_dir: str) -> None:
@@ -214,7 +212,7 @@ class EvalPredictScreen(Screen):
     def preview(self, dataset: str, dataset_dir: str) -> None:
         from ftui.tui.screens.launch import records_preview
 
-        text, _fit = records_preview(dataset, dataset_dir)
+        text, _fit = records_preview(dataset, dataset_dir, self.stage)
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self._show, "#ep-preview", text)
 
@@ -373,6 +371,8 @@ class EvalPredictScreen(Screen):
         return True
 
     def action_start(self) -> None:
+        if self.query_one("#ep-start", Button).disabled and self.summary is None:
+            return  # a start is under way (F5 pressed twice)
         if self.summary is not None and not self.summary.has_ended:
             self.notify("a job of this screen is still running: stop it or wait for it", severity="warning")
             return
