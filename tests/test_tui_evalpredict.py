@@ -107,6 +107,13 @@ async def open_screen(pilot, app) -> EvalPredictScreen:
     return app.screen
 
 
+async def use_own_data(pilot, screen, tmp_path) -> None:
+    """The datasets field, once the run's own data has filled it, set to a small file of three records."""
+    (tmp_path / "data.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 3))
+    await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value)
+    screen.query_one("#ep-dataset", Input).value = str(tmp_path / "data.json")
+
+
 # --- pure parts
 def test_visible_shows_control_characters_as_escapes():
     assert visible("a\x1b[2J\rb") == "a\\x1b[2J\\rb"
@@ -152,12 +159,10 @@ async def test_start_follows_progress_and_stop(tmp_path, run, monkeypatch, fake_
 
     started, stops = fake_start, []
     monkeypatch.setattr(launch, "stop_run", lambda job_dir, force=False: stops.append(force) or "stop requested")
-    (tmp_path / "data.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 3))
     app = app_with(tmp_path, run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)
-        await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value)
-        screen.query_one("#ep-dataset", Input).value = str(tmp_path / "data.json")
+        await use_own_data(pilot, screen, tmp_path)
         screen.query_one("#ep-source").value = "step-20"
         screen.query_one("#ep-max_samples", Input).value = "3"
         screen.query_one("#ep-temperature", Input).value = "0"
@@ -311,12 +316,10 @@ async def test_browser_of_a_job_without_predictions_or_metric_packages(tmp_path,
 
 async def test_eval_job_hides_generation_and_f5_twice_starts_one_job(tmp_path, run, fake_start):
     started = fake_start
-    (tmp_path / "data.json").write_text(json.dumps([{"instruction": "q", "output": "a"}] * 3))
     app = app_with(tmp_path, run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)
-        await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value)
-        screen.query_one("#ep-dataset", Input).value = str(tmp_path / "data.json")
+        await use_own_data(pilot, screen, tmp_path)
         screen.query_one("#ep-kind").value = "eval"
         await pilot.pause()
         assert not screen.query_one("#ep-row-temperature").display and screen.query_one("#ep-row-nproc").display
