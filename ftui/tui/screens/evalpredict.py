@@ -144,8 +144,8 @@ class EvalPredictScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#ep-form").border_title = "new job"
         jobs = self.query_one("#ep-jobs", DataTable)
-        jobs.border_title = "jobs: Enter opens, Space marks two to compare"
-        for key in ("mark", "kind", "job", "source", "dataset", "status", "result"):
+        jobs.border_title = "jobs: Enter opens, Space marks"
+        for key in ("mark", "kind", "status", "source", "dataset", "result", "job"):  # the id last: it is the least telling
             jobs.add_column("" if key == "mark" else key, key=key)
         self.query_one("#ep-progress").display = False
         self.read_run_defaults()
@@ -204,9 +204,8 @@ class EvalPredictScreen(Screen):
             result = f"loss {results['eval_loss']:.4f}"
         else:
             result = ""
-        return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(job_dir.name),
-                Text(str(spec.get("source_label", "?"))), Text(str(spec.get("dataset", "?"))),
-                Text(summary.status, style=STATUS_STYLE.get(summary.status, "")), Text(result)]
+        return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(summary.status, style=STATUS_STYLE.get(summary.status, "")),
+                Text(str(spec.get("source_label", "?"))), Text(str(spec.get("dataset", "?"))), Text(result), Text(job_dir.name)]
 
     @work(thread=True, exclusive=True, group="preview")
     def preview(self, dataset: str, dataset_dir: str) -> None:
