@@ -330,3 +330,27 @@ async def test_eval_job_hides_generation_and_f5_twice_starts_one_job(tmp_path, r
         await pilot.pause(0.5)
         assert len(started) == 1 and started[0][0] == "eval" and started[0][1].parent == run / "eval"
         assert json.loads((started[0][1] / "job.json").read_text())["source"]["base"] is True
+
+
+@pytest.mark.dist
+async def test_a_real_predict_job_from_the_screen(tmp_path, demo_run):
+    """End to end on the trained demo (a copy): Start on the screen runs a real detached predict
+    job; the screen follows it to its end and shows its figures, and the browser lists its
+    examples, each answered as the demo learnt it (BLEU-4 100)."""
+    import shutil
+
+    run = Path(shutil.copytree(demo_run, tmp_path / "runs" / demo_run.name, ignore=shutil.ignore_patterns("predict", "eval")))
+    app = make_app(tmp_path, attach=run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, app)
+        await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value == "ftui_demo")
+        for key, value in {"max_samples": "4", "max_new_tokens": "40", "temperature": "0", "batch_size": "2"}.items():
+            screen.query_one(f"#ep-{key}", Input).value = value
+        await pilot.press("f5")
+        await until(pilot, lambda: screen.summary is not None and screen.summary.has_ended, timeout=600)
+        assert screen.summary.status == "completed", text_of(screen.query_one("#ep-status"))
+        assert "4 / 4 examples" in text_of(screen.query_one("#ep-status"))
+        await until(pilot, lambda: "predict_bleu-4" in text_of(screen.query_one("#ep-metrics")))
+        await pilot.press("f7")
+        await until(pilot, lambda: isinstance(app.screen, PredictionsScreen) and app.screen.status.plain == "scored", timeout=120)
+        assert len(app.screen.items) == 4 and all(e.scores["bleu-4"] > 90 for e in app.screen.items)
