@@ -819,9 +819,6 @@ def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
             f"{shlex.join(launch_command(cfg, run_dir))}")
 
 
-__all__ = ["LaunchScreen", "form_to_config", "config_to_form"]
-
-
 def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple[Text, str | None]:
     """The Data group's preview: the first records of the first two datasets as read (or why
     they cannot be), and why the data does not fit the stage (None when it does). Reads files:
@@ -857,3 +854,7 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
     except (DataFormatError, OSError, ValueError) as err:
         text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
     return text, fit_problem
+
+
+__all__ = ["LaunchScreen", "form_to_config", "config_to_form"]
+
