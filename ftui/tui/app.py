@@ -75,6 +75,12 @@ class FtuiApp(App):
 
         self.push_screen(DashboardScreen(Path(run_dir), clock=self.clock, sampler=self.sampler))
 
+    def open_evalpredict(self, run_dir: Path) -> None:
+        """The Evaluate & Predict screen of a run (its dashboard's, and the runs screen's, key e)."""
+        from ftui.tui.screens.evalpredict import EvalPredictScreen
+
+        self.push_screen(EvalPredictScreen(Path(run_dir)))
+
     def action_show_launch(self) -> None:
         if self.launch_screen is None or self.launch_screen not in self.screen_stack:
             self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
@@ -110,6 +116,11 @@ class FtuiApp(App):
             yield SystemCommand("Toggle log scale", "The plot's y axis on a log scale", screen.action_log_scale)
             yield SystemCommand("Loss / learning rate", "Plot the loss or the learning rate", screen.action_lr)
             yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
+            yield SystemCommand("Evaluate & Predict", "Score this run on a dataset, browse and compare its predictions",
+                                screen.action_evalpredict)
         if isinstance(screen, RunsScreen):
             yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)
             yield SystemCommand("Delete run", "Delete the highlighted run's directory (asks first; never a live run)", screen.action_delete)
+            if screen.current_run() is not None:
+                yield SystemCommand("Evaluate & Predict", "Score the highlighted run on a dataset, browse and compare its predictions",
+                                    screen.action_evalpredict)

@@ -54,6 +54,7 @@ class DashboardScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("r", "runs", "Runs"),
         Binding("c", "chat", "Chat"),
+        Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
     FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale")
@@ -294,6 +295,9 @@ class DashboardScreen(Screen):
         from ftui.tui.screens.chat import ChatScreen
 
         self.app.push_screen(ChatScreen(self.run_dir))
+
+    def action_evalpredict(self) -> None:
+        self.app.open_evalpredict(self.run_dir)
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why

@@ -485,39 +485,12 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str, stage: str = "sft") -> None:
-        from ftui.records import DataFormatError, HubDataset, check_format, dataset_path_problem, read_records, record_preview, resolve_datasets
+        from ftui.records import dataset_path_problem
 
-        text = Text()
-        fit_problem = None
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
         if problem != self._dataset_problem:
             self.app.call_from_thread(self._set_dataset_problem, problem)
-        try:
-            specs = resolve_datasets(dataset, dataset_dir) if dataset.strip() else []
-            for spec in specs[:2]:
-                try:
-                    records = read_records(spec, limit=3)
-                except HubDataset:
-                    text.append(f"{spec.name}: hub dataset, loaded when the run starts\n", style="dim")
-                    continue
-                if not records:
-                    raise DataFormatError(f"dataset {spec.name!r} has no records")
-                try:
-                    kind = check_format(spec, records[0], stage)
-                except DataFormatError as err:  # the dataset does not fit the stage: the field's problem too
-                    fit_problem = str(err)
-                    raise
-                text.append(f"{spec.name}: {kind}\n", style="bold")
-                for i, r in enumerate(records):
-                    prompt, answer = record_preview(r, spec, i, stage)
-                    text.append(f"  {i + 1}. ", style="dim")
-                    text.append(_clip(prompt, 60 if answer else 120))
-                    for k, part in enumerate(answer_parts(answer, stage)):
-                        text.append(" → " if k == 0 else "\n     ", style="dim")
-                        text.append(_clip(part, 60))
-                    text.append("\n")
-        except (DataFormatError, OSError, ValueError) as err:
-            text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
+        text, fit_problem = records_preview(dataset, dataset_dir, stage)
         if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
             self.app.call_from_thread(self._set_fit_problem, (dataset, dataset_dir, stage), fit_problem)
             self.app.call_from_thread(self._show_preview, records=text)
@@ -844,6 +817,43 @@ def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
     run_dir = Path(cfg.output_dir) / f"{name}-<timestamp>"
     return (f"{head}\n\nFor reference, what it launches (the run directory is created at start):\n"
             f"{shlex.join(launch_command(cfg, run_dir))}")
+
+
+def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple[Text, str | None]:
+    """The Data group's preview: the first records of the first two datasets as read (or why
+    they cannot be), and why the data does not fit the stage (None when it does). Reads files:
+    call it from a worker. The Evaluate & Predict screen shows the same."""
+    from ftui.records import DataFormatError, HubDataset, check_format, read_records, record_preview, resolve_datasets
+
+    text = Text()
+    fit_problem = None
+    try:
+        specs = resolve_datasets(dataset, dataset_dir) if dataset.strip() else []
+        for spec in specs[:2]:
+            try:
+                records = read_records(spec, limit=3)
+            except HubDataset:
+                text.append(f"{spec.name}: hub dataset, loaded when the run starts\n", style="dim")
+                continue
+            if not records:
+                raise DataFormatError(f"dataset {spec.name!r} has no records")
+            try:
+                kind = check_format(spec, records[0], stage)
+            except DataFormatError as err:  # the dataset does not fit the stage: the field's problem too
+                fit_problem = str(err)
+                raise
+            text.append(f"{spec.name}: {kind}\n", style="bold")
+            for i, r in enumerate(records):
+                prompt, answer = record_preview(r, spec, i, stage)
+                text.append(f"  {i + 1}. ", style="dim")
+                text.append(_clip(prompt, 60 if answer else 120))
+                for k, part in enumerate(answer_parts(answer, stage)):
+                    text.append(" → " if k == 0 else "\n     ", style="dim")
+                    text.append(_clip(part, 60))
+                text.append("\n")
+    except (DataFormatError, OSError, ValueError) as err:
+        text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
+    return text, fit_problem
 
 
 __all__ = ["LaunchScreen", "form_to_config", "config_to_form"]

@@ -106,6 +106,7 @@ class RunsScreen(Screen):
         Binding("escape", "back", "Back"),
         Binding("n", "new", "New"),
         Binding("d", "delete", "Delete"),
+        Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
     ]
 
     def __init__(self, root: str | Path):
@@ -191,6 +192,15 @@ class RunsScreen(Screen):
         if not self.runs or table.cursor_row < 0 or table.cursor_row >= len(self.runs):
             return None
         return self.runs[table.cursor_row]
+
+    def current_run(self) -> RunSummary | None:
+        """The highlighted run (None when the list is empty)."""
+        return self._current()
+
+    def action_evalpredict(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.open_evalpredict(run.path)
 
     def action_attach(self) -> None:
         run = self._current()

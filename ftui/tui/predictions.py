@@ -1,0 +1,177 @@
+"""A predict job's examples as the Evaluate & Predict screen browses and compares them:
+read from ``generated_predictions.jsonl``, scored one by one (BLEU-4, ROUGE-L), filtered,
+sorted worst-first, and paired with another job's. No Textual, no torch: plain data, tested
+on its own. Every text here came from a dataset or a model: :func:`visible` is how it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ftui.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+
+SCORES = ("bleu-4", "rouge-l")  # each example's own figures the browser shows
+RESULTS_MAX = 1 << 20  # a results file is a few hundred bytes: more is not one ftui wrote
+# C0/C1 control characters and the line and paragraph separators: shown as escapes, so a
+# prediction cannot move the cursor, clear the screen or hide text behind a carriage return
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+@dataclass
+class Example:
+    index: int  # the example's place in the dataset (0-based)
+    prompt: str
+    predict: str
+    label: str
+    scores: dict[str, float] = field(default_factory=dict)  # empty until scored
+
+    def matches(self, query: str) -> bool:
+        """Whether the prompt, label or prediction holds ``query`` (case-insensitive)."""
+        q = query.casefold()
+        return not q or any(q in text.casefold() for text in (self.prompt, self.label, self.predict))
+
+
+@dataclass
+class Pair:
+    """One example answered by two jobs (A and B), for the comparison."""
+
+    index: int
+    a: Example
+    b: Example
+
+    def delta(self, metric: str) -> float | None:
+        if metric not in self.a.scores or metric not in self.b.scores:
+            return None
+        return self.b.scores[metric] - self.a.scores[metric]
+
+    def matches(self, query: str) -> bool:
+        return self.a.matches(query) or self.b.matches(query)
+
+
+def visible(text: str, one_line: bool = False) -> str:
+    """``text`` with its control characters as escapes (``\\x1b``, ``\\r``); with ``one_line``
+    newlines and tabs too (a table cell). Shown through rich Text, never as markup."""
+    out = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    if one_line:
+        out = out.replace("\n", "⏎").replace("\t", "→")
+    return out
+
+
+def clip(text: str, width: int) -> str:
+    text = visible(text, one_line=True)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def read_predictions(job_dir: Path) -> list[Example]:
+    """The job's examples in dataset order. Raises OSError (no file yet) and ValueError (a line
+    that is not a prediction) with a message that names the file."""
+    path = Path(job_dir) / PREDICTIONS_FILE
+    rows = []
+    if not path.is_file():
+        raise OSError(f"{path} is not there yet: a predict job writes it when it ends (a stopped one too)")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise ValueError(f"{path}: line {n + 1} is not JSON") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: line {n + 1} is not a prediction record")
+            rows.append(Example(len(rows), *(_as_text(data.get(k)) for k in ("prompt", "predict", "label"))))
+    return rows
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def score_examples(rows: list[Example], scorer: Callable[[str, str], dict[str, float]] | None = None,
+                   cancelled: Callable[[], bool] = lambda: False, every: int = 200,
+                   progress: Callable[[int], None] | None = None) -> bool:
+    """Fills each example's scores (``text_metrics.example_scores``, about 1 ms each);
+    ``progress(done)`` every ``every`` examples. False when cancelled before the end."""
+    if scorer is None:
+        from ftui.text_metrics import example_scores as scorer
+    for n, row in enumerate(rows, 1):
+        if cancelled():
+            return False
+        row.scores = scorer(row.predict, row.label)
+        if progress is not None and n % every == 0:
+            progress(n)
+    return True
+
+
+def sort_key(metric: str | None) -> Callable[[Any], tuple]:
+    """Dataset order (None), else the metric ascending (worst first; unscored last, then by index).
+    Works for examples (their score) and pairs (B minus A)."""
+    def key(item: Any) -> tuple:
+        if metric is None:
+            return (0, 0.0, item.index)
+        value = item.delta(metric) if isinstance(item, Pair) else item.scores.get(metric)
+        return (value is None, 0.0 if value is None else value, item.index)
+    return key
+
+
+def shown(items: Iterable[Any], query: str, metric: str | None) -> list[Any]:
+    """The items that match ``query``, in the order ``metric`` sorts them."""
+    return sorted((i for i in items if i.matches(query)), key=sort_key(metric))
+
+
+def pair_examples(a: list[Example], b: list[Example]) -> tuple[list[Pair], int]:
+    """Both jobs' answers to the same examples, by dataset index (a stopped job has fewer), and
+    how many of those have different labels (then they are not the same data: the caller says so)."""
+    pairs = [Pair(x.index, x, y) for x, y in zip(a, b)]
+    return pairs, sum(p.a.label != p.b.label for p in pairs)
+
+
+def read_results(job_dir: Path, kind: str) -> dict[str, Any]:
+    """predict_results.json / eval_results.json: only its numbers, strings and booleans ({}
+    when absent or not a results file)."""
+    path = Path(job_dir) / (PREDICT_RESULTS_FILE if kind == "predict" else EVAL_RESULTS_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            data = json.loads(fh.read(RESULTS_MAX))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, (int, float, str, bool)) and not _bad_float(v)}
+
+
+def _bad_float(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
+
+
+PREDICT_FIGURES = ("predict_bleu-4", "predict_rouge-1", "predict_rouge-2", "predict_rouge-l")
+
+
+def metric_deltas(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None, float | None]]:
+    """(name, A, B, B - A) for the four predict figures, a missing one as None."""
+    out = []
+    for name in PREDICT_FIGURES:
+        x, y = _number(a.get(name)), _number(b.get(name))
+        out.append((name.removeprefix("predict_"), x, y, None if x is None or y is None else y - x))
+    return out
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def result_lines(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """A results file's fields as (name, value) to show: figures with 2 places (4 for a loss)."""
+    lines = []
+    for key, value in results.items():
+        if key in ("source", "dataset"):
+            continue
+        if isinstance(value, float):
+            value = f"{value:.4f}" if "loss" in key or "perplexity" in key else f"{value:.2f}"
+        lines.append((key, str(value)))
+    return lines

@@ -1,0 +1,441 @@
+"""The Evaluate & Predict screen of one run (issue 16): a predict or eval job over datasets,
+from the run's final/, a checkpoint or its base; its progress (examples done, ETA) and Stop
+while it runs; its figures when it is done; the run's earlier jobs to open, browse
+(predictions, scored one by one) and compare two by two.
+
+A job is a detached process in RUN/predict/ID or RUN/eval/ID (``ftui.jobs.offline``), laid
+out as a run directory: it is followed with the runs' own ``RunFollower`` and stopped with
+``stop_run``, and it outlives this screen and the app. Preparing and starting it, reading its
+files and following it happen in thread workers; the UI thread only renders.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Select, Static
+from textual.worker import get_current_worker
+
+from ftui.paths import CONFIG_FILE
+from ftui.runs import RunFollower, RunSummary, summarize_run
+from ftui.tui.predictions import read_results, result_lines
+from ftui.tui.screens.chat import BASE, chat_sources
+from ftui.tui.screens.modals import Confirm
+from ftui.tui.widgets import STATUS_STYLE
+
+POLL_S = 0.5
+KINDS = (("predict: generate answers, BLEU / ROUGE", "predict"), ("eval: loss and perplexity", "eval"))
+GENERATION_FIELDS = (("max_new_tokens", "max new tokens", int), ("temperature", "temperature", float),
+                     ("top_p", "top-p", float), ("batch_size", "batch size", int))
+JOBS_REFRESH_S = 5.0  # the jobs list: a job started from a shell shows up, a live one's status moves
+
+
+def source_args(value: str) -> tuple[str | None, bool]:
+    """A model source as the chat screen lists them (``chat_sources``: final, step-N, base) as
+    ``source_of`` takes it: (checkpoint step, base)."""
+    if value == BASE:
+        return None, True
+    return (value.removeprefix("step-"), False) if value.startswith("step-") else (None, False)
+
+
+def parse_count(text: str, name: str, optional: bool = False) -> int | None:
+    """A whole number of 1 or more from a field (empty: None when ``optional``)."""
+    text = text.strip()
+    if not text and optional:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}: {text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{name} must be 1 or more")
+    return value
+
+
+def parse_generation(values: dict[str, str]) -> dict[str, Any]:
+    """The generation fields as the job takes them, checked as ``ftui predict`` checks them."""
+    out: dict[str, Any] = {}
+    for key, name, kind in GENERATION_FIELDS:
+        if kind is int:
+            out[key] = parse_count(values[key], name)
+            continue
+        try:
+            out[key] = float(values[key].strip())
+        except ValueError:
+            raise ValueError(f"{name}: {values[key].strip()!r} is not a number") from None
+    if out["temperature"] < 0 or not 0 < out["top_p"] <= 1:
+        raise ValueError("temperature must be 0 or more and top-p in (0, 1]")
+    return out
+
+
+def eta_text(done: int, total: int | None, per_s: float | None) -> str:
+    if not total or not per_s or per_s <= 0 or done >= total:
+        return ""
+    left = (total - done) / per_s
+    return f"ETA {int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+
+
+def job_kind(job_dir: Path) -> str:
+    return job_dir.parent.name  # RUN/predict/ID or RUN/eval/ID
+
+
+class EvalPredictScreen(Screen):
+    BINDINGS = [
+        Binding("f5", "start", "Start"),
+        Binding("f6", "stop", "Stop"),
+        Binding("f7", "browse", "Predictions"),
+        Binding("f8", "compare", "Compare"),
+        Binding("space", "mark", "Mark job", show=False),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, run_dir: Path):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.job_dir: Path | None = None  # the job this screen shows (started here or opened from the list)
+        self.jobs: list[Path] = []
+        self.marked: list[Path] = []  # predict jobs marked to compare, oldest mark first
+        self.summary: RunSummary | None = None
+        self.stop_requests = 0
+        self.stage = "sft"  # the run's stage: the preview checks the datasets fit it
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"Evaluate & Predict · {self.run_dir.name}", style="bold"), id="ep-title")
+        with Horizontal(id="ep-body"):
+            with VerticalScroll(id="ep-form"):
+                yield self._row("kind", "job", Select(KINDS, value="predict", allow_blank=False, id="ep-kind", compact=True))
+                sources = chat_sources(self.run_dir)
+                yield self._row("source", "model", Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
+                yield self._row("dataset", "datasets", Input(id="ep-dataset", placeholder="names or files", compact=True))
+                yield self._row("dataset_dir", "dataset dir", Input("data", id="ep-dataset_dir", compact=True))
+                yield self._row("max_samples", "max samples", Input(id="ep-max_samples", placeholder="all", compact=True))
+                from ftui.jobs.offline import GENERATION_DEFAULTS
+
+                for key, name, _ in GENERATION_FIELDS:
+                    yield self._row(key, name, Input(str(GENERATION_DEFAULTS[key]), id=f"ep-{key}", compact=True), "generation")
+                yield self._row("nproc", "processes", Input("1", id="ep-nproc", compact=True))
+                yield Static("", id="ep-preview", classes="note")
+            with Vertical(id="ep-side"):
+                yield DataTable(id="ep-jobs", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="ep-job")
+                yield ProgressBar(id="ep-progress", show_eta=False)
+                yield Static("", id="ep-status")
+                yield Static("", id="ep-metrics")
+        with Horizontal(id="ep-bar"):
+            yield Button("Start", id="ep-start", variant="success", compact=True)
+            yield Button("Stop", id="ep-stop", variant="error", compact=True, disabled=True)
+            yield Button("Predictions", id="ep-browse", compact=True, disabled=True)
+            yield Button("Compare", id="ep-compare", compact=True)
+        yield Footer()
+
+    @staticmethod
+    def _row(key: str, label: str, control: Any, classes: str = "") -> Horizontal:
+        return Horizontal(Label(label, classes="ep-label"), control, classes=f"field {classes}".strip(), id=f"ep-row-{key}")
+
+    def on_mount(self) -> None:
+        self.query_one("#ep-form").border_title = "new job"
+        jobs = self.query_one("#ep-jobs", DataTable)
+        jobs.border_title = "jobs: Enter opens, Space marks"
+        for key in ("mark", "kind", "status", "source", "dataset", "result", "job"):  # the id last: it is the least telling
+            jobs.add_column("" if key == "mark" else key, key=key)
+        self.query_one("#ep-progress").display = False
+        self.read_run_defaults()
+        self.list_jobs()
+        self.set_interval(JOBS_REFRESH_S, self.list_jobs)
+
+    # --- workers
+    @work(thread=True, group="defaults")
+    def read_run_defaults(self) -> None:
+        """The run's own datasets as the form's first guess (its config.yaml, read safely)."""
+        try:
+            data = yaml.safe_load((self.run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError):
+            data = None
+        data = data if isinstance(data, dict) else {}
+        dataset = data.get("eval_dataset") or data.get("dataset") or ""
+        dataset_dir = data.get("dataset_dir") or "data"
+        self.stage = str(data.get("stage") or "sft")
+        self.app.call_from_thread(self._fill_defaults, ",".join(dataset) if isinstance(dataset, list) else str(dataset), str(dataset_dir))
+
+    def _fill_defaults(self, dataset: str, dataset_dir: str) -> None:
+        if not self.is_attached:
+            return
+        if not self.query_one("#ep-dataset", Input).value:
+            self.query_one("#ep-dataset", Input).value = dataset
+            self.query_one("#ep-dataset_dir", Input).value = dataset_dir
+        self._preview()
+
+    @work(thread=True, exclusive=True, group="jobs")
+    def list_jobs(self) -> None:
+        from ftui.jobs.offline import list_jobs, read_job_spec
+
+        rows = []
+        for kind in ("predict", "eval"):
+            for job_dir in list_jobs(self.run_dir, kind):
+                rows.append((job_dir, kind, read_job_spec(job_dir), summarize_run(job_dir), read_results(job_dir, kind)))
+        rows.sort(key=lambda r: r[0].name)
+        self.app.call_from_thread(self._show_jobs, rows)
+
+    def _show_jobs(self, rows: list[tuple[Path, str, dict, RunSummary, dict]]) -> None:
+        if not self.is_attached:
+            return
+        table = self.query_one("#ep-jobs", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        self.jobs = [r[0] for r in rows]
+        for job_dir, kind, spec, summary, results in rows:
+            table.add_row(*self._job_cells(job_dir, kind, spec, summary, results), key=str(job_dir))
+        if rows:
+            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+
+    def _job_cells(self, job_dir: Path, kind: str, spec: dict, summary: RunSummary, results: dict) -> list[Text]:
+        if kind == "predict" and isinstance(results.get("predict_bleu-4"), (int, float)):
+            result = f"BLEU-4 {results['predict_bleu-4']:.1f} ROUGE-L {results.get('predict_rouge-l', 0):.1f}"
+        elif isinstance(results.get("eval_loss"), (int, float)):
+            result = f"loss {results['eval_loss']:.4f}"
+        else:
+            result = ""
+        return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(summary.status, style=STATUS_STYLE.get(summary.status, "")),
+                Text(str(spec.get("source_label", "?"))), Text(str(spec.get("dataset", "?"))), Text(result), Text(job_dir.name)]
+
+    @work(thread=True, exclusive=True, group="preview")
+    def preview(self, dataset: str, dataset_dir: str) -> None:
+        from ftui.tui.screens.launch import records_preview
+
+        text, _fit = records_preview(dataset, dataset_dir, self.stage)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show, "#ep-preview", text)
+
+    @work(thread=True, exclusive=True, group="start")
+    def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
+              generation: dict[str, Any], nproc: int) -> None:
+        """Prepares the job's directory and starts it detached, as ``ftui predict`` / ``ftui eval`` do."""
+        from ftui.config import ConfigError
+        from ftui.jobs import offline
+        from ftui.jobs.launch import RunBusy
+        from ftui.records import dataset_path_problem
+
+        problem = dataset_path_problem(dataset, dataset_dir)
+        if problem:
+            self.app.call_from_thread(self._start_failed, problem)
+            return
+        checkpoint, base = source_args(source_value)
+        try:
+            job_dir, cfg = offline.prepare_job(kind, run_dir=self.run_dir, source=offline.source_of(self.run_dir, checkpoint, base, None, None),
+                                               dataset=dataset, dataset_dir=dataset_dir, max_samples=max_samples,
+                                               generation=generation if kind == "predict" else None, nproc=nproc)
+            offline.start_job(kind, job_dir, cfg)
+        except (offline.JobError, ConfigError, RunBusy, OSError, ValueError) as err:
+            self.app.call_from_thread(self._start_failed, f"{kind} job not started: {err}")
+            return
+        self.app.call_from_thread(self.open_job, job_dir)
+
+    def _start_failed(self, message: str) -> None:
+        self.notify(message, severity="error", markup=False, timeout=15)
+        if self.is_attached:
+            self.query_one("#ep-start", Button).disabled = False
+
+    @work(thread=True, exclusive=True, group="follow")
+    def follow(self, job_dir: Path) -> None:
+        """Follows one job as the dashboard follows a run; its results once it has ended."""
+        worker = get_current_worker()
+        summary = RunSummary(run_id=job_dir.name, path=job_dir)
+        progress: dict[str, Any] = {}
+
+        def fold(events: list[Any]) -> None:
+            for event in events:
+                summary.apply(event)
+                if event.get("event") == "progress":
+                    progress.update(event)
+
+        follower = RunFollower(job_dir, summary, fold)
+        while not worker.is_cancelled:
+            follower.poll()
+            if summary.has_ended:
+                results = read_results(job_dir, job_kind(job_dir))
+                self.app.call_from_thread(self._show_job, job_dir, summary, dict(progress), results)
+                self.list_jobs()
+                return
+            self.app.call_from_thread(self._show_job, job_dir, summary, dict(progress), None)
+            time.sleep(POLL_S)
+
+    @work(thread=True, group="control")
+    def send_stop(self, job_dir: Path, force: bool) -> None:
+        from ftui.jobs.launch import stop_run
+
+        result = stop_run(job_dir, force=force)
+        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+
+    # --- rendering (UI thread)
+    def _show(self, selector: str, content: Text) -> None:
+        for widget in self.query(selector).results(Static):
+            widget.update(content)
+
+    def open_job(self, job_dir: Path) -> None:
+        """Shows ``job_dir`` (started here or picked in the list) and follows it."""
+        self.job_dir, self.summary, self.stop_requests = job_dir, None, 0
+        self._show("#ep-metrics", Text())
+        self._show("#ep-status", Text("reading the job...", style="dim"))
+        self.follow(job_dir)
+        self.list_jobs()
+
+    def _show_job(self, job_dir: Path, summary: RunSummary, progress: dict[str, Any], results: dict[str, Any] | None) -> None:
+        if not self.is_attached or job_dir != self.job_dir:
+            return  # a job the user has left for another
+        self.summary = summary
+        kind = job_kind(job_dir)
+        title = Text(f"{kind} {job_dir.name}  ", style="bold")
+        title.append(summary.status, style=STATUS_STYLE.get(summary.status, ""))
+        self._show("#ep-job", title)
+        bar = self.query_one("#ep-progress", ProgressBar)
+        total = progress.get("total") if isinstance(progress.get("total"), int) else summary.max_steps
+        bar.display = kind == "predict"
+        if kind == "predict":
+            bar.update(total=total or None, progress=summary.step)
+        status = Text()
+        if kind == "predict":
+            status.append(f"{summary.step} / {total or '?'} examples")
+            rate = progress.get("examples_per_s")
+            if isinstance(rate, (int, float)) and rate > 0:
+                status.append(f"  {rate:.2f}/s  {eta_text(summary.step, total, rate)}")
+        if summary.has_ended and summary.reason:
+            status.append(f"\n{summary.reason}", style="dim")
+        if summary.error_detail:
+            status.append(f"\n{summary.error_detail}", style="red")
+        self._show("#ep-status", status)
+        if results is not None:
+            self._show("#ep-metrics", self._metrics_text(results))
+        self.query_one("#ep-stop", Button).disabled = summary.has_ended
+        self.query_one("#ep-start", Button).disabled = not summary.has_ended
+        self.query_one("#ep-browse", Button).disabled = kind != "predict" or not summary.has_ended
+        self.refresh_bindings()
+
+    @staticmethod
+    def _metrics_text(results: dict[str, Any]) -> Text:
+        if not results:
+            return Text("no results file (the job wrote none)", style="dim")
+        text = Text()
+        for name, value in result_lines(results):
+            text.append(f"{name:<32}", style="dim")
+            text.append(f"{value}\n")
+        return text
+
+    # --- form
+    @on(Select.Changed, "#ep-kind")
+    def _kind_changed(self, event: Select.Changed) -> None:
+        for row in self.query(".generation"):
+            row.display = event.value == "predict"
+
+    @on(Input.Changed, "#ep-dataset, #ep-dataset_dir")
+    def _preview(self, _event=None) -> None:
+        self.preview(self.query_one("#ep-dataset", Input).value, self.query_one("#ep-dataset_dir", Input).value)
+
+    def form_values(self) -> dict[str, Any]:
+        """The job the form asks for; ValueError says which field is wrong."""
+        kind = str(self.query_one("#ep-kind", Select).value)
+        value = {key: self.query_one(f"#ep-{key}", Input).value for key, *_ in GENERATION_FIELDS}
+        dataset = self.query_one("#ep-dataset", Input).value.strip()
+        if not dataset:
+            raise ValueError("datasets: name at least one (a dataset_info.json name or a file)")
+        return {
+            "kind": kind, "source_value": str(self.query_one("#ep-source", Select).value), "dataset": dataset,
+            "dataset_dir": self.query_one("#ep-dataset_dir", Input).value.strip() or "data",
+            "max_samples": parse_count(self.query_one("#ep-max_samples", Input).value, "max samples", optional=True),
+            "generation": parse_generation(value) if kind == "predict" else {},
+            "nproc": parse_count(self.query_one("#ep-nproc", Input).value, "processes"),
+        }
+
+    # --- actions
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        action = {"ep-start": self.action_start, "ep-stop": self.action_stop, "ep-browse": self.action_browse,
+                  "ep-compare": self.action_compare}.get(event.button.id or "")
+        if action is not None:
+            action()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        live = self.summary is not None and not self.summary.has_ended
+        if action == "stop":
+            return self.job_dir is not None and (self.summary is None or live)
+        if action == "start":
+            return not live
+        return True
+
+    def action_start(self) -> None:
+        if self.query_one("#ep-start", Button).disabled and self.summary is None:
+            return  # a start is under way (F5 pressed twice)
+        if self.summary is not None and not self.summary.has_ended:
+            self.notify("a job of this screen is still running: stop it or wait for it", severity="warning")
+            return
+        try:
+            values = self.form_values()
+        except ValueError as err:
+            self.notify(str(err), severity="error", markup=False)
+            return
+        self.query_one("#ep-start", Button).disabled = True
+        self._show("#ep-status", Text(f"starting the {values['kind']} job...", style="dim"))
+        self.start(**values)
+
+    def action_stop(self) -> None:
+        job_dir = self.job_dir
+        if job_dir is None or (self.summary is not None and self.summary.has_ended):
+            self.notify("no job running here to stop", severity="warning")
+            return
+        force = self.stop_requests > 0
+        question = ("Kill the job now? Its answers so far are kept." if force
+                    else "Stop the job? The batch under way finishes; its answers so far are kept.")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.stop_requests += 1
+                self.send_stop(job_dir, force)
+
+        self.app.push_screen(Confirm(question, yes="Kill" if force else "Stop", danger=force), answered)
+
+    def _highlighted_job(self) -> Path | None:
+        table = self.query_one("#ep-jobs", DataTable)
+        return self.jobs[table.cursor_row] if 0 <= table.cursor_row < len(self.jobs) else None
+
+    @on(DataTable.RowSelected, "#ep-jobs")
+    def _job_selected(self, event: DataTable.RowSelected) -> None:
+        job_dir = self._highlighted_job()
+        if job_dir is not None:
+            self.open_job(job_dir)
+
+    def action_mark(self) -> None:
+        job_dir = self._highlighted_job()
+        if job_dir is None or self.focused is not self.query_one("#ep-jobs"):
+            return
+        if job_kind(job_dir) != "predict":
+            self.notify("only predict jobs are compared", severity="warning")
+            return
+        self.marked = [p for p in self.marked if p != job_dir] if job_dir in self.marked else (self.marked + [job_dir])[-2:]
+        self.list_jobs()
+
+    def action_browse(self) -> None:
+        from ftui.tui.screens.predictions import PredictionsScreen
+
+        job_dir = self.job_dir if self.job_dir is not None and job_kind(self.job_dir) == "predict" else None
+        if job_dir is None:
+            self.notify("open a predict job first (Enter on it in the list)", severity="warning")
+            return
+        self.app.push_screen(PredictionsScreen(job_dir))
+
+    def action_compare(self) -> None:
+        from ftui.tui.screens.predictions import CompareScreen
+
+        if len(self.marked) != 2:
+            self.notify("mark two predict jobs in the list (Space), then compare", severity="warning")
+            return
+        self.app.push_screen(CompareScreen(*self.marked))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
