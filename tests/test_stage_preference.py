@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -103,6 +104,14 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     assert accuracy == pytest.approx(last["eval_rewards_accuracy"], abs=1e-6)
     assert (chosen - rejected).mean().item() == pytest.approx(last["eval_rewards_margin"], rel=1e-3, abs=1e-3)
     assert torch.isfinite(scores).all()
+    # ftui eval reports the reward model's accuracy on pairs from final/ (its saved value head)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli", "eval", str(run_dir), "--dataset", "dpo_en_demo",
+                          "--dataset-dir", str(lf_data), "--max-samples", "8"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = Path(out.stdout.strip().splitlines()[-1].strip())
+    results = json.loads((job / "eval_results.json").read_text())
+    assert results["eval_rewards_accuracy"] == pytest.approx(last["eval_rewards_accuracy"])
+    assert results["eval_loss"] == pytest.approx(last["eval_loss"], rel=1e-4)
 
 
 @pytest.mark.parametrize("stage,method", [("dpo", "full"), pytest.param("kto", "full", marks=pytest.mark.slow),
