@@ -68,10 +68,9 @@ def test_eval_reports_loss_and_perplexity_and_marks_the_run(demo_run, tmp_path):
     last = events_of(run)[-1]  # the run's own events: the dashboard draws the point at the model's step
     steps = [e["step"] for e in events_of(run) if e["event"] == "step"]
     assert last["event"] == "eval" and last["step"] == steps[-1] and last["eval_loss"] == results["eval_loss"]
-    base = run_cli("eval", str(run), "--base", "--dataset", "ftui_demo", "--max-samples", "16")
-    assert json.loads((job_dir_of(base) / EVAL_RESULTS_FILE).read_text())["eval_loss"] > results["eval_loss"] + 3
 
 
+@pytest.mark.slow  # CI time: the one-process jobs above cover the job; this the sharing
 @pytest.mark.dist
 def test_two_processes_share_the_examples_and_keep_the_dataset_order(demo_run, tmp_path):
     one = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", "--max-samples", "7", *QUICK)

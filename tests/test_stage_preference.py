@@ -131,7 +131,8 @@ def test_preference_runs_resume_exactly(tmp_path, lf_data, stage, method):
     assert sorted(again) == [4, 5, 6] and all(again[k] == first[k] for k in again)
 
 
-@pytest.mark.parametrize("name", ["qwen3_lora_dpo.yaml", "qwen3_lora_kto.yaml", "qwen3_lora_reward.yaml"])
+@pytest.mark.parametrize("name", ["qwen3_lora_dpo.yaml", pytest.param("qwen3_lora_kto.yaml", marks=pytest.mark.slow),
+                                  pytest.param("qwen3_lora_reward.yaml", marks=pytest.mark.slow)])  # CI time
 def test_llamafactory_preference_examples_train(name, tmp_path, lf_data, test_model):
     data = yaml.safe_load((EXAMPLES / "train_lora" / name).read_text())
     data |= {"model_name_or_path": str(test_model), "dataset_dir": str(lf_data),

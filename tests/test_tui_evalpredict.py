@@ -332,6 +332,7 @@ async def test_eval_job_hides_generation_and_f5_twice_starts_one_job(tmp_path, r
         assert json.loads((started[0][1] / "job.json").read_text())["source"]["base"] is True
 
 
+@pytest.mark.slow  # CI time: tests/test_offline_jobs.py runs real jobs; the screen's tests above follow fake ones
 @pytest.mark.dist
 async def test_a_real_predict_job_from_the_screen(tmp_path, demo_run):
     """End to end on the trained demo (a copy): Start on the screen runs a real detached predict
