@@ -52,7 +52,7 @@ def test_models_that_post_process_logits_keep_the_full_path():
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("engine", ["single", pytest.param("fsdp", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("engine", [pytest.param("single", marks=pytest.mark.slow), pytest.param("fsdp", marks=pytest.mark.slow)])  # CI time: the unit tests above check equality
 def test_runs_with_chunked_and_full_logits_loss_give_the_same_curve(tmp_path, engine):
     curves, evals = {}, {}
     for chunked in (True, False):

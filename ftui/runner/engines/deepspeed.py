@@ -24,6 +24,19 @@ from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer, param
 
 
 
+def load_deepspeed(device: torch.device) -> Any:
+    """deepspeed, set up for this device. On a CPU, DeepSpeed's communication backend would
+    JIT-compile its shared-memory all-reduce op (``deepspeed_shm_comm``: about 30 s with a C++
+    compiler the first time, per venv; a failure without one), which only its inference
+    all-reduce uses: ftui's training never calls it, so the op is marked unavailable and
+    torch.distributed (gloo) does the collectives, as it does on every other path."""
+    import deepspeed
+
+    if device.type == "cpu":
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return deepspeed
+
+
 class DeepSpeedEngine(Engine):
     def __init__(self, cfg, info, device):
         super().__init__(cfg, info, device)
@@ -51,7 +64,7 @@ class DeepSpeedEngine(Engine):
         """ZeRO-3: split a model built on the CPU into this rank's partitions before
         ``deepspeed.initialize``, which would otherwise move the whole model to the GPU
         first (it skips that only for parameters zero.Init has already partitioned)."""
-        import deepspeed
+        deepspeed = load_deepspeed(self.device)
 
         if self.stage != 3 or any(hasattr(p, "ds_id") for p in model.parameters()):
             return
@@ -62,7 +75,7 @@ class DeepSpeedEngine(Engine):
         deepspeed.zero.Init(module=model, config_dict_or_path=ds, dtype=next(model.parameters()).dtype)
 
     def prepare(self, model: nn.Module) -> None:
-        import deepspeed
+        deepspeed = load_deepspeed(self.device)
 
         cfg = self.cfg
         ds = fill_deepspeed(
@@ -107,7 +120,7 @@ class DeepSpeedEngine(Engine):
         no optimizer (TRL's prepare_deepspeed does the same); ZeRO-0/1/2 replicate the policy's
         weights anyway, so a whole copy on the device in the policy's precision (DeepSpeed
         casts the trained module to bf16 / fp16 itself)."""
-        import deepspeed
+        deepspeed = load_deepspeed(self.device)
 
         model.requires_grad_(False).eval()
         if self.stage != 3:
