@@ -63,10 +63,9 @@ def fmt_duration(seconds: float | None) -> str:
 
 def fmt_prepare(event: dict) -> str:
     """A `prepare` event as one line (its numbers may be anything: a run directory is untrusted)."""
-    done, total = event.get("done"), event.get("total")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (done, total)):
+    if not has_counts(event):
         return "preparing data"
-    return f"preparing data: {done:,} / {total:,} records"
+    return f"preparing data: {event['done']:,} / {event['total']:,} records"
 
 
 def follow_run(
@@ -142,7 +141,7 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
     elif kind == "prepare":
         console.print(f"[dim]{fmt_prepare(event)}[/]")
-    elif kind == "progress" and _counts(event):
+    elif kind == "progress" and has_counts(event):
         eta.add(event["t"], event["done"])
         stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
         stats["eta"] = fmt_duration(eta.eta(event["done"], event["total"]))
@@ -151,7 +150,8 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(fmt_predict(event))
 
 
-def _counts(event: dict) -> bool:
+def has_counts(event: dict) -> bool:
+    """A prepare / progress event's done and total are whole numbers (a run directory is untrusted)."""
     return all(isinstance(event.get(k), int) and not isinstance(event.get(k), bool) for k in ("done", "total"))
 
 

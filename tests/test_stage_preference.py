@@ -229,6 +229,7 @@ def test_tokenized_path_keeps_pairs_and_feedback_and_refuses_another_stages(tmp_
         again = make_stage(cfg, demo_tokenizer).build_data(pack=False)  # reads the folder instead
         assert any("read" in w and "tokenized_path" in w for w in again.warnings)
         assert [e.columns() for e in again.train] == [e.columns() for e in first.train] and len(first.train) == 8
+        assert first.train_examples == 2 * len(first.train)  # two rows each: the FLOP estimate's sequences
     wrong = pref_config(tmp_path, lf_data, stage="rm", tokenized_path=str(tmp_path / "tok-kto"), eval_dataset=None)
     with pytest.raises(DataFormatError, match="another stage than rm"):
         make_stage(wrong, demo_tokenizer).build_data(pack=False)

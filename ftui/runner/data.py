@@ -52,7 +52,7 @@ class TokenizedData:
     records: int = 0
     truncated: int = 0
     dropped: int = 0
-    train_examples: int = 0  # examples in train before packing (a packed row holds several)
+    train_examples: int = 0  # sequences in train before packing (a packed row holds several; a preference example is two)
     warnings: list[str] = field(default_factory=list)
 
 

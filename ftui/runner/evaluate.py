@@ -86,8 +86,6 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
              resume: Path | None = None) -> tuple[str, str]:
     spec = read_spec(job_dir)
     device = job_device(cfg, info)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(int(device.split(":")[1]))
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
         loaded = load_model(spec, device)

@@ -52,8 +52,10 @@ def read_spec(job_dir: Path) -> dict[str, Any]:
 
 
 def job_device(cfg: RunConfig, info: DistInfo) -> str:
-    """This rank's device: its own GPU where there is one (and the config does not say cpu)."""
+    """This rank's device, made current: its own GPU where there is one (and the config does
+    not say cpu)."""
     if cfg.device != "cpu" and torch.cuda.is_available():
+        torch.cuda.set_device(info.local_rank)
         return f"cuda:{info.local_rank}"
     if cfg.device == "cuda":
         raise RuntimeError("device is cuda but torch sees no CUDA GPU; use --device cpu")
@@ -124,8 +126,6 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
     spec = read_spec(job_dir)
     settings = spec.get("generation", {})
     device = job_device(cfg, info)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(int(device.split(":")[1]))
     torch.manual_seed(cfg.seed)
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):

@@ -58,13 +58,16 @@ def install_value_head(model: nn.Module, head: ValueHead | None = None) -> Value
     return head
 
 
-def pair_scores(values: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(chosen, rejected) scores of a batch of pairs (chosen rows first): the value at each
-    row's last real token (rows are right-padded), in fp32."""
+def last_token_values(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's score: the value at its last real token (rows are right-padded), in fp32."""
     values = values.squeeze(-1).float()
-    last = attention_mask.sum(-1, keepdim=True) - 1
-    scores = values.gather(-1, last).squeeze(-1)
-    pairs = values.size(0) // 2
+    return values.gather(-1, attention_mask.sum(-1, keepdim=True) - 1).squeeze(-1)
+
+
+def pair_scores(values: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen, rejected) scores of a batch of pairs (chosen rows first)."""
+    scores = last_token_values(values, attention_mask)
+    pairs = scores.size(0) // 2
     return scores[:pairs], scores[pairs:]
 
 
@@ -112,5 +115,4 @@ def load_reward_model(final: Path, base: Path | None = None, dtype: torch.dtype 
 @torch.no_grad()
 def score(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Each row's score: the value at its last real token (right padding)."""
-    values = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.squeeze(-1).float()
-    return values.gather(-1, attention_mask.sum(-1, keepdim=True) - 1).squeeze(-1)
+    return last_token_values(model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits, attention_mask)

@@ -98,7 +98,7 @@ class Stage:
                 save_tokenized(cfg.tokenized_path, train, out.eval)
                 out.warnings.append(f"saved the encoded examples to tokenized_path {cfg.tokenized_path}; "
                                     "later runs with it read them instead of the datasets")
-        out.train_examples = len(train)
+        out.train_examples = sum(getattr(e, "sequences", 1) for e in train)
         out.train = self.pack(train) if pack else train
         return out
 

@@ -49,9 +49,10 @@ class PairExample:
 
     chosen: Example
     rejected: Example
+    sequences = 2  # rows it puts through the model (the FLOP estimate averages tokens over them)
 
     @property
-    def input_ids(self) -> list[int]:  # both rows' tokens (the FLOP estimate averages over rows)
+    def input_ids(self) -> list[int]:  # both rows' tokens
         return self.chosen.input_ids + self.rejected.input_ids
 
     def columns(self) -> dict[str, Any]:  # LLaMA-Factory's tokenized layout
@@ -67,6 +68,7 @@ class FeedbackExample:
     target: Example
     kl: Example
     desirable: bool
+    sequences = 2  # its answer's row and the mismatched one
 
     @property
     def input_ids(self) -> list[int]:
