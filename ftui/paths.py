@@ -31,6 +31,7 @@ WANDB_DIR = "wandb"  # report_to wandb: W&B's own folder (wandb.init(dir=RUN_DIR
 # so the same launcher, supervisor, Stop, attach and watch serve them
 PREDICT_DIR = "predict"
 EVAL_DIR = "eval"
+EXPORT_DIR = "export"  # export jobs (RUN/export/ID); what they write goes to the out dir the user chose
 JOB_SPEC_FILE = "job.json"  # what the job does: the model source, datasets, generation settings
 PREDICTIONS_FILE = "generated_predictions.jsonl"  # LLaMA-Factory's name: {"prompt", "predict", "label"} a line
 PREDICT_RESULTS_FILE = "predict_results.json"  # LLaMA-Factory's metric names, and the job's speed

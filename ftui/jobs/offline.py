@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config import RunConfig, load_config
-from ftui.paths import CONFIG_FILE, EVAL_DIR, JOB_SPEC_FILE, PREDICT_DIR
+from ftui.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
 
-KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR}
+KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
 GENERATION_DEFAULTS = {"max_new_tokens": 512, "temperature": 0.95, "top_p": 0.7, "batch_size": 8}
 

@@ -1,0 +1,261 @@
+"""Export jobs: a run's final/ or checkpoint as a standalone model directory (torch-free: the
+CLI and the app prepare and start them; the work is ``ftui.runner.export``).
+
+An export job lives in ``RUN/export/ID``, laid out as a run directory (config.yaml, job.json,
+events.jsonl, train.log, job.lock) like the Evaluate & Predict jobs, so the same launcher,
+supervisor, Stop, ``attach`` and ``watch`` serve it: merging a 7B+ model takes minutes and
+tens of GiB of host memory, and must outlive the app. What it writes goes to ``out``, which is
+never inside a run (a run's directory is its own: deleting the run would take the export) and
+never over a directory with something in it unless ``force``.
+
+Before it starts, :func:`export_needs` says how much host memory and disk the job takes, from
+the model's config.json alone, and :func:`resources_problem` refuses when the machine has not
+that much.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ftui.config import RunConfig, load_config
+from ftui.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
+
+DTYPES = ("bf16", "fp16", "fp32")
+GGUF_TYPES = ("f16", "bf16", "q8_0")
+DEFAULT_SHARD_SIZE = "5GB"  # LLaMA-Factory's export_size (5, in GB) and transformers' default
+BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4}
+# GGUF bytes per weight: q8_0 stores 32 int8 weights + one fp16 scale per block (34 / 32)
+GGUF_BYTES_PER_PARAM = {"f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32}
+# What a process holds besides the weights: torch, transformers and the tokenizer (measured
+# about 0.6 GiB for a CPU torch; a CUDA build maps more), rounded up
+HOST_OVERHEAD = 1 << 30
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+class ExportError(ValueError):
+    """An export that cannot start (bad size, out dir in the way, not enough memory); the
+    message says what to do."""
+
+
+def parse_shard_size(text: str | int) -> int:
+    """``5GB``, ``500MB``, ``2GiB`` or a number of bytes, as bytes (transformers reads the
+    same units: GB = 10**9, GiB = 2**30). At least 1 MB: smaller shards would only make
+    thousands of files."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise ExportError(f"shard size {text!r} is not a size; write it as 5GB, 500MB or 2GiB")
+        value = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").lower()])
+    if value < 10**6:
+        raise ExportError(f"shard size {text!r} is under 1MB; give at least 1MB (LLaMA-Factory's default is 5GB)")
+    return value
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def default_out_dir(run_dir: Path, which: str | None) -> Path:
+    """Where the screen proposes to write: FTUI_HOME/exports/RUN-final (or -step-N), outside
+    every run and outside the runs root (where every directory is listed as a run)."""
+    tail = "final" if which in (None, "final") else f"step-{str(which).removeprefix('step-')}"
+    return ftui_home() / "exports" / f"{run_dir.name}-{tail}"
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file() and ((path / "launch.json").is_file() or (path / "events.jsonl").is_file())
+
+
+def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> str | None:
+    """Why ``out`` cannot take an export, or None. Never inside a run (or a run's job), never
+    a run directory itself, never straight in the runs root (it would be listed as a run),
+    never a file, never over a non-empty directory unless ``force``."""
+    try:
+        target = out.expanduser().resolve()
+    except (OSError, RuntimeError) as err:
+        return f"{out} cannot be used: {err}"
+    for parent in (target, *target.parents):
+        if _is_run_dir(parent):
+            where = "is a run directory" if parent == target else f"is inside the run directory {parent}"
+            return f"{out} {where}; export outside every run (deleting a run deletes what is in it), e.g. {default_out_dir(parent, None)}"
+    if runs_root is not None:
+        try:
+            root = runs_root.expanduser().resolve()
+        except (OSError, RuntimeError):
+            root = None
+        if root is not None and target.parent == root:
+            return f"{out} is straight in the runs root {root}, where every directory is taken for a run; use another directory"
+    if target.exists() and not target.is_dir():
+        return f"{out} exists and is not a directory; choose another --out"
+    if target.is_dir() and not force:
+        try:
+            has_content = any(target.iterdir())
+        except OSError as err:
+            return f"{out} cannot be read: {err.strerror or err}"
+        if has_content:
+            return f"{out} is not empty; choose another --out, or --force to replace what is in it"
+    return None
+
+
+@dataclass(frozen=True)
+class ExportNeeds:
+    """What an export takes, estimated from config.json (the planner's parameter count)."""
+
+    params: int
+    host_bytes: int  # peak host memory of the job
+    disk_bytes: int  # what it writes under out (safetensors, plus the GGUF file)
+
+    def describe(self) -> str:
+        return f"{self.params / 1e9:.2f}B parameters: about {fmt_bytes(self.host_bytes)} of host memory and {fmt_bytes(self.disk_bytes)} of disk"
+
+
+def base_model_source(run_dir: Path, cfg: RunConfig) -> str:
+    saved = run_dir / BASE_MODEL_DIR
+    return str(saved) if saved.is_dir() else cfg.model_name_or_path
+
+
+def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, gguf: str | None) -> ExportNeeds:
+    """Host memory: the model is built in fp32 on the CPU (a LoRA merge in half precision
+    would round the base twice), so 4 bytes a parameter; a checkpoint's trained weights are
+    read into a second full fp32 state dict first (DCP and DeepSpeed's converter both), so 8;
+    plus the process. The GGUF file is written after the model is freed, from the exported
+    shards one tensor at a time, but gguf's writer keeps every converted tensor until it
+    writes: its file's size. Disk: the shards in ``dtype`` and the GGUF file."""
+    from ftui.plan import ModelShape, UnknownModel, read_model_config
+
+    try:
+        shape = ModelShape.from_config(read_model_config(base_model_source(run_dir, cfg)))
+    except (UnknownModel, KeyError, TypeError, ValueError) as err:
+        raise ExportError(f"cannot size the export: {err}") from None
+    params = shape.params
+    from_checkpoint = which not in (None, "final") or not (run_dir / FINAL_DIR).is_dir()
+    load = params * (8 if from_checkpoint else 4)
+    gguf_bytes = int(params * GGUF_BYTES_PER_PARAM[gguf]) if gguf else 0
+    host = max(load, gguf_bytes + params * BYTES_PER_PARAM[dtype] // 8) + HOST_OVERHEAD
+    return ExportNeeds(params, int(host), int(params * BYTES_PER_PARAM[dtype] + gguf_bytes))
+
+
+def _existing_parent(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path("/")
+
+
+def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | None = None) -> str | None:
+    """Refuses an export the machine has no room for: the host memory available now (psutil's
+    ``available``, what can be had without swapping) and the free disk where out goes."""
+    import psutil
+
+    avail = psutil.virtual_memory().available if available_memory is None else available_memory
+    if needs.host_bytes > avail:
+        return (f"the export needs about {fmt_bytes(needs.host_bytes)} of host memory ({needs.params / 1e9:.2f}B parameters "
+                f"in fp32), and {fmt_bytes(avail)} is available; free memory (stop other jobs) or export on a larger machine")
+    where = _existing_parent(out.expanduser().resolve())
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError as err:
+        return f"cannot check the free disk at {where}: {err.strerror or err}"
+    if needs.disk_bytes > free:
+        return (f"the export writes about {fmt_bytes(needs.disk_bytes)} and {where} has {fmt_bytes(free)} free; "
+                "choose an --out on a larger disk, a smaller --dtype, or drop --gguf")
+    return None
+
+
+def source_problem(run_dir: Path, which: str | None) -> str | None:
+    """A checkpoint that is not there, or a run with nothing to export, said before the job."""
+    from ftui.runs import CheckpointError, checkpoints, resolve_checkpoint
+
+    if which not in (None, "final"):
+        try:
+            resolve_checkpoint(run_dir, str(which).removeprefix("step-"))
+        except CheckpointError as err:
+            return str(err)
+        return None
+    if (run_dir / FINAL_DIR).is_dir():
+        return None
+    if which == "final":
+        return f"{run_dir.name} has no final/ (it has not finished); export a checkpoint with --checkpoint N"
+    if not checkpoints(run_dir):
+        return f"{run_dir.name} has no final/ and no checkpoint yet: nothing trained to export"
+    return None
+
+
+def export_job_config(base: RunConfig) -> RunConfig:
+    """The run's config as the export job runs it: one process on the CPU (the merge is a few
+    additions per weight; the host has the memory a model in fp32 needs), nothing mirrored."""
+    return base.model_copy(update={
+        "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+        "device": "cpu", "gpus": None, "report_to": "none", "resume_from_checkpoint": None,
+    })
+
+
+def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = "bf16", max_shard_size: str = DEFAULT_SHARD_SIZE,
+                   gguf: str | None = None, force: bool = False, runs_root: Path | None = None,
+                   available_memory: int | None = None) -> tuple[Path, RunConfig, ExportNeeds]:
+    """Checks everything that can be checked before the job (source, out dir, sizes, memory,
+    disk), then makes the job's directory; returns it with the job's config and the needs."""
+    from ftui.jobs.offline import new_job_dir
+
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if gguf is not None and gguf not in GGUF_TYPES:
+        raise ExportError(f"GGUF type {gguf!r} is not one of {', '.join(GGUF_TYPES)}")
+    shard_bytes = parse_shard_size(max_shard_size)
+    problem = source_problem(run_dir, which) or out_dir_problem(out, force, runs_root)
+    if problem:
+        raise ExportError(problem)
+    base, _warnings = load_config(run_dir / CONFIG_FILE)
+    needs = export_needs(run_dir, base, which, dtype, gguf)
+    problem = resources_problem(needs, out, available_memory)
+    if problem:
+        raise ExportError(problem)
+    cfg = export_job_config(base)
+    job_dir = new_job_dir(run_dir, "export")
+    cfg.save(job_dir / CONFIG_FILE, include_unsupported=False)
+    checkpoint = None if which in (None, "final") else str(which).removeprefix("step-")
+    spec = {"job": "export", "run": str(run_dir.resolve()), "checkpoint": checkpoint,
+            "source_label": f"{run_dir.name} " + (f"step-{checkpoint}" if checkpoint else "final" if (run_dir / FINAL_DIR).is_dir() else "latest checkpoint"),
+            "out": str(out.expanduser().resolve()), "dtype": dtype, "max_shard_size": shard_bytes, "gguf": gguf, "force": force,
+            "needs": {"params": needs.params, "host_bytes": needs.host_bytes, "disk_bytes": needs.disk_bytes}, "created": time.time()}
+    tmp = job_dir / (JOB_SPEC_FILE + ".tmp")
+    tmp.write_text(json.dumps(spec, indent=2))
+    os.replace(tmp, job_dir / JOB_SPEC_FILE)
+    return job_dir, cfg, needs
+
+
+def start_export(job_dir: Path, cfg: RunConfig) -> dict[str, Any]:
+    from ftui.jobs.launch import start_run
+
+    return start_run(job_dir, cfg, job="export")
+
+
+def list_exports(run_dir: Path) -> list[Path]:
+    """A run's export jobs, oldest first."""
+    folder = run_dir / EXPORT_DIR
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.is_dir() and (p / JOB_SPEC_FILE).is_file()), key=lambda p: p.name)
+
+
+def usage_commands(out: Path, gguf_file: str | None = None) -> list[str]:
+    """What to run with the result (the end of the CLI's output and of the screen)."""
+    import shlex
+
+    name = re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "ftui-export"
+    cmds = [f"ftui chat --model {shlex.quote(str(out))}"]
+    cmds.append(f"ollama create {name} -f {shlex.quote(str(out / 'Modelfile'))}")
+    if gguf_file:
+        cmds.append(f"llama-cli -m {shlex.quote(str(out / gguf_file))} -cnv")
+    return cmds
