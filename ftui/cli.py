@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
             j.add_argument("--top-p", type=float, default=0.7)
             j.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
 
+    from ftui.cli_export import add_parser as add_export_parser
+
+    add_export_parser(sub)
     r = sub.add_parser("runs", help="list your runs (the default runs root's and those output_dir put elsewhere)")
     r.add_argument("--root", default=None, metavar="RUNS_ROOT",
                    help=f"list only the runs under this directory (default: {default_runs_root()}, set by FTUI_HOME, plus the runs it indexes)")
@@ -177,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_chat(args)
     if args.command in ("predict", "eval"):
         return cmd_offline_job(args)
+    if args.command == "export":
+        from ftui.cli_export import cmd_export
+
+        return cmd_export(args)
     if args.command == "attach":
         return cmd_attach(args)
     if args.command == "watch":

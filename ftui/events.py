@@ -51,6 +51,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "prepare": ("done", "total"),
     "progress": ("done", "total"),  # a predict job's examples answered so far
     "predict": ("predict_samples",),  # a predict job's results (predict_results.json's fields)
+    "export": ("out",),  # an export job's result: out, files, bytes, gguf, dtype, params, commands
     "run_end": ("status", "reason"),
 }
 NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}

@@ -118,7 +118,10 @@ def follow_run(
 
 def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console) -> None:
     kind = event["event"]
-    if kind == "run_start":
+    if kind == "run_start" and event.get("job") == "export":
+        console.print(f"[dim]exporting {escape(str(event.get('source')))} as {escape(str(event.get('precision')))} "
+                      f"to {escape(str(event.get('out')))}[/]", soft_wrap=True)
+    elif kind == "run_start":
         progress.update(task, total=event.get("max_steps"))
         eta.start(event)
         console.print(
@@ -141,6 +144,10 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
     elif kind == "prepare":
         console.print(f"[dim]{fmt_prepare(event)}[/]")
+    elif kind == "progress" and has_counts(event) and "phase" in event:  # an export job's phases
+        if event["done"] == 0:
+            console.print(f"[dim]{fmt_phase(event)}[/]")
+        progress.update(task, total=event["total"], completed=event["done"])
     elif kind == "progress" and has_counts(event):
         eta.add(event["t"], event["done"])
         stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
@@ -148,11 +155,30 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         progress.update(task, total=event["total"], completed=event["done"], **stats)
     elif kind == "predict":
         console.print(fmt_predict(event))
+    elif kind == "export":
+        console.print(escape(fmt_export(event)))
 
 
 def has_counts(event: dict) -> bool:
     """A prepare / progress event's done and total are whole numbers (a run directory is untrusted)."""
     return all(isinstance(event.get(k), int) and not isinstance(event.get(k), bool) for k in ("done", "total"))
+
+
+PHASES = {"load": "loading the weights", "merge": "merging", "save": "writing safetensors", "gguf": "writing GGUF"}
+
+
+def fmt_phase(event: dict) -> str:
+    """An export job's progress event as one line (a job directory is untrusted: known phases only)."""
+    name = PHASES.get(str(event.get("phase")), "working")
+    return f"{name}: {event['done']:,} / {event['total']:,}" if event.get("total", 0) > 1 else name
+
+
+def fmt_export(event: dict) -> str:
+    """An export job's result as plain text (escape it before markup)."""
+    files = event.get("files") if isinstance(event.get("files"), list) else []
+    size = event.get("bytes")
+    size_text = f", {size / 2**30:.2f} GiB" if isinstance(size, (int, float)) and not isinstance(size, bool) else ""
+    return f"exported to {event.get('out')}: {len(files)} files{size_text}"
 
 
 def fmt_predict(event: dict) -> str:
@@ -173,7 +199,8 @@ def _num(value: float | None) -> str:
 def _print_end(summary: RunSummary, console: Console) -> None:
     colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
     loss = f", last loss {summary.last_loss:.4f}" if summary.last_loss is not None else ""
-    console.print(f"[bold {colour}]{summary.status}[/]: {escape(str(summary.reason or ''))} (step {summary.step}{loss})")
+    where = "" if summary.engine == "export" else f" (step {summary.step}{loss})"  # an export has no steps
+    console.print(f"[bold {colour}]{summary.status}[/]: {escape(str(summary.reason or ''))}{where}")
     if summary.error_detail:
         console.print(f"[red]{escape(summary.error_detail)}[/]")
     if summary.hint:

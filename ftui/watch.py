@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ftui.events import StepColumns, extra_figures, fmt_figure
-from ftui.follow import EtaWindow, fmt_duration, fmt_predict, fmt_prepare, has_counts
+from ftui.follow import EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts
 from ftui.runs import RunFollower, RunSummary
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
@@ -54,12 +54,16 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             print(f"{e['level']}: {e.get('message')}", file=out, flush=True)
         elif e["event"] == "prepare":
             print(fmt_prepare(e), file=out, flush=True)
+        elif e["event"] == "progress" and has_counts(e) and "phase" in e:
+            print(fmt_phase(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e):
             eta.add(e["t"], e["done"])
             print(f"examples {e['done']}/{e['total']} examples/s {e.get('examples_per_s') or 0:,.2f} "
                   f"eta {fmt_duration(eta.eta(e['done'], e['total']))}", file=out, flush=True)
         elif e["event"] == "predict":
             print(fmt_predict(e), file=out, flush=True)
+        elif e["event"] == "export":
+            print(fmt_export(e), file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
         print(f"step {latest['step']}/{summary.max_steps or '?'} loss {_fmt(latest.get('loss'), '.4f')} "

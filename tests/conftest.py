@@ -74,6 +74,32 @@ def demo_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+ENGINE_MAX_STEPS, ENGINE_SAVE_STEPS = 8, 4
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory):
+    """(preset, method) -> (run_dir, events), each trained once per session: 8 steps on 2
+    processes (1 for single) with checkpoints at steps 4 and 8. Shared by the engine tests and
+    the export tests (which export these runs' checkpoints: no training of their own)."""
+    cache: dict[tuple[str, str], tuple[Path, list[dict]]] = {}
+
+    def get(preset: str, method: str):
+        if (preset, method) not in cache:
+            root = tmp_path_factory.mktemp(f"{preset}-{method}")
+            cfg = tiny_config(
+                root, engine=preset, finetuning_type=method, nproc_per_node=1 if preset == "single" else 2,
+                max_steps=ENGINE_MAX_STEPS, save_steps=ENGINE_SAVE_STEPS, learning_rate=5e-3 if method == "full" else 2e-2,
+                run_name=f"{preset}-{method}",
+            )
+            run_dir, events, proc = train_sync(cfg)
+            assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+            cache[(preset, method)] = (run_dir, events)
+        return cache[(preset, method)]
+
+    return get
+
+
 def lora_config(tmp_path: Path, base: Path, **overrides):
     """LoRA on the pre-trained base, on data it has not seen (tests/data/farm_qa.json)."""
     over = dict(model_name_or_path=str(base), model_init="pretrained", finetuning_type="lora",

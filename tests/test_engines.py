@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-from conftest import resume_sync, steps_of, tiny_config, train_sync
+from conftest import ENGINE_MAX_STEPS as MAX_STEPS, resume_sync, steps_of, tiny_config, train_sync
 
 pytestmark = pytest.mark.dist
 
@@ -25,7 +24,6 @@ DEFAULT_METHOD = {
 }
 SHARDS_PARAMS = {"fsdp", "fsdp_offload", "zero3", "zero3_offload"}
 SHARDS_OPTIMIZER = SHARDS_PARAMS | {"zero1", "zero2", "zero2_offload"}
-MAX_STEPS, SAVE_STEPS = 8, 4
 
 
 # CI time: on a CPU the offload presets move nothing beyond zero2 / zero3 / fsdp, and zero1 sits
@@ -38,27 +36,6 @@ def matrix():
         yield pytest.param(preset, method, id=f"{preset}-{method}", marks=[pytest.mark.slow] if preset in SLOW_PRESETS else [])
         other = "lora" if method == "full" else "full"
         yield pytest.param(preset, other, id=f"{preset}-{other}", marks=pytest.mark.slow)
-
-
-@pytest.fixture(scope="session")
-def engine_runs(tmp_path_factory):
-    """(preset, method) -> (run_dir, events), each trained once per session."""
-    cache: dict[tuple[str, str], tuple[Path, list[dict]]] = {}
-
-    def get(preset: str, method: str):
-        if (preset, method) not in cache:
-            root = tmp_path_factory.mktemp(f"{preset}-{method}")
-            cfg = tiny_config(
-                root, engine=preset, finetuning_type=method, nproc_per_node=1 if preset == "single" else 2,
-                max_steps=MAX_STEPS, save_steps=SAVE_STEPS, learning_rate=5e-3 if method == "full" else 2e-2,
-                run_name=f"{preset}-{method}",
-            )
-            run_dir, events, proc = train_sync(cfg)
-            assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
-            cache[(preset, method)] = (run_dir, events)
-        return cache[(preset, method)]
-
-    return get
 
 
 @pytest.mark.parametrize("preset,method", list(matrix()))

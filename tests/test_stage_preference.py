@@ -112,6 +112,15 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     results = json.loads((job / "eval_results.json").read_text())
     assert results["eval_rewards_accuracy"] == pytest.approx(last["eval_rewards_accuracy"])
     assert results["eval_loss"] == pytest.approx(last["eval_loss"], rel=1e-4)
+    # ftui export keeps the value head, from final/ (its file) and from the last checkpoint (split
+    # from the trained weights): the export scores the pairs as final/ does
+    from tests.test_export import export_in_process
+
+    for which in ("final", str(cfg.max_steps)):
+        out = tmp_path / f"export-{which}"
+        export_in_process(run_dir, out, which, runs_root=tmp_path / "runs")
+        exported = score(load_reward_model(out), batch.input_ids, batch.attention_mask)
+        assert torch.allclose(exported, scores, atol=1e-5), which
 
 
 @pytest.mark.parametrize("stage,method", [("dpo", "full"), pytest.param("kto", "full", marks=pytest.mark.slow),

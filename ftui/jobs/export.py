@@ -29,6 +29,8 @@ from ftui.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_S
 
 DTYPES = ("bf16", "fp16", "fp32")
 GGUF_TYPES = ("f16", "bf16", "q8_0")
+# The families ftui.runner.gguf_export writes (config.json's model_type), checked before a job starts
+GGUF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 DEFAULT_SHARD_SIZE = "5GB"  # LLaMA-Factory's export_size (5, in GB) and transformers' default
 BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4}
 # GGUF bytes per weight: q8_0 stores 32 int8 weights + one fp16 scale per block (34 / 32)
@@ -117,7 +119,9 @@ class ExportNeeds:
     disk_bytes: int  # what it writes under out (safetensors, plus the GGUF file)
 
     def describe(self) -> str:
-        return f"{self.params / 1e9:.2f}B parameters: about {fmt_bytes(self.host_bytes)} of host memory and {fmt_bytes(self.disk_bytes)} of disk"
+        from ftui.plan import count
+
+        return f"{count(self.params)} parameters: about {fmt_bytes(self.host_bytes)} of host memory and {fmt_bytes(self.disk_bytes)} of disk"
 
 
 def base_model_source(run_dir: Path, cfg: RunConfig) -> str:
@@ -135,9 +139,13 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     from ftui.plan import ModelShape, UnknownModel, read_model_config
 
     try:
-        shape = ModelShape.from_config(read_model_config(base_model_source(run_dir, cfg)))
+        config = read_model_config(base_model_source(run_dir, cfg))
+        shape = ModelShape.from_config(config)
     except (UnknownModel, KeyError, TypeError, ValueError) as err:
         raise ExportError(f"cannot size the export: {err}") from None
+    if gguf and config.get("model_type") not in GGUF_MODEL_TYPES:
+        raise ExportError(f"GGUF export is written for the {', '.join(GGUF_MODEL_TYPES)} model types, and this model is "
+                          f"{config.get('model_type')!r}; export without --gguf and convert with llama.cpp's convert_hf_to_gguf.py")
     params = shape.params
     from_checkpoint = which not in (None, "final") or not (run_dir / FINAL_DIR).is_dir()
     load = params * (8 if from_checkpoint else 4)
@@ -160,7 +168,9 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
 
     avail = psutil.virtual_memory().available if available_memory is None else available_memory
     if needs.host_bytes > avail:
-        return (f"the export needs about {fmt_bytes(needs.host_bytes)} of host memory ({needs.params / 1e9:.2f}B parameters "
+        from ftui.plan import count
+
+        return (f"the export needs about {fmt_bytes(needs.host_bytes)} of host memory ({count(needs.params)} parameters "
                 f"in fp32), and {fmt_bytes(avail)} is available; free memory (stop other jobs) or export on a larger machine")
     where = _existing_parent(out.expanduser().resolve())
     try:

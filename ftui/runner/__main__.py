@@ -6,6 +6,7 @@
     data CONFIG.yaml [--limit N] [--text] a config's training examples as JSON lines (ftui data)
     predict JOB_DIR                       a predict job's rank (ftui predict): answers and their scores
     eval JOB_DIR                          an eval job's rank (ftui eval): the stage's eval loss over datasets
+    export JOB_DIR                        an export job (ftui export): a standalone model directory
 
 Everything outside ``ftui.runner`` starts these as processes and never imports them.
 """
@@ -22,6 +23,7 @@ JOBS = {
     "data": "ftui.runner.examples:main",
     "predict": "ftui.runner.predict:main",
     "eval": "ftui.runner.evaluate:main",
+    "export": "ftui.runner.export:main",
 }
 
 

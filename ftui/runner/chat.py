@@ -99,6 +99,17 @@ def _weights_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(p.stat().st_size for p in path.glob("*.bin"))
 
 
+def _generation_eos_ids(model_dir: Path) -> list[int]:
+    """The stop token ids a model directory's generation_config.json lists (none if it has none)."""
+    try:
+        data = json.loads((model_dir / "generation_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    ids = data.get("eos_token_id") if isinstance(data, dict) else None
+    ids = ids if isinstance(ids, list) else [ids]
+    return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+
+
 class ChatModel:
     """A loaded model + tokenizer + chat template, and what it was loaded from."""
 
@@ -189,8 +200,10 @@ class ChatModel:
         else:
             self.template = tok.chat_template or to_jinja(TEMPLATES["default"], tok.bos_token, tok.eos_token)
         stop_words = TEMPLATES[cfg.template].stop_words if cfg is not None and cfg.template else ()
-        # Generation ends at EOS or any of the template's stop words (LLaMA-Factory's stop token ids).
-        self.stop_ids = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(list(stop_words))} - {None})
+        # Generation ends at EOS or any of the template's stop words (LLaMA-Factory's stop token
+        # ids); a model directory's generation_config.json names them (ftui export writes it).
+        listed = _generation_eos_ids(Path(getattr(model, "name_or_path", "") or ".")) if cfg is None else []
+        self.stop_ids = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(list(stop_words)), *listed} - {None})
         self.model, self.tokenizer, self.device = model, tok, device
 
     def _loaded_info(self) -> dict[str, Any]:

@@ -169,12 +169,14 @@ def fit_vocab(model: nn.Module, weights: TrainedWeights, cfg: RunConfig | None) 
     return model
 
 
-def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dtype) -> nn.Module:
+def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dtype, value_head: bool = False) -> nn.Module:
     """The model the weights describe, on the CPU, in ``dtype``, in eval mode.
 
     A checkpoint holds only what trained (the full model, the adapter or the unfrozen layers),
     in fp32: the base is built in fp32, the run's method applied, the checkpoint's weights
-    loaded into it, and only then is it cast, so nothing is rounded twice."""
+    loaded into it, and only then is it cast, so nothing is rounded twice. ``value_head``: a
+    reward run's checkpoint is loaded with its value head on (export keeps it; chat and
+    predict want the language model's logits)."""
     trust = bool(cfg and cfg.trust_remote_code)
     if weights.kind == "final":
         model = load_pretrained(weights.path, dtype, trust)
@@ -185,16 +187,20 @@ def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dt
     else:
         if cfg is None:
             raise WeightsError("a checkpoint can only be loaded with its run's config")
-        model = _from_checkpoint(weights, cfg)
+        model = _from_checkpoint(weights, cfg, value_head)
         model = model.to(dtype=dtype)
     return model.eval()
 
 
-def _from_checkpoint(weights: TrainedWeights, cfg: RunConfig) -> nn.Module:
+def _from_checkpoint(weights: TrainedWeights, cfg: RunConfig, value_head: bool = False) -> nn.Module:
     from ftui.runner.model import apply_method
 
     model = fit_vocab(load_pretrained(weights.base, torch.float32, cfg.trust_remote_code), weights, cfg)
     model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
+    if value_head and cfg.stage == "rm":  # the checkpoint holds the head as the run trained it
+        from ftui.runner.reward import install_value_head
+
+        install_value_head(model)
     if weights.kind == "checkpoint":
         _load_dcp(model, weights.path / STATE_DIR)
     else:

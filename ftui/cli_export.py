@@ -1,0 +1,89 @@
+"""``ftui export RUN --out DIR``: the command's arguments and what it does (the job itself is
+``ftui.jobs.export`` + ``ftui.runner.export``). Kept apart from ftui.cli, which is long enough."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES
+from ftui.paths import default_runs_root
+
+HELP = "merge a run's final/ or checkpoint into a standalone model directory (safetensors, tokenizer, Modelfile; GGUF with --gguf)"
+
+
+def add_parser(sub: Any) -> None:
+    x = sub.add_parser("export", help=HELP, description=(
+        f"{HELP}. The result loads with transformers alone (LoRA/DoRA merged; DCP and DeepSpeed checkpoints gathered). "
+        "A job like training: it outlives the terminal; Ctrl-C stops it (nothing is left half-written); --detach returns at once."))
+    x.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
+    x.add_argument("--checkpoint", metavar="N|final", help="the checkpoint at step N (default: final/, else the newest checkpoint)")
+    x.add_argument("--out", required=True, metavar="DIR", help="where the model goes: a new or empty directory outside every run")
+    x.add_argument("--dtype", choices=DTYPES, default="bf16", help="the exported weights' type (default bf16)")
+    x.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE, metavar="SIZE", help=f"largest safetensors file, e.g. 2GB, 500MB (default {DEFAULT_SHARD_SIZE})")
+    x.add_argument("--gguf", nargs="?", const="f16", choices=GGUF_TYPES, metavar="TYPE",
+                   help=f"also write a GGUF file for llama.cpp / Ollama: {', '.join(GGUF_TYPES)} (default f16); Llama and Qwen2/Qwen3 models")
+    x.add_argument("--force", action="store_true", help="replace what a non-empty --out holds (once the new export is complete)")
+    x.add_argument("--detach", action="store_true", help="start it and return (follow with ftui watch DIR)")
+    x.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ftui.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, safe_console
+    from ftui.config import ConfigError
+    from ftui.follow import follow_run
+    from ftui.jobs.export import ExportError, prepare_export, start_export
+    from ftui.jobs.launch import RunBusy, stop_run
+
+    out, err = safe_console(), safe_console(stderr=True)
+    run_dir = _resolve(args.run, args.root, err)
+    if run_dir is None:
+        return EXIT_USAGE
+    which = args.checkpoint
+    try:
+        job_dir, cfg, needs = prepare_export(run_dir, which=which, out=Path(args.out), dtype=args.dtype,
+                                             max_shard_size=args.max_shard_size, gguf=args.gguf, force=args.force,
+                                             runs_root=Path(args.root or default_runs_root()))
+    except (ExportError, ConfigError) as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE
+    except OSError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_FAILED
+    out.print(f"export needs {escape(needs.describe())}")
+    try:
+        start_export(job_dir, cfg)
+    except RunBusy as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return EXIT_USAGE
+    out.print(f"export job started in {escape(str(job_dir))}", soft_wrap=True)
+    if args.detach:
+        out.print(f"follow it with: ftui watch {escape(str(job_dir))}", soft_wrap=True)
+        return EXIT_OK
+    interrupts: list[int] = []
+
+    def interrupted(count: int) -> None:
+        interrupts.append(count)
+        out.print("[yellow]stopping: nothing half-written is left[/]" if count == 1 else "[red]killing the job[/]")
+        stop_run(job_dir, force=count > 1)
+
+    summary = follow_run(job_dir, out, on_interrupt=interrupted)
+    if summary.status == "completed":
+        result = export_result(job_dir)
+        for command in result.get("commands") or []:
+            out.print(f"  {escape(str(command))}", soft_wrap=True)
+        out.print(escape(str(result.get("out") or args.out)), soft_wrap=True)  # the last line: the model's directory (scripts read it)
+        return EXIT_OK
+    return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
+
+
+def export_result(job_dir: Path) -> dict[str, Any]:
+    """The job's ``export`` event (empty when there is none: a failed or stopped job)."""
+    from ftui.events import read_all
+    from ftui.paths import EVENTS_FILE
+
+    found = [e for e in read_all(job_dir / EVENTS_FILE) if e.get("event") == "export"]
+    return found[-1] if found else {}

@@ -1,0 +1,260 @@
+"""``python -m ftui.runner export JOB_DIR``: a run's final/ or checkpoint as a standalone model
+directory (``ftui export``, the Export screen).
+
+What it writes (under a hidden temporary name beside ``out``, renamed at the end, so a crash
+or a Stop never leaves half an export, and an existing out dir given with ``force`` is only
+replaced once the new one is whole):
+
+- the model that plain ``transformers`` loads without peft: a LoRA / DoRA adapter merged into
+  its base (peft's ``merge_and_unload``), a full or freeze fine-tune re-saved, a checkpoint of
+  any engine gathered into full weights (``ftui.runner.weights``: DCP resharded onto this
+  process, DeepSpeed ZeRO partitions through DeepSpeed's own zero_to_fp32 converter); built in
+  fp32 and cast once to the export dtype; safetensors shards of at most ``max_shard_size`` with
+  their index (transformers' save_pretrained);
+- a reward model's value head beside it (``value_head.safetensors``, as LLaMA-Factory copies it);
+- the tokenizer with the chat template the run trained with, ``generation_config.json`` whose
+  ``eos_token_id`` lists the template's stop tokens, an Ollama ``Modelfile``
+  (``ftui.modelfile``) and ``ftui_export.json`` (where it came from; no config secrets);
+- with ``gguf``, a GGUF file written from the exported shards (``ftui.runner.gguf_export``).
+
+Events: run_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
+save, gguf), an ``export`` event with the files and the commands to use them, run_end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ftui.config import RunConfig
+from ftui.events import EventWriter
+from ftui.paths import FINAL_DIR, JOB_SPEC_FILE
+from ftui.runner.engines import DistInfo
+from ftui.runner.faults import StopRequest
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+MODELFILE = "Modelfile"
+PROVENANCE_FILE = "ftui_export.json"
+
+
+class ExportStopped(Exception):
+    """Stop was asked for between two phases; nothing is left behind."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    from ftui.runner.job import run_job
+
+    return run_job("export", export, sys.argv[1:] if argv is None else argv)
+
+
+def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
+           resume: Path | None) -> tuple[str, str]:
+    spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
+    out = Path(spec["out"])
+    tmp = out.parent / f".{out.name}.ftui-export-{job_dir.name}"
+    emit = _Emitter(writer)
+    emit.event("run_start", run_id=job_dir.name, job="export", engine="export", precision=spec["dtype"], method=cfg.method,
+               world_size=1, nodes=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
+               trainable_params=0, max_steps=None, planned_tokens_per_step=0, source=spec.get("source_label"), out=spec["out"])
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        result = write_export(spec, cfg, tmp, emit, stop)
+        _replace(tmp, out, job_dir.name, bool(spec.get("force")))
+    except ExportStopped:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return "stopped", "stopped before the export was complete; nothing was written to " + str(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    from ftui.jobs.export import usage_commands
+
+    files = sorted(p.name for p in out.iterdir())
+    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    emit.event("export", out=str(out), files=files, bytes=size, gguf=result.get("gguf"), dtype=spec["dtype"],
+               params=result["params"], commands=usage_commands(out, result.get("gguf")))
+    return "completed", f"exported {result['label']} to {out}"
+
+
+class _Emitter:
+    """Rank 0's events (there is only one rank)."""
+
+    def __init__(self, writer: EventWriter | None):
+        self.writer = writer
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if self.writer is not None:
+            self.writer.write(kind, **fields)
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        self.event("progress", phase=phase, done=done, total=total)
+
+    def log(self, message: str) -> None:
+        print(f"[ftui export] {message}", flush=True)
+        self.event("log", level="info", message=message)
+
+
+def _every_twentieth(emit: _Emitter, phase: str, done: int, total: int) -> None:
+    """A progress event per 5% (a model has hundreds of tensors; watch prints each event)."""
+    if done in (0, total) or done * 20 // total != (done - 1) * 20 // total:
+        emit.progress(phase, done, total)
+
+
+def _check(stop: StopRequest) -> None:
+    if stop.requested:
+        raise ExportStopped()
+
+
+def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitter, stop: StopRequest) -> dict[str, Any]:
+    """Everything the export holds, written into ``dest`` (a fresh directory)."""
+    from ftui.runner.weights import load_weights, locate
+
+    run_dir = Path(spec["run"])
+    dtype = DTYPES[spec["dtype"]]
+    weights = locate(run_dir, cfg, spec.get("checkpoint") or None)
+    reward = cfg.stage == "rm"
+    emit.progress("load", 0, 1)
+    emit.log(f"loading {weights.label} ({weights.kind}) in fp32")
+    model = load_weights(weights, cfg, torch.float32, value_head=reward)
+    params = sum(p.numel() for p in model.parameters())
+    emit.progress("load", 1, 1)
+    _check(stop)
+
+    emit.progress("merge", 0, 1)
+    if hasattr(model, "merge_and_unload"):  # a peft model: LoRA / DoRA / PiSSA, merged into the base
+        emit.log("merging the adapter into the base weights")
+        model = model.merge_and_unload()
+    model = model.to(dtype=dtype).eval()
+    model.config.torch_dtype = dtype
+    emit.progress("merge", 1, 1)
+    _check(stop)
+
+    emit.progress("save", 0, 1)
+    tokenizer, stop_ids, template = _tokenizer(weights.tokenizer, cfg)
+    state = model.state_dict()
+    head: dict[str, torch.Tensor] = {}
+    if reward:
+        from ftui.runner.reward import split_value_head
+
+        state, head = split_value_head(state)
+    dest.mkdir(parents=True)
+    _set_generation_config(model, tokenizer, stop_ids)
+    emit.log(f"writing safetensors shards of at most {spec['max_shard_size'] / 1e9:g} GB in {spec['dtype']}")
+    model.save_pretrained(dest, state_dict=state, max_shard_size=int(spec["max_shard_size"]))
+    del model, state
+    _copy_value_head(weights, head, dest)
+    tokenizer.save_pretrained(dest)
+    emit.progress("save", 1, 1)
+    _check(stop)
+
+    gguf_name = None
+    if spec.get("gguf"):
+        from ftui.runner.gguf_export import gguf_file_name, write_gguf
+
+        gguf_name = gguf_file_name(Path(spec["out"]), spec["gguf"])
+        emit.log(f"writing {gguf_name} ({spec['gguf']})")
+        write_gguf(dest, dest / gguf_name, spec["gguf"], progress=lambda done, total: _every_twentieth(emit, "gguf", done, total))
+        _check(stop)
+    _write_modelfile(dest, tokenizer, stop_ids, template, cfg, gguf_name)
+    provenance = {"source": weights.label, "kind": weights.kind, "run": str(run_dir), "checkpoint": spec.get("checkpoint"),
+                  "stage": cfg.stage, "method": cfg.method, "base_model": cfg.model_name_or_path, "template": template,
+                  "dtype": spec["dtype"], "gguf": gguf_name, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (dest / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+    return {"params": params, "gguf": gguf_name, "label": weights.label}
+
+
+def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
+    """The tokenizer as the run used it: the template's stop words in the vocabulary, its
+    chat template (the one final/ ships), left padding for generation (as LLaMA-Factory
+    exports it); with the stop token ids and the named template (None: the tokenizer's own)."""
+    from transformers import AutoTokenizer
+
+    from ftui.conversation import fix_tokenizer
+    from ftui.presets.templates import TEMPLATES
+    from ftui.runner.model import chat_template_for, template_name_for
+
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    if cfg.template:
+        fix_tokenizer(tok, TEMPLATES[cfg.template])
+    template = template_name_for(cfg, tok)
+    tok.chat_template = chat_template_for(cfg, tok)
+    tok.padding_side = "left"
+    tok.init_kwargs["padding_side"] = "left"
+    stop_words = TEMPLATES[template].stop_words if template else ()
+    stop_ids = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    for word_id in tok.convert_tokens_to_ids(list(stop_words)):
+        if word_id is not None and word_id not in stop_ids:
+            stop_ids.append(word_id)
+    return tok, stop_ids, template
+
+
+def _set_generation_config(model: Any, tokenizer: Any, stop_ids: list[int]) -> None:
+    """generate() stops at EOS or any of the template's stop tokens (what ftui's chat and
+    LLaMA-Factory's inference stop at), and pads with the tokenizer's pad token."""
+    gen = model.generation_config
+    if stop_ids:
+        gen.eos_token_id = stop_ids[0] if len(stop_ids) == 1 else list(stop_ids)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stop_ids[0] if stop_ids else None)
+    if pad is not None:
+        gen.pad_token_id = pad
+    if tokenizer.bos_token_id is not None:
+        gen.bos_token_id = tokenizer.bos_token_id
+
+
+def _copy_value_head(weights: Any, head: dict[str, torch.Tensor], dest: Path) -> None:
+    """A reward model's value head: the checkpoint's (split from its weights), or final/'s file."""
+    from ftui.runner.reward import VALUE_HEAD_FILE
+
+    if head:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().to(torch.float32).contiguous() for k, v in head.items()}, str(dest / VALUE_HEAD_FILE))
+    elif (weights.path / VALUE_HEAD_FILE).is_file() and weights.path.name == FINAL_DIR:
+        shutil.copy2(weights.path / VALUE_HEAD_FILE, dest / VALUE_HEAD_FILE)
+
+
+def _write_modelfile(dest: Path, tokenizer: Any, stop_ids: list[int], template: str | None, cfg: RunConfig, gguf_name: str | None) -> None:
+    import json as _json
+
+    from ftui.modelfile import modelfile
+    from ftui.presets.templates import TEMPLATES
+
+    try:
+        max_positions = _json.loads((dest / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        max_positions = None
+    text = modelfile(TEMPLATES[template] if template else None, tokenizer.bos_token, tokenizer.eos_token,
+                     [tokenizer.convert_ids_to_tokens(i) for i in stop_ids], max_positions,
+                     source=f"./{gguf_name}" if gguf_name else ".", default_system=cfg.default_system)
+    (dest / MODELFILE).write_text(text, encoding="utf-8")
+
+
+class OutDirTaken(Exception):
+    """The out dir gained content after the export was prepared, and force was not given."""
+
+
+def _replace(tmp: Path, out: Path, job_id: str, force: bool) -> None:
+    """Puts the finished export at ``out``: an empty out dir is replaced; a non-empty one
+    (only with force) is moved aside first and deleted once the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+        os.replace(tmp, out)
+        return
+    if not force:
+        raise OutDirTaken(f"{out} is no longer empty (something was written there while the export ran); "
+                          "export again to another directory, or with --force to replace it")
+    old = out.parent / f".{out.name}.ftui-replaced-{job_id}"
+    os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
