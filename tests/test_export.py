@@ -244,3 +244,42 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
 
     trained = answer("--run", str(run))
     assert trained.strip() and answer("--model", str(out)) == trained
+
+
+def test_dora_adapter_merges_into_plain_weights(pretrained_base, tmp_path):
+    """DoRA's magnitude vectors merge too (peft's merge_and_unload): the export, loaded without
+    peft, gives the adapter's logits; from final/ and from the last checkpoint."""
+    import torch
+
+    from conftest import lora_config, train_sync
+
+    cfg = lora_config(tmp_path, pretrained_base, use_dora=True, max_steps=4, save_steps=4)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    assert json.loads((run_dir / "final" / "adapter_config.json").read_text())["use_dora"] is True
+    want = trained_logits(run_dir)
+    for which in ("final", "4"):
+        out = tmp_path / f"dora-{which}"
+        export_in_process(run_dir, out, which)
+        got = plain_logits(out)
+        assert torch.allclose(got, want, atol=1e-5), (which, (got - want).abs().max())
+
+
+def test_modelfile_follows_the_template():
+    """TEMPLATE is the run's format in Go template text (LLaMA-Factory's conversion), with the
+    system text inside the first user turn for LLaMA-2-style templates; stop tokens once each."""
+    from ftui.modelfile import modelfile, ollama_template
+    from ftui.presets.templates import TEMPLATES
+
+    qwen = modelfile(TEMPLATES["qwen"], None, "<|im_end|>", ["<|im_end|>", "<|im_end|>", "<|endoftext|>"], 32768)
+    assert ('{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ range .Messages }}{{ if eq .Role "user" }}'
+            '<|im_start|>user\n{{ .Content }}<|im_end|>\n<|im_start|>assistant\n{{ else if eq .Role "assistant" }}'
+            '{{ .Content }}<|im_end|>\n') in qwen
+    assert qwen.count('PARAMETER stop "<|im_end|>"') == 1 and 'PARAMETER stop "<|endoftext|>"' in qwen
+    assert "PARAMETER num_ctx 4096" in qwen and 'SYSTEM """You are Qwen' in qwen
+    llama2 = ollama_template(TEMPLATES["llama2"], "<s>", "</s>")
+    assert llama2.startswith("{{ $first := true }}{{ range .Messages }}")
+    assert '<s>[INST] {{ if $first }}{{ $first = false }}{{ if $.System }}<<SYS>>\n{{ $.System }}\n<</SYS>>\n\n{{ end }}{{ end }}{{ .Content }} [/INST]' in llama2
+    own = modelfile(None, None, "<|im_end|>", ["<|im_end|>"], 512, source="./m-f16.gguf")
+    assert "TEMPLATE" not in own and "FROM ./m-f16.gguf" in own and "PARAMETER num_ctx 512" in own
+    assert '{{ "{{" }}' in ollama_template(TEMPLATES["qwen"].__class__(user=("{{ not an action {{content}}",)), None, None)
