@@ -198,10 +198,14 @@ async def test_start_progress_stop_and_end(tmp_path, run, monkeypatch, fake_star
             assert result.text.splitlines()[:4] == ["# use it", *commands]
             assert f"# in {out}: 4 files, 3 MiB" in result.text and "[red]x[/] \\x1b[2J\\rz" in result.text
             assert "\x1b" not in result.text
-            assert f"4 files, 3 MiB in {out}" in text_of(status)
+            assert "4 files, 3 MiB" in text_of(status)
             assert not bar.display and screen.query_one("#xp-stop", Button).disabled
             await pilot.press("f7")
             assert app.clipboard == "\n".join(commands)
+            result.focus()  # the box's text is selected (Shift+arrows, the mouse) and copied with Ctrl+C
+            result.select_line(1)
+            await pilot.press("ctrl+c")
+            assert app.clipboard == commands[0]
         finally:
             release_locks()
 
@@ -223,7 +227,7 @@ async def test_an_earlier_export_opens_from_the_list(tmp_path, run):
         screen = await open_screen(pilot, app)
         table = screen.query_one("#xp-jobs", DataTable)
         await until(pilot, lambda: table.row_count == 1)
-        assert [c.plain for c in table.get_row_at(0)] == ["completed", f"{RUN_NAME} final", "bf16", str(out), job.name]
+        assert [c.plain for c in table.get_row_at(0)] == ["completed", "final", "bf16", str(out), job.name]
         table.focus()
         await pilot.press("enter")
         result = screen.query_one("#xp-result", TextArea)

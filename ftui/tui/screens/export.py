@@ -147,14 +147,14 @@ class ExportScreen(JobScreen):
                                                                id="xp-dtype", compact=True))
                 yield field_row("xp", "shard", "max shard size", Input(DEFAULT_SHARD_SIZE, id="xp-shard", compact=True))
                 yield field_row("xp", "gguf", "GGUF", Select(GGUF_CHOICES, value=NO_GGUF, allow_blank=False, id="xp-gguf", compact=True))
-                yield field_row("xp", "force", "force", Checkbox("overwrite out dir", id="xp-force", compact=True))
+                yield field_row("xp", "force", "force", Checkbox("overwrite", id="xp-force", compact=True))
                 yield Static(Text("reading the model's size...", style="dim"), id="xp-needs")
             with Vertical(id="xp-side"):
                 yield DataTable(id="xp-jobs", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="xp-job")
                 yield ProgressBar(id="xp-progress", show_eta=False)
                 yield Static(Text("F5 starts an export; Enter on one in the list opens it", style="dim"), id="xp-status")
-                yield TextArea(id="xp-result", read_only=True, soft_wrap=False, compact=True)
+                yield TextArea(id="xp-result", read_only=True, compact=True)
         with Horizontal(id="xp-bar"):
             yield Button("Start", id="xp-start", variant="success", compact=True)
             yield Button("Stop", id="xp-stop", variant="error", compact=True, disabled=True)
@@ -224,7 +224,8 @@ class ExportScreen(JobScreen):
         for job_dir, spec, summary in rows:
             fmt = str(spec.get("dtype", "?")) + (f" + gguf {spec['gguf']}" if spec.get("gguf") else "")
             cells = [Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
-            cells += [Text(visible(str(v), one_line=True)) for v in (spec.get("source_label", "?"), fmt, spec.get("out", "?"), job_dir.name)]
+            source = str(spec.get("source_label", "?")).removeprefix(f"{self.run_dir.name} ")
+            cells += [Text(visible(str(v), one_line=True)) for v in (source, fmt, spec.get("out", "?"), job_dir.name)]
             table.add_row(*cells, key=str(job_dir))
         if rows:
             table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
@@ -310,7 +311,7 @@ class ExportScreen(JobScreen):
         result = export_result(event, results["spec"], results["listing"])
         self.commands = result["commands"]
         size = f", {fmt_bytes(result['bytes'])}" if result["bytes"] is not None else ""
-        status.append(("\n" if status else "") + f"{len(result['files'])} files{size} in {visible(str(result['out']), one_line=True)}")
+        status.append(("\n" if status else "") + f"{len(result['files'])} files{size}; to use them (F7 copies the commands):")
         box = self.query_one("#xp-result", TextArea)
         box.load_text(result_text(result))
         box.display = True
