@@ -108,9 +108,14 @@ async def test_opens_from_dashboard_runs_screen_and_palette(tmp_path, run):
         await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         app.action_show_runs()
         await until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.runs)
-        assert "Export model" in [c.title for c in app.get_system_commands(app.screen)]
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ExportScreen))
+        assert app.screen.run_dir == run
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Export model")
+        app.call_later(command.callback)  # the palette runs its entry (for the highlighted run) in the app
+        await until(pilot, lambda: isinstance(app.screen, ExportScreen) and "ready" in needs_text(app.screen))
         assert app.screen.run_dir == run
 
 
@@ -210,27 +215,39 @@ async def test_start_progress_stop_and_end(tmp_path, run, monkeypatch, fake_star
             release_locks()
 
 
-async def test_an_earlier_export_opens_from_the_list(tmp_path, run):
-    """A job without an export event (a runner that wrote none): its files are the out dir's
-    and its commands ftui's usage_commands."""
+def write_export_job(run: Path, job_id: str, out: Path, *end_events: dict) -> Path:
+    job = run / "export" / job_id
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"job": "export", "run": str(run), "checkpoint": None, "source_label": f"{RUN_NAME} final",
+                                              "out": str(out), "dtype": "bf16", "gguf": None}))
+    append_events(job, start_event(job.name, "export", 0), *end_events)
+    return job
+
+
+async def test_earlier_exports_open_from_the_list(tmp_path, run):
+    """A failed export shows why and what to do; a completed one without an export event (a
+    runner that wrote none) shows the out dir's files and ftui's usage_commands."""
     out = tmp_path / "old-export"
     out.mkdir()
     (out / "config.json").write_text("{}")
     (out / "model.safetensors").write_bytes(b"\0" * 2048)
-    job = run / "export" / "20240101-000000"
-    job.mkdir(parents=True)
-    (job / "job.json").write_text(json.dumps({"job": "export", "run": str(run), "checkpoint": None, "source_label": f"{RUN_NAME} final",
-                                              "out": str(out), "dtype": "bf16", "gguf": None}))
-    append_events(job, start_event(job.name, "export", 0), make_event("run_end", t=T0 + 9, status="completed", reason="exported"))
+    job = write_export_job(run, "20240101-000000", out, make_event("run_end", t=T0 + 9, status="completed", reason="exported"))
+    write_export_job(run, "20240101-000100", tmp_path / "other",
+                     make_event("run_end", t=T0 + 9, status="failed", reason="MemoryError: " + HOSTILE, hint="export on a larger machine"))
     app = make_app(tmp_path, attach=run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)
         table = screen.query_one("#xp-jobs", DataTable)
-        await until(pilot, lambda: table.row_count == 1)
+        await until(pilot, lambda: table.row_count == 2)
         assert [c.plain for c in table.get_row_at(0)] == ["completed", "final", "bf16", str(out), job.name]
         table.focus()
-        await pilot.press("enter")
+        await pilot.press("down", "enter")
+        status = screen.query_one("#xp-status")
+        await until(pilot, lambda: "export on a larger machine" in text_of(status))
+        assert "MemoryError: [red]x[/] \\x1b[2J\\rz" in text_of(status)
         result = screen.query_one("#xp-result", TextArea)
+        assert not result.display and screen.query_one("#xp-copy", Button).disabled
+        await pilot.press("up", "enter")
         await until(pilot, lambda: result.display)
         assert result.text.splitlines()[1] == f"ftui chat --model {out}"
         assert "config.json\nmodel.safetensors" in result.text

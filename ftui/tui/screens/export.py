@@ -35,7 +35,7 @@ NO_GGUF = "none"
 GGUF_CHOICES = ((NO_GGUF, NO_GGUF),) + tuple((t, t) for t in GGUF_TYPES)
 PHASES = {"load": "loading the model", "merge": "merging the adapter", "save": "saving the shards", "gguf": "writing the GGUF file"}
 JOBS_REFRESH_S = 5.0  # an export started from a shell shows up, a live one's status moves
-MAX_LISTED = 200  # files of an out dir listed when its job wrote no export event
+MAX_LISTED = 200  # files listed at the end, at most
 
 
 def export_sources(run_dir: Path) -> list[tuple[str, str]]:
@@ -112,7 +112,9 @@ def result_text(result: dict[str, Any]) -> str:
     if result["files"]:
         size = f", {fmt_bytes(result['bytes'])}" if result["bytes"] is not None else ""
         lines += ["", f"# in {visible(str(result['out']), one_line=True)}: {len(result['files'])} files{size}"]
-        lines += [visible(name, one_line=True) for name in result["files"]]
+        lines += [visible(name, one_line=True) for name in result["files"][:MAX_LISTED]]
+        if len(result["files"]) > MAX_LISTED:
+            lines.append(f"... and {len(result['files']) - MAX_LISTED} more")
     return "\n".join(lines)
 
 
@@ -202,7 +204,10 @@ class ExportScreen(JobScreen):
     # --- workers
     @work(thread=True, exclusive=True, group="needs")
     def assess_form(self, **values: Any) -> None:
-        text = assess(self.run_dir, runs_root=getattr(self.app, "runs_root", None), **values)
+        try:
+            text = assess(self.run_dir, runs_root=getattr(self.app, "runs_root", None), **values)
+        except Exception as err:  # noqa: BLE001 - advice only: a surprise in a run's files must not end the app (Start checks again)
+            text = Text(f"cannot tell what the export needs: {visible(str(err))}", style="red")
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self.show, "#xp-needs", text)
 
