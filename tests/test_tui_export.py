@@ -148,6 +148,8 @@ async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_
         assert "inside the run directory" in text_of(screen.query_one("#xp-status"))
         assert not fake_start and not (run / "export").exists()
         assert not screen.query_one("#xp-start", Button).disabled  # the app stays up; try again
+        screen.query_one("#xp-out", Input).value = ""  # not the current directory
+        await until(pilot, lambda: "give the directory" in needs_text(screen))
         full = tmp_path / "full"
         full.mkdir()
         (full / "old.txt").write_text("x")

@@ -35,6 +35,7 @@ NO_GGUF = "none"
 GGUF_CHOICES = ((NO_GGUF, NO_GGUF),) + tuple((t, t) for t in GGUF_TYPES)
 PHASES = {"load": "loading the model", "merge": "merging the adapter", "save": "saving the shards", "gguf": "writing the GGUF file"}
 JOBS_REFRESH_S = 5.0  # an export started from a shell shows up, a live one's status moves
+NO_OUT_DIR = "out dir: give the directory to write the model to"  # an empty field would mean the current directory
 MAX_LISTED = 200  # files listed at the end, at most
 
 
@@ -59,27 +60,29 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     from ftui.jobs.export import ExportError, export_needs, out_dir_problem, parse_shard_size, resources_problem, source_problem
     from ftui.paths import CONFIG_FILE
 
-    text = Text()
-    problems = [p for p in (source_problem(run_dir, which),) if p]
+    problems: list[str] = []
+
+    def note(problem: str | None) -> None:
+        if problem:
+            problems.append(problem)
+
+    note(source_problem(run_dir, which))
     try:
         parse_shard_size(shard)
     except ExportError as err:
-        problems.append(str(err))
+        note(str(err))
     out_path = Path(out.strip()).expanduser() if out.strip() else None
-    if out_path is None:
-        problems.append("out dir: give the directory to write the model to")
-    else:
-        problems += [p for p in (out_dir_problem(out_path, force, runs_root),) if p]
+    note(out_dir_problem(out_path, force, runs_root) if out_path else NO_OUT_DIR)
+    text = Text()
     try:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)
         needs = export_needs(run_dir, cfg, which, dtype, gguf)
     except (ExportError, ConfigError, OSError) as err:
-        problems.append(str(err))
+        note(str(err))
     else:
         text.append("needs  ", style="dim")
         text.append(needs.describe())
-        if out_path is not None:
-            problems += [p for p in (resources_problem(needs, out_path),) if p]
+        note(resources_problem(needs, out_path) if out_path else None)
     for problem in problems:
         text.append(("\n" if text else "") + visible(problem), style="red")
     if not problems:
@@ -244,7 +247,7 @@ class ExportScreen(JobScreen):
 
         try:
             if not out.strip():
-                raise export.ExportError("out dir: give the directory to write the model to")
+                raise export.ExportError(NO_OUT_DIR)
             job_dir, cfg, _needs = export.prepare_export(self.run_dir, which=which, out=Path(out.strip()).expanduser(), dtype=dtype,
                                                          max_shard_size=shard, gguf=gguf, force=force,
                                                          runs_root=getattr(self.app, "runs_root", None))
