@@ -81,6 +81,12 @@ class FtuiApp(App):
 
         self.push_screen(EvalPredictScreen(Path(run_dir)))
 
+    def open_export(self, run_dir: Path) -> None:
+        """The Export screen of a run (its dashboard's, and the runs screen's, key x)."""
+        from ftui.tui.screens.export import ExportScreen
+
+        self.push_screen(ExportScreen(Path(run_dir)))
+
     def action_show_launch(self) -> None:
         if self.launch_screen is None or self.launch_screen not in self.screen_stack:
             self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
@@ -118,9 +124,13 @@ class FtuiApp(App):
             yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
             yield SystemCommand("Evaluate & Predict", "Score this run on a dataset, browse and compare its predictions",
                                 screen.action_evalpredict)
+            yield SystemCommand("Export model", "This run's model as a standalone directory (merged, safetensors; GGUF)",
+                                screen.action_export)
         if isinstance(screen, RunsScreen):
             yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)
             yield SystemCommand("Delete run", "Delete the highlighted run's directory (asks first; never a live run)", screen.action_delete)
             if screen.current_run() is not None:
                 yield SystemCommand("Evaluate & Predict", "Score the highlighted run on a dataset, browse and compare its predictions",
                                     screen.action_evalpredict)
+                yield SystemCommand("Export model", "The highlighted run's model as a standalone directory (merged, safetensors; GGUF)",
+                                    screen.action_export)

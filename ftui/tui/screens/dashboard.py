@@ -55,6 +55,7 @@ class DashboardScreen(Screen):
         Binding("r", "runs", "Runs"),
         Binding("c", "chat", "Chat"),
         Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
+        Binding("x", "export", "Export", show=False),  # the same
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
     FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale")
@@ -298,6 +299,9 @@ class DashboardScreen(Screen):
 
     def action_evalpredict(self) -> None:
         self.app.open_evalpredict(self.run_dir)
+
+    def action_export(self) -> None:
+        self.app.open_export(self.run_dir)
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why

@@ -11,7 +11,6 @@ files and following it happen in thread workers; the UI thread only renders.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,16 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Input, Label, ProgressBar, Select, Static
+from textual.widgets import Button, DataTable, Footer, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
 from ftui.paths import CONFIG_FILE
-from ftui.runs import RunFollower, RunSummary, summarize_run
+from ftui.runs import RunSummary, summarize_run
 from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, chat_sources
-from ftui.tui.screens.modals import Confirm
+from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE
 
-POLL_S = 0.5
 KINDS = (("predict: generate answers, BLEU / ROUGE", "predict"), ("eval: loss and perplexity", "eval"))
 GENERATION_FIELDS = (("max_new_tokens", "max new tokens", int), ("temperature", "temperature", float),
                      ("top_p", "top-p", float), ("batch_size", "batch size", int))
@@ -88,7 +85,7 @@ def job_kind(job_dir: Path) -> str:
     return job_dir.parent.name  # RUN/predict/ID or RUN/eval/ID
 
 
-class EvalPredictScreen(Screen):
+class EvalPredictScreen(JobScreen):
     BINDINGS = [
         Binding("f5", "start", "Start"),
         Binding("f6", "stop", "Stop"),
@@ -98,14 +95,13 @@ class EvalPredictScreen(Screen):
         Binding("escape", "back", "Back"),
     ]
 
+    START_BUTTON = "#ep-start"
+    STOP_QUESTIONS = ("Stop the job? The batch under way finishes; its answers so far are kept.",
+                      "Kill the job now? Its answers so far are kept.")
+
     def __init__(self, run_dir: Path):
-        super().__init__()
-        self.run_dir = Path(run_dir)
-        self.job_dir: Path | None = None  # the job this screen shows (started here or opened from the list)
-        self.jobs: list[Path] = []
+        super().__init__(run_dir)
         self.marked: list[Path] = []  # predict jobs marked to compare, oldest mark first
-        self.summary: RunSummary | None = None
-        self.stop_requests = 0
         self.stage = "sft"  # the run's stage: the preview checks the datasets fit it
 
     def compose(self) -> ComposeResult:
@@ -139,7 +135,7 @@ class EvalPredictScreen(Screen):
 
     @staticmethod
     def _row(key: str, label: str, control: Any, classes: str = "") -> Horizontal:
-        return Horizontal(Label(label, classes="ep-label"), control, classes=f"field {classes}".strip(), id=f"ep-row-{key}")
+        return field_row("ep", key, label, control, classes)
 
     def on_mount(self) -> None:
         self.query_one("#ep-form").border_title = "new job"
@@ -213,7 +209,7 @@ class EvalPredictScreen(Screen):
 
         text, _fit = records_preview(dataset, dataset_dir, self.stage)
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._show, "#ep-preview", text)
+            self.app.call_from_thread(self.show, "#ep-preview", text)
 
     @work(thread=True, exclusive=True, group="start")
     def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
@@ -226,7 +222,7 @@ class EvalPredictScreen(Screen):
 
         problem = dataset_path_problem(dataset, dataset_dir)
         if problem:
-            self.app.call_from_thread(self._start_failed, problem)
+            self.app.call_from_thread(self.start_failed, problem)
             return
         checkpoint, base = source_args(source_value)
         try:
@@ -235,67 +231,26 @@ class EvalPredictScreen(Screen):
                                                generation=generation if kind == "predict" else None, nproc=nproc)
             offline.start_job(kind, job_dir, cfg)
         except (offline.JobError, ConfigError, RunBusy, OSError, ValueError) as err:
-            self.app.call_from_thread(self._start_failed, f"{kind} job not started: {err}")
+            self.app.call_from_thread(self.start_failed, f"{kind} job not started: {err}")
             return
         self.app.call_from_thread(self.open_job, job_dir)
 
-    def _start_failed(self, message: str) -> None:
-        self.notify(message, severity="error", markup=False, timeout=15)
-        if self.is_attached:
-            self.query_one("#ep-start", Button).disabled = False
-
-    @work(thread=True, exclusive=True, group="follow")
-    def follow(self, job_dir: Path) -> None:
-        """Follows one job as the dashboard follows a run; its results once it has ended."""
-        worker = get_current_worker()
-        summary = RunSummary(run_id=job_dir.name, path=job_dir)
-        progress: dict[str, Any] = {}
-
-        def fold(events: list[Any]) -> None:
-            for event in events:
-                summary.apply(event)
-                if event.get("event") == "progress":
-                    progress.update(event)
-
-        follower = RunFollower(job_dir, summary, fold)
-        while not worker.is_cancelled:
-            follower.poll()
-            if summary.has_ended:
-                results = read_results(job_dir, job_kind(job_dir))
-                self.app.call_from_thread(self._show_job, job_dir, summary, dict(progress), results)
-                self.list_jobs()
-                return
-            self.app.call_from_thread(self._show_job, job_dir, summary, dict(progress), None)
-            time.sleep(POLL_S)
-
-    @work(thread=True, group="control")
-    def send_stop(self, job_dir: Path, force: bool) -> None:
-        from ftui.jobs.launch import stop_run
-
-        result = stop_run(job_dir, force=force)
-        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+    def read_job_results(self, job_dir: Path) -> dict[str, Any]:
+        return read_results(job_dir, job_kind(job_dir))
 
     # --- rendering (UI thread)
-    def _show(self, selector: str, content: Text) -> None:
-        for widget in self.query(selector).results(Static):
-            widget.update(content)
-
     def open_job(self, job_dir: Path) -> None:
         """Shows ``job_dir`` (started here or picked in the list) and follows it."""
-        self.job_dir, self.summary, self.stop_requests = job_dir, None, 0
-        self._show("#ep-metrics", Text())
-        self._show("#ep-status", Text("reading the job...", style="dim"))
-        self.follow(job_dir)
-        self.list_jobs()
+        self.show("#ep-metrics", Text())
+        self.show("#ep-status", Text("reading the job...", style="dim"))
+        super().open_job(job_dir)
 
-    def _show_job(self, job_dir: Path, summary: RunSummary, progress: dict[str, Any], results: dict[str, Any] | None) -> None:
-        if not self.is_attached or job_dir != self.job_dir:
-            return  # a job the user has left for another
-        self.summary = summary
+    def show_job(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: dict[str, Any] | None) -> None:
+        progress = latest.get("progress", {})
         kind = job_kind(job_dir)
         title = Text(f"{kind} {job_dir.name}  ", style="bold")
         title.append(summary.status, style=STATUS_STYLE.get(summary.status, ""))
-        self._show("#ep-job", title)
+        self.show("#ep-job", title)
         bar = self.query_one("#ep-progress", ProgressBar)
         total = progress.get("total") if isinstance(progress.get("total"), int) else summary.max_steps
         bar.display = kind == "predict"
@@ -311,13 +266,12 @@ class EvalPredictScreen(Screen):
             status.append(f"\n{summary.reason}", style="dim")
         if summary.error_detail:
             status.append(f"\n{summary.error_detail}", style="red")
-        self._show("#ep-status", status)
+        self.show("#ep-status", status)
         if results is not None:
-            self._show("#ep-metrics", self._metrics_text(results))
+            self.show("#ep-metrics", self._metrics_text(results))
         self.query_one("#ep-stop", Button).disabled = summary.has_ended
         self.query_one("#ep-start", Button).disabled = not summary.has_ended
         self.query_one("#ep-browse", Button).disabled = kind != "predict" or not summary.has_ended
-        self.refresh_bindings()
 
     @staticmethod
     def _metrics_text(results: dict[str, Any]) -> Text:
@@ -361,19 +315,8 @@ class EvalPredictScreen(Screen):
         if action is not None:
             action()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        live = self.summary is not None and not self.summary.has_ended
-        if action == "stop":
-            return self.job_dir is not None and (self.summary is None or live)
-        if action == "start":
-            return not live
-        return True
-
     def action_start(self) -> None:
-        if self.query_one("#ep-start", Button).disabled and self.summary is None:
-            return  # a start is under way (F5 pressed twice)
-        if self.summary is not None and not self.summary.has_ended:
-            self.notify("a job of this screen is still running: stop it or wait for it", severity="warning")
+        if not self.may_start():
             return
         try:
             values = self.form_values()
@@ -381,24 +324,8 @@ class EvalPredictScreen(Screen):
             self.notify(str(err), severity="error", markup=False)
             return
         self.query_one("#ep-start", Button).disabled = True
-        self._show("#ep-status", Text(f"starting the {values['kind']} job...", style="dim"))
+        self.show("#ep-status", Text(f"starting the {values['kind']} job...", style="dim"))
         self.start(**values)
-
-    def action_stop(self) -> None:
-        job_dir = self.job_dir
-        if job_dir is None or (self.summary is not None and self.summary.has_ended):
-            self.notify("no job running here to stop", severity="warning")
-            return
-        force = self.stop_requests > 0
-        question = ("Kill the job now? Its answers so far are kept." if force
-                    else "Stop the job? The batch under way finishes; its answers so far are kept.")
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.stop_requests += 1
-                self.send_stop(job_dir, force)
-
-        self.app.push_screen(Confirm(question, yes="Kill" if force else "Stop", danger=force), answered)
 
     def _highlighted_job(self) -> Path | None:
         table = self.query_one("#ep-jobs", DataTable)
@@ -436,6 +363,3 @@ class EvalPredictScreen(Screen):
             self.notify("mark two predict jobs in the list (Space), then compare", severity="warning")
             return
         self.app.push_screen(CompareScreen(*self.marked))
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

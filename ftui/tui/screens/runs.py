@@ -107,6 +107,7 @@ class RunsScreen(Screen):
         Binding("n", "new", "New"),
         Binding("d", "delete", "Delete"),
         Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
+        Binding("x", "export", "Export", show=False),  # the same
     ]
 
     def __init__(self, root: str | Path):
@@ -201,6 +202,11 @@ class RunsScreen(Screen):
         run = self._current()
         if run is not None:
             self.app.open_evalpredict(run.path)
+
+    def action_export(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.open_export(run.path)
 
     def action_attach(self) -> None:
         run = self._current()

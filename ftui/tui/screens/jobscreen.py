@@ -1,0 +1,151 @@
+"""What the screens that start and follow a run's jobs share (Evaluate & Predict, Export):
+following one job directory with the runs' own ``RunFollower`` in a thread worker, Stop
+(asks first; again: kill) through ``stop_run``, and the start / stop keys offered as the job's
+state allows. A job is a detached process laid out as a run directory; it outlives the screen.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Button, Label, Static
+from textual.worker import get_current_worker
+
+from ftui.runs import RunFollower, RunSummary
+from ftui.tui.screens.modals import Confirm
+
+POLL_S = 0.5
+
+
+def field_row(prefix: str, key: str, label: str, control: Any, classes: str = "") -> Horizontal:
+    """One line of a job form: its label and its control (``PREFIX-row-KEY``)."""
+    return Horizontal(Label(label, classes="job-label"), control, classes=f"field {classes}".strip(), id=f"{prefix}-row-{key}")
+
+
+class JobScreen(Screen):
+    """A screen showing one job at a time (``job_dir``, started here or opened from its list).
+
+    Subclasses say how a job looks (:meth:`show_job`), what to read once it has ended
+    (:meth:`read_job_results`, in the worker), how to list the run's jobs (``list_jobs``),
+    which button starts one (``START_BUTTON``) and what Stop asks (``STOP_QUESTIONS``)."""
+
+    START_BUTTON = ""
+    STOP_QUESTIONS = ("Stop the job?", "Kill the job now?")  # first press, then again (kill)
+
+    def __init__(self, run_dir: Path):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.jobs: list[Path] = []  # the run's jobs as listed, oldest first
+        self.job_dir: Path | None = None
+        self.summary: RunSummary | None = None
+        self.stop_requests = 0
+
+    # --- hooks
+    def read_job_results(self, job_dir: Path) -> Any:
+        """What an ended job left (a thread worker calls it: file reads)."""
+        return None
+
+    def show_job(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: Any) -> None:
+        """Renders the job (UI thread). ``latest``: the last event of each kind, progress
+        events merged; ``results``: read_job_results' once the job has ended, else None."""
+
+    def list_jobs(self) -> None:
+        """Refreshes the run's jobs list (a worker)."""
+
+    # --- workers
+    @work(thread=True, exclusive=True, group="follow")
+    def follow(self, job_dir: Path) -> None:
+        """Follows one job as the dashboard follows a run, to its end."""
+        worker = get_current_worker()
+        summary = RunSummary(run_id=job_dir.name, path=job_dir)
+        latest: dict[str, dict[str, Any]] = {}
+
+        def fold(events: list[Any]) -> None:
+            for event in events:
+                summary.apply(event)
+                latest.setdefault(event["event"], {}).update(event)
+
+        follower = RunFollower(job_dir, summary, fold)
+        while not worker.is_cancelled:
+            follower.poll()
+            ended = summary.has_ended
+            results = self.read_job_results(job_dir) if ended else None
+            self.app.call_from_thread(self._show_followed, job_dir, summary, {k: dict(v) for k, v in latest.items()}, results)
+            if ended:
+                self.list_jobs()
+                return
+            time.sleep(POLL_S)
+
+    def _show_followed(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: Any) -> None:
+        if not self.is_attached or job_dir != self.job_dir:
+            return  # a job the user has left for another
+        self.summary = summary
+        self.show_job(job_dir, summary, latest, results)
+        self.refresh_bindings()
+
+    @work(thread=True, group="control")
+    def send_stop(self, job_dir: Path, force: bool) -> None:
+        from ftui.jobs.launch import stop_run
+
+        result = stop_run(job_dir, force=force)
+        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+
+    # --- UI thread
+    def show(self, selector: str, content: Text) -> None:
+        for widget in self.query(selector).results(Static):
+            widget.update(content)
+
+    def open_job(self, job_dir: Path) -> None:
+        """Shows ``job_dir`` and follows it."""
+        self.job_dir, self.summary, self.stop_requests = job_dir, None, 0
+        self.follow(job_dir)
+        self.list_jobs()
+
+    @property
+    def job_live(self) -> bool:
+        return self.summary is not None and not self.summary.has_ended
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return self.job_dir is not None and (self.summary is None or self.job_live)
+        if action == "start":
+            return not self.job_live
+        return True
+
+    def may_start(self) -> bool:
+        """False (and why, when the user can act on it) while a job of this screen runs or
+        a start is under way (the start key pressed twice)."""
+        if self.query_one(self.START_BUTTON, Button).disabled and self.summary is None:
+            return False
+        if self.job_live:
+            self.notify("a job of this screen is still running: stop it or wait for it", severity="warning")
+            return False
+        return True
+
+    def start_failed(self, message: str) -> None:
+        self.notify(message, severity="error", markup=False, timeout=15)
+        if self.is_attached:
+            self.query_one(self.START_BUTTON, Button).disabled = False
+
+    def action_stop(self) -> None:
+        job_dir = self.job_dir
+        if job_dir is None or (self.summary is not None and self.summary.has_ended):
+            self.notify("no job running here to stop", severity="warning")
+            return
+        force = self.stop_requests > 0
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.stop_requests += 1
+                self.send_stop(job_dir, force)
+
+        self.app.push_screen(Confirm(self.STOP_QUESTIONS[force], yes="Kill" if force else "Stop", danger=force), answered)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
