@@ -268,3 +268,27 @@ def test_export_screen_snapshot(snap_compare, tmp_path, run, monkeypatch):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=(100, 32), run_before=before)
+
+
+@pytest.mark.dist
+async def test_a_real_export_from_the_screen(tmp_path, demo_run):
+    """F5 on the screen starts the real job (no stand-in): it runs detached, the screen follows
+    it to its end, and the exported model loads with transformers alone."""
+    import shutil
+
+    run = tmp_path / "runs" / demo_run.name
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("predict", "eval", "export"))
+    out = tmp_path / "exported"
+    app = make_app(tmp_path, attach=run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, app)
+        screen.query_one("#xp-out", Input).value = str(out)
+        await until(pilot, lambda: "ready" in needs_text(screen))
+        await pilot.press("f5")
+        result = screen.query_one("#xp-result", TextArea)
+        await until(pilot, lambda: result.display, timeout=300)
+        assert f"ftui chat --model {out}" in result.text, result.text
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert str(model.dtype) == "torch.bfloat16"  # the form's default dtype
