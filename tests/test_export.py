@@ -246,25 +246,6 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     assert trained.strip() and answer("--model", str(out)) == trained
 
 
-def test_dora_adapter_merges_into_plain_weights(pretrained_base, tmp_path):
-    """DoRA's magnitude vectors merge too (peft's merge_and_unload): the export, loaded without
-    peft, gives the adapter's logits; from final/ and from the last checkpoint."""
-    import torch
-
-    from conftest import lora_config, train_sync
-
-    cfg = lora_config(tmp_path, pretrained_base, use_dora=True, max_steps=4, save_steps=4)
-    run_dir, _events, proc = train_sync(cfg)
-    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
-    assert json.loads((run_dir / "final" / "adapter_config.json").read_text())["use_dora"] is True
-    want = trained_logits(run_dir)
-    for which in ("final", "4"):
-        out = tmp_path / f"dora-{which}"
-        export_in_process(run_dir, out, which)
-        got = plain_logits(out)
-        assert torch.allclose(got, want, atol=1e-5), (which, (got - want).abs().max())
-
-
 def test_modelfile_follows_the_template():
     """TEMPLATE is the run's format in Go template text (LLaMA-Factory's conversion), with the
     system text inside the first user turn for LLaMA-2-style templates; stop tokens once each."""

@@ -242,3 +242,15 @@ def test_a_run_with_loraplus_dora_and_an_eval_dataset_evaluates_on_it_and_resume
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [e["step"] for e in resumed if e["event"] == "step"] == [3, 4]
     assert next(e for e in resumed if e["event"] == "run_end")["status"] == "completed"
+    # DoRA's magnitude vectors merge too: the export (final/ and the last checkpoint), loaded
+    # without peft, gives the adapter's logits
+    import torch
+
+    from tests.test_export import export_in_process, plain_logits, trained_logits
+
+    want = trained_logits(run_dir)
+    for which in ("final", "4"):
+        out = tmp_path / f"dora-{which}"
+        export_in_process(run_dir, out, which)
+        got = plain_logits(out)
+        assert torch.allclose(got, want, atol=1e-5), (which, (got - want).abs().max())
