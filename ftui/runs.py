@@ -638,6 +638,10 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Path:
     summary = summarize_run(path)
     if summary.live:
         raise RunDeleteError(f"{path.name} is {summary.status}: stop it first (ftui attach {path.name}, then s), then delete it")
+    busy = live_job_dirs(path)
+    if busy:
+        raise RunDeleteError(f"{path.name} has a {busy[0].parent.name} job running ({busy[0]}): stop it first "
+                             f"(ftui attach {busy[0]}, then s), then delete the run; nothing deleted")
     lock = _take_job_lock(path)
     try:
         hidden = path.with_name(f".{path.name}.deleting")
@@ -656,6 +660,21 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Path:
         if lock is not None:
             os.close(lock)
     return path
+
+
+def live_job_dirs(run_dir: Path) -> list[Path]:
+    """The run's predict, eval and export jobs that are running (each holds its own lock in
+    RUN/KIND/ID): deleting the run would pull the weights and files from under them."""
+    from ftui.paths import EVAL_DIR, EXPORT_DIR, PREDICT_DIR
+
+    live = []
+    for kind in (PREDICT_DIR, EVAL_DIR, EXPORT_DIR):
+        try:
+            jobs = sorted(p for p in (run_dir / kind).iterdir() if p.is_dir())
+        except OSError:
+            continue
+        live += [job for job in jobs if job_lock_held(job)]
+    return live
 
 
 def _take_job_lock(run_dir: Path) -> int | None:

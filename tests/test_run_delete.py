@@ -55,6 +55,24 @@ def test_a_live_run_is_refused_by_status_and_by_its_job_lock(tmp_path):
     assert other_host.is_dir() and (locked / "events.jsonl").is_file()
 
 
+def test_a_run_whose_export_or_predict_job_runs_is_refused(tmp_path):
+    """An export (or predict, eval) job reads the run's weights from RUN/KIND/ID under its own
+    lock: the run is not deleted from under it."""
+    run = write_run(tmp_path / "runs", "done-1", steps=3, max_steps=3, end="completed")
+    for kind in ("predict", "export"):
+        job = run / kind / "20261123-090000"
+        job.mkdir(parents=True)
+        fd = os.open(job / "job.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # the job's supervisor holds it while the job lives
+            with pytest.raises(RunDeleteError, match=f"has a {kind} job running"):
+                delete_run(run)
+        finally:
+            os.close(fd)
+    delete_run(run)  # the jobs ended: the run goes
+    assert not run.exists()
+
+
 def test_a_directory_that_is_not_a_run_is_refused(tmp_path):
     odd = tmp_path / "not-a-run"
     odd.mkdir()
