@@ -247,6 +247,8 @@ def test_gguf_reads_back_as_the_hf_model(models, tmp_path, key, outtype):
         assert types[vocab["a"]] == gguf.TokenType.NORMAL
     if "head_dim" in MODELS[key][3]:
         assert field(reader, f"{arch}.attention.key_length") == 32
+    if tok.bos_token_id is None:  # else llama.cpp would keep its own default BOS id
+        assert field(reader, "tokenizer.ggml.add_bos_token") is False
 
 
 def test_sharded_model_directory(models, tmp_path):
@@ -322,3 +324,4 @@ def test_missing_gguf_package_says_how_to_install(models, tmp_path, monkeypatch)
     monkeypatch.setattr(gguf_export, "gguf", None)
     with pytest.raises(GGUFError, match=r"pip install 'ftui\[gguf\]'"):
         write_gguf(models["qwen3"], tmp_path / "x.gguf", "f16")
+

@@ -347,6 +347,10 @@ def _add_tokenizer(writer: gguf.GGUFWriter, model_dir: Path, n_vocab: int) -> No
             f"tokenizer.json's {model.get('type')!r} tokenizer has no GGUF form here (byte-level BPE "
             "or byte-fallback BPE are supported); convert with llama.cpp's convert_hf_to_gguf.py"
         )
+    if "bos" not in special.special_token_ids:
+        # No BOS token (ftui's demo, Qwen): say so, or llama.cpp keeps its own default id and
+        # a runtime that adds BOS would prepend a token the model never saw.
+        special.add_special_token["bos"] = False
     special.add_to_gguf(writer, quiet=True)
 
 
