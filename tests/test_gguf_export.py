@@ -325,3 +325,13 @@ def test_missing_gguf_package_says_how_to_install(models, tmp_path, monkeypatch)
     with pytest.raises(GGUFError, match=r"pip install 'ftui\[gguf\]'"):
         write_gguf(models["qwen3"], tmp_path / "x.gguf", "f16")
 
+
+def test_vocab_size_that_disagrees_with_the_embeddings_is_refused(models, tmp_path):
+    """llama.cpp sizes the token list from the embeddings: a config that says otherwise is an error."""
+    broken = tmp_path / "broken"
+    shutil.copytree(models["qwen3"], broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 64}))
+    with pytest.raises(GGUFError, match="vocab_size"):
+        write_gguf(broken, tmp_path / "x.gguf", "f16")
+    assert list(tmp_path.glob("*.gguf*")) == []

@@ -122,8 +122,7 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise GGUFError(f"cannot read {path}: {e}; re-export the model directory") from e
-    # Multimodal/nested configs keep the language model under text_config.
-    return config.get("text_config", config) if "model_type" not in config else config
+    return config
 
 
 def _gguf_arch(config: dict[str, Any]) -> str:
@@ -209,6 +208,11 @@ def _plan_tensors(config: dict[str, Any], arch: str, shards: list[Path], outtype
             raise GGUFError(
                 f"tensor {hf_name!r} has no GGUF name for the {arch} architecture; this model "
                 f"is not a plain {arch} model, convert it with llama.cpp's convert_hf_to_gguf.py"
+            )
+        if name == "token_embd.weight" and shape[0] != config["vocab_size"]:
+            raise GGUFError(
+                f"{hf_name} has {shape[0]} rows but config.json's vocab_size is {config['vocab_size']}; "
+                "the GGUF token list would not match the embeddings, re-export the model directory"
             )
         plan.append(_Planned(hf_name, name, shape, _storage_type(name, shape, outtype)))
     rope_factors = _llama3_rope_factors(config) if arch == "llama" else None
