@@ -28,8 +28,9 @@ try:
 except ImportError:  # the optional `gguf` extra; write_gguf says how to install it
     gguf = None
 
-GGUF_ARCHES: dict[str, str] = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
-"""config.json model_type -> GGUF architecture name (llama.cpp's)."""
+GGUF_ARCHES: dict[str, str] = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+"""config.json model_type -> GGUF architecture name (llama.cpp's; its converter writes Mistral
+as a Llama: same tensors, same q/k permutation)."""
 
 OUTTYPES = ("f16", "bf16", "q8_0")
 """The GGUF types ftui writes (outtype -> GGMLQuantizationType[upper], LlamaFileType MOSTLY_<upper>)."""
