@@ -5,9 +5,12 @@ tensor's values against the HF weights (to f16 / bf16 rounding, q8_0 to its bloc
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -238,6 +241,10 @@ def test_gguf_reads_back_as_the_hf_model(models, tmp_path, key, outtype):
         types = field(reader, "tokenizer.ggml.token_type")
         assert types[vocab["<0x41>"]] == gguf.TokenType.BYTE
         assert types[vocab["</s>"]] == gguf.TokenType.CONTROL
+        # llama.cpp's SPM tokenizer merges the best-scoring pair first: scores follow merge order
+        scores = field(reader, "tokenizer.ggml.scores")
+        normal = [i for i, t in enumerate(types) if t == gguf.TokenType.NORMAL]
+        assert len(normal) > 100 and all(scores[i] == -i for i in normal)
         if config["vocab_size"] > len(tok):  # padded past the tokenizer
             assert tokens[-1] == f"[PAD{config['vocab_size'] - 1}]" and types[-1] == gguf.TokenType.UNUSED
     else:
@@ -327,6 +334,20 @@ def test_missing_gguf_package_says_how_to_install(models, tmp_path, monkeypatch)
     monkeypatch.setattr(gguf_export, "gguf", None)
     with pytest.raises(GGUFError, match=r"pip install 'ftui\[gguf\]'"):
         write_gguf(models["qwen3"], tmp_path / "x.gguf", "f16")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed (CI has none)")
+def test_llama_cpp_runs_the_export_of_the_trained_demo(demo_run):
+    """A real runtime: llama.cpp loads the GGUF of the trained demo, tokenizes the chat prompt
+    as the HF tokenizer does and answers what transformers answers (bench/gguf_llamacpp_check.py)."""
+    cmd = [sys.executable, str(ROOT / "bench" / "gguf_llamacpp_check.py"), str(demo_run / "final"), "--quick"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    f16 = result["types"]["f16"]
+    assert f16["same_prompt_ids"] and f16["same_chat_template"]
+    assert f16["same_greedy_answer"], (f16["llama_cpp_answer"], result["hf_answer"])
+    assert f16["max_abs_logit_diff"] < 0.05 * f16["max_abs_logit"]
 
 
 def test_vocab_size_that_disagrees_with_the_embeddings_is_refused(models, tmp_path):
