@@ -320,6 +320,8 @@ def test_user_errors_say_what_to_do(models, tmp_path):
         write_gguf(models["qwen3"], tmp_path / "x.gguf", "q4_k")
     with pytest.raises(GGUFError, match="no config.json"):
         write_gguf(tmp_path, tmp_path / "x.gguf", "f16")
+    with pytest.raises(GGUFError, match="writing .* failed.*directory exists"):
+        write_gguf(models["qwen3"], tmp_path / "no" / "such" / "x.gguf", "f16")
     bare = tmp_path / "bare"
     shutil.copytree(models["qwen3"], bare)
     (bare / "tokenizer.json").unlink()

@@ -105,9 +105,11 @@ def write_gguf(
                 progress(done, len(plan))
         writer.close()
         os.replace(tmp, out_file)
-    except BaseException:
+    except BaseException as e:
         writer.close()
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise GGUFError(f"writing {out_file} failed: {e}; check that its directory exists, is writable and has room") from e
         raise
     return {"file": out_file.name, "bytes": out_file.stat().st_size, "tensors": len(plan), "arch": arch}
 
