@@ -220,7 +220,7 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     answers what `ftui chat --run` answers (greedy)."""
     run = demo_copy
     out = tmp_path / "exported"
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "export", str(run), "--out", str(out), "--dtype", "fp32"],
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "export", str(run), "--out", str(out), "--dtype", "fp32", "--gguf", "q8_0"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
@@ -232,9 +232,22 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     events = read_all(job / "events.jsonl")
     kinds = [e["event"] for e in events]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end" and events[-1]["status"] == "completed"
-    assert {e["phase"] for e in events if e["event"] == "progress"} == {"load", "merge", "save"}
+    assert {e["phase"] for e in events if e["event"] == "progress"} == {"load", "merge", "save", "gguf"}
     result = next(e for e in events if e["event"] == "export")
     assert result["out"] == str(out) and "model.safetensors" in result["files"]
+    # The GGUF file reads back: every tensor of the model (tied: no output.weight), the chat
+    # template the export's tokenizer has; the Modelfile loads it
+    from gguf import GGUFReader
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    assert result["gguf"] == "exported-q8_0.gguf" and any(result["gguf"] in c for c in result["commands"])
+    reader = GGUFReader(out / result["gguf"])
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert len(reader.tensors) == len(list(f.keys()))
+    template = reader.fields["tokenizer.chat_template"]
+    assert bytes(template.parts[template.data[0]]).decode() == AutoTokenizer.from_pretrained(out).chat_template
+    assert f"FROM ./{result['gguf']}" in (out / "Modelfile").read_text()
 
     def answer(*source: str) -> str:
         p = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", *source, "--prompt", "What is ftui?", "--temperature", "0",

@@ -30,7 +30,7 @@ from ftui.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_S
 DTYPES = ("bf16", "fp16", "fp32")
 GGUF_TYPES = ("f16", "bf16", "q8_0")
 # The families ftui.runner.gguf_export writes (config.json's model_type), checked before a job starts
-GGUF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+GGUF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 DEFAULT_SHARD_SIZE = "5GB"  # LLaMA-Factory's export_size (5, in GB) and transformers' default
 BYTES_PER_PARAM = {"bf16": 2, "fp16": 2, "fp32": 4}
 # GGUF bytes per weight: q8_0 stores 32 int8 weights + one fp16 scale per block (34 / 32)
@@ -134,8 +134,8 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     would round the base twice), so 4 bytes a parameter; a checkpoint's trained weights are
     read into a second full fp32 state dict first (DCP and DeepSpeed's converter both), so 8;
     plus the process. The GGUF file is written after the model is freed, from the exported
-    shards one tensor at a time, but gguf's writer keeps every converted tensor until it
-    writes: its file's size. Disk: the shards in ``dtype`` and the GGUF file."""
+    shards one tensor at a time (streamed into the file): about twice the largest tensor
+    (the embeddings) in fp32. Disk: the shards in ``dtype`` and the GGUF file."""
     from ftui.plan import ModelShape, UnknownModel, read_model_config
 
     try:
@@ -150,7 +150,7 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     from_checkpoint = which not in (None, "final") or not (run_dir / FINAL_DIR).is_dir()
     load = params * (8 if from_checkpoint else 4)
     gguf_bytes = int(params * GGUF_BYTES_PER_PARAM[gguf]) if gguf else 0
-    host = max(load, gguf_bytes + params * BYTES_PER_PARAM[dtype] // 8) + HOST_OVERHEAD
+    host = max(load, 2 * 4 * shape.embed_params if gguf else 0) + HOST_OVERHEAD
     return ExportNeeds(params, int(host), int(params * BYTES_PER_PARAM[dtype] + gguf_bytes))
 
 
