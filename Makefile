@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # wheel); the package itself accepts any recent torch, CUDA builds included.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test install install-test lint app
+.PHONY: demo test install install-test lint app i18n
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,3 +33,7 @@ lint: install-test
 
 test: install-test lint
 	$(BIN)/python -m pytest -q
+
+# The message catalog: extract the marked strings, update ftui/locale/zh_CN/.../ftui.po, compile ftui.mo
+i18n: install-test
+	$(BIN)/python tools/i18n.py

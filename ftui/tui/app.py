@@ -15,6 +15,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from ftui.i18n import N_
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.modals import Confirm
 
@@ -22,7 +23,7 @@ from ftui.tui.screens.modals import Confirm
 class FtuiApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses may live anywhere
     TITLE = "ftui"
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]
+    BINDINGS = [Binding("ctrl+q", "quit", N_("Quit"), priority=True)]
 
     def __init__(
         self,
