@@ -3,7 +3,7 @@ full logits) equal those from full logits: per-row sums and counts, the gradient
 hidden states, weight and bias through a nonlinear loss of the sums (untied, tied, with a
 bias, chunks that do not divide the positions, masked rows, bf16 autocast), the DPO and KTO
 stages' losses, figures and gradients (the reference copy and the adapter-off reference
-included), and whole DPO / KTO runs' loss curves with ``chunked_loss`` on and off."""
+included), and whole DPO / KTO runs' loss and eval curves with ``chunked_loss`` on and off."""
 
 from __future__ import annotations
 
@@ -220,7 +220,10 @@ def test_stage_losses_figures_and_gradients_are_the_full_logits_ones(stage_name,
 # --- whole runs
 
 
-@pytest.mark.parametrize("stage,method", [("dpo", "full"), pytest.param("kto", "lora", marks=pytest.mark.slow)])  # 4 runs: ~90 s
+# slow (CI time, ~45 s a stage): the stage tests above check the equality, and the default
+# preference runs of tests/test_stage_preference.py train with the chunks (the default)
+@pytest.mark.slow
+@pytest.mark.parametrize("stage,method", [("dpo", "full"), ("kto", "lora")])
 def test_preference_runs_give_the_same_curve_with_and_without_chunks(tmp_path, lf_data, stage, method):
     curves, evals = {}, {}
     for chunked in (True, False):
