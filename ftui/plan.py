@@ -262,9 +262,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     ``fused_kernels``: ``torch_compile`` or Liger's kernels fuse the MLP's activation, which
     then saves its two inputs only (not the activation and the product as well).
     ``training_stage``: dpo and rm put a pair's two answers through the model (twice the rows), and dpo
-    and kto take log-probabilities from the full logits (no chunks) and, for full and freeze,
-    keep a frozen reference copy of the model (not for the reference-free orpo / simpo); rm
-    computes no logits (its value head gives one number a position)."""
+    and kto take the answers' log-probabilities in chunks as the loss is taken (ftui's own
+    chunks, also with ``liger``; full logits when ``chunked_loss`` is off) and, for full and
+    freeze, keep a frozen reference copy of the model (not for the reference-free orpo /
+    simpo); rm computes no logits (its value head gives one number a position)."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -352,14 +353,15 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
     if training_stage == "rm":
         logits = tokens * shape.hidden * act  # the value head's input; one value a position
-    elif chunked_loss and training_stage not in ("dpo", "kto"):
+    elif chunked_loss:
         # one chunk's logits at a time, plus the flattened copy of the last hidden states the
         # chunks are cut from. A chunk's logits are computed in the compute type, copied to
         # fp32, turned into the softmax gradient in place and cast back to the compute type:
-        # 4 bytes a logit in fp32, 6 in half precision.
+        # 4 bytes a logit in fp32, 6 in half precision. The preference stages' log-probabilities
+        # do the same twice (forward, and the chunk recomputed in backward), one chunk at a time.
         chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
         per_logit = 4 + (act if half else 0)
-        if liger:  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
+        if liger and training_stage not in ("dpo", "kto"):  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
             chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // (LIGER_CHUNK_FACTOR * shape.hidden)))))
             per_logit = act  # its kernel turns the logits into their gradient in place
         logits = chunk * shape.vocab * per_logit + tokens * shape.hidden * act

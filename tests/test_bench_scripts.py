@@ -63,6 +63,13 @@ def test_loss_memory_bench_runs_both_paths():
     assert row["chunked_planned_bytes"] > 0 and row["full_logits_planned_bytes"] > 0
 
 
+@pytest.mark.slow  # CI time: run with -m slow; test_preference_chunked covers both log-probability paths
+def test_preference_memory_bench_runs_both_paths():
+    (row,) = run("preference_memory.py")["reps"]
+    assert row["chunked_micro_batch_bytes"] > 0 and row["full_micro_batch_bytes"] > 0
+    assert row["chunked_loss"] == pytest.approx(row["full_loss"], rel=1e-4)
+
+
 def test_run_summaries_bench_runs():
     result = run("run_summaries.py")
     assert result["steps"] == 20000 and all(r["seconds"] > 0 for r in result["results"].values())

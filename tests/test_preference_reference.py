@@ -28,7 +28,7 @@ from ftui.conversation import fix_tokenizer
 from ftui.presets.templates import TEMPLATES
 from ftui.runner.stages import make_stage
 from ftui.runner.stages.dpo import preference_losses
-from ftui.runner.stages.preference import sequence_logps
+from ftui.runner.loss import sequence_logps
 from ftui.runner.reward import pair_scores
 from tests.conftest import tiny_config
 from tests.test_templates import family_tokenizer
@@ -81,6 +81,7 @@ def stage_for(name: str, cfg: SimpleNamespace):
 
     stage = {"dpo": DPOStage, "kto": KTOStage}[name].__new__({"dpo": DPOStage, "kto": KTOStage}[name])
     stage.cfg = cfg
+    stage.head = None  # full logits: the fixed 'models' below give them
     return stage
 
 
@@ -99,9 +100,9 @@ class FixedReference:
     def __init__(self, model: Fixed):
         self.model = model
 
-    def logits(self, _policy, batch, autocast, rows=None):
-        ids = batch.input_ids if rows is None else batch.input_ids[rows]
-        return self.model(ids).logits
+    def logps(self, _policy, _head, batch, autocast, rows=None):
+        rows = rows or slice(None)
+        return sequence_logps(self.model(batch.input_ids[rows]).logits, batch.labels[rows])
 
 
 @pytest.mark.parametrize("case", LOSSES["dpo"], ids=lambda c: c["name"])
@@ -124,7 +125,7 @@ def test_dpo_losses_and_figures_match_the_reference(case):
     out = stage.loss(policy, batch, lambda: torch.autocast("cpu", enabled=False))
     expected = case["trl_loss_as_named"] if cfg.pref_loss in ("hinge", "ipo") else case["per_pair_loss"]
     assert out.total.item() == pytest.approx(sum(expected), abs=1e-5)
-    chosen, rejected, _ = stage.logps(policy_logits.detach(), labels)
+    chosen, rejected, _ = stage.pair_logps(*sequence_logps(policy_logits.detach(), labels))
     assert torch.allclose(chosen, t(case["policy_chosen_logps"]), atol=1e-5)
     assert torch.allclose(rejected, t(case["policy_rejected_logps"]), atol=1e-5)
     cr, rr = t(case["chosen_rewards"]), t(case["rejected_rewards"])

@@ -21,6 +21,12 @@ no chunked loss hook for arbitrary causal LMs, and Liger's fused kernel is CUDA-
 With ``enable_liger_kernel: true`` on a CUDA device the same hook calls Liger's fused linear
 cross-entropy (Triton kernels, the chunk size chosen from the hidden size) instead of
 ``ChunkedLinearCrossEntropy``: same sum, same place, so everything above still holds.
+
+The preference stages (dpo, kto) need each answer's summed log-probability instead of one
+loss sum: the same hook, told so (``micro_batch_logps``), returns them per row, computed by
+``ChunkedLinearLogProbs``, whose backward recomputes each chunk's logits (the loss is a
+nonlinear function of the sums, so the gradients cannot be taken in forward). Liger offers
+no per-token log-probability, so these are always ftui's own chunks.
 """
 
 from __future__ import annotations
@@ -45,6 +51,15 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(
         logits[:, :-1].float().reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=IGNORE, reduction="sum"
     )
+
+
+def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the summed log-probability of the labelled next tokens (fp32) and how many there are
+    (LLaMA-Factory's get_batch_logps), from full logits."""
+    target = labels[:, 1:]
+    mask = target != IGNORE
+    token_logps = -F.cross_entropy(logits[:, :-1].float().transpose(1, 2), target.clamp(min=0), reduction="none")
+    return (token_logps * mask).sum(-1), mask.sum(-1)
 
 
 def chunk_tokens(vocab: int) -> int:
@@ -77,24 +92,14 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             logits = F.linear(h, w, b).float()
             valid = y != IGNORE
             target = y.clamp(min=0)
-            # The softmax in place of the logits, so that a chunk holds one fp32 copy of them
-            # (torch.logsumexp would allocate a second, chunk-sized buffer for its exponentials)
-            logits.sub_(logits.amax(dim=-1, keepdim=True))
-            picked = logits.gather(1, target[:, None]).squeeze(1)
-            sums = logits.exp_().sum(dim=-1)
+            picked, sums, _ = _exp_in_place(logits, target)
             total += ((sums.log() - picked) * valid).sum()
             if not (need_h or need_w or need_b):
                 continue
             d = logits.div_(sums[:, None])
             d[torch.arange(d.size(0), device=d.device), target] -= 1.0
             d *= valid[:, None]
-            d = d.to(dtype)
-            if need_h:
-                grad_h[start:start + chunk] = (d @ w).to(grad_h.dtype)
-            if need_w:
-                grad_w = _accumulate_fp32(grad_w, d.t(), h)
-            if need_b:
-                grad_b += d.float().sum(0)
+            grad_w = _add_chunk_grads(d.to(dtype), h, w, start, grad_h, grad_w, grad_b)
             del logits, d
         ctx.save_for_backward(*(t if t is not None else torch.empty(0) for t in (grad_h, grad_w, grad_b)))
         ctx.present = (need_h, need_w, need_b)
@@ -110,6 +115,98 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 (grad_w * grad_out).to(w_dtype) if need_w else None,
                 (grad_b * grad_out).to(b_dtype) if need_b else None,
                 None, None, None)
+
+
+def label_logps(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                chunk: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position: the fp32 log-probability of its label under ``hidden @ weight.T (+ bias)``
+    (0 where the label is IGNORE) and the log-sum-exp of its logits, a chunk at a time."""
+    w = weight.to(dtype)
+    b = bias.to(dtype) if bias is not None else None
+    logps = torch.empty(hidden.size(0), dtype=torch.float32, device=hidden.device)
+    lse = torch.empty_like(logps)
+    for start in range(0, hidden.size(0), chunk):
+        y = labels[start:start + chunk]
+        logits = F.linear(hidden[start:start + chunk].to(dtype), w, b).float()
+        picked, sums, top = _exp_in_place(logits, y.clamp(min=0))
+        del logits
+        log_sums = sums.log()
+        logps[start:start + chunk] = (picked - log_sums) * (y != IGNORE)
+        lse[start:start + chunk] = top + log_sums
+    return logps, lse
+
+
+class ChunkedLinearLogProbs(torch.autograd.Function):
+    """Per position, the log-probability of its label under ``hidden @ weight.T (+ bias)`` (0
+    where the label is IGNORE), a chunk of positions at a time: the preference stages' answer
+    log-probabilities without full logits.
+
+    Unlike the summed cross-entropy above, the losses built on these (DPO's, KTO's: nonlinear
+    functions of each answer's sum) are not known while forward runs, so each position's
+    gradient only arrives in backward: forward keeps one log-sum-exp per position and frees
+    every chunk's logits; backward recomputes each chunk's logits, turns them into
+    ``grad x (one-hot - softmax)`` in place, and from that gives the chunk's rows of the hidden
+    states' gradient and adds to the weight's and bias's (fp32 accumulators), as the
+    cross-entropy does. One chunk's logits at a time in both passes, at the cost of a second
+    logits product. The products run in the autocast type when autocast is on, the softmax in
+    fp32. Written by hand: no library offers a chunked per-token log-probability with its
+    backward on the CPU (Liger's kernels are CUDA-only and give a summed loss)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, chunk, dtype):  # noqa: D102
+        logps, lse = label_logps(hidden, weight, bias, labels, chunk, dtype)
+        # the weight as F.linear keeps it: the engines gather it again for backward (FSDP2's
+        # and ZeRO-3's pre-backward hooks on the module's output)
+        ctx.save_for_backward(hidden, weight, bias, labels, lse)
+        ctx.chunk, ctx.dtype = chunk, dtype
+        return logps
+
+    @staticmethod
+    def backward(ctx, grad_out):  # noqa: D102
+        hidden, weight, bias, labels, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        chunk, dtype = ctx.chunk, ctx.dtype
+        w = weight.to(dtype)
+        b = bias.to(dtype) if bias is not None else None
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        for start in range(0, hidden.size(0), chunk):
+            h = hidden[start:start + chunk].to(dtype)
+            y = labels[start:start + chunk]
+            scale = grad_out[start:start + chunk].float() * (y != IGNORE)
+            d = F.linear(h, w, b).float().sub_(lse[start:start + chunk, None]).exp_()  # the softmax, in place
+            d[torch.arange(d.size(0), device=d.device), y.clamp(min=0)] -= 1.0
+            d *= -scale[:, None]  # d log p(label) / d logits = one-hot - softmax
+            grad_w = _add_chunk_grads(d.to(dtype), h, w, start, grad_h, grad_w, grad_b)
+            del d
+        return (grad_h, grad_w.to(weight.dtype) if need_w else None, grad_b.to(bias.dtype) if need_b else None,
+                None, None, None)
+
+
+def _exp_in_place(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shifts a chunk's fp32 logits by each row's maximum and exponentiates them in place, so
+    that a chunk holds one fp32 copy of them (torch.logsumexp would allocate a second,
+    chunk-sized buffer for its exponentials). Returns each row's shifted logit of its target,
+    the sum of its exponentials and the shift: log p(target) = picked - log(sums)."""
+    top = logits.amax(dim=-1, keepdim=True)
+    logits.sub_(top)
+    picked = logits.gather(1, target[:, None]).squeeze(1)
+    return picked, logits.exp_().sum(dim=-1), top.squeeze(1)
+
+
+def _add_chunk_grads(d: torch.Tensor, h: torch.Tensor, w: torch.Tensor, start: int, grad_h: torch.Tensor | None,
+                     grad_w: torch.Tensor | None, grad_b: torch.Tensor | None) -> torch.Tensor | None:
+    """From a chunk's gradient of its logits ``d`` (in the compute type): the chunk's rows of
+    the hidden states' gradient, and its part of the weight's and bias's (fp32 accumulators).
+    Returns the weight's accumulator (on CUDA a new tensor, see _accumulate_fp32)."""
+    if grad_h is not None:
+        grad_h[start:start + d.size(0)] = (d @ w).to(grad_h.dtype)
+    if grad_w is not None:
+        grad_w = _accumulate_fp32(grad_w, d.t(), h)
+    if grad_b is not None:
+        grad_b += d.float().sum(0)
+    return grad_w
 
 
 _FP32_OUT_MM: bool | None = None  # whether this torch's CUDA addmm takes out_dtype (read once)
@@ -175,9 +272,24 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     y = labels[:, 1:].reshape(-1)
     dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
     with torch.autocast(hidden.device.type, enabled=False):
+        if getattr(self, "_ftui_logps", False):
+            return row_logps(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype, hidden.size(0))
         if getattr(self, "_ftui_liger", False) and h.is_cuda:
             return liger_loss_sum(h, self.weight, self.bias, y, dtype)
         return ChunkedLinearCrossEntropy.apply(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype)
+
+
+def row_logps(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor, chunk: int,
+              dtype: torch.dtype, rows: int) -> torch.Tensor:
+    """Per row of the batch: the summed log-probability of its labels (fp32), from the
+    flattened positions ``h``. Without gradients (a reference model, an eval, KTO's KL rows)
+    nothing is kept for a backward."""
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias))
+    if needs_grad:
+        logps = ChunkedLinearLogProbs.apply(h, weight, bias, labels, chunk, dtype)
+    else:
+        logps, _ = label_logps(h, weight, bias, labels, chunk, dtype)
+    return logps.view(rows, -1).sum(-1)
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:
@@ -203,13 +315,32 @@ def micro_batch_loss(model: nn.Module, head: nn.Module | None, inputs: dict[str,
                      autocast: Any) -> torch.Tensor:
     """The summed token loss of one micro batch through ``model`` (the engine's wrapper).
     ``head`` is the output projection when it computes the loss in chunks, else None."""
+    out = _forward(model, head, inputs, labels, autocast, logps=False)
+    return token_loss_sum(out, labels) if head is None else out.float()
+
+
+def micro_batch_logps(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor,
+                      autocast: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of one micro batch through ``model``: the summed log-probability of its labelled
+    next tokens (fp32) and how many there are, as ``sequence_logps`` gives them from full
+    logits. ``head`` is the output projection when it computes them in chunks, else None."""
+    out = _forward(model, head, inputs, labels, autocast, logps=True)
+    if head is None:
+        return sequence_logps(out, labels)
+    return out.float(), (labels[:, 1:] != IGNORE).sum(-1)
+
+
+def _forward(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor, autocast: Any,
+             logps: bool) -> torch.Tensor:
+    """The model's ``logits`` output: full logits without ``head``; with it, what the output
+    projection computes from the labels (the loss sum, or each row's log-probability), the
+    labels handed to it for this forward only (any other forward gets plain logits)."""
     if head is None:
         with autocast():
-            logits = model(**inputs, use_cache=False).logits
-        return token_loss_sum(logits, labels)
-    head._ftui_labels = labels
+            return model(**inputs, use_cache=False).logits
+    head._ftui_labels, head._ftui_logps = labels, logps
     try:
         with autocast():
-            return model(**inputs, use_cache=False).logits.float()
+            return model(**inputs, use_cache=False).logits
     finally:
-        head._ftui_labels = None
+        head._ftui_labels, head._ftui_logps = None, False

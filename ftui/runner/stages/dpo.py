@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ftui.runner.stages.base import MicroLoss
-from ftui.runner.stages.preference import PreferenceStage, Reference, forward_logits, sequence_logps
+from ftui.runner.stages.preference import PreferenceStage, Reference, forward_logps
 
 AVERAGED = ("ipo", "orpo", "simpo")  # losses on per-token average log-probabilities
 REFERENCE_FREE = ("orpo", "simpo")
@@ -81,10 +81,10 @@ class DPOStage(PreferenceStage):
         if self.reference is not None:
             self.reference.attach(engine)
 
-    def logps(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Chosen and rejected log-probabilities (averaged for ipo / orpo / simpo), and the chosen ones' average."""
-        sums, lengths = sequence_logps(logits, labels)
-        pairs = labels.size(0) // 2
+    def pair_logps(self, sums: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """From the rows' summed log-probabilities and lengths: the chosen and rejected ones
+        (averaged for ipo / orpo / simpo), and the chosen ones' average."""
+        pairs = sums.size(0) // 2
         average = sums / lengths.clamp(min=1)
         logps = average if self.cfg.pref_loss in AVERAGED else sums
         return logps[:pairs], logps[pairs:], average[:pairs]
@@ -92,8 +92,8 @@ class DPOStage(PreferenceStage):
     def loss(self, model: nn.Module, batch: Any, autocast: Callable) -> MicroLoss:
         ref_chosen = ref_rejected = None
         if self.reference is not None:  # first, without gradients: the engines' hooks then see one training forward
-            ref_chosen, ref_rejected, _ = self.logps(self.reference.logits(model, batch, autocast), batch.labels)
-        chosen, rejected, chosen_average = self.logps(forward_logits(model, batch, autocast), batch.labels)
+            ref_chosen, ref_rejected, _ = self.pair_logps(*self.reference.logps(model, self.head, batch, autocast))
+        chosen, rejected, chosen_average = self.pair_logps(*forward_logps(model, self.head, batch, autocast))
         losses, chosen_rewards, rejected_rewards = preference_losses(self.cfg, chosen, rejected, ref_chosen, ref_rejected)
         if self.cfg.pref_ftx > 1e-6:
             losses = losses - self.cfg.pref_ftx * chosen_average

@@ -31,8 +31,8 @@ from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
 from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.preference import (KL_ROTATION_BATCH, ComparisonEncoder, FeedbackExample, PreferenceStage,
-                                           Reference, answer_example, example_of, forward_logits, labelled_tokens,
-                                           saved_columns, sequence_logps)
+                                           Reference, answer_example, example_of, forward_logps, labelled_tokens,
+                                           saved_columns)
 
 
 @dataclass
@@ -118,10 +118,10 @@ class KTOStage(PreferenceStage):
     def loss(self, model: nn.Module, batch: FeedbackBatch, autocast: Callable) -> MicroLoss:
         n, cfg = batch.loss_tokens, self.cfg
         targets, mismatched = slice(0, n), slice(n, 2 * n)
-        ref, _ = sequence_logps(self.reference.logits(model, batch, autocast), batch.labels)
+        ref, _ = self.reference.logps(model, self.head, batch, autocast)
         with torch.no_grad():
-            policy_kl, _ = sequence_logps(forward_logits(model, batch, autocast, mismatched), batch.labels[mismatched])
-        policy, lengths = sequence_logps(forward_logits(model, batch, autocast, targets), batch.labels[targets])
+            policy_kl, _ = forward_logps(model, self.head, batch, autocast, mismatched)
+        policy, lengths = forward_logps(model, self.head, batch, autocast, targets)
         kl = (policy_kl - ref[mismatched]).mean().clamp(min=0)
         ratio = policy - ref[targets]
         desirable = batch.desirable

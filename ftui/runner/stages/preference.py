@@ -10,6 +10,9 @@ the same prompt. Labels mask the prompt; nothing is packed.
 A batch of pairs is one padded batch of ``2 x pairs`` rows, the chosen answers first, so
 chosen and rejected go through the model in one forward (as LF's collator concatenates
 them); its ``loss_tokens`` is the number of pairs, so the loop's step mean is over pairs.
+Each answer's log-probability is computed from the last hidden states a chunk of positions
+at a time (``ftui.runner.loss.micro_batch_logps``; full logits with ``chunked_loss: false``
+or a model whose output projection cannot take it), in the policy and the reference alike.
 
 The reference model (DPO's and KTO's ``pi_ref``): for LoRA the policy itself with its
 adapter switched off (no second copy, as TRL and LF do); for full and freeze a frozen copy of
@@ -28,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ftui.conversation import Conversation, ConversationError, Renderer, split_budget
@@ -36,6 +38,7 @@ from ftui.preference_records import Comparison, as_messages, to_comparison
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
 from ftui.runner.engines.base import local_numel
+from ftui.runner.loss import install_chunked_loss, micro_batch_logps
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
 from ftui.runner.stages.sft import Encoder, encode_options
@@ -191,9 +194,10 @@ class PreferenceStage(Stage):
         return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
 
     def prepare_model(self, model: nn.Module) -> None:
-        """Dropout off (TRL's disable_dropout); the log-probabilities need the full logits, so
-        the chunked cross-entropy is not installed."""
+        """Dropout off (TRL's disable_dropout), and the output projection computes the answers'
+        log-probabilities in chunks (``chunked_loss``)."""
         disable_dropout(model)
+        super().prepare_model(model)
 
 
 class PairCollator(Collator):
@@ -216,22 +220,16 @@ def disable_dropout(model: nn.Module) -> None:
             module.p = 0.0
 
 
-def sequence_logps(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: the summed log-probability of the labelled next tokens (fp32) and how many there are
-    (LLaMA-Factory's get_batch_logps)."""
-    target = labels[:, 1:]
-    mask = target != IGNORE
-    token_logps = -F.cross_entropy(logits[:, :-1].float().transpose(1, 2), target.clamp(min=0), reduction="none")
-    return (token_logps * mask).sum(-1), mask.sum(-1)
-
-
-def forward_logits(model: nn.Module, batch: Batch, autocast: Callable[[], contextlib.AbstractContextManager],
-                   rows: slice | None = None) -> torch.Tensor:
-    inputs = batch.model_inputs()
+def forward_logps(model: nn.Module, head: nn.Module | None, batch: Batch,
+                  autocast: Callable[[], contextlib.AbstractContextManager],
+                  rows: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of the batch (or of its ``rows``): the summed log-probability of its answer's
+    tokens and how many there are; computed in chunks from the last hidden states when
+    ``head`` (the output projection) takes them, else from full logits."""
+    inputs, labels = batch.model_inputs(), batch.labels
     if rows is not None:
-        inputs = {k: v[rows] for k, v in inputs.items()}
-    with autocast():
-        return model(**inputs, use_cache=False).logits
+        inputs, labels = {k: v[rows] for k, v in inputs.items()}, labels[rows]
+    return micro_batch_logps(model, head, inputs, labels, autocast)
 
 
 class Reference:
@@ -241,6 +239,7 @@ class Reference:
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.copy: nn.Module | None = None
+        self.head: nn.Module | None = None  # the copy's output projection when it computes log-probabilities in chunks
         self.engine: Any = None
 
     def keep(self, model: nn.Module) -> None:
@@ -255,6 +254,8 @@ class Reference:
             print(f"[ftui] rank {engine.info.rank}: reference model = the policy with its LoRA adapter off",
                   file=sys.stderr, flush=True)
             return
+        if self.cfg.chunked_loss:  # before the engine places it (the hook is on the module, which stays)
+            self.head = install_chunked_loss(self.copy)
         total = sum(p.numel() for p in self.copy.parameters())
         self.copy = engine.prepare_frozen(self.copy)
         held = sum(local_numel(p) for p in self.copy.parameters())
@@ -263,8 +264,11 @@ class Reference:
               f"{held} of {total} parameter elements on this rank", file=sys.stderr, flush=True)
 
     @torch.no_grad()
-    def logits(self, model: nn.Module, batch: Batch, autocast: Callable, rows: slice | None = None) -> torch.Tensor:
+    def logps(self, model: nn.Module, head: nn.Module | None, batch: Batch, autocast: Callable,
+              rows: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward_logps through the reference (``head``: the policy's output projection when
+        it computes them in chunks, which the adapter-off policy shares)."""
         if self.copy is not None:
-            return forward_logits(self.copy, batch, autocast, rows)
+            return forward_logps(self.copy, self.head, batch, autocast, rows)
         with self.engine.unwrap().disable_adapter():
-            return forward_logits(model, batch, autocast, rows)
+            return forward_logps(model, head, batch, autocast, rows)
