@@ -123,3 +123,32 @@ def test_liger_fused_linear_cross_entropy_equals_ftuis_chunks_on_cuda(tied):
         assert len(ours_grads) == len(their_grads)
         for a, b in zip(ours_grads, their_grads):
             assert (a - b).abs().max() <= tol * a.abs().max()
+
+
+def test_an_eval_forward_computes_no_gradient():
+    """Under no_grad (the periodic eval) the chunks give the loss alone: no weight-gradient
+    product is run for a weight that still requires grad."""
+    import torch
+    from torch import nn
+
+    from ftui.runner import loss as loss_mod
+
+    head = nn.Linear(16, 300, bias=False)
+    hidden = torch.randn(2, 9, 16)
+    labels = torch.randint(0, 300, (2, 9))
+    calls = []
+    original = loss_mod._add_chunk_grads
+    loss_mod._add_chunk_grads = lambda *a: calls.append(1) or original(*a)
+    try:
+        head.forward = loss_mod.types.MethodType(loss_mod._chunked_forward, head)
+        head._ftui_labels = labels
+        with torch.no_grad():
+            value = head(hidden)
+        assert not calls
+        with torch.enable_grad():
+            assert torch.allclose(head(hidden), value)
+        assert calls  # with gradients on, the same pass computes them
+    finally:
+        loss_mod._add_chunk_grads = original
+    expected = loss_mod.token_loss_sum(nn.functional.linear(hidden, head.weight), labels)
+    assert torch.allclose(value, expected, rtol=1e-5)

@@ -276,7 +276,10 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
             return row_logps(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype, hidden.size(0))
         if getattr(self, "_ftui_liger", False) and h.is_cuda:
             return liger_loss_sum(h, self.weight, self.bias, y, dtype)
-        return ChunkedLinearCrossEntropy.apply(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype)
+        weight, bias = self.weight, self.bias
+        if not torch.is_grad_enabled():  # an eval: the loss alone (the weight still requires grad)
+            h, weight, bias = h.detach(), weight.detach(), bias.detach() if bias is not None else None
+        return ChunkedLinearCrossEntropy.apply(h, weight, bias, y, chunk_tokens(self.out_features), dtype)
 
 
 def row_logps(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor, chunk: int,
