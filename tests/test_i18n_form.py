@@ -117,6 +117,7 @@ async def _form_with_demo(pilot):
     await pilot.press("f2")
     await until(pilot, lambda: "放得下" in str(screen.query_one("#plan-verdict").render()))  # the planner's verdict, from a worker
     screen.set_focus(None)  # a blinking cursor would make the picture flaky
+    pilot.app.clear_notifications()  # "demo preset loaded" would cover the launch bar
     await pilot.pause(1.0)
     await pilot.wait_for_scheduled_animations()
 

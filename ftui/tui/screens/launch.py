@@ -159,7 +159,9 @@ def option_labels(f: F) -> list[tuple[str, Any]]:
         return [(f"{s}: {_(STAGE_SHORT[s])}", s) for s in STAGE_DESCRIPTIONS]
     if f.key == "pref_loss":
         return [(f"{k}: {_(PREF_LOSS_DESCRIPTIONS.get(k, k))}", k) for k in PREF_LOSSES]
-    return [(_(label) if label else label, value) for label, value in f.options]
+    # A label that is the value itself (a method, template, engine or scheduler name) is a
+    # name users search for: never looked up (another area's msgid could equal it).
+    return [(_(label) if label and (label != value or f.key == "packing") else label, value) for label, value in f.options]
 
 
 def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
