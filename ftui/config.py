@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
@@ -65,41 +66,41 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="allow", protected_namespaces=())
 
     # --- Model
-    model_name_or_path: str = Field(min_length=1, description="a local model directory or a hub name")
+    model_name_or_path: str = Field(min_length=1, description=N_("a local model directory or a hub name"))
     model_init: Literal["pretrained", "random"] = Field(
-        "pretrained", description="'random' builds the model from its config with random weights"
+        "pretrained", description=N_("'random' builds the model from its config with random weights")
     )
     trust_remote_code: bool = False
-    template: str | None = Field(None, description="a built-in chat template name (LLaMA-Factory's); empty: the tokenizer's own")
+    template: str | None = Field(None, description=N_("a built-in chat template name (LLaMA-Factory's); empty: the tokenizer's own"))
     # --- How conversations are encoded (LLaMA-Factory's keys; ftui.conversation)
-    tool_format: str | None = Field(None, description="how tools and function calls are written (default, qwen, qwen3_5, llama3, mistral, glm4); empty: the template's")
-    train_on_prompt: bool = Field(False, description="learn the prompts too, not only the answers")
-    mask_history: bool = Field(False, description="learn only the last answer of a conversation (and keep the last turns first when cutting)")
-    default_system: str | None = Field(None, description="the system prompt for records without one, instead of the template's")
-    enable_thinking: bool = Field(True, description="reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt")
+    tool_format: str | None = Field(None, description=N_("how tools and function calls are written (default, qwen, qwen3_5, llama3, mistral, glm4); empty: the template's"))
+    train_on_prompt: bool = Field(False, description=N_("learn the prompts too, not only the answers"))
+    mask_history: bool = Field(False, description=N_("learn only the last answer of a conversation (and keep the last turns first when cutting)"))
+    default_system: str | None = Field(None, description=N_("the system prompt for records without one, instead of the template's"))
+    enable_thinking: bool = Field(True, description=N_("reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt"))
     # --- Method
-    stage: Literal[STAGES] = Field("sft", description="sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model")  # type: ignore[valid-type]
+    stage: Literal[STAGES] = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model"))  # type: ignore[valid-type]
     do_train: bool = True
     finetuning_type: Literal["full", "lora", "freeze"] = Field(
-        "lora", description="QLoRA is finetuning_type lora with quantization_bit 4"
+        "lora", description=N_("QLoRA is finetuning_type lora with quantization_bit 4")
     )
-    quantization_bit: Literal[4, 8] | None = Field(None, description="4 or 8 with finetuning_type lora: QLoRA")
+    quantization_bit: Literal[4, 8] | None = Field(None, description=N_("4 or 8 with finetuning_type lora: QLoRA"))
     lora_rank: int = Field(8, ge=1, le=4096)
-    lora_alpha: int | None = Field(None, ge=1, description="default: twice lora_rank")
+    lora_alpha: int | None = Field(None, ge=1, description=N_("default: twice lora_rank"))
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    lora_target: str = Field("all", description="'all' linear layers, or module names separated by commas")
-    freeze_trainable_layers: int = Field(2, ge=1, description="how many of the last decoder layers train")
+    lora_target: str = Field("all", description=N_("'all' linear layers, or module names separated by commas"))
+    freeze_trainable_layers: int = Field(2, ge=1, description=N_("how many of the last decoder layers train"))
     gradient_checkpointing: bool = False
     # --- Speed
-    torch_compile: bool = Field(False, description="compile each decoder layer with torch.compile (the first steps are slower)")
-    chunked_loss: bool = Field(True, description="compute the loss from the last hidden states in chunks, never the full logits (much less memory with large vocabularies); false: full logits")
-    tf32: bool = Field(True, description="fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower")
-    enable_liger_kernel: bool = Field(False, description="Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU")
+    torch_compile: bool = Field(False, description=N_("compile each decoder layer with torch.compile (the first steps are slower)"))
+    chunked_loss: bool = Field(True, description=N_("compute the loss from the last hidden states in chunks, never the full logits (much less memory with large vocabularies); false: full logits"))
+    tf32: bool = Field(True, description=N_("fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower"))
+    enable_liger_kernel: bool = Field(False, description=N_("Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU"))
     # --- Data
-    dataset: str = Field(min_length=1, description="dataset names from dataset_info.json or file paths, comma separated")
+    dataset: str = Field(min_length=1, description=N_("dataset names from dataset_info.json or file paths, comma separated"))
     dataset_dir: str = "data"
     cutoff_len: int = Field(2048, ge=8, le=1_048_576)
-    packing: bool | None = Field(None, description="pack examples into full rows; empty: the stage's default (pt packs raw text into cutoff_len blocks, sft does not)")
+    packing: bool | None = Field(None, description=N_("pack examples into full rows; empty: the stage's default (pt packs raw text into cutoff_len blocks, sft does not)"))
     max_samples: int | None = Field(None, ge=1)
     val_size: float = Field(0.0, ge=0.0, lt=1.0)
     # --- Training
@@ -108,75 +109,76 @@ class RunConfig(BaseModel):
     gradient_accumulation_steps: int = Field(1, ge=1, le=65536)
     learning_rate: float = Field(1e-4, gt=0.0, le=10.0)
     num_train_epochs: float = Field(3.0, gt=0.0)
-    max_steps: int = Field(-1, ge=-1, description="-1: as many as num_train_epochs gives")
+    max_steps: int = Field(-1, ge=-1, description=N_("-1: as many as num_train_epochs gives"))
     lr_scheduler_type: Literal[SCHEDULERS] = "cosine"  # type: ignore[valid-type]
     warmup_ratio: float = Field(0.0, ge=0.0, le=1.0)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0.0)
-    max_grad_norm: float = Field(1.0, ge=0.0, description="0 turns clipping off")
+    max_grad_norm: float = Field(1.0, ge=0.0, description=N_("0 turns clipping off"))
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
     adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
     adam_epsilon: float = Field(1e-8, gt=0.0)
     bf16: bool = False
     fp16: bool = False
     logging_steps: int = Field(10, ge=1)
-    save_steps: int = Field(500, ge=1, description="write a resumable checkpoint every N steps (and always at the end)")
-    save_total_limit: int | None = Field(None, ge=1, description="keep only the newest N checkpoints; empty: keep all")
-    eval_steps: int | None = Field(None, ge=1, description="default: logging_steps x 10")
+    save_steps: int = Field(500, ge=1, description=N_("write a resumable checkpoint every N steps (and always at the end)"))
+    save_total_limit: int | None = Field(None, ge=1, description=N_("keep only the newest N checkpoints; empty: keep all"))
+    eval_steps: int | None = Field(None, ge=1, description=N_("default: logging_steps x 10"))
     seed: int = Field(42, ge=0)
     # --- LLaMA-Factory's method, optimizer and data keys (issue 14): each changes the result and is done as it does
-    use_dora: bool = Field(False, description="DoRA: LoRA plus a trained magnitude vector per adapted layer (peft use_dora)")
-    use_rslora: bool = Field(False, description="rank-stabilised LoRA: adapters scaled by lora_alpha / sqrt(lora_rank) instead of lora_alpha / lora_rank")
-    pissa_init: bool = Field(False, description="PiSSA: adapters start from the principal singular vectors of each weight (the base keeps the rest); final/ holds the adapter converted to plain LoRA for the original base")
-    pissa_iter: int = Field(16, ge=-1, description="PiSSA's fast-SVD iterations; -1: the exact SVD")
-    loraplus_lr_ratio: float | None = Field(None, gt=0.0, description="LoRA+: the B matrices (and 1-D trainables) learn at learning_rate x this ratio")
-    loraplus_lr_embedding: float = Field(1e-6, gt=0.0, description="LoRA+: the learning rate of LoRA embedding B matrices")
-    additional_target: str | None = Field(None, description="with LoRA: modules (names, comma separated) trained whole and saved with the adapter, e.g. embed_tokens,lm_head")
-    neftune_noise_alpha: float | None = Field(None, ge=0.0, description="NEFTune: uniform noise of size alpha / sqrt(tokens x hidden) added to the embeddings while training")
-    optim: str = Field("adamw_torch_fused", description=f"the optimizer: {', '.join(OPTIMIZERS)}")
-    double_quantization: bool = Field(True, description="QLoRA 4-bit: quantize the quantization constants too (bnb_4bit_use_double_quant)")
-    quantization_type: Literal["nf4", "fp4"] = Field("nf4", description="QLoRA 4-bit data type")
-    eval_dataset: str | None = Field(None, description="datasets evaluated instead of a val_size share (names or files, comma separated)")
+    use_dora: bool = Field(False, description=N_("DoRA: LoRA plus a trained magnitude vector per adapted layer (peft use_dora)"))
+    use_rslora: bool = Field(False, description=N_("rank-stabilised LoRA: adapters scaled by lora_alpha / sqrt(lora_rank) instead of lora_alpha / lora_rank"))
+    pissa_init: bool = Field(False, description=N_("PiSSA: adapters start from the principal singular vectors of each weight (the base keeps the rest); final/ holds the adapter converted to plain LoRA for the original base"))
+    pissa_iter: int = Field(16, ge=-1, description=N_("PiSSA's fast-SVD iterations; -1: the exact SVD"))
+    loraplus_lr_ratio: float | None = Field(None, gt=0.0, description=N_("LoRA+: the B matrices (and 1-D trainables) learn at learning_rate x this ratio"))
+    loraplus_lr_embedding: float = Field(1e-6, gt=0.0, description=N_("LoRA+: the learning rate of LoRA embedding B matrices"))
+    additional_target: str | None = Field(None, description=N_("with LoRA: modules (names, comma separated) trained whole and saved with the adapter, e.g. embed_tokens,lm_head"))
+    neftune_noise_alpha: float | None = Field(None, ge=0.0, description=N_("NEFTune: uniform noise of size alpha / sqrt(tokens x hidden) added to the embeddings while training"))
+    optim: str = Field("adamw_torch_fused", description=N_("the optimizer: adamw_torch, adamw_torch_fused, adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit, "
+                                                            "paged_adamw_32bit, paged_adamw"))
+    double_quantization: bool = Field(True, description=N_("QLoRA 4-bit: quantize the quantization constants too (bnb_4bit_use_double_quant)"))
+    quantization_type: Literal["nf4", "fp4"] = Field("nf4", description=N_("QLoRA 4-bit data type"))
+    eval_dataset: str | None = Field(None, description=N_("datasets evaluated instead of a val_size share (names or files, comma separated)"))
     mix_strategy: Literal["concat", "interleave_under", "interleave_over", "interleave_once"] = Field(
-        "concat", description="how several datasets mix: concat, or interleaved until the first runs out (under), all ran out (over) or each was used once (once)")
-    interleave_probs: str | None = Field(None, description="with interleave_*: one sampling probability per dataset, comma separated")
-    tokenized_path: str | None = Field(None, description="a folder for the encoded data: written when missing, read (and the datasets skipped) when present")
-    resume_from_checkpoint: str | None = Field(None, description="an ftui checkpoint (RUN/checkpoints/step-N) or run directory: that run continues from it (as ftui train --resume)")
+        "concat", description=N_("how several datasets mix: concat, or interleaved until the first runs out (under), all ran out (over) or each was used once (once)"))
+    interleave_probs: str | None = Field(None, description=N_("with interleave_*: one sampling probability per dataset, comma separated"))
+    tokenized_path: str | None = Field(None, description=N_("a folder for the encoded data: written when missing, read (and the datasets skipped) when present"))
+    resume_from_checkpoint: str | None = Field(None, description=N_("an ftui checkpoint (RUN/checkpoints/step-N) or run directory: that run continues from it (as ftui train --resume)"))
     # --- Preference stages (dpo, kto; LLaMA-Factory's keys)
-    pref_beta: float = Field(0.1, gt=0.0, description="dpo/kto: beta, how far the policy may move from the reference (higher: less)")
-    pref_loss: Literal[PREF_LOSSES] = Field("sigmoid", description="dpo: sigmoid (DPO), hinge, ipo, orpo or simpo (the last two need no reference model)")  # type: ignore[valid-type]
-    pref_ftx: float = Field(0.0, ge=0.0, description="dpo/kto: weight of an SFT term on the chosen answer added to the preference loss")
-    dpo_label_smoothing: float = Field(0.0, ge=0.0, le=0.5, description="dpo sigmoid: robust DPO's label smoothing (0 to 0.5)")
-    simpo_gamma: float = Field(0.5, description="dpo simpo: the target reward margin")
-    kto_chosen_weight: float = Field(1.0, gt=0.0, description="kto: weight of the desirable examples' loss")
-    kto_rejected_weight: float = Field(1.0, gt=0.0, description="kto: weight of the undesirable examples' loss")
+    pref_beta: float = Field(0.1, gt=0.0, description=N_("dpo/kto: beta, how far the policy may move from the reference (higher: less)"))
+    pref_loss: Literal[PREF_LOSSES] = Field("sigmoid", description=N_("dpo: sigmoid (DPO), hinge, ipo, orpo or simpo (the last two need no reference model)"))  # type: ignore[valid-type]
+    pref_ftx: float = Field(0.0, ge=0.0, description=N_("dpo/kto: weight of an SFT term on the chosen answer added to the preference loss"))
+    dpo_label_smoothing: float = Field(0.0, ge=0.0, le=0.5, description=N_("dpo sigmoid: robust DPO's label smoothing (0 to 0.5)"))
+    simpo_gamma: float = Field(0.5, description=N_("dpo simpo: the target reward margin"))
+    kto_chosen_weight: float = Field(1.0, gt=0.0, description=N_("kto: weight of the desirable examples' loss"))
+    kto_rejected_weight: float = Field(1.0, gt=0.0, description=N_("kto: weight of the undesirable examples' loss"))
     # --- Output
-    output_dir: str = Field(default_factory=default_runs_root, description="the runs root: each run gets a directory in it")
+    output_dir: str = Field(default_factory=default_runs_root, description=N_("the runs root: each run gets a directory in it"))
     run_name: str | None = None
     # --- Engine (ftui's own)
     engine: Literal[ENGINES] = "single"  # type: ignore[valid-type]
-    deepspeed: str | None = Field(None, description="path to your own DeepSpeed JSON (as in LLaMA-Factory); overrides the zero* preset's file")
+    deepspeed: str | None = Field(None, description=N_("path to your own DeepSpeed JSON (as in LLaMA-Factory); overrides the zero* preset's file"))
     nproc_per_node: int = Field(1, ge=1, le=1024)
     nnodes: int = Field(1, ge=1, le=4096)
     node_rank: int = Field(0, ge=0)
-    rdzv_endpoint: str | None = Field(None, description="host:port where the nodes meet (multi-node)")
+    rdzv_endpoint: str | None = Field(None, description=N_("host:port where the nodes meet (multi-node)"))
     device: Literal["auto", "cuda", "cpu"] = "auto"
-    gpus: str | None = Field(None, description="the GPUs the run uses, as nvidia-smi numbers them (0,1) or GPU-/MIG- UUID prefixes: "
-                             "its processes' CUDA_VISIBLE_DEVICES; empty: those CUDA_VISIBLE_DEVICES leaves (unset: all)")
+    gpus: str | None = Field(None, description=N_("the GPUs the run uses, as nvidia-smi numbers them (0,1) or GPU-/MIG- UUID prefixes: "
+                             "its processes' CUDA_VISIBLE_DEVICES; empty: those CUDA_VISIBLE_DEVICES leaves (unset: all)"))
     # --- Reporting
-    report_to: str | list[str] | None = Field("none", description="mirror the step and eval figures besides events.jsonl: none, "
+    report_to: str | list[str] | None = Field("none", description=N_("mirror the step and eval figures besides events.jsonl: none, "
                                              "tensorboard (event files in the run directory's tensorboard/), wandb (needs "
-                                             "pip install wandb; WANDB_MODE=offline needs no network), all, or several separated by commas")
+                                             "pip install wandb; WANDB_MODE=offline needs no network), all, or several separated by commas"))
     # --- Faults (ftui's own)
-    nonfinite_loss_limit: int = Field(5, ge=1, description="stop the run after this many steps in a row with a NaN/inf loss")
-    hang_timeout: int = Field(1800, ge=0, description="end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)")
-    stop_timeout: int = Field(600, ge=5, description="seconds a graceful stop may take (finish the step, save) before the ranks are killed")
+    nonfinite_loss_limit: int = Field(5, ge=1, description=N_("stop the run after this many steps in a row with a NaN/inf loss"))
+    hang_timeout: int = Field(1800, ge=0, description=N_("end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)"))
+    stop_timeout: int = Field(600, ge=5, description=N_("seconds a graceful stop may take (finish the step, save) before the ranks are killed"))
 
     @field_validator("stage", mode="before")
     @classmethod
     def _stage_known(cls, value: Any) -> Any:
         if isinstance(value, str) and value in STAGE_REFUSED:
-            raise ValueError(f"{STAGE_REFUSED[value]}; ftui trains {', '.join(STAGES)}")
+            raise ValueError(_("{reason}; ftui trains {stages}").format(reason=_(STAGE_REFUSED[value]), stages=", ".join(STAGES)))
         return value
 
     @field_validator("lora_target", "additional_target", "eval_dataset", "interleave_probs", "dataset", mode="before")
@@ -262,7 +264,7 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[FieldProblem], source: str = "config"):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"{source} has {len(problems)} invalid setting(s):\n{lines}")
+        super().__init__(_("{source} has {n} invalid setting(s):").format(source=source, n=len(problems)) + f"\n{lines}")
 
 
 def unsupported_warning(keys: list[str]) -> str | None:
@@ -275,18 +277,51 @@ def unsupported_warning(keys: list[str]) -> str | None:
     unknown = [k for k in keys if k not in ignored]
     parts = []
     if ignored:
-        parts.append(f"{len(ignored)} key(s) kept in the file with no effect on what is trained: {', '.join(ignored)}")
+        parts.append(_("{n} key(s) kept in the file with no effect on what is trained: {keys}").format(
+            n=len(ignored), keys=", ".join(ignored)))
     if unknown:
-        parts.append(f"{len(unknown)} key(s) that neither ftui nor LLaMA-Factory knows (a typo?), kept with no effect: {', '.join(unknown)}")
+        parts.append(_("{n} key(s) that neither ftui nor LLaMA-Factory knows (a typo?), kept with no effect: {keys}").format(
+            n=len(unknown), keys=", ".join(unknown)))
     return "; ".join(parts)
 
 
 # What an empty required field says (a new form opens with both empty), instead of
 # pydantic's "String should have at least 1 character".
 REQUIRED_WORDING = {
-    "model_name_or_path": "required: a model directory or hub name",
-    "dataset": "required: a dataset name or file",
+    "model_name_or_path": N_("required: a model directory or hub name"),
+    "dataset": N_("required: a dataset name or file"),
 }
+# pydantic's own messages by error type (its English templates), translated for the other
+# languages; a type not listed keeps pydantic's English.
+PYDANTIC_MESSAGES = {
+    "greater_than": N_("Input should be greater than {gt}"),
+    "greater_than_equal": N_("Input should be greater than or equal to {ge}"),
+    "less_than": N_("Input should be less than {lt}"),
+    "less_than_equal": N_("Input should be less than or equal to {le}"),
+    "literal_error": N_("Input should be {expected}"),
+    "string_too_short": N_("String should have at least {min_length} character(s)"),
+    "int_parsing": N_("Input should be a valid integer, unable to parse string as an integer"),
+    "int_from_float": N_("Input should be a valid integer, got a number with a fractional part"),
+    "float_parsing": N_("Input should be a valid number, unable to parse string as a number"),
+    "bool_parsing": N_("Input should be a valid boolean, unable to interpret input"),
+    "int_type": N_("Input should be a valid integer"),
+    "float_type": N_("Input should be a valid number"),
+    "bool_type": N_("Input should be a valid boolean"),
+    "string_type": N_("Input should be a valid string"),
+    "value_error": N_("Value error, {error}"),
+}
+
+
+def pydantic_message(error: dict[str, Any]) -> str:
+    """One pydantic error's message in the current language (English: pydantic's own)."""
+    template = PYDANTIC_MESSAGES.get(error["type"])
+    if template is None or current_language() == "en":
+        return error["msg"]
+    ctx = {k: f"{v:g}" if isinstance(v, float) else v for k, v in (error.get("ctx") or {}).items()}
+    try:
+        return _(template).format(**ctx)
+    except (KeyError, IndexError, ValueError):
+        return error["msg"]
 # Stand-ins for a required field that failed, so the other fields' cross-field rules still run.
 _STAND_INS = {"model_name_or_path": DEMO_MODEL, "dataset": "-"}
 
@@ -297,12 +332,12 @@ def _pydantic_problems(err: ValidationError, data: dict[str, Any]) -> list[Field
         field = ".".join(str(p) for p in e["loc"]) or "config"
         value = data.get(field, e.get("input")) if e["type"] != "missing" else None
         if field in REQUIRED_WORDING and (e["type"] == "missing" or not str(value or "").strip()):
-            problems.append(FieldProblem(field, value, REQUIRED_WORDING[field]))
+            problems.append(FieldProblem(field, value, _(REQUIRED_WORDING[field])))
             continue
-        msg = "is required" if e["type"] == "missing" else e["msg"]
+        msg = _("is required") if e["type"] == "missing" else pydantic_message(e)
         desc = RunConfig.model_fields.get(field)
         if desc is not None and desc.description and e["type"] != "missing":
-            msg += f" ({desc.description})"
+            msg += f" ({_(desc.description)})"
         problems.append(FieldProblem(field, value, msg))
     return problems
 
@@ -312,14 +347,14 @@ def encoding_problems(cfg: RunConfig) -> list[FieldProblem]:
     out = []
     if cfg.tool_format is not None:
         if cfg.tool_format not in TOOL_FORMATS:
-            out.append(FieldProblem("tool_format", cfg.tool_format, f"unknown tool format; allowed: {', '.join(TOOL_FORMATS)}"))
+            out.append(FieldProblem("tool_format", cfg.tool_format, _("unknown tool format; allowed: {formats}").format(formats=", ".join(TOOL_FORMATS))))
         elif not cfg.template:
-            out.append(FieldProblem("tool_format", cfg.tool_format, "needs a named template (template: qwen, llama3, ...); the tokenizer's own chat template writes tools its own way"))
+            out.append(FieldProblem("tool_format", cfg.tool_format, _("needs a named template (template: qwen, llama3, ...); the tokenizer's own chat template writes tools its own way")))
     if cfg.train_on_prompt and cfg.mask_history:
-        out.append(FieldProblem("mask_history", True, "mask_history and train_on_prompt cannot be combined; choose one"))
+        out.append(FieldProblem("mask_history", True, _("mask_history and train_on_prompt cannot be combined; choose one")))
     template = TEMPLATES.get(cfg.template or "")
     if cfg.train_on_prompt and template is not None and template.efficient_eos:
-        out.append(FieldProblem("train_on_prompt", True, f"template {cfg.template} ends an example with one EOS, so it cannot learn prompts; set train_on_prompt false"))
+        out.append(FieldProblem("train_on_prompt", True, _("template {template} ends an example with one EOS, so it cannot learn prompts; set train_on_prompt false").format(template=cfg.template)))
     return out
 
 
@@ -327,49 +362,49 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     """Rules that involve more than one field, or the machine (QLoRA needs CUDA)."""
     out: list[FieldProblem] = []
     if cfg.bf16 and cfg.fp16:
-        out.append(FieldProblem("fp16", True, "bf16 and fp16 are both on; choose one precision"))
+        out.append(FieldProblem("fp16", True, _("bf16 and fp16 are both on; choose one precision")))
     if cfg.template is not None and cfg.template not in TEMPLATES:
-        out.append(FieldProblem("template", cfg.template, f"unknown template; allowed: {', '.join(TEMPLATES)} or empty for the tokenizer's own"))
+        out.append(FieldProblem("template", cfg.template, _("unknown template; allowed: {templates} or empty for the tokenizer's own").format(templates=", ".join(TEMPLATES))))
     out += encoding_problems(cfg)
     if cfg.lora_target != "all" and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.lora_target):
-        out.append(FieldProblem("lora_target", cfg.lora_target, "use 'all' or module names separated by commas, e.g. q_proj,v_proj"))
+        out.append(FieldProblem("lora_target", cfg.lora_target, _("use 'all' or module names separated by commas, e.g. q_proj,v_proj")))
     if cfg.max_steps == 0:
-        out.append(FieldProblem("max_steps", 0, "use -1 (derive from num_train_epochs) or a positive number"))
+        out.append(FieldProblem("max_steps", 0, _("use -1 (derive from num_train_epochs) or a positive number")))
     if cfg.quantization_bit is not None:
         if cfg.finetuning_type != "lora":
-            out.append(FieldProblem("quantization_bit", cfg.quantization_bit, "quantization (QLoRA) needs finetuning_type lora"))
+            out.append(FieldProblem("quantization_bit", cfg.quantization_bit, _("quantization (QLoRA) needs finetuning_type lora")))
         else:
             reason = qlora_unavailable_reason()
             if reason:
-                out.append(FieldProblem("quantization_bit", cfg.quantization_bit, f"QLoRA is not possible here: {reason}; use finetuning_type lora without quantization_bit"))
+                out.append(FieldProblem("quantization_bit", cfg.quantization_bit, _("QLoRA is not possible here: {reason}; use finetuning_type lora without quantization_bit").format(reason=reason)))
     if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
-        out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, "the single engine runs one process; choose engine ddp for several"))
+        out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, _("the single engine runs one process; choose engine ddp for several")))
     out += engine_problems(cfg)
     out += gpu_pick_problems(cfg)
     if cfg.fp16 and not cfg.bf16 and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
-        out.append(FieldProblem("fp16", True, "fp16 needs a CUDA GPU"
-                                + (" and none was found" if cfg.device == "auto" else "")
-                                + "; for a CPU run use bf16 (CPU autocast supports it) or fp32"))
+        out.append(FieldProblem("fp16", True, _("fp16 needs a CUDA GPU and none was found; for a CPU run use bf16 (CPU autocast "
+                                                "supports it) or fp32") if cfg.device == "auto" else
+                                _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
     if cfg.bf16 and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
         from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
 
         reason = bf16_unsupported_reason(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
         if reason:
-            out.append(FieldProblem("bf16", True, f"{reason} (older GPUs only emulate it, many times slower); "
-                                    "use fp16 (with loss scaling) or fp32, or other GPUs (gpus)"))
+            out.append(FieldProblem("bf16", True, _("{reason} (older GPUs only emulate it, many times slower); "
+                                                    "use fp16 (with loss scaling) or fp32, or other GPUs (gpus)").format(reason=reason)))
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
-            out.append(FieldProblem("enable_liger_kernel", True, "Liger's kernels are Triton GPU kernels; turn it off for a CPU run"))
+            out.append(FieldProblem("enable_liger_kernel", True, _("Liger's kernels are Triton GPU kernels; turn it off for a CPU run")))
         elif importlib.util.find_spec("liger_kernel") is None:
-            out.append(FieldProblem("enable_liger_kernel", True, "liger-kernel is not installed: pip install liger-kernel, or turn it off"))
+            out.append(FieldProblem("enable_liger_kernel", True, _("liger-kernel is not installed: pip install liger-kernel, or turn it off")))
     if cfg.torch_compile and cfg.uses_deepspeed:
-        out.append(FieldProblem("torch_compile", True, "ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed"))
+        out.append(FieldProblem("torch_compile", True, _("ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed")))
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
-        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "several nodes need a rendezvous endpoint host:port"))
+        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, _("several nodes need a rendezvous endpoint host:port")))
     if cfg.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", cfg.rdzv_endpoint):
-        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, "expected host:port, e.g. 10.0.0.1:29500"))
+        out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, _("expected host:port, e.g. 10.0.0.1:29500")))
     if cfg.node_rank >= cfg.nnodes:
-        out.append(FieldProblem("node_rank", cfg.node_rank, f"must be below nnodes ({cfg.nnodes})"))
+        out.append(FieldProblem("node_rank", cfg.node_rank, _("must be below nnodes ({nnodes})").format(nnodes=cfg.nnodes)))
     out += model_problems(cfg)
     out += cutoff_problems(cfg)
     out += multimodal_model_problems(cfg)
@@ -379,14 +414,14 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     out += stage_problems(cfg)
     out += report_to_problems(cfg)
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
-        out.append(FieldProblem("run_name", cfg.run_name, "letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters"))
+        out.append(FieldProblem("run_name", cfg.run_name, _("letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters")))
     return out
 
 
 def refused_key_problems(cfg: RunConfig) -> list[FieldProblem]:
     """LLaMA-Factory keys that would change the result and that ftui does not do: refused by
     name (ftui.presets.lf_keys), never trained without them."""
-    return [FieldProblem(key, value, f"not supported: {REFUSED[key]}")
+    return [FieldProblem(key, value, _("not supported: {reason}").format(reason=_(REFUSED[key])))
             for key, value in sorted((cfg.model_extra or {}).items()) if classify(key, value) == "refused"]
 
 
@@ -400,21 +435,22 @@ def method_option_problems(cfg: RunConfig) -> list[FieldProblem]:
         for key in LORA_ONLY:
             value = getattr(cfg, key)
             if value not in (None, False):
-                out.append(FieldProblem(key, value, f"{key} is only valid with finetuning_type lora (this run is {cfg.finetuning_type})"))
+                out.append(FieldProblem(key, value, _("{key} is only valid with finetuning_type lora (this run is {method})").format(key=key, method=cfg.finetuning_type)))
     if cfg.pissa_init and cfg.method == "qlora":
-        out.append(FieldProblem("pissa_init", True, "PiSSA decomposes full-precision weights; it cannot start from a 4/8-bit base (use lora without quantization_bit)"))
+        out.append(FieldProblem("pissa_init", True, _("PiSSA decomposes full-precision weights; it cannot start from a 4/8-bit base (use lora without quantization_bit)")))
     if cfg.additional_target is not None and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.additional_target):
-        out.append(FieldProblem("additional_target", cfg.additional_target, "module names separated by commas, e.g. embed_tokens,lm_head"))
+        out.append(FieldProblem("additional_target", cfg.additional_target, _("module names separated by commas, e.g. embed_tokens,lm_head")))
     if cfg.optim not in OPTIMIZERS:
-        out.append(FieldProblem("optim", cfg.optim, f"ftui builds {', '.join(TORCH_OPTIMIZERS)} (and with bitsandbytes on a CUDA GPU "
-                                f"{', '.join(BNB_OPTIMIZERS)}); other optimizers are not supported"))
+        out.append(FieldProblem("optim", cfg.optim, _("ftui builds {torch} (and with bitsandbytes on a CUDA GPU {bnb}); other "
+                                                      "optimizers are not supported").format(
+                                    torch=", ".join(TORCH_OPTIMIZERS), bnb=", ".join(BNB_OPTIMIZERS))))
     elif cfg.optim in BNB_OPTIMIZERS:
-        reason = ("bitsandbytes' optimizers run on CUDA only; use adamw_torch for a CPU run" if cfg.device == "cpu"
+        reason = (_("bitsandbytes' optimizers run on CUDA only; use adamw_torch for a CPU run") if cfg.device == "cpu"
                   else qlora_unavailable_reason())
         if reason is None and (cfg.deepspeed or engine_spec(cfg.engine).shards_parameters):
-            reason = "ftui's sharding engines (fsdp, zero*) build their own optimizer state; use single or ddp"
+            reason = _("ftui's sharding engines (fsdp, zero*) build their own optimizer state; use single or ddp")
         if reason:
-            out.append(FieldProblem("optim", cfg.optim, f"{cfg.optim} is not possible here: {reason}; or use adamw_torch / adamw_torch_fused"))
+            out.append(FieldProblem("optim", cfg.optim, _("{optim} is not possible here: {reason}; or use adamw_torch / adamw_torch_fused").format(optim=cfg.optim, reason=reason)))
     return out
 
 
@@ -422,7 +458,7 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
     """eval_dataset, mixing, tokenized_path and resume_from_checkpoint, as LLaMA-Factory rules them."""
     out: list[FieldProblem] = []
     if cfg.eval_dataset is not None and cfg.val_size:
-        out.append(FieldProblem("val_size", cfg.val_size, "give either eval_dataset or val_size, not both"))
+        out.append(FieldProblem("val_size", cfg.val_size, _("give either eval_dataset or val_size, not both")))
     if cfg.interleave_probs is not None:
         out += _interleave_problems(cfg)
     if cfg.tokenized_path:
@@ -451,32 +487,33 @@ def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.stage not in PREFERENCE_STAGES:
         return out
     if cfg.packing:
-        out.append(FieldProblem("packing", True, f"stage {cfg.stage} compares whole answers, which packing would join; "
-                                "set packing false (or empty)"))
+        out.append(FieldProblem("packing", True, _("stage {stage} compares whole answers, which packing would join; "
+                                                   "set packing false (or empty)").format(stage=cfg.stage)))
     for key in ("train_on_prompt", "mask_history"):
         if getattr(cfg, key):
-            out.append(FieldProblem(key, True, f"stage {cfg.stage} learns from the last answer only, never the prompt "
-                                    "or earlier turns (as LLaMA-Factory's preference processors); remove the key"))
+            out.append(FieldProblem(key, True, _("stage {stage} learns from the last answer only, never the prompt or earlier "
+                                                 "turns (as LLaMA-Factory's preference processors); remove the key").format(stage=cfg.stage)))
     if cfg.stage == "dpo" and cfg.dpo_label_smoothing and cfg.pref_loss != "sigmoid":
         out.append(FieldProblem("dpo_label_smoothing", cfg.dpo_label_smoothing,
-                                f"label smoothing is part of the sigmoid (DPO) loss only, not {cfg.pref_loss}; set it to 0 or pref_loss sigmoid"))
+                                _("label smoothing is part of the sigmoid (DPO) loss only, not {loss}; set it to 0 or pref_loss "
+                                  "sigmoid").format(loss=cfg.pref_loss)))
     return out
 
 
 def _interleave_problems(cfg: RunConfig) -> list[FieldProblem]:
     text = cfg.interleave_probs or ""
     if cfg.mix_strategy == "concat":
-        return [FieldProblem("interleave_probs", text, "interleave_probs is only valid with mix_strategy interleave_under, interleave_over or interleave_once")]
+        return [FieldProblem("interleave_probs", text, _("interleave_probs is only valid with mix_strategy interleave_under, interleave_over or interleave_once"))]
     try:
         probs = [float(p) for p in comma_items(text)]
     except ValueError:
-        return [FieldProblem("interleave_probs", text, "numbers separated by commas, one per dataset, e.g. 0.7,0.3")]
+        return [FieldProblem("interleave_probs", text, _("numbers separated by commas, one per dataset, e.g. 0.7,0.3"))]
     for key in ("dataset", "eval_dataset"):
         names = comma_items(getattr(cfg, key))
         if names and len(names) != len(probs):
-            return [FieldProblem("interleave_probs", text, f"{len(probs)} probabilities for the {len(names)} dataset(s) of {key}; give one per dataset")]
+            return [FieldProblem("interleave_probs", text, _("{n} probabilities for the {count} dataset(s) of {key}; give one per dataset").format(n=len(probs), count=len(names), key=key))]
     if any(p < 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
-        return [FieldProblem("interleave_probs", text, f"probabilities must be at least 0 and add up to 1 (these add up to {sum(probs):g})")]
+        return [FieldProblem("interleave_probs", text, _("probabilities must be at least 0 and add up to 1 (these add up to {total})").format(total=f"{sum(probs):g}"))]
     return []
 
 
@@ -494,24 +531,24 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     problem = None
     if folder is not None:
         if not (folder / "config.json").is_file():
-            problem = ("this folder has no config.json"
-                       + (" (it holds a LoRA adapter: give its base model, base_model_name_or_path in adapter_config.json)"
-                          if (folder / "adapter_config.json").is_file() else "")
-                       + "; give the model's folder, the one with config.json")
+            problem = (_("this folder has no config.json (it holds a LoRA adapter: give its base model, base_model_name_or_path "
+                         "in adapter_config.json); give the model's folder, the one with config.json")
+                       if (folder / "adapter_config.json").is_file() else
+                       _("this folder has no config.json; give the model's folder, the one with config.json"))
         elif cfg.model_init == "pretrained" and not has_weights(folder):
-            problem = ("no weights found in this folder (no *.safetensors, *.bin or sharded *.index.json); put the "
-                       "weights beside config.json, or set model_init: random to build the model from config.json "
-                       "with random weights")
+            problem = _("no weights found in this folder (no *.safetensors, *.bin or sharded *.index.json); put the "
+                        "weights beside config.json, or set model_init: random to build the model from config.json "
+                        "with random weights")
         elif not has_tokenizer(folder):
-            problem = ("no tokenizer in this folder (tokenizer.json, tokenizer_config.json, tokenizer.model, "
-                       "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
+            problem = _("no tokenizer in this folder (tokenizer.json, tokenizer_config.json, tokenizer.model, "
+                        "vocab.json...); copy the tokenizer files of the model this config.json belongs to")
     elif looks_like_path(name):
-        problem = "no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B"
+        problem = _("no such model directory; give a local directory with config.json or a hub name like Qwen/Qwen2.5-0.5B")
     elif use_modelscope():
         problem = modelscope_missing()  # its own cache: the run looks there (HF_HUB_OFFLINE: only there)
     elif hub_offline() and not cached_for_run(name, cfg.model_init == "random"):
-        problem = (f"HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({hub_cache_dir()}); "
-                   "give a local folder, download it first, or unset HF_HUB_OFFLINE")
+        problem = _("HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({cache}); "
+                    "give a local folder, download it first, or unset HF_HUB_OFFLINE").format(cache=hub_cache_dir())
     return [FieldProblem("model_name_or_path", name, problem)] if problem else []
 
 
@@ -534,12 +571,12 @@ def report_to_problems(cfg: RunConfig) -> list[FieldProblem]:
     names = reporter_names(cfg.report_to)
     unknown = [n for n in names if n not in REPORTERS]
     if unknown:
-        return [FieldProblem("report_to", cfg.report_to, f"ftui cannot report to {', '.join(unknown)}: it mirrors the figures to "
-                             f"{' and '.join(REPORTERS)} (or none; events.jsonl always has them)")]
+        return [FieldProblem("report_to", cfg.report_to, _("ftui cannot report to {names}: it mirrors the figures to tensorboard and wandb "
+                                                           "(or none; events.jsonl always has them)").format(names=", ".join(unknown)))]
     for name, other in (("tensorboard", "wandb"), ("wandb", "tensorboard")):  # each needs its package
         if name in names and importlib.util.find_spec(name) is None:
-            return [FieldProblem("report_to", cfg.report_to, f"{name} is not installed: pip install {name} (or pip install "
-                                 f"'ftui[{name}]'), or report to {other} or none")]
+            return [FieldProblem("report_to", cfg.report_to, _("{name} is not installed: pip install {name} (or pip install "
+                                                               "'ftui[{name}]'), or report to {other} or none").format(name=name, other=other))]
     return []
 
 
@@ -558,11 +595,12 @@ def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
     if limit is None or cfg.cutoff_len <= limit[0]:
         return []
     most, why, scaled = limit
-    stretch = ("raise the factor of its rope_scaling in the model's config.json" if scaled else
-               "(for a RoPE model) set rope scaling in the model's config.json, e.g. "
-               f'"rope_scaling": {{"rope_type": "linear", "factor": {float(math.ceil(cfg.cutoff_len / most))}}}')
+    stretch = (_("raise the factor of its rope_scaling in the model's config.json") if scaled else
+               _("(for a RoPE model) set rope scaling in the model's config.json, e.g. {example}").format(
+                   example=f'"rope_scaling": {{"rope_type": "linear", "factor": {float(math.ceil(cfg.cutoff_len / most))}}}'))
     return [FieldProblem("cutoff_len", cfg.cutoff_len,
-                         f"cutoff_len {cfg.cutoff_len} is above {why}: lower cutoff_len to {most} or less, or {stretch}")]
+                         _("cutoff_len {cutoff_len} is above {why}: lower cutoff_len to {most} or less, or {stretch}").format(
+                             cutoff_len=cfg.cutoff_len, why=why, most=most, stretch=stretch))]
 
 
 # config.json keys of vision / audio towers: a multimodal model, which ftui does not train
@@ -583,14 +621,16 @@ def multimodal_model_problems(cfg: RunConfig) -> list[FieldProblem]:
     method = str(quant.get("quant_method", "")) if isinstance(quant, dict) else ""
     if method and method != "bitsandbytes":
         return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
-                             f"a model quantized with {method:.40} (its config.json's quantization_config): not supported, ftui "
-                             "trains LoRA over full-precision or bitsandbytes (quantization_bit) weights; use the unquantized model")]
+                             _("a model quantized with {method} (its config.json's quantization_config): not supported, ftui "
+                               "trains LoRA over full-precision or bitsandbytes (quantization_bit) weights; use the unquantized "
+                               "model").format(method=f"{method:.40}"))]
     found = next((k for k in MULTIMODAL_CONFIG_KEYS if k in model), None)
     if found is None:
         return []
     return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
-                         f"a multimodal model (model_type {model.get('model_type', '?')!s:.40}; its config.json has {found}): "
-                         "not supported, ftui trains text-only language models; use the text-only variant of the model")]
+                         _("a multimodal model (model_type {model_type}; its config.json has {key}): not supported, ftui trains "
+                           "text-only language models; use the text-only variant of the model").format(
+                             model_type=f"{model.get('model_type', '?')!s:.40}", key=found))]
 
 
 def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
@@ -602,7 +642,7 @@ def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
     positions = model.get("max_position_embeddings") or model.get("n_positions")
     if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
         return None
-    why = f"the model's max_position_embeddings {positions}"
+    why = _("the model's max_position_embeddings {positions}").format(positions=positions)
     scaling = model.get("rope_scaling") or model.get("rope_parameters")  # transformers 5 names it rope_parameters
     kind = (scaling.get("rope_type") or scaling.get("type")) if isinstance(scaling, dict) else None
     if kind in (None, "default"):
@@ -611,7 +651,9 @@ def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
     if kind == "dynamic" or not isinstance(factor, (int, float)) or not isinstance(original, int):
         return None
     stretched = max(positions, int(factor * original))
-    return stretched, f"the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor:g} x {original})", True
+    why = _("the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor} x {original})").format(
+        stretched=stretched, kind=kind, factor=f"{factor:g}", original=original)
+    return stretched, why, True
 
 
 def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
@@ -620,21 +662,25 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
     out: list[FieldProblem] = []
     if cfg.engine in NEEDS_SEVERAL and cfg.world_size == 1 and not cfg.deepspeed:
         offload = "fsdp_offload" if cfg.engine == "fsdp" else "zero3_offload"
-        out.append(FieldProblem("engine", cfg.engine, f"{cfg.engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger model"))
+        out.append(FieldProblem("engine", cfg.engine, _("{engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger "
+                                                            "model").format(engine=cfg.engine, offload=offload)))
     if cfg.method == "qlora" and (cfg.deepspeed or engine_spec(cfg.engine).shards_parameters):
-        out.append(FieldProblem("engine", cfg.engine, "QLoRA's 4/8-bit base cannot be sharded by ftui's engines; use single or ddp, or plain lora with fsdp/zero3"))
+        out.append(FieldProblem("engine", cfg.engine, _("QLoRA's 4/8-bit base cannot be sharded by ftui's engines; use single or ddp, or plain lora with fsdp/zero3")))
     if cfg.method == "qlora" and cfg.model_init == "random":
-        out.append(FieldProblem("model_init", cfg.model_init, "QLoRA quantizes pretrained weights as they load; a random model is never loaded from disk, so use lora (or save the random model and point model_name_or_path at it)"))
+        out.append(FieldProblem("model_init", cfg.model_init, _("QLoRA quantizes pretrained weights as they load; a random model is never loaded from disk, so use lora (or save "
+                                                                      "the random model and point model_name_or_path at it)")))
     if cfg.deepspeed:
         if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
-            out.append(FieldProblem("deepspeed", cfg.deepspeed, f"a DeepSpeed config runs the DeepSpeed engine, but engine is {cfg.engine}; leave engine at single (the file decides) or pick a zero* preset"))
+            out.append(FieldProblem("deepspeed", cfg.deepspeed, _("a DeepSpeed config runs the DeepSpeed engine, but engine is {engine}; leave engine at single (the file decides) or "
+                                                                    "pick a zero* preset").format(engine=cfg.engine)))
         try:
             fixed = deepspeed_precision(read_user_deepspeed(cfg.deepspeed))
         except ValueError as err:
-            out.append(FieldProblem("deepspeed", cfg.deepspeed, f"{err}; give a readable DeepSpeed JSON, or use a zero* engine preset"))
+            out.append(FieldProblem("deepspeed", cfg.deepspeed, _("{error}; give a readable DeepSpeed JSON, or use a zero* engine preset").format(error=err)))
         else:
             if fixed and fixed != cfg.precision:
-                out.append(FieldProblem("deepspeed", cfg.deepspeed, f"the file turns {fixed} on but the run is {cfg.precision}; set {fixed}: true or set the file's value to \"auto\""))
+                out.append(FieldProblem("deepspeed", cfg.deepspeed, _("the file turns {fixed} on but the run is {precision}; set {fixed}: true or set the file's value to \"auto\"").format(
+                    fixed=fixed, precision=cfg.precision)))
     return out
 
 
@@ -648,13 +694,13 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.gpus is None:
         return []
     if cfg.device == "cpu":
-        return [FieldProblem("gpus", cfg.gpus, "a CPU run (device: cpu) uses no GPU; leave gpus empty or set device: auto")]
+        return [FieldProblem("gpus", cfg.gpus, _("a CPU run (device: cpu) uses no GPU; leave gpus empty or set device: auto"))]
     if not GPU_LIST.fullmatch(cfg.gpus):
-        return [FieldProblem("gpus", cfg.gpus, "expected nvidia-smi's GPU numbers separated by commas (0,1) or GPU-/MIG- UUID prefixes")]
+        return [FieldProblem("gpus", cfg.gpus, _("expected nvidia-smi's GPU numbers separated by commas (0,1) or GPU-/MIG- UUID prefixes"))]
     entries = cfg.gpus.split(",")
     twice = sorted({e for e in entries if entries.count(e) > 1})
     if twice:
-        return [FieldProblem("gpus", cfg.gpus, f"GPU {twice[0]} is named twice (CUDA would then show no GPU at all)")]
+        return [FieldProblem("gpus", cfg.gpus, _("GPU {gpu} is named twice (CUDA would then show no GPU at all)").format(gpu=twice[0]))]
     from ftui.gpu import gpus_named, visible_gpus  # NVML, not torch: this runs in the dashboard too
 
     out = []
@@ -662,11 +708,12 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
     found = len(visible_gpus(cfg.gpus))
     if machine and found < len(entries):
         numbers = f"0-{len(machine) - 1}" if len(machine) > 1 else "0"
-        out.append(FieldProblem("gpus", cfg.gpus, f"GPU {entries[found]} is not on this machine (nvidia-smi numbers its {len(machine)} GPU(s) {numbers})"))
+        out.append(FieldProblem("gpus", cfg.gpus, _("GPU {gpu} is not on this machine (nvidia-smi numbers its {n} GPU(s) {numbers})").format(
+            gpu=entries[found], n=len(machine), numbers=numbers)))
     if cfg.nproc_per_node > len(entries):
         out.append(FieldProblem("nproc_per_node", cfg.nproc_per_node,
-                                f"{cfg.nproc_per_node} processes need a GPU each, but gpus picks {len(entries)} ({cfg.gpus}): "
-                                f"lower nproc_per_node to {len(entries)} or pick more GPUs"))
+                                _("{n} processes need a GPU each, but gpus picks {picked} ({gpus}): lower nproc_per_node to "
+                                  "{picked} or pick more GPUs").format(n=cfg.nproc_per_node, picked=len(entries), gpus=cfg.gpus)))
     return out
 
 
@@ -679,18 +726,18 @@ def gpu_present(picked: str | None = None) -> bool:
 def qlora_unavailable_reason() -> str | None:
     """Why QLoRA cannot run on this machine (None when bitsandbytes and a CUDA GPU are there)."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        return "bitsandbytes is not installed (pip install 'ftui[qlora]')"
+        return _("bitsandbytes is not installed (pip install 'ftui[qlora]')")
     from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
 
     if gpu_count() == 0:
-        return "no CUDA GPU was found"
+        return _("no CUDA GPU was found")
     return None
 
 
 def validate_config(data: dict[str, Any]) -> tuple[RunConfig | None, list[FieldProblem]]:
     """Validates a mapping; returns the config (or None) and every problem found."""
     if not isinstance(data, dict):
-        return None, [FieldProblem("config", data, "expected a mapping of key: value")]
+        return None, [FieldProblem("config", data, _("expected a mapping of key: value"))]
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
@@ -727,13 +774,13 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError([FieldProblem("config", str(p), "no such file")], str(p)) from None
+        raise ConfigError([FieldProblem("config", str(p), _("no such file"))], str(p)) from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError([FieldProblem("config", str(p), f"cannot read it: {err}")], str(p)) from None
+        raise ConfigError([FieldProblem("config", str(p), _("cannot read it: {error}").format(error=err))], str(p)) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError([FieldProblem("config", str(p), f"not valid YAML: {err}")], str(p)) from None
+        raise ConfigError([FieldProblem("config", str(p), _("not valid YAML: {error}").format(error=err))], str(p)) from None
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:
@@ -768,5 +815,5 @@ def demo_config(**overrides: Any) -> RunConfig:
         seed=42,
     )
     data.update(overrides)
-    cfg, _ = parse_config(data, "demo preset")
+    cfg, _warnings = parse_config(data, "demo preset")
     return cfg

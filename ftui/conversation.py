@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable
 
+from ftui.i18n import _
 from ftui.presets.templates import EOS, TEMPLATES, Piece, Slot, Special, Template, Token
 
 IGNORE = -100
@@ -170,7 +171,7 @@ def _default_calls(calls: list[Call]) -> str:
 
 def _glm4_calls(calls: list[Call]) -> str:
     if len(calls) > 1:
-        raise ConversationError("the glm4 tool format has no parallel function calls (one call per turn)")
+        raise ConversationError(_("the glm4 tool format has no parallel function calls (one call per turn)"))
     return f"{calls[0][0]}\n{calls[0][1]}"
 
 
@@ -260,9 +261,9 @@ class Renderer:
         if opts.default_system is not None:
             self.template = replace(self.template, default_system=opts.default_system)
         if opts.train_on_prompt and self.template.efficient_eos:
-            raise ConversationError("this template ends examples with one EOS (efficient_eos), so train_on_prompt is not possible with it")
+            raise ConversationError(_("this template ends examples with one EOS (efficient_eos), so train_on_prompt is not possible with it"))
         if opts.train_on_prompt and opts.mask_history:
-            raise ConversationError("mask_history and train_on_prompt cannot be combined")
+            raise ConversationError(_("mask_history and train_on_prompt cannot be combined"))
         self.tools_format = TOOL_FORMATS[self.template.tool_format]
         self.today = opts.today or datetime.now().strftime("%d %b %Y")
 
@@ -301,13 +302,14 @@ class Renderer:
             try:
                 tools = json.loads(tools)
             except ValueError:
-                raise ConversationError(f"the tools column is not JSON: {tools[:200]!r}") from None
+                raise ConversationError(_("the tools column is not JSON: {tools}").format(tools=repr(tools[:200]))) from None
         if isinstance(tools, dict):
             tools = [tools]
         try:
             return self.tools_format.describe(tools, self.today) if tools else ""
         except (KeyError, TypeError, AttributeError) as err:
-            raise ConversationError(f"a tool description lacks a field ({err}); each tool needs name and parameters.properties") from None
+            raise ConversationError(_("a tool description lacks a field ({error}); each tool needs name and parameters.properties").format(
+                error=err)) from None
 
     def function_text(self, content: str, with_words: bool) -> str:
         """An assistant's tool call (JSON: one call or a list) in the template's call syntax;
@@ -335,7 +337,7 @@ class Renderer:
             return self.fill(t.observation, content)
         if role == FUNCTION:
             return self.fill(t.function, self.function_text(content, with_words=not t.system_in_user))
-        raise ConversationError(f"unexpected role {role!r}")
+        raise ConversationError(_("unexpected role {role}").format(role=repr(role)))
 
     def encode_turns(self, conv: Conversation) -> list[list[int]]:
         """Token ids per turn (the first with prefix, system prompt and tools)."""
@@ -464,12 +466,12 @@ def _parse_calls(text: str) -> list[Call]:
     try:
         calls = json.loads(text)
     except ValueError:
-        raise ConversationError(f"a function call turn is not JSON: {text[:200]!r}") from None
+        raise ConversationError(_("a function call turn is not JSON: {text}").format(text=repr(text[:200]))) from None
     calls = calls if isinstance(calls, list) else [calls]
     try:
         return [(c["name"], _dumps(c["arguments"])) for c in calls]
     except (KeyError, TypeError):
-        raise ConversationError(f"a function call needs name and arguments: {text[:200]!r}") from None
+        raise ConversationError(_("a function call needs name and arguments: {text}").format(text=repr(text[:200]))) from None
 
 
 # --- The same format as a Jinja chat template (final/'s tokenizer, the chat worker)

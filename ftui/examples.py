@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from rich.text import Text
 
+from ftui.i18n import N_, _
+
 if TYPE_CHECKING:
     from ftui.config import RunConfig
 
@@ -70,7 +72,7 @@ class EncodedExamples:
                 said = errors.read().splitlines()
         own = [line for line in said if line.startswith(OWN_PREFIXES)]
         if code:
-            raise ExamplesFailed(code, "\n".join(own or said[-15:] or [f"the encoding process exited with {code}"]).removeprefix("ftui data: "))
+            raise ExamplesFailed(code, "\n".join(own or said[-15:] or [_("the encoding process exited with {code}").format(code=code)]).removeprefix("ftui data: "))
         self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
 
     def environment(self) -> dict[str, str]:
@@ -90,7 +92,7 @@ class EncodedExamples:
 # The parts an example row may have: an SFT / pt example's, a pair's chosen and rejected
 # answers, a KTO example's mismatched (KL) completion.
 ROW_PREFIXES = ("", "chosen_", "rejected_", "kl_")
-PART_NAMES = {"chosen_": "chosen", "rejected_": "rejected", "kl_": "mismatched answer (KTO's KL term)"}
+PART_NAMES = {"chosen_": "chosen", "rejected_": "rejected", "kl_": N_("mismatched answer (KTO's KL term)")}  # column names stay
 
 
 def example_text(index: int, row: dict[str, Any]) -> Text:
@@ -103,11 +105,12 @@ def example_text(index: int, row: dict[str, Any]) -> Text:
         if f"{prefix}input_ids" not in row:
             continue
         labelled = sum(1 for label in row[f"{prefix}labels"] if label != IGNORE)
-        part = PART_NAMES.get(prefix, "")
+        part = _(PART_NAMES[prefix]) if prefix in PART_NAMES else ""
         if not prefix and "kto_tags" in row:
-            part = "desirable" if row["kto_tags"] else "undesirable"
-        text.append(f"example {index}{f' ({part})' if part else ''}: {len(row[f'{prefix}input_ids'])} tokens, "
-                    f"{labelled} with loss (masked: dimmed)\n", style="bold")
+            part = _("desirable") if row["kto_tags"] else _("undesirable")
+        head = _("example {index} ({part})").format(index=index, part=part) if part else _("example {index}").format(index=index)
+        counts = _("{tokens} tokens, {labelled} with loss (masked: dimmed)").format(tokens=len(row[f"{prefix}input_ids"]), labelled=labelled)
+        text.append(f"{head}: {counts}\n", style="bold")
         for piece, masked in row.get(f"{prefix}segments", []):
             text.append(CONTROL.sub(lambda m: repr(m.group())[1:-1], piece), style="dim" if masked else "")
         if not text.plain.endswith("\n"):

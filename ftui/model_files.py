@@ -11,6 +11,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ftui.i18n import _
+
 # What transformers' from_pretrained loads: model.safetensors, pytorch_model.bin, their sharded
 # index (model.safetensors.index.json), or a variant of them (model.fp16.safetensors).
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.index.json")
@@ -81,8 +83,8 @@ def modelscope_missing() -> str | None:
     """Why USE_MODELSCOPE_HUB=1 cannot work here (the modelscope package is an optional extra)."""
     if importlib.util.find_spec("modelscope") is not None:
         return None
-    return ("USE_MODELSCOPE_HUB=1 downloads through the modelscope package, which is not installed: "
-            "pip install modelscope (or pip install 'ftui[modelscope]'), or unset USE_MODELSCOPE_HUB to use the Hugging Face hub")
+    return _("USE_MODELSCOPE_HUB=1 downloads through the modelscope package, which is not installed: "
+             "pip install modelscope (or pip install 'ftui[modelscope]'), or unset USE_MODELSCOPE_HUB to use the Hugging Face hub")
 
 
 def cached_snapshots(name: str) -> list[Path]:
@@ -126,10 +128,11 @@ def hub_unreachable_advice(name: str) -> str:
     """What to do when a hub model is not on this machine and the hub may not be reachable:
     the form's warning before a run and the failed run's hint say the same."""
     if use_modelscope():
-        return (f"{name} is not a local folder: with USE_MODELSCOPE_HUB=1 the run downloads it from ModelScope "
-                f"({modelscope_endpoint()}) unless the modelscope cache has it; with no network give a local path (a folder with config.json, weights and "
-                "tokenizer), set MODELSCOPE_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1 "
-                "to load it from the modelscope cache")
-    return (f"{name} is not a local folder and not in the hub cache ({hub_cache_dir()}): the run downloads it from "
-            f"{hub_endpoint()}; with no network give a local path (a folder with config.json, weights and tokenizer), "
-            "set HF_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1")
+        return _("{name} is not a local folder: with USE_MODELSCOPE_HUB=1 the run downloads it from ModelScope "
+                 "({endpoint}) unless the modelscope cache has it; with no network give a local path (a folder with config.json, "
+                 "weights and tokenizer), set MODELSCOPE_ENDPOINT to a mirror, or download it where there is network and set "
+                 "HF_HUB_OFFLINE=1 to load it from the modelscope cache").format(name=name, endpoint=modelscope_endpoint())
+    return _("{name} is not a local folder and not in the hub cache ({cache}): the run downloads it from "
+             "{endpoint}; with no network give a local path (a folder with config.json, weights and tokenizer), "
+             "set HF_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1").format(
+        name=name, cache=hub_cache_dir(), endpoint=hub_endpoint())

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftui.i18n import _
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 
@@ -86,15 +87,17 @@ class Overhead:
 
     def describe(self) -> str:
         """E.g. "CUDA context 0.8 GiB + NCCL buffers 2 x 0.8 GiB (assumed)"."""
-        text = f"CUDA context {gib(self.context)}"
+        text = _("CUDA context {size}").format(size=gib(self.context))
         if self.communicators:
             times = f"{self.communicators} x " if self.communicators > 1 else ""
-            text += f" + NCCL buffers{' incl. NVLS' if self.nvls else ''} {times}{gib(self.per_communicator)}"
-        return text + " (assumed)"
+            buffers = _("NCCL buffers incl. NVLS {size}") if self.nvls else _("NCCL buffers {size}")
+            text += " + " + buffers.format(size=f"{times}{gib(self.per_communicator)}")
+        return text + " " + _("(assumed)")
 
     def brief(self) -> str:
         """The same in few words, for the launch form: "CUDA context + NCCL 1.5 GiB, assumed"."""
-        return f"CUDA context{' + NCCL' if self.communicators else ''} {gib(self.total)}, assumed"
+        what = _("CUDA context + NCCL {size}, assumed") if self.communicators else _("CUDA context {size}, assumed")
+        return what.format(size=gib(self.total))
 
 
 def runtime_overhead(*, deepspeed: bool, world_size: int, nproc_per_node: int, compute_major: int | None) -> Overhead:
@@ -139,7 +142,8 @@ class ModelShape:
                 attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise UnknownModel(f"config.json lacks what the planner needs ({err}); it knows Llama-style decoder models") from None
+            raise UnknownModel(_("config.json lacks what the planner needs ({error}); it knows Llama-style decoder models").format(
+                error=err)) from None
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each linear layer of one decoder layer."""
@@ -184,7 +188,7 @@ def read_model_config(model_name_or_path: str) -> dict[str, Any]:
             continue
         if isinstance(data, dict):
             return data
-    raise UnknownModel(f"no config.json for {model_name_or_path!r} (not a local directory nor in the hub cache)")
+    raise UnknownModel(_("no config.json for {model} (not a local directory nor in the hub cache)").format(model=repr(model_name_or_path)))
 
 
 @dataclass
@@ -218,8 +222,8 @@ class Estimate:
         return self.total * SLACK + self.overhead.total
 
     def split(self) -> str:
-        return (f"weights {gib(self.weights)} · gradients {gib(self.gradients)} · optimizer {gib(self.optimizer)} · "
-                f"activations {gib(self.activations)}")
+        return _("weights {weights} · gradients {gradients} · optimizer {optimizer} · activations {activations}").format(
+            weights=gib(self.weights), gradients=gib(self.gradients), optimizer=gib(self.optimizer), activations=gib(self.activations))
 
 
 def gib(n: float) -> str:
@@ -329,7 +333,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         else:  # single, DDP: the fp32 copy whole; FSDP: its shard (layers gathered in turn, as the policy's)
             reference = P * 4.0 / (W if spec.fsdp else 1)
         weights += reference
-        notes.append(f"{training_stage}: a frozen reference copy of the model, {gib(reference)} on each GPU")
+        notes.append(_("{stage}: a frozen reference copy of the model, {size} on each GPU").format(stage=training_stage, size=gib(reference)))
 
     # --- activations of one micro batch
     rows = 2 if training_stage in ("dpo", "rm") else 1  # a pair's answers; kto's mismatched rows run without gradients
@@ -372,7 +376,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     activations = layers_act + logits
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
-        notes.append(f"{engine} shards over processes: with one process it saves nothing")
+        notes.append(_("{engine} shards over processes: with one process it saves nothing").format(engine=engine))
     overlap = not deepspeed and (spec.fsdp or W == 1)
     overhead = runtime_overhead(deepspeed=deepspeed, world_size=W, nproc_per_node=nproc_per_node or W, compute_major=compute_major)
     return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
@@ -416,30 +420,35 @@ class Verdict:
     def short(self, unit: str = "GPU") -> tuple[str, str]:
         """Two short lines for the launch form: the split, and the verdict with the best fix."""
         e = self.estimate
-        split = (f"~{gib(e.total)}/{unit}: weights {gib(e.weights)} · grads {gib(e.gradients)} · "
-                 f"optimizer {gib(e.optimizer)} · activations {gib(e.activations)}")
+        split = _("~{total}/{unit}: weights {weights} · grads {gradients} · optimizer {optimizer} · activations {activations}").format(
+            total=gib(e.total), unit=unit, weights=gib(e.weights), gradients=gib(e.gradients), optimizer=gib(e.optimizer),
+            activations=gib(e.activations))
         if e.host_bytes:
-            split += f" · host {gib(e.host_bytes)}"
+            split += " · " + _("host {size}").format(size=gib(e.host_bytes))
         if self.fits is None:
             return split, ""
-        needs = f"needs ~{gib(e.needed)} incl. {e.overhead.brief()}"
+        needs = _("needs ~{size} incl. {overhead}").format(size=gib(e.needed), overhead=e.overhead.brief())
+        gpus = gib(self.gpu_bytes or 0)
         if self.fits:
-            return split, f"fits {gib(self.gpu_bytes)} GPUs ({needs})"
-        fix = f"; try {self.suggestions[0]} (ftui plan lists more)" if self.suggestions else "; more or larger GPUs needed"
-        return split, f"does NOT fit {gib(self.gpu_bytes)} GPUs ({needs}){fix}"
+            return split, _("fits {size} GPUs ({needs})").format(size=gpus, needs=needs)
+        fix = (_("; try {change} (ftui plan lists more)").format(change=self.suggestions[0]) if self.suggestions
+               else _("; more or larger GPUs needed"))
+        return split, _("does NOT fit {size} GPUs ({needs})").format(size=gpus, needs=needs) + fix
 
     def summary(self) -> str:
         e = self.estimate
-        head = f"about {gib(e.total)} per GPU ({e.split()})"
+        head = _("about {size} per GPU ({split})").format(size=gib(e.total), split=e.split())
         if e.host_bytes:
-            head += f"; {gib(e.host_bytes)} per process in host memory (offload)"
+            head += _("; {size} per process in host memory (offload)").format(size=gib(e.host_bytes))
         if self.fits is None:
-            return head + "; no GPU seen: nothing to compare with"
-        needs = f"needs ~{gib(e.needed)} with {e.overhead.describe()}"
+            return head + _("; no GPU seen: nothing to compare with")
+        needs = _("needs ~{size} with {overhead}").format(size=gib(e.needed), overhead=e.overhead.describe())
+        gpus = gib(self.gpu_bytes or 0)
         if self.fits:
-            return head + f"; fits {gib(self.gpu_bytes)} GPUs ({needs})"
-        tail = ("; try " + "; or ".join(self.suggestions)) if self.suggestions else "; nothing ftui offers makes it fit: use more or larger GPUs"
-        return head + f"; does NOT fit {gib(self.gpu_bytes)} GPUs ({needs})" + tail
+            return head + _("; fits {size} GPUs ({needs})").format(size=gpus, needs=needs)
+        tail = (_("; try {changes}").format(changes=_("; or ").join(self.suggestions)) if self.suggestions
+                else _("; nothing ftui offers makes it fit: use more or larger GPUs"))
+        return head + _("; does NOT fit {size} GPUs ({needs})").format(size=gpus, needs=needs) + tail
 
 
 def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None) -> list[str]:
@@ -479,17 +488,18 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
                         continue
                     parts = []
                     if eng:
-                        parts.append(f"engine {eng}")
+                        parts.append(f"engine {eng}")  # key names and values: not translated
                     if mb != cfg.per_device_train_batch_size:
                         accum = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size // mb
-                        parts.append(f"per_device_train_batch_size {mb} with gradient_accumulation_steps {accum}")
+                        parts.append(_("per_device_train_batch_size {micro_batch} with gradient_accumulation_steps {accumulation}").format(
+                            micro_batch=mb, accumulation=accum))
                     if ck and not cfg.gradient_checkpointing:
                         parts.append("gradient_checkpointing: true")
                     if method != cfg.method:
                         parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
                     found.append((cost, e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
     found.sort()
-    return [text for _, _, text in found[:limit]]
+    return [text for _cost, _total, text in found[:limit]]
 
 
 def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = None) -> Verdict:

@@ -17,12 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ftui.i18n import N_, _
 from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.records import DataFormatError, DatasetSpec, _fail, _text, to_conversation
 
+# English (N_): translated where a message shows it
 RANKING_EXPECTED = {
-    "alpaca": "instruction (text), input (optional text), chosen (text), rejected (text); optional system, history",
-    "sharegpt": "conversations ending with the user's turn, chosen and rejected: one {from: gpt, value: text} turn each",
+    "alpaca": N_("instruction (text), input (optional text), chosen (text), rejected (text); optional system, history"),
+    "sharegpt": N_("conversations ending with the user's turn, chosen and rejected: one turn each (from: gpt, value: text)"),
 }
 
 
@@ -51,16 +53,17 @@ def stage_fit_problem(spec: DatasetSpec, first: Any, stage: str) -> str | None:
     if ranking:
         spec.ranking = True
     if stage in ("dpo", "rm") and not ranking:
-        return (f"dataset {spec.name!r} has no chosen/rejected answers: stage {stage} trains on preference pairs "
-                "(a dataset_info.json entry with ranking: true and chosen/rejected columns, e.g. LLaMA-Factory's dpo_en_demo)")
+        return _("dataset {name} has no chosen/rejected answers: stage {stage} trains on preference pairs (a dataset_info.json "
+                 "entry with ranking: true and chosen/rejected columns, e.g. LLaMA-Factory's dpo_en_demo)").format(
+            name=repr(spec.name), stage=stage)
     if stage not in ("dpo", "rm") and ranking:
-        fits = "stage dpo or rm"
-        return f"dataset {spec.name!r} is a preference (ranking) dataset with chosen/rejected answers; it fits {fits}, not {stage}"
+        return _("dataset {name} is a preference (ranking) dataset with chosen/rejected answers; it fits stage dpo or rm, "
+                 "not {stage}").format(name=repr(spec.name), stage=stage)
     if stage == "kto":
         column = kto_column(spec)
         if not column or not isinstance(first, dict) or not isinstance(first.get(column), bool):
-            return (f"dataset {spec.name!r} has no true/false kto_tag column: stage kto learns from answers tagged desirable "
-                    "or not (columns: {kto_tag: label} in dataset_info.json, as LLaMA-Factory's kto_en_demo)")
+            return _("dataset {name} has no true/false kto_tag column: stage kto learns from answers tagged desirable "
+                     "or not (columns: kto_tag: label in dataset_info.json, as LLaMA-Factory's kto_en_demo)").format(name=repr(spec.name))
     return None
 
 
@@ -71,8 +74,8 @@ def registry_fit_problem(spec: DatasetSpec, stage: str) -> str | None:
         return None
     if stage == "kto" and not spec.ranking:
         if not spec.columns.get("kto_tag"):
-            return (f"dataset {spec.name!r} has no kto_tag column in its dataset_info.json entry: stage kto learns from "
-                    "answers tagged desirable or not (columns: {kto_tag: label}, as LLaMA-Factory's kto_en_demo)")
+            return _("dataset {name} has no kto_tag column in its dataset_info.json entry: stage kto learns from "
+                     "answers tagged desirable or not (columns: kto_tag: label, as LLaMA-Factory's kto_en_demo)").format(name=repr(spec.name))
         return None
     return stage_fit_problem(spec, None, stage)
 
@@ -80,7 +83,7 @@ def registry_fit_problem(spec: DatasetSpec, stage: str) -> str | None:
 def to_comparison(record: Any, spec: DatasetSpec, index: int, stage: str) -> Comparison | None:
     """One record of a ranking (dpo, rm) or feedback (kto) dataset; None: LLaMA-Factory skips it."""
     if not isinstance(record, dict):
-        raise _fail(spec, index, record, "a record must be a JSON object")
+        raise _fail(spec, index, record, _("a record must be a JSON object"))
     if stage == "kto":
         return _feedback(record, spec, index)
     return _ranking(record, spec, index)
@@ -97,7 +100,8 @@ def _answer_turn(value: Any, spec: DatasetSpec, index: int, record: dict[str, An
     if not isinstance(value, dict):
         return None
     if not _text(value.get(content_tag)):
-        raise _ranking_fail(spec, index, record, f"{column!r} must be one turn with text {content_tag!r}")
+        raise _ranking_fail(spec, index, record, _("{column} must be one turn with text {content}").format(
+            column=repr(column), content=repr(content_tag)))
     roles = {spec.tag("assistant_tag"): ASSISTANT, spec.tag("function_tag"): FUNCTION, "assistant": ASSISTANT}
     if value.get(role_tag) not in roles:
         return None  # LLaMA-Factory: "Invalid role tag", the example is dropped
@@ -105,9 +109,7 @@ def _answer_turn(value: Any, spec: DatasetSpec, index: int, record: dict[str, An
 
 
 def _ranking_fail(spec: DatasetSpec, index: int, record: Any, problem: str) -> DataFormatError:
-    err = _fail(spec, index, record, problem)
-    text = str(err).rsplit("  expected", 1)[0]
-    return DataFormatError(f"{text}  expected ({spec.formatting} ranking): {RANKING_EXPECTED[spec.formatting]}")
+    return _fail(spec, index, record, problem, RANKING_EXPECTED[spec.formatting], kind=f"{spec.formatting} ranking")
 
 
 def _prompt_of(record: dict[str, Any], spec: DatasetSpec, index: int, with_answer: bool) -> Conversation | None:
@@ -124,7 +126,7 @@ def _prompt_of(record: dict[str, Any], spec: DatasetSpec, index: int, with_answe
     col = spec.column("messages")
     turns = record.get(col) if record.get(col) is not None else record.get("messages")
     if not isinstance(turns, list) or not turns:
-        raise _ranking_fail(spec, index, record, f"missing or empty list {col!r}")
+        raise _ranking_fail(spec, index, record, _("missing or empty list {field}").format(field=repr(col)))
     first = turns[0] if isinstance(turns[0], dict) else {}
     role_tag = spec.tag("role_tag") if spec.tag("role_tag") in first or spec.tags else "role"
     content_tag = spec.tag("content_tag") if role_tag == spec.tag("role_tag") else "content"
@@ -137,7 +139,7 @@ def _prompt_of(record: dict[str, Any], spec: DatasetSpec, index: int, with_answe
 def _ranking(record: dict[str, Any], spec: DatasetSpec, index: int) -> Comparison | None:
     chosen_col, rejected_col = spec.columns.get("chosen", "chosen"), spec.columns.get("rejected", "rejected")
     if chosen_col not in record or rejected_col not in record:
-        raise _ranking_fail(spec, index, record, f"missing {chosen_col!r} or {rejected_col!r}")
+        raise _ranking_fail(spec, index, record, _("missing {chosen} or {rejected}").format(chosen=repr(chosen_col), rejected=repr(rejected_col)))
     prompt = _prompt_of(record, spec, index, with_answer=False)
     chosen = _answer_turn(record[chosen_col], spec, index, record, chosen_col)
     rejected = _answer_turn(record[rejected_col], spec, index, record, rejected_col)
@@ -162,10 +164,10 @@ def comparison_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -
     """(the last prompt turn, the answers) of one record, for the launch form's preview."""
     comp = to_comparison(record, spec, index, stage)
     if comp is None:
-        return "(skipped: its turns do not alternate user and assistant)", ""
+        return _("(skipped: its turns do not alternate user and assistant)"), ""
     user = comp.prompt.turns[-1]["content"] if comp.prompt.turns else ""
     if stage == "kto":
-        tag = {True: "desirable", False: "undesirable", None: "untagged: skipped"}[comp.desirable]
+        tag = {True: _("desirable"), False: _("undesirable"), None: _("untagged: skipped")}[comp.desirable]
         return user, f"[{tag}] {comp.answers[0]['content']}"
     return user, f"chosen: {comp.answers[0]['content']}\nrejected: {comp.answers[1]['content']}"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ftui.i18n import N_, _
 from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
@@ -28,13 +29,15 @@ SHAREGPT_TAGS = {
     "role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
     "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system",
 }
+# What each format expects, English (N_: translated with _() where a message shows it; written
+# without braces, which str.format would read as placeholders)
 EXPECTED = {
-    "alpaca": "instruction (text), input (optional text), output (text); optional system, history [[q, a], ...]",
-    "sharegpt": "conversations: a list of {from: human|gpt|system|function_call|observation, value: text} turns",
+    "alpaca": N_("instruction (text), input (optional text), output (text); optional system, history [[q, a], ...]"),
+    "sharegpt": N_("conversations: a list of turns (from: human, gpt, system, function_call or observation; value: text)"),
 }
-TEXT_EXPECTED = (
+TEXT_EXPECTED = N_(
     "raw text for pre-training: a text field named by the entry's columns.prompt "
-    "(LLaMA-Factory's c4_demo/wiki_demo use columns: {prompt: text}), a 'text' field in a file "
+    "(LLaMA-Factory's c4_demo/wiki_demo use columns: prompt: text), a 'text' field in a file "
     "given by path, or one document per line of a .txt file"
 )
 TEXT_PREVIEW_BYTES = 1 << 20  # a preview (read_records with a limit) reads at most this much of a .txt
@@ -54,8 +57,8 @@ class DatasetRefused(DataFormatError):
 
 
 MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns
-MULTIMODAL_REFUSAL = ("multimodal data (images, videos or audios) is not supported: ftui trains text-only language "
-                      "models; use a text dataset, or drop the media column from the entry")
+MULTIMODAL_REFUSAL = N_("multimodal data (images, videos or audios) is not supported: ftui trains text-only language "
+                        "models; use a text dataset, or drop the media column from the entry")
 
 
 # Secrets that a file mistaken for a dataset may hold: never copied into a message (those
@@ -94,9 +97,9 @@ def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:
-        raise DataFormatError(f"{path} is not valid JSON: {err}") from None
+        raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if not isinstance(data, dict):
-        raise DataFormatError(f"{path} must map dataset names to entries")
+        raise DataFormatError(_("{path} must map dataset names to entries").format(path=path))
     return data
 
 
@@ -117,10 +120,11 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
         elif "/" in name and not name.startswith((".", "/", "~")) and len(name) < 200:
             specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
         else:
-            known = ", ".join(_clip(k, 40) for k in sorted(registry)[:8]) or "none"
+            known = ", ".join(_clip(k, 40) for k in sorted(registry)[:8]) or _("none")
             raise DataFormatError(
-                f"dataset {_clip(name, 200)!r} is neither in {_clip(str(Path(dataset_dir) / 'dataset_info.json'), 200)} "
-                f"(known: {known}) nor a file; give a registry name, a .json/.jsonl/.parquet/.txt path or a hub name"
+                _("dataset {name} is neither in {registry} (known: {known}) nor a file; give a registry name, a "
+                  ".json/.jsonl/.parquet/.txt path or a hub name").format(
+                    name=repr(_clip(name, 200)), registry=_clip(str(Path(dataset_dir) / "dataset_info.json"), 200), known=known)
             )
     return specs
 
@@ -156,10 +160,10 @@ def tokenized_data_problem(path_text: str) -> str | None:
     if not _exists(path):
         return None
     if not path.is_dir():
-        return "this is a file; tokenized_path names a folder (written by the first run, read by later ones)"
+        return _("this is a file; tokenized_path names a folder (written by the first run, read by later ones)")
     if not (path / TOKENIZED_MARKER).is_file() and any(path.iterdir()):
-        return (f"this folder holds no encoded data ({TOKENIZED_MARKER} is missing) and is not empty; "
-                "give a new folder (the run writes it) or one an earlier run wrote")
+        return _("this folder holds no encoded data ({marker} is missing) and is not empty; "
+                 "give a new folder (the run writes it) or one an earlier run wrote").format(marker=TOKENIZED_MARKER)
     return None
 
 
@@ -174,13 +178,15 @@ def _exists(path: Path) -> bool:
 def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
     media = [c for c in MEDIA_COLUMNS if (entry.get("columns") or {}).get(c)]
     if media:
-        raise DatasetRefused(f"dataset {_clip(name, 80)!r} has a {media[0]} column: {MULTIMODAL_REFUSAL}")
+        raise DatasetRefused(_("dataset {name} has a {column} column: {refusal}").format(
+            name=repr(_clip(name, 80)), column=media[0], refusal=_(MULTIMODAL_REFUSAL)))
     file_name = entry.get("file_name")
     if file_name and dataset_dir is not None:
         file_name = registry_path(name, str(file_name), dataset_dir)
     fmt = entry.get("formatting", "alpaca")
     if fmt not in EXPECTED:
-        raise DataFormatError(f"dataset {name!r} has formatting {fmt!r}; ftui reads alpaca and sharegpt")
+        raise DataFormatError(_("dataset {name} has formatting {formatting}; ftui reads alpaca and sharegpt").format(
+            name=repr(name), formatting=repr(fmt)))
     return DatasetSpec(
         name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
@@ -196,9 +202,10 @@ def registry_path(name: str, file_name: str, dataset_dir: str) -> str:
     joined = os.path.normpath(os.path.join(root, file_name))
     if Path(file_name).is_absolute() or os.path.commonpath([root, joined]) != root:
         raise DatasetPathError(
-            f"dataset {_clip(name, 80)!r} in {_clip(str(Path(dataset_dir) / 'dataset_info.json'), 200)}: file_name "
-            f"{_clip(file_name, 200)!r} leaves dataset_dir; registry entries may only name files inside {_clip(root, 200)} "
-            "(copy or link the file there, or give its path as the dataset instead)"
+            _("dataset {name} in {registry}: file_name {file_name} leaves dataset_dir; registry entries may only name files "
+              "inside {root} (copy or link the file there, or give its path as the dataset instead)").format(
+                name=repr(_clip(name, 80)), registry=_clip(str(Path(dataset_dir) / "dataset_info.json"), 200),
+                file_name=repr(_clip(file_name, 200)), root=_clip(root, 200))
         )
     return joined
 
@@ -223,7 +230,7 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
         files = sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES)
         return [r for f in files for r in _read_file(f, limit)]
     if not path.exists():
-        raise DataFormatError(f"dataset file {path} does not exist")
+        raise DataFormatError(_("dataset file {path} does not exist").format(path=path))
     suffix = path.suffix.lower()
     if suffix == ".txt":
         return _read_text_lines(path, limit)
@@ -236,9 +243,9 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise DataFormatError(f"{path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+        raise DataFormatError(_("{path} is not UTF-8 text (byte {byte}); save it as UTF-8").format(path=path, byte=err.start)) from None
     if not text.strip():
-        raise DataFormatError(f"{path} is empty; it needs a list of records")
+        raise DataFormatError(_("{path} is empty; it needs a list of records").format(path=path))
     if suffix == ".jsonl" or (suffix != ".json" and not text.lstrip().startswith("[")):
         records = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -246,16 +253,16 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
                 try:
                     records.append(json.loads(line))
                 except ValueError as err:
-                    raise DataFormatError(f"{path} line {n} is not JSON ({err}): {_snippet(line)}") from None
+                    raise _not_json(path, n, err, line) from None
         return records
     try:
         data = json.loads(text)
     except ValueError as err:
-        raise DataFormatError(f"{path} is not valid JSON: {err}") from None
+        raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
-        raise DataFormatError(f"{path} must hold a JSON list of records")
+        raise DataFormatError(_("{path} must hold a JSON list of records").format(path=path))
     return data
 
 
@@ -267,12 +274,16 @@ def _read_jsonl_head(path: Path, limit: int) -> list[dict[str, Any]]:
                 try:
                     records.append(json.loads(line))
                 except ValueError as err:
-                    raise DataFormatError(f"{path} line {n} is not JSON ({err}): {_snippet(line)}") from None
+                    raise _not_json(path, n, err, line) from None
             if len(records) >= limit:
                 break
     if not records:
-        raise DataFormatError(f"{path} is empty; it needs a list of records")
+        raise DataFormatError(_("{path} is empty; it needs a list of records").format(path=path))
     return records
+
+
+def _not_json(path: Path, n: int, err: ValueError, line: str) -> DataFormatError:
+    return DataFormatError(_("{path} line {n} is not JSON ({error}): {line}").format(path=path, n=n, error=err, line=_snippet(line)))
 
 
 def _read_text_lines(path: Path, limit: int | None = None) -> list[dict[str, str]]:
@@ -292,13 +303,14 @@ def _read_text_lines(path: Path, limit: int | None = None) -> list[dict[str, str
     except UnicodeDecodeError as err:
         if not (clipped and err.reason == "unexpected end of data"):  # not merely a character cut by the preview
             line = data.count(b"\n", 0, err.start) + 1
-            raise DataFormatError(f"{path} is not UTF-8 text (byte {err.start}, line {line}); save it as UTF-8") from None
+            raise DataFormatError(_("{path} is not UTF-8 text (byte {byte}, line {line}); save it as UTF-8").format(
+                path=path, byte=err.start, line=line)) from None
         text = data[: err.start].decode("utf-8")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":
         lines.pop()  # the file's last line ending does not start another document
     if not lines:
-        raise DataFormatError(f"{path} is empty; it needs one document per line")
+        raise DataFormatError(_("{path} is empty; it needs one document per line").format(path=path))
     return [{"text": line} for line in (lines if limit is None else lines[:limit])]
 
 
@@ -309,8 +321,10 @@ def apply_detected_format(spec: DatasetSpec, first: Any) -> None:
     fmt = detect_format(first)
     if fmt is None:
         spec.formatting = "alpaca"
-        raw = " (raw text, a 'text' field, is for stage: pt)" if isinstance(first, dict) and "text" in first else ""
-        raise _fail(spec, 0, first, f"neither alpaca (instruction/output) nor sharegpt (conversations){raw}")
+        if isinstance(first, dict) and "text" in first:
+            raise _fail(spec, 0, first, _("neither alpaca (instruction/output) nor sharegpt (conversations) (raw text, a 'text' "
+                                          "field, is for stage: pt)"))
+        raise _fail(spec, 0, first, _("neither alpaca (instruction/output) nor sharegpt (conversations)"))
     spec.formatting = fmt
 
 
@@ -324,7 +338,7 @@ def _snippet(record: Any, limit: int = PREVIEW_CHARS) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+    return text if len(text) <= limit else text[:limit] + "... " + _("({n} characters)").format(n=len(text))
 
 
 def detect_format(record: Any) -> str | None:
@@ -338,18 +352,22 @@ def detect_format(record: Any) -> str | None:
     return None
 
 
-def _fail(spec: DatasetSpec, index: int, record: Any, problem: str, expected: str | None = None) -> DataFormatError:
+def _fail(spec: DatasetSpec, index: int, record: Any, problem: str, expected: str | None = None,
+          kind: str | None = None) -> DataFormatError:
+    """The message of a bad record: the problem, the record, what was expected (``expected``,
+    English, translated here; ``kind``: what to call that format, default the spec's or text)."""
     return DataFormatError(
-        f"dataset {spec.name!r} record {index}: {problem}\n"
-        f"  record:   {_snippet(record)}\n"
-        f"  expected ({spec.formatting if expected is None else 'text'}): {expected or EXPECTED[spec.formatting]}"
+        _("dataset {name} record {index}: {problem}").format(name=repr(spec.name), index=index, problem=problem) + "\n"
+        + "  " + _("record:   {record}").format(record=_snippet(record)) + "\n"
+        + "  " + _("expected ({formatting}): {expected}").format(formatting=kind or (spec.formatting if expected is None else "text"),
+                                                           expected=_(expected or EXPECTED[spec.formatting]))
     )
 
 
 def to_messages(record: Any, spec: DatasetSpec, index: int) -> tuple[list[dict[str, str]], Any]:
     """One record as (chat messages, tools); raises DataFormatError showing the record."""
     if not isinstance(record, dict):
-        raise _fail(spec, index, record, "a record must be a JSON object")
+        raise _fail(spec, index, record, _("a record must be a JSON object"))
     if spec.formatting == "alpaca":
         return _alpaca(record, spec, index)
     return _sharegpt(record, spec, index)
@@ -363,12 +381,12 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     prompt_col, query_col, resp_col = spec.column("prompt"), spec.column("query"), spec.column("response")
     prompt, response = record.get(prompt_col), record.get(resp_col)
     if not _text(prompt):
-        raise _fail(spec, index, record, f"missing or non-text field {prompt_col!r}")
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)))
     if not _text(response) or not response:
-        raise _fail(spec, index, record, f"missing or empty text field {resp_col!r}")
+        raise _fail(spec, index, record, _("missing or empty text field {field}").format(field=repr(resp_col)))
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, f"field {query_col!r} must be text")
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)))
     messages: list[dict[str, str]] = []
     system_col = spec.column("system")
     if system_col and _text(record.get(system_col)) and record[system_col]:
@@ -376,7 +394,7 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     history_col = spec.column("history")
     for turn in (record.get(history_col) or []) if history_col else []:
         if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(_text(t) for t in turn)):
-            raise _fail(spec, index, record, f"{history_col!r} must be a list of [question, answer] pairs")
+            raise _fail(spec, index, record, _("{field} must be a list of [question, answer] pairs").format(field=repr(history_col)))
         messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
     # As LLaMA-Factory: the instruction and the input, each only when not empty, one per line.
     messages.append({"role": "user", "content": "\n".join(part for part in (prompt, query) if part)})
@@ -391,7 +409,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     if turns is None and not spec.columns.get("messages") and "messages" in record:
         turns = record["messages"]
     if not isinstance(turns, list) or not turns:
-        raise _fail(spec, index, record, f"missing or empty list {col!r}")
+        raise _fail(spec, index, record, _("missing or empty list {field}").format(field=repr(col)))
     role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
     if isinstance(turns[0], dict) and role_tag not in turns[0] and "role" in turns[0] and not spec.tags:
         role_tag, content_tag = "role", "content"  # OpenAI-style turns in a file given by path
@@ -406,10 +424,11 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
         messages.append({"role": "system", "content": record[system_col]})
     for turn in turns:
         if not isinstance(turn, dict) or not _text(turn.get(content_tag)) or turn.get(role_tag) not in roles:
-            raise _fail(spec, index, record, f"each turn needs {role_tag!r} (one of {', '.join(sorted(set(roles)))}) and text {content_tag!r}")
+            raise _fail(spec, index, record, _("each turn needs {role} (one of {roles}) and text {content}").format(
+                role=repr(role_tag), roles=", ".join(sorted(set(roles))), content=repr(content_tag)))
         messages.append({"role": roles[turn[role_tag]], "content": turn[content_tag]})
     if not any(m["role"] == "assistant" for m in messages):
-        raise _fail(spec, index, record, "the conversation has no assistant turn to learn from")
+        raise _fail(spec, index, record, _("the conversation has no assistant turn to learn from"))
     tools_col = spec.column("tools")
     tools = record.get(tools_col) if tools_col else None
     if isinstance(tools, str) and tools.strip():
@@ -466,14 +485,15 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
         return "text", None
     if spec.formatting != "alpaca":
         raise DataFormatError(
-            f"dataset {spec.name!r} is {spec.formatting} (conversations); pre-training (stage: pt) "
-            f"reads raw text: {TEXT_EXPECTED}"
+            _("dataset {name} is {formatting} (conversations); pre-training (stage: pt) reads raw text: {expected}").format(
+                name=repr(spec.name), formatting=spec.formatting, expected=_(TEXT_EXPECTED))
         )
     if not spec.columns:
         return "instruction", "input"
     prompt = spec.columns.get("prompt")
     if not isinstance(prompt, str) or not prompt:
-        raise DataFormatError(f"dataset {spec.name!r}: its columns name no prompt column; pre-training reads {TEXT_EXPECTED}")
+        raise DataFormatError(_("dataset {name}: its columns name no prompt column; pre-training reads {expected}").format(
+            name=repr(spec.name), expected=_(TEXT_EXPECTED)))
     query = spec.columns.get("query")
     return prompt, (query if isinstance(query, str) and query else None)
 
@@ -482,11 +502,13 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     """Settles how ``stage`` reads the dataset (from its first record, for a file given by
     path) and names it: raw text for pt, else alpaca or sharegpt."""
     if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
-        raise DatasetRefused(f"dataset {spec.name!r} record 0 has {next(c for c in MEDIA_COLUMNS if first.get(c))}: {MULTIMODAL_REFUSAL}")
+        raise DatasetRefused(_("dataset {name} record 0 has {column}: {refusal}").format(
+            name=repr(spec.name), column=next(c for c in MEDIA_COLUMNS if first.get(c)), refusal=_(MULTIMODAL_REFUSAL)))
     if stage == "pt":
         if spec.ranking:
-            raise DataFormatError(f"dataset {spec.name!r} is a preference (ranking) dataset; it fits stage dpo or rm, not pt")
-        return "raw text"
+            raise DataFormatError(_("dataset {name} is a preference (ranking) dataset; it fits stage dpo or rm, not pt").format(
+                name=repr(spec.name)))
+        return _("raw text")
     from ftui.preference_records import stage_fit_problem
 
     if not spec.explicit_format and isinstance(first, dict) and "chosen" in first and "rejected" in first:
@@ -496,8 +518,9 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     problem = stage_fit_problem(spec, first, stage)
     if problem:
         raise DataFormatError(problem)
-    kind = {"dpo": " ranking", "rm": " ranking", "kto": " feedback"}.get(stage, "")
-    return f"{spec.formatting}{kind} format"
+    kind = {"dpo": _("{formatting} ranking format"), "rm": _("{formatting} ranking format"),
+            "kto": _("{formatting} feedback format")}.get(stage, _("{formatting} format"))
+    return kind.format(formatting=spec.formatting)
 
 
 def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
@@ -524,11 +547,11 @@ def to_text(record: Any, spec: DatasetSpec, index: int) -> str:
     where LLaMA-Factory would fail with a KeyError or quietly train a lone EOS."""
     prompt_col, query_col = text_columns(spec)
     if not isinstance(record, dict):
-        raise _fail(spec, index, record, "a record must be a JSON object", TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("a record must be a JSON object"), TEXT_EXPECTED)
     document = record.get(prompt_col)
     if not _text(document):
-        raise _fail(spec, index, record, f"missing or non-text field {prompt_col!r}", TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)), TEXT_EXPECTED)
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, f"field {query_col!r} must be text", TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)), TEXT_EXPECTED)
     return "\n".join(part for part in (document, query) if part)

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ftui.i18n import N_, _
 from ftui.paths import ENGINE_PRESETS_DIR
 
 PRESET_DIR = ENGINE_PRESETS_DIR
@@ -36,7 +37,7 @@ def _read(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise ValueError(_("{path}: expected a JSON object").format(path=path))
     return data
 
 
@@ -102,10 +103,37 @@ def is_deepspeed(name: str) -> bool:
 NEEDS_SEVERAL = tuple(n for n in PRESET_NAMES if engine_spec(n).min_processes > 1)
 
 
+# The presets' "description" and "when" texts as the JSON files hold them, marked here so that
+# the catalog extracts them (a test checks that they equal the files'); describe() translates them.
+PRESET_TEXTS = {
+    'ddp': (N_("DistributedDataParallel: a full copy of the model per GPU, gradients averaged"),
+        N_("the single preset fits one GPU and you have several: fastest multi-GPU engine, nothing is sharded")),
+    'fsdp': (N_("FSDP2 (fully_shard per decoder layer): parameters, gradients and optimizer states sharded over the GPUs"),
+        N_("full fine-tuning of a model that does not fit one GPU (e.g. 7-13B on 8x80 GB); needs 2+ processes")),
+    'fsdp_offload': (N_("FSDP2 with CPUOffloadPolicy: shards live in host memory, the optimizer steps on the CPU"),
+        N_("fsdp still runs out of GPU memory and the host has RAM to spare; slower (PCIe traffic every step)")),
+    'single': (N_("one process on one device: the simplest"),
+        N_("the model, its gradients and AdamW states fit one GPU (LoRA of a 7B model on a 24 GB GPU, full fine-tuning up to about 1B)")),
+    'zero0': (N_("DeepSpeed without ZeRO: data parallel like ddp, DeepSpeed's loss scaling and engine"),
+        N_("you want DeepSpeed's engine (or its JSON) but nothing sharded; otherwise prefer ddp")),
+    'zero1': (N_("DeepSpeed ZeRO-1: optimizer states sharded over the GPUs"),
+        N_("ddp almost fits: AdamW's two fp32 states (8 bytes per trainable parameter) are the largest item; needs 2+ processes")),
+    'zero2': (N_("DeepSpeed ZeRO-2: optimizer states and gradients sharded"),
+        N_("full fine-tuning of 1-7B models on several GPUs: little extra communication over ddp; needs 2+ processes")),
+    'zero2_offload': (N_("DeepSpeed ZeRO-2 with the optimizer (states and step) offloaded to host memory"),
+        N_("zero2 runs out of GPU memory and the host has about 12 bytes of RAM per trainable parameter; slower optimizer step")),
+    'zero3': (N_("DeepSpeed ZeRO-3: parameters, gradients and optimizer states sharded"),
+        N_("the model itself does not fit one GPU (full fine-tuning of 7B+): memory per GPU falls with the GPU count; needs 2+ processes")),
+    'zero3_offload': (N_("DeepSpeed ZeRO-3 with parameters and optimizer offloaded to host memory"),
+        N_("the largest model for the GPUs you have (e.g. full fine-tuning of 7B on one 24 GB GPU), when speed matters less than fitting")),
+}
+
+
 def describe(name: str) -> tuple[str, str]:
-    """(what it is, when to use it) for one preset."""
+    """(what it is, when to use it) for one preset, in the current language."""
     meta = _read(str(preset_path(name)))["ftui"]
-    return meta["description"], meta["when"]
+    what, when = meta["description"], meta["when"]  # English as in the file; PRESET_TEXTS marks them for the catalog
+    return _(what), _(when)
 
 
 def read_user_deepspeed(path: str) -> dict[str, Any]:
@@ -115,16 +143,16 @@ def read_user_deepspeed(path: str) -> dict[str, Any]:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
-        raise ValueError(f"cannot read the DeepSpeed config: {err.strerror or err}") from None
+        raise ValueError(_("cannot read the DeepSpeed config: {error}").format(error=err.strerror or err)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"the DeepSpeed config is not valid JSON: {err}") from None
+        raise ValueError(_("the DeepSpeed config is not valid JSON: {error}").format(error=err)) from None
     if not isinstance(data, dict):
-        raise ValueError("the DeepSpeed config must be a JSON object")
+        raise ValueError(_("the DeepSpeed config must be a JSON object"))
     stage = (data.get("zero_optimization") or {}).get("stage", 0)
     if stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_optimization.stage must be 0-3, not {stage!r}")
+        raise ValueError(_("zero_optimization.stage must be 0-3, not {stage}").format(stage=repr(stage)))
     return data
 
 

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ftui.i18n import N_
+
 LF_DEFAULTS: dict[str, Any] = json.loads((Path(__file__).with_name("llamafactory_keys.json")).read_text())["defaults"]
 
 
@@ -68,48 +70,48 @@ NO_EFFECT = set(_keys("""
 # --- Keys that change the result and that ftui does not do: refused (exit 2, a form error), each with why.
 _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("ray_num_workers ray_init_kwargs",
-     "ftui does not run on Ray; use engine ddp / fsdp / zero* with nproc_per_node and nnodes"),
+     N_("ftui does not run on Ray; use engine ddp / fsdp / zero* with nproc_per_node and nnodes")),
     ("use_galore use_apollo use_badam use_adam_mini use_muon use_llama_pro use_mca use_hyper_parallel use_kt use_unsloth "
      "use_v1_kernels use_dft_loss use_asft_loss use_eaft_loss mixture_of_depths shift_attn pure_bf16 upcast_layernorm "
      "upcast_lmhead_output fp8",
-     "ftui does not implement this training method or numeric variant; remove the key (or set it false)"),
+     N_("ftui does not implement this training method or numeric variant; remove the key (or set it false)")),
     ("adapter_name_or_path adapter_folder create_new_adapter",
-     "ftui starts LoRA adapters fresh; continuing someone else's adapter is not supported (merge it into the base first)"),
+     N_("ftui starts LoRA adapters fresh; continuing someone else's adapter is not supported (merge it into the base first)")),
     ("resize_vocab add_tokens add_special_tokens new_special_tokens_config init_special_tokens split_special_tokens",
-     "ftui trains with the tokenizer's vocabulary as it is; add the tokens to the tokenizer (and resize the model) beforehand"),
-    ("model_revision", "ftui loads the model folder or hub name as given; download that revision to a folder and point model_name_or_path at it"),
-    ("quantization_method", "ftui quantizes with bitsandbytes only (QLoRA: quantization_bit 4 or 8); GPTQ/AWQ/AQLM/HQQ/EETQ models are not supported"),
-    ("rope_scaling", "set rope scaling in the model's config.json instead (ftui reads it from there)"),
-    ("moe_aux_loss_coef", "ftui does not add a MoE router loss coefficient; remove the key"),
-    ("train_from_scratch", "use model_init: random (ftui's name for training from random weights)"),
+     N_("ftui trains with the tokenizer's vocabulary as it is; add the tokens to the tokenizer (and resize the model) beforehand")),
+    ("model_revision", N_("ftui loads the model folder or hub name as given; download that revision to a folder and point model_name_or_path at it")),
+    ("quantization_method", N_("ftui quantizes with bitsandbytes only (QLoRA: quantization_bit 4 or 8); GPTQ/AWQ/AQLM/HQQ/EETQ models are not supported")),
+    ("rope_scaling", N_("set rope scaling in the model's config.json instead (ftui reads it from there)")),
+    ("moe_aux_loss_coef", N_("ftui does not add a MoE router loss coefficient; remove the key")),
+    ("train_from_scratch", N_("use model_init: random (ftui's name for training from random weights)")),
     ("freeze_trainable_modules freeze_extra_modules",
-     "ftui's freeze trains the last freeze_trainable_layers decoder layers whole; other module choices are not supported"),
-    ("streaming", "ftui reads every record before training (it needs the count for the schedule); turn streaming off"),
-    ("neat_packing", "ftui's packing (packing: true) keeps examples apart with position ids; neat_packing is not supported"),
-    ("preserve_thinking", "ftui does not keep earlier turns' thinking blocks; remove the key"),
-    ("eval_on_each_dataset", "ftui reports one eval loss over the whole eval set; remove the key"),
-    ("disable_shuffling train_sampling_strategy", "ftui always shuffles with its resumable seeded sampler"),
-    ("early_stopping_steps load_best_model_at_end", "ftui trains to max_steps / num_train_epochs and keeps every checkpoint (save_total_limit); pick one with ftui chat --checkpoint"),
-    ("lr_scheduler_kwargs", "ftui's schedulers take no extra arguments; use lr_scheduler_type, warmup_ratio / warmup_steps"),
-    ("optim_args optim_target_modules", "ftui's optimizers take no extra arguments; use optim, adam_beta1/2, adam_epsilon, weight_decay"),
-    ("label_smoothing_factor", "ftui's loss has no label smoothing"),
-    ("auto_find_batch_size", "set per_device_train_batch_size yourself (ftui plan tells what fits)"),
-    ("use_cpu", "use device: cpu"),
-    ("fsdp fsdp_config accelerator_config parallelism_config", "pick ftui's engine instead (engine: fsdp, fsdp_offload, zero0-3 ...; ftui presets lists them)"),
-    ("push_to_hub", "ftui does not upload; upload the run's final/ folder yourself"),
-    ("pref_bco_weight", "ftui's DPO has no BCO term (pref_bco_weight); remove the key"),
-    ("ld_alpha", "ftui's DPO has no length desensitisation (LD-DPO, ld_alpha); remove the key"),
+     N_("ftui's freeze trains the last freeze_trainable_layers decoder layers whole; other module choices are not supported")),
+    ("streaming", N_("ftui reads every record before training (it needs the count for the schedule); turn streaming off")),
+    ("neat_packing", N_("ftui's packing (packing: true) keeps examples apart with position ids; neat_packing is not supported")),
+    ("preserve_thinking", N_("ftui does not keep earlier turns' thinking blocks; remove the key")),
+    ("eval_on_each_dataset", N_("ftui reports one eval loss over the whole eval set; remove the key")),
+    ("disable_shuffling train_sampling_strategy", N_("ftui always shuffles with its resumable seeded sampler")),
+    ("early_stopping_steps load_best_model_at_end", N_("ftui trains to max_steps / num_train_epochs and keeps every checkpoint (save_total_limit); pick one with ftui chat --checkpoint")),
+    ("lr_scheduler_kwargs", N_("ftui's schedulers take no extra arguments; use lr_scheduler_type, warmup_ratio / warmup_steps")),
+    ("optim_args optim_target_modules", N_("ftui's optimizers take no extra arguments; use optim, adam_beta1/2, adam_epsilon, weight_decay")),
+    ("label_smoothing_factor", N_("ftui's loss has no label smoothing")),
+    ("auto_find_batch_size", N_("set per_device_train_batch_size yourself (ftui plan tells what fits)")),
+    ("use_cpu", N_("use device: cpu")),
+    ("fsdp fsdp_config accelerator_config parallelism_config", N_("pick ftui's engine instead (engine: fsdp, fsdp_offload, zero0-3 ...; ftui presets lists them)")),
+    ("push_to_hub", N_("ftui does not upload; upload the run's final/ folder yourself")),
+    ("pref_bco_weight", N_("ftui's DPO has no BCO term (pref_bco_weight); remove the key")),
+    ("ld_alpha", N_("ftui's DPO has no length desensitisation (LD-DPO, ld_alpha); remove the key")),
     ("ref_model ref_model_adapters ref_model_quantization_bit",
-     "ftui's reference model is the run's own starting point (the base with the adapter off for LoRA, a frozen copy "
-     "for full and freeze); a separate reference model is not supported"),
+     N_("ftui's reference model is the run's own starting point (the base with the adapter off for LoRA, a frozen copy "
+     "for full and freeze); a separate reference model is not supported")),
     ("tool_format default_system enable_thinking train_on_prompt mask_history",
-     "ftui does not implement this key of LLaMA-Factory's templates yet"),
+     N_("ftui does not implement this key of LLaMA-Factory's templates yet")),
 ]
 REFUSED: dict[str, str] = {key: why for keys, why in _REFUSED_GROUPS for key in keys.split()}
 
 # stage names LLaMA-Factory has and ftui does not (yet): the message says so instead of pydantic's list
 STAGE_REFUSED = {
-    "ppo": "PPO (stage: ppo) is not supported: it needs a reward model and generation during training",
+    "ppo": N_("PPO (stage: ppo) is not supported: it needs a reward model and generation during training"),
 }
 
 

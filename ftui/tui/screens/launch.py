@@ -23,7 +23,8 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 from textual.worker import get_current_worker
 
-from ftui.presets.choices import ENGINE_DESCRIPTIONS, ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS
+from ftui.i18n import N_, _
+from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS, STAGE_SHORT, engine_description
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.footer import FittingFooter
@@ -52,18 +53,21 @@ FORM_DEFAULTS: dict[str, Any] = {
 }
 PRECISIONS = ("bf16", "fp16", "fp32")
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
-PACKING = {"stage default (pt: on, sft: off)": "default", "on": "on", "off": "off"}
+PACKING = {N_("stage default (pt: on, sft: off)"): "default", N_("on"): "on", N_("off"): "off"}
 PACKING_VALUES = {"default": None, "on": True, "off": False}
 # pref_loss's choices as the form lists them (every one of PREF_LOSSES: a test checks)
 PREF_LOSS_DESCRIPTIONS = {
-    "sigmoid": "DPO", "hinge": "hinge (SLiC)", "ipo": "IPO, squared margin",
-    "orpo": "ORPO, no reference model", "simpo": "SimPO, no reference model",
+    "sigmoid": "DPO", "hinge": N_("hinge (SLiC)"), "ipo": N_("IPO, squared margin"),
+    "orpo": N_("ORPO, no reference model"), "simpo": N_("SimPO, no reference model"),
 }
 PREFERENCE = ("dpo", "kto")  # the stages that take pref_beta and pref_ftx (pref_loss: dpo's alone)
 
 
 @dataclass(frozen=True)
 class F:
+    """A form field; ``label``, ``placeholder`` and the options' labels are English (marked
+    with N_), translated where the field is built, so a language switch rebuilds them."""
+
     key: str
     label: str
     kind: str = "text"  # text | bool | select
@@ -75,77 +79,89 @@ class F:
 
 
 GROUPS: list[tuple[str, list[F]]] = [
-    ("Model", [
-        F("model_name_or_path", "model (path or hub name)", placeholder="Qwen/Qwen2.5-0.5B-Instruct or /models/llama"),
-        F("model_init", "weights", "select", (("pretrained", "pretrained"), ("random (from config)", "random"))),
-        F("template", "chat template", "select", (("the tokenizer's own", ""),) + tuple((t, t) for t in TEMPLATES)),
-        F("trust_remote_code", "trust remote code", "bool"),
+    (N_("Model"), [
+        F("model_name_or_path", N_("model (path or hub name)"), placeholder=N_("Qwen/Qwen2.5-0.5B-Instruct or /models/llama")),
+        F("model_init", N_("weights"), "select", (("pretrained", "pretrained"), (N_("random (from config)"), "random"))),
+        F("template", N_("chat template"), "select", ((N_("the tokenizer's own"), ""),) + tuple((t, t) for t in TEMPLATES)),
+        F("trust_remote_code", N_("trust remote code"), "bool"),
     ]),
-    ("Data", [
-        F("dataset", "dataset (names or files)", placeholder="alpaca_en_demo or data/my.jsonl"),
-        F("dataset_dir", "dataset_info.json folder"),
-        F("cutoff_len", "cutoff length"),
-        F("packing", "packing", "select", tuple(PACKING.items())),
-        F("max_samples", "max samples", optional=True, placeholder="all"),
-        F("val_size", "validation share"),
+    (N_("Data"), [
+        F("dataset", N_("dataset (names or files)"), placeholder=N_("alpaca_en_demo or data/my.jsonl")),
+        F("dataset_dir", N_("dataset_info.json folder")),
+        F("cutoff_len", N_("cutoff length")),
+        F("packing", N_("packing"), "select", tuple(PACKING.items())),
+        F("max_samples", N_("max samples"), optional=True, placeholder=N_("all")),
+        F("val_size", N_("validation share")),
     ]),
-    ("Method", [
-        F("stage", "stage", "select", tuple((f"{s}: {d.split(':')[0]}", s) for s, d in STAGE_DESCRIPTIONS.items())),
-        F("pref_beta", "beta (preference)", stages=PREFERENCE),
-        F("pref_loss", "preference loss", "select", tuple((f"{k}: {PREF_LOSS_DESCRIPTIONS.get(k, k)}", k) for k in PREF_LOSSES),
+    (N_("Method"), [
+        F("stage", N_("stage"), "select", tuple((f"{s}: {STAGE_SHORT[s]}", s) for s in STAGE_DESCRIPTIONS)),
+        F("pref_beta", N_("beta (preference)"), stages=PREFERENCE),
+        F("pref_loss", N_("preference loss"), "select", tuple((f"{k}: {PREF_LOSS_DESCRIPTIONS.get(k, k)}", k) for k in PREF_LOSSES),
           stages=("dpo",)),
-        F("dpo_label_smoothing", "label smoothing (sigmoid)", stages=("dpo",)),
-        F("simpo_gamma", "SimPO target margin", stages=("dpo",)),
-        F("pref_ftx", "SFT loss weight (chosen)", stages=PREFERENCE),
-        F("kto_chosen_weight", "desirable weight", stages=("kto",)),
-        F("kto_rejected_weight", "undesirable weight", stages=("kto",)),
-        F("method", "method", "select", tuple((m, m) for m in METHODS)),
-        F("lora_rank", "LoRA rank", only_for=("lora", "qlora")),
-        F("lora_alpha", "LoRA alpha", optional=True, only_for=("lora", "qlora"), placeholder="2 x rank"),
-        F("lora_dropout", "LoRA dropout", only_for=("lora", "qlora")),
-        F("lora_target", "LoRA targets", only_for=("lora", "qlora")),
-        F("freeze_trainable_layers", "trainable last layers", only_for=("freeze",)),
-        F("gradient_checkpointing", "gradient checkpointing", "bool"),
-        F("torch_compile", "torch.compile layers", "bool"),
-        F("enable_liger_kernel", "Liger kernels (CUDA)", "bool"),
+        F("dpo_label_smoothing", N_("label smoothing (sigmoid)"), stages=("dpo",)),
+        F("simpo_gamma", N_("SimPO target margin"), stages=("dpo",)),
+        F("pref_ftx", N_("SFT loss weight (chosen)"), stages=PREFERENCE),
+        F("kto_chosen_weight", N_("desirable weight"), stages=("kto",)),
+        F("kto_rejected_weight", N_("undesirable weight"), stages=("kto",)),
+        F("method", N_("method"), "select", tuple((m, m) for m in METHODS)),
+        F("lora_rank", N_("LoRA rank"), only_for=("lora", "qlora")),
+        F("lora_alpha", N_("LoRA alpha"), optional=True, only_for=("lora", "qlora"), placeholder=N_("2 x rank")),
+        F("lora_dropout", N_("LoRA dropout"), only_for=("lora", "qlora")),
+        F("lora_target", N_("LoRA targets"), only_for=("lora", "qlora")),
+        F("freeze_trainable_layers", N_("trainable last layers"), only_for=("freeze",)),
+        F("gradient_checkpointing", N_("gradient checkpointing"), "bool"),
+        F("torch_compile", N_("torch.compile layers"), "bool"),
+        F("enable_liger_kernel", N_("Liger kernels (CUDA)"), "bool"),
     ]),
-    ("Engine", [
-        F("engine", "engine", "select", tuple((e, e) for e in ENGINES)),
-        F("deepspeed", "own DeepSpeed JSON", optional=True, placeholder="optional: replaces the zero* preset file"),
-        F("gpus", "GPUs (nvidia-smi numbers)", optional=True, placeholder="all"),
-        F("nproc_per_node", "processes per node"),
-        F("nnodes", "nodes"),
-        F("node_rank", "this node's rank"),
-        F("rdzv_endpoint", "rendezvous host:port", optional=True, placeholder="only for several nodes"),
+    (N_("Engine"), [
+        F("engine", N_("engine"), "select", tuple((e, e) for e in ENGINES)),
+        F("deepspeed", N_("own DeepSpeed JSON"), optional=True, placeholder=N_("optional: replaces the zero* preset file")),
+        F("gpus", N_("GPUs (nvidia-smi numbers)"), optional=True, placeholder=N_("all")),
+        F("nproc_per_node", N_("processes per node")),
+        F("nnodes", N_("nodes")),
+        F("node_rank", N_("this node's rank")),
+        F("rdzv_endpoint", N_("rendezvous host:port"), optional=True, placeholder=N_("only for several nodes")),
     ]),
-    ("Precision", [F("precision", "precision", "radio", PRECISIONS)]),
-    ("Training", [
-        F("per_device_train_batch_size", "micro batch per device"),
-        F("gradient_accumulation_steps", "gradient accumulation"),
-        F("learning_rate", "learning rate"),
-        F("num_train_epochs", "epochs"),
-        F("max_steps", "max steps (-1: epochs)"),
-        F("lr_scheduler_type", "scheduler", "select", tuple((s, s) for s in SCHEDULERS)),
-        F("warmup_ratio", "warmup ratio"),
-        F("weight_decay", "weight decay"),
-        F("max_grad_norm", "clip grad norm (0: off)"),
-        F("logging_steps", "log every N steps"),
-        F("save_steps", "checkpoint every N steps"),
-        F("save_total_limit", "keep newest N checkpoints", optional=True, placeholder="all"),
-        F("seed", "seed"),
+    (N_("Precision"), [F("precision", N_("precision"), "radio", PRECISIONS)]),
+    (N_("Training"), [
+        F("per_device_train_batch_size", N_("micro batch per device")),
+        F("gradient_accumulation_steps", N_("gradient accumulation")),
+        F("learning_rate", N_("learning rate")),
+        F("num_train_epochs", N_("epochs")),
+        F("max_steps", N_("max steps (-1: epochs)")),
+        F("lr_scheduler_type", N_("scheduler"), "select", tuple((s, s) for s in SCHEDULERS)),
+        F("warmup_ratio", N_("warmup ratio")),
+        F("weight_decay", N_("weight decay")),
+        F("max_grad_norm", N_("clip grad norm (0: off)")),
+        F("logging_steps", N_("log every N steps")),
+        F("save_steps", N_("checkpoint every N steps")),
+        F("save_total_limit", N_("keep newest N checkpoints"), optional=True, placeholder=N_("all")),
+        F("seed", N_("seed")),
     ]),
-    ("Output", [
-        F("run_name", "run name", optional=True, placeholder="derived from the model"),
-        F("output_dir", "runs root"),
-        F("report_to", "report to", optional=True, placeholder="none, tensorboard, wandb (comma separated)"),
+    (N_("Output"), [
+        F("run_name", N_("run name"), optional=True, placeholder=N_("derived from the model")),
+        F("output_dir", N_("runs root")),
+        F("report_to", N_("report to"), optional=True, placeholder=N_("none, tensorboard, wandb (comma separated)")),
     ]),
 ]
-FIELDS = {f.key: f for _, fields in GROUPS for f in fields}
+FIELDS = {f.key: f for _group, fields in GROUPS for f in fields}
 FORM_DERIVED = {"finetuning_type", "quantization_bit", "bf16", "fp16"}  # set by the method and precision choices
 # Which form field shows a RunConfig field's problem.
 FIRST_FRAME_GROUPS = 2  # Model and Data fill an 80x24 screen; the rest mounts after the first frame
 NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help", "Output": "kept-keys"}
 PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "finetuning_type": "method", "quantization_bit": "method"}
+
+
+def option_labels(f: F) -> list[tuple[str, Any]]:
+    """A select's options in the current language: the English labels translated, and the
+    stage's and pref_loss's "name: what it is" with the name kept as LLaMA-Factory writes it."""
+    if f.key == "stage":
+        return [(f"{s}: {_(STAGE_SHORT[s])}", s) for s in STAGE_DESCRIPTIONS]
+    if f.key == "pref_loss":
+        return [(f"{k}: {_(PREF_LOSS_DESCRIPTIONS.get(k, k))}", k) for k in PREF_LOSSES]
+    # A label that is the value itself (a method, template, engine or scheduler name) is a
+    # name users search for: never looked up (another area's msgid could equal it).
+    return [(_(label) if label and (label != value or f.key == "packing") else label, value) for label, value in f.options]
 
 
 def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -200,12 +216,12 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
 class LaunchScreen(Screen):
     AUTO_FOCUS = None  # focusing restyles the screen: done after the first frame instead
     BINDINGS = [
-        Binding("f5", "start", "Start"),
-        Binding("f2", "demo", "Demo"),
-        Binding("f3", "load", "Load YAML"),
-        Binding("f4", "save", "Save YAML"),
-        Binding("f6", "command", "Command"),
-        Binding("ctrl+r", "runs", "Runs"),
+        Binding("f5", "start", N_("Start")),
+        Binding("f2", "demo", N_("Demo")),
+        Binding("f3", "load", N_("Load YAML")),
+        Binding("f4", "save", N_("Save YAML")),
+        Binding("f6", "command", N_("Command")),
+        Binding("ctrl+r", "runs", N_("Runs")),
     ]
     # Keys that leave a narrow footer first (the launch bar's buttons do the same): Start, Runs and Quit stay.
     FOOTER_DROP_FIRST = ("command", "load", "save", "demo")
@@ -223,6 +239,7 @@ class LaunchScreen(Screen):
         self._shown_errors: dict[str, str] = {}
         self._validation_pending = False
         self._ready = False
+        self._recomposing = False  # the language switch is rebuilding the widgets
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
         # Why the dataset does not fit the stage (records.check_format: a ranking set for sft, a
         # plain one for dpo), from the preview worker, for the (dataset, dataset_dir, stage) it read
@@ -241,18 +258,18 @@ class LaunchScreen(Screen):
         with VerticalScroll(id="form"):
             for index, (group, fields) in enumerate(GROUPS):
                 with Vertical(classes="group", id=f"group-{group.lower()}") as box:
-                    box.border_title = group
+                    box.border_title = _(group)
                     if index < FIRST_FRAME_GROUPS:
                         yield from (self._build_field(f) for f in fields)
                     yield Static("", id=NOTES[group], classes="note") if group in NOTES else Static("", classes="note")
             yield Static("", id="form-errors", classes="error")
         yield Static("", id="plan-verdict")
         with Horizontal(id="launch-bar"):
-            yield Button("Start", id="start", variant="success", disabled=True, compact=True)
-            yield Button("Demo", id="demo", compact=True)
-            yield Button("Load", id="load", compact=True)
-            yield Button("Save", id="save", compact=True)
-            yield Button("Command", id="command", compact=True)
+            yield Button(_("Start"), id="start", variant="success", disabled=True, compact=True)
+            yield Button(_("Demo"), id="demo", compact=True)
+            yield Button(_("Load"), id="load", compact=True)
+            yield Button(_("Save"), id="save", compact=True)
+            yield Button(_("Command"), id="command", compact=True)
             yield Static("", id="status-line")
         yield FittingFooter(self.FOOTER_DROP_FIRST)
 
@@ -263,13 +280,13 @@ class LaunchScreen(Screen):
         if f.kind == "bool":
             control = Switch(id=f"f-{f.key}")
         elif f.kind == "select":
-            control = Select(list(f.options), id=f"f-{f.key}", allow_blank=False, compact=True)
+            control = Select(option_labels(f), id=f"f-{f.key}", allow_blank=False, compact=True)
         elif f.kind == "radio":
             control = RadioSet(*(RadioButton(o, id=f"p-{o}", value=i == len(f.options) - 1) for i, o in enumerate(f.options)),
                                id=f"f-{f.key}", compact=True)
         else:
-            control = Input(id=f"f-{f.key}", placeholder=f.placeholder, compact=True)
-        return Horizontal(Label(f.label, classes="field-label"), control, classes="field", id=f"row-{f.key}")
+            control = Input(id=f"f-{f.key}", placeholder=_(f.placeholder) if f.placeholder else "", compact=True)
+        return Horizontal(Label(_(f.label), classes="field-label"), control, classes="field", id=f"row-{f.key}")
 
     def on_mount(self) -> None:
         self.fill(config_to_form(self._defaults()), validate=False)
@@ -279,15 +296,58 @@ class LaunchScreen(Screen):
     def _mount_rest(self) -> None:
         # Not awaited: this runs on the screen's own message pump, which must stay free to
         # process the mounts; the form is completed on the next refresh.
-        for group, fields in GROUPS[FIRST_FRAME_GROUPS:]:
-            box = self.query_one(f"#group-{group.lower()}")
-            box.mount_all([self._build_field(f) for f in fields], before=box.query_one(".note"))
+        self._mount_missing_fields()
         self.call_after_refresh(self._complete_form)
 
-    def _complete_form(self) -> None:
-        if not self.is_attached:  # the app quit before the form was built: nothing to complete
+    def _mount_missing_fields(self) -> list[Any]:
+        """Mounts the later groups' fields that are not there yet (a language switch may
+        rebuild the screen before or after they were); returns the mounts to await."""
+        mounts = []
+        for group, fields in GROUPS[FIRST_FRAME_GROUPS:]:
+            box = self.query_one(f"#group-{group.lower()}")
+            if not box.query(".field"):
+                mounts.append(box.mount_all([self._build_field(f) for f in fields], before=box.query_one(".note")))
+        return mounts
+
+    async def recompose(self) -> None:
+        """The language switch (the app calls it on every screen after set_language): the form
+        is built again in the new language and keeps what was typed and chosen, the YAML's kept
+        keys, the focus and the scroll position; its notes (family, preview, hardware, memory)
+        are made again in the new language."""
+        if not self.is_attached:
             return
-        later = {f.key for _, fields in GROUPS[FIRST_FRAME_GROUPS:] for f in fields}
+        ready, focused = self._ready, (self.focused.id if self.focused is not None else None)
+        values = self.values() if ready else None
+        scroll_y = self.query_one("#form", VerticalScroll).scroll_y
+        self._ready = False  # no validation while the widgets are half built
+        self._recomposing = True  # workers' results wait: recompose asks for them again
+        self._shown_errors = {}  # the error labels go with the old widgets
+        try:
+            await super().recompose()
+            for mount in self._mount_missing_fields():
+                await mount
+        finally:
+            self._recomposing = False
+        if not ready or values is None:  # still in the first moment: fill the new widgets as the first frame would
+            self.call_after_refresh(self._complete_form)
+            return
+        self.fill(config_to_form(self._defaults()) | values, validate=False)
+        self._ready = True
+        self._show_kept_keys()
+        self._records_preview, self._rendered, self._render_key = Text(), Text(), None  # made again in the new language
+        self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)
+        self.detect_model(str(values.get("model_name_or_path", "")))
+        self.preview_dataset(str(values.get("dataset", "")), str(values.get("dataset_dir", "")), str(values.get("stage") or "sft"))
+        found = self.query(f"#{focused}") if focused else None
+        if found:
+            self.set_focus(found.first())
+        self.call_after_refresh(self.query_one("#form", VerticalScroll).scroll_to, y=scroll_y, animate=False)
+        self.revalidate()
+
+    def _complete_form(self) -> None:
+        if not self.is_attached or self._ready or self._recomposing:  # the app quit, or a recompose completes it
+            return
+        later = {f.key for _group, fields in GROUPS[FIRST_FRAME_GROUPS:] for f in fields}
         self.fill({k: v for k, v in config_to_form(self._defaults()).items() if k in later}, validate=False)
         if self._initial:
             self._keep_loaded(self._initial)
@@ -328,7 +388,7 @@ class LaunchScreen(Screen):
                 elif f.kind == "bool":
                     w.value = bool(value)
                 elif f.kind == "select":
-                    options = {v for _, v in f.options}
+                    options = {v for _label, v in f.options}
                     w.value = value if value in options else ("" if key == "template" else w.value)
                 else:
                     w.value = "" if value is None else str(value)
@@ -390,7 +450,8 @@ class LaunchScreen(Screen):
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
                     row.display = visible
-        self.query_one("#engine-help", Static).update(Text(ENGINE_DESCRIPTIONS.get(values.get("engine"), ""), style="dim") + self._machine_gpus)
+        engine_help = engine_description(str(values.get("engine")))
+        self.query_one("#engine-help", Static).update(Text(engine_help, style="dim") + self._machine_gpus)
         errors = self.query_one("#form-errors", Static)
         errors.update(Text("\n".join(general)))
         errors.display = bool(general)
@@ -401,14 +462,14 @@ class LaunchScreen(Screen):
             self._render_if_changed(cfg)
         else:
             self.query_one("#plan-verdict", Static).update("")
-        status = f"{len(problems)} problem(s) to fix" if problems else "ready"
+        status = _("{n} problem(s) to fix").format(n=len(problems)) if problems else _("ready")
         if values.get("trust_remote_code"):
-            status += " · trust_remote_code is ON: Python code from the model's repository will run"
+            status += " · " + _("trust_remote_code is ON: Python code from the model's repository will run")
         from ftui.config import RunConfig
 
         ignored = [k for k in self.extra if k not in RunConfig.model_fields]
         if ignored:  # the full list is under Output and in the notification shown at load
-            status += f" · {len(ignored)} unsupported key(s) kept, no effect"
+            status += " · " + _("{n} unsupported key(s) kept, no effect").format(n=len(ignored))
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
 
     def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
@@ -466,11 +527,15 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self._show_family, name, fam)
 
     def _show_family(self, name: str, fam) -> None:
+        if self._recomposing:  # the widgets are being rebuilt; recompose detects again
+            return
         note = self.query_one("#family", Static)
         if fam is None:
-            note.update(Text("family: unknown (the tokenizer's template and all linear layers are used)" if name.strip() else "", style="dim"))
+            note.update(Text(_("family: unknown (the tokenizer's template and all linear layers are used)") if name.strip() else "",
+                             style="dim"))
             return
-        note.update(Text(f"family: {fam.name} · template {fam.template} · LoRA targets {','.join(fam.lora_targets)}", style="dim"))
+        note.update(Text(_("family: {family} · template {template} · LoRA targets {targets}").format(
+            family=fam.name, template=fam.template, targets=",".join(fam.lora_targets)), style="dim"))
         template, targets = self.query_one("#f-template", Select), self.query_one("#f-lora_target", Input)
         # Fill from the family table unless the user chose something else by hand, or a loaded
         # YAML set it (its lora_target: all must be saved back as it was).
@@ -502,7 +567,7 @@ class LaunchScreen(Screen):
                cfg.dataset_dir, cfg.cutoff_len, cfg.packing)
         if key != self._render_key and getattr(self.app, "render_examples", True):
             self._render_key = key
-            self._show_preview(rendered=Text("rendering the first example as the run encodes it...", style="dim"))
+            self._show_preview(rendered=Text(_("rendering the first example as the run encodes it..."), style="dim"))
             self.render_first_example(cfg)
 
     @work(thread=True, exclusive=True, group="render")
@@ -518,12 +583,12 @@ class LaunchScreen(Screen):
             previous.stop()
         try:
             rows = list(job)
-            text = example_text(1, rows[0]) if rows else Text("no example to render", style="dim")
-            text = Text("as the run encodes it, ", style="dim") + text
+            text = example_text(1, rows[0]) if rows else Text(_("no example to render"), style="dim")
+            text = Text(_("as the run encodes it, "), style="dim") + text
         except ExamplesFailed as err:
-            text = Text(_shorten(f"not rendered: {err}", PREVIEW_ERROR_CHARS), style="dim")
+            text = Text(_shorten(_("not rendered: {error}").format(error=err), PREVIEW_ERROR_CHARS), style="dim")
         except (OSError, ValueError) as err:  # the child could not start, or was stopped for a newer one
-            text = Text(f"not rendered: {err}", style="dim")
+            text = Text(_("not rendered: {error}").format(error=err), style="dim")
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self._show_preview, rendered=text)
 
@@ -572,14 +637,14 @@ class LaunchScreen(Screen):
                 gpu_bytes = None
         try:
             verdict = plan(cfg, gpu_bytes)
-            split, result = verdict.short("process" if cfg.device == "cpu" else "GPU")
+            split, result = verdict.short(_("process") if cfg.device == "cpu" else "GPU")
             text = Text()
-            text.append("memory ", style="bold")
+            text.append(_("memory") + " ", style="bold")
             text.append(split)
             if result:
                 text.append("\n" + result, style="green" if verdict.fits else "bold red")
         except (UnknownModel, ValueError) as err:
-            text = Text(f"memory: no estimate ({err})", style="dim")
+            text = Text(_("memory: no estimate ({error})").format(error=err), style="dim")
         self.app.call_from_thread(self._show_static, "#plan-verdict", text)
 
     def _gpus_changed(self, value: str, always: bool = False) -> None:
@@ -599,12 +664,15 @@ class LaunchScreen(Screen):
         from ftui.gpu import bf16_unsupported_reason, gpu_count, machine_gpus, visibility_note
 
         n, reason, listed = gpu_count(picked), bf16_unsupported_reason(None, picked), machine_gpus()
-        note = visibility_note() if picked is None else f"gpus {picked}: the run's CUDA_VISIBLE_DEVICES ({n} GPU(s))"
+        note = visibility_note() if picked is None else _("gpus {picked}: the run's CUDA_VISIBLE_DEVICES ({n} GPU(s))").format(
+            picked=picked, n=n)
         if not get_current_worker().is_cancelled:  # a newer pick was made meanwhile
             self.app.call_from_thread(self._apply_hardware, n, reason, note, listed)
 
     def _apply_hardware(self, n: int, bf16_reason: str | None, visibility: str | None = None,
                         listed: list[tuple[str, str]] | None = None) -> None:
+        if self._recomposing:  # the widgets are being rebuilt; recompose detects again
+            return
         help_ = self.query_one("#precision-help", Static)
         notes = [visibility] if visibility else []
         nproc = self.query_one("#f-nproc_per_node", Input)
@@ -617,13 +685,15 @@ class LaunchScreen(Screen):
         if bf16_reason:
             if bf16.value:
                 self.query_one("#p-fp16", RadioButton).value = True
-            notes.append(f"bf16 unavailable: {bf16_reason}")
+            notes.append(_("bf16 unavailable: {reason}").format(reason=bf16_reason))
         if n == 0:
-            notes.append("no GPU seen by NVML: training runs on the CPU")
+            notes.append(_("no GPU seen by NVML: training runs on the CPU"))
         help_.update(Text("\n".join(notes), style="dim"))
         if listed:
-            self.query_one("#f-gpus", Input).placeholder = f"all: {','.join(key for key, _ in listed if not key.startswith('MIG-'))}"
-            self._machine_gpus = Text("\nGPUs: " + " · ".join(f"{key} {what}" for key, what in listed), style="dim")
+            numbers = ",".join(key for key, _what in listed if not key.startswith("MIG-"))
+            self.query_one("#f-gpus", Input).placeholder = _("all: {gpus}").format(gpus=numbers)
+            self._machine_gpus = Text("\n" + _("GPUs: {gpus}").format(gpus=" · ".join(f"{key} {what}" for key, what in listed)),
+                                      style="dim")
         self.revalidate()
 
     # --- actions
@@ -641,23 +711,24 @@ class LaunchScreen(Screen):
             self._initial = demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}
             return
         self.fill(config_to_form(demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}))
-        self.notify("demo preset loaded: F5 starts it")
+        self.notify(_("demo preset loaded: F5 starts it"))
 
     def action_load(self) -> None:
         def chosen(path: str | None) -> None:
             if path:
                 self.load_yaml(path)
 
-        self.app.push_screen(AskPath("Load a RunConfig YAML (LLaMA-Factory's keys work):", "config.yaml"), chosen)
+        self.app.push_screen(AskPath(_("Load a RunConfig YAML (LLaMA-Factory's keys work):"), "config.yaml"), chosen)
 
     @work(thread=True, group="io")
     def load_yaml(self, path: str) -> None:
         try:
             data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
             if not isinstance(data, dict):
-                raise ValueError("the file does not hold a mapping of key: value")
+                raise ValueError(_("the file does not hold a mapping of key: value"))
         except (OSError, ValueError, yaml.YAMLError) as err:
-            self.app.call_from_thread(self.notify, f"cannot load {path}: {err}", severity="error", markup=False)
+            self.app.call_from_thread(self.notify, _("cannot load {path}: {error}").format(path=path, error=err), severity="error",
+                                      markup=False)
             return
         self.app.call_from_thread(self._apply_loaded, path, data)
 
@@ -666,7 +737,7 @@ class LaunchScreen(Screen):
         if not self._ready:
             self._initial = data  # filled over the defaults once the form is complete
             return
-        self._keep_loaded(data, f"loaded {path}")
+        self._keep_loaded(data, _("loaded {path}").format(path=path))
         self.fill(config_to_form(self._defaults() | data))
         self._gpus_changed(self.query_one("#f-gpus", Input).value, always=True)
         self.detect_model(str(data.get("model_name_or_path", "")))
@@ -675,8 +746,6 @@ class LaunchScreen(Screen):
     def _keep_loaded(self, data: dict[str, Any], what: str | None = None) -> None:
         """A loaded YAML's keys: those ftui does not support are kept (saved back) and listed
         in full in a notification; those it sets are not overwritten by the model family."""
-        from ftui.config import RunConfig, unsupported_warning
-
         # Every key the form has no field for is kept as loaded (RunConfig fields such as use_dora
         # too, so they reach the run and its validation); only those ftui has no field for are listed.
         # A stage's own keys (pref_beta, ...) are kept too: a field shows and overrides them while
@@ -685,11 +754,19 @@ class LaunchScreen(Screen):
         self._loaded_keys = set(data)
         if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
             self._nproc_filled = None
-        warning = unsupported_warning(sorted(k for k in self.extra if k not in RunConfig.model_fields))
-        self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))  # wrapped, stays after the notification
+        warning = self._show_kept_keys()
         if what or warning:
             self.notify("\n".join(filter(None, [what, warning])), severity="warning" if warning else "information",
                         timeout=30 if warning else 5, markup=False)
+
+    def _show_kept_keys(self) -> str | None:
+        """Lists the loaded keys ftui does not support under Output (wrapped, it stays after the
+        notification); returns that warning."""
+        from ftui.config import RunConfig, unsupported_warning
+
+        warning = unsupported_warning(sorted(k for k in self.extra if k not in RunConfig.model_fields))
+        self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))
+        return warning
 
     def action_save(self) -> None:
         def chosen(path: str | None) -> None:
@@ -697,7 +774,7 @@ class LaunchScreen(Screen):
                 self.revalidate()
                 self.save_yaml(path, self.current_config_dict())
 
-        self.app.push_screen(AskPath("Save the form as YAML to:", "ftui_config.yaml"), chosen)
+        self.app.push_screen(AskPath(_("Save the form as YAML to:"), "ftui_config.yaml"), chosen)
 
     @work(thread=True, group="io")
     def save_yaml(self, path: str, data: dict[str, Any]) -> None:
@@ -708,16 +785,17 @@ class LaunchScreen(Screen):
             text = cfg.to_yaml() if cfg is not None else yaml.safe_dump(data, sort_keys=False)
             Path(path).expanduser().write_text(text, encoding="utf-8")
         except (OSError, ValueError) as err:
-            self.app.call_from_thread(self.notify, f"cannot save {path}: {err}", severity="error", markup=False)
+            self.app.call_from_thread(self.notify, _("cannot save {path}: {error}").format(path=path, error=err), severity="error",
+                                      markup=False)
             return
-        note = "" if not self.problems else " (it still has problems to fix)"
+        saved = _("saved {path}").format(path=path) if not self.problems else _("saved {path} (it still has problems to fix)").format(path=path)
         self.app.call_from_thread(setattr, self, "yaml_path", path)
-        self.app.call_from_thread(self.notify, f"saved {path}{note}", markup=False)
+        self.app.call_from_thread(self.notify, saved, markup=False)
 
     def action_command(self) -> None:
         self.revalidate()
         if self.config is None:
-            self.notify("fix the form first: the command depends on it", severity="warning")
+            self.notify(_("fix the form first: the command depends on it"), severity="warning")
             return
         self.show_command(self.config, self.yaml_path)
 
@@ -733,7 +811,7 @@ class LaunchScreen(Screen):
                 saved = load_config(Path(yaml_path).expanduser())[0].to_dict() == cfg.to_dict()
             except (ConfigError, ValueError):
                 saved = False
-        self.app.call_from_thread(self.app.push_screen, ShowText("Run this form from a shell", command_text(cfg, yaml_path, saved)))
+        self.app.call_from_thread(self.app.push_screen, ShowText(_("Run this form from a shell"), command_text(cfg, yaml_path, saved)))
 
     def action_start(self) -> None:
         from ftui.records import dataset_path_problem
@@ -742,11 +820,11 @@ class LaunchScreen(Screen):
             self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir, self.config.stage)
         self.revalidate()  # the latest keystrokes may not be validated yet
         if self.config is None:
-            self.notify("the form has problems: fix the fields marked in red", severity="error")
+            self.notify(_("the form has problems: fix the fields marked in red"), severity="error")
             return
         if self.config.resume_from_checkpoint:
-            self.notify(f"resume_from_checkpoint continues the run it names: from a shell, ftui train CONFIG.yaml "
-                        f"(or ftui train --resume RUN); clear the key here to start a new run", severity="error", markup=False)
+            self.notify(_("resume_from_checkpoint continues the run it names: from a shell, ftui train CONFIG.yaml "
+                          "(or ftui train --resume RUN); clear the key here to start a new run"), severity="error", markup=False)
             return
         self.query_one("#start", Button).disabled = True
         self.start_run(self.config)
@@ -762,7 +840,7 @@ class LaunchScreen(Screen):
             run_dir = prepare_run(cfg)
             start_run(run_dir, cfg)
         except OSError as err:
-            self.app.call_from_thread(self.notify, f"cannot start: {err}", severity="error", markup=False)
+            self.app.call_from_thread(self.notify, _("cannot start: {error}").format(error=err), severity="error", markup=False)
             self.app.call_from_thread(self.revalidate)
             return
         self.app.call_from_thread(self.app.open_dashboard, run_dir)
@@ -782,7 +860,7 @@ PREVIEW_RECORDS = 32  # records the first-example render encodes (pt packs sever
 
 def _shorten(text: str, n: int) -> str:
     """Like _clip, but keeps the line breaks (a record error spans lines)."""
-    return text if len(text) <= n else text[:n] + f"… ({len(text):,} characters)"
+    return text if len(text) <= n else text[:n] + "… " + _("({n} characters)").format(n=f"{len(text):,}")
 
 
 def answer_parts(answer: str, stage: str) -> list[str]:
@@ -790,7 +868,7 @@ def answer_parts(answer: str, stage: str) -> list[str]:
     answer on lines of their own (preference_records.comparison_preview), else the answer."""
     if stage in ("dpo", "rm") and "\nrejected: " in answer:
         chosen, rejected = answer.split("\nrejected: ", 1)
-        return [chosen, "rejected: " + rejected]
+        return [chosen, "rejected: " + rejected]  # the column names: not translated
     return [answer] if answer else []
 
 
@@ -810,13 +888,13 @@ def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
     if saved and yaml_path is not None:
         head = f"ftui train {where}"
     elif yaml_path is not None:
-        head = f"The form differs from {yaml_path}: save the form first (F4), then run\n  ftui train {where}"
+        head = _("The form differs from {path}: save the form first (F4), then run").format(path=yaml_path) + f"\n  ftui train {where}"
     else:
-        head = "save the form first (F4), e.g. to ftui_config.yaml, then run\n  ftui train ftui_config.yaml"
+        head = _("save the form first (F4), e.g. to ftui_config.yaml, then run") + "\n  ftui train ftui_config.yaml"
     name = cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
     run_dir = Path(cfg.output_dir) / f"{name}-<timestamp>"
-    return (f"{head}\n\nFor reference, what it launches (the run directory is created at start):\n"
-            f"{shlex.join(launch_command(cfg, run_dir))}")
+    reference = _("For reference, what it launches (the run directory is created at start):")
+    return f"{head}\n\n{reference}\n{shlex.join(launch_command(cfg, run_dir))}"
 
 
 def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple[Text, str | None]:
@@ -833,10 +911,10 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
             try:
                 records = read_records(spec, limit=3)
             except HubDataset:
-                text.append(f"{spec.name}: hub dataset, loaded when the run starts\n", style="dim")
+                text.append(_("{name}: hub dataset, loaded when the run starts").format(name=spec.name) + "\n", style="dim")
                 continue
             if not records:
-                raise DataFormatError(f"dataset {spec.name!r} has no records")
+                raise DataFormatError(_("dataset {name} has no records").format(name=repr(spec.name)))
             try:
                 kind = check_format(spec, records[0], stage)
             except DataFormatError as err:  # the dataset does not fit the stage: the field's problem too
