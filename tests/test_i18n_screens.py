@@ -52,16 +52,18 @@ class ChatApp(FtuiApp):
 
     def __init__(self, run: Path, workers: list, answer=("你好", "，我是 ftui 的演示模型。")):
         super().__init__(run.parent, offer_live=False)
-        self.run, self.workers, self.answer = run, workers, answer
+        self.chat_run, self.chat_workers, self.answer = run, workers, answer
 
-    def on_mount(self) -> None:
+    def on_mount(self, event) -> None:
         from ftui.tui.screens.chat import ChatScreen
 
-        def factory():
-            self.workers.append(FakeWorker(self.answer))
-            return self.workers[-1]
+        event.prevent_default()  # not FtuiApp's (the launch form)
 
-        self.push_screen(ChatScreen(self.run, worker_factory=factory))
+        def factory():
+            self.chat_workers.append(FakeWorker(self.answer))
+            return self.chat_workers[-1]
+
+        self.push_screen(ChatScreen(self.chat_run, worker_factory=factory))
 
 
 def runs_root() -> Path:
@@ -150,8 +152,10 @@ async def test_switch_on_the_runs_screen_keeps_selection_and_marks():
 
     from ftui.tui.screens.runs import RunsScreen
 
-    app = FtuiApp(runs_root(), sampler=fixed_sampler, offer_live=False)
+    root = runs_root()  # over a dashboard (the launch form is area A's: its switch is tested there)
+    app = FtuiApp(root, attach=root / "demo-20231115-090000", sampler=fixed_sampler, offer_live=False)
     async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
         app.action_show_runs()
         screen = app.screen
         assert isinstance(screen, RunsScreen)
@@ -210,6 +214,16 @@ async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp
     async with app.run_test(size=(100, 30)) as pilot:
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert "Language: English / 中文" in titles
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press(*"Language: English")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await until(pilot, lambda: current_language() == "zh")
+        await pilot.pause(0.3)
+        assert "设备" == app.screen.query_one("#gpu-panel").border_title
+        await pilot.press("ctrl+t")
+        await until(pilot, lambda: current_language() == "en")
         await pilot.press("s")  # Stop asks first
         await until(pilot, lambda: isinstance(app.screen, Confirm))
         await pilot.press("ctrl+t")

@@ -31,6 +31,11 @@ class FittingFooter(Footer):
                 widget.description = _(description)
             yield widget
 
+    def retranslate(self) -> None:
+        """Builds the keys again in the current language (a language switch). Queued to the
+        footer itself: Textual binds its keys' settings while the footer is the one running."""
+        self.call_later(self.recompose)
+
     async def recompose(self) -> None:
         await super().recompose()
         self.fit()

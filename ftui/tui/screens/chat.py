@@ -162,7 +162,7 @@ class ChatScreen(Screen):
             chosen = source.value
             source.set_options(chat_sources(self.run_dir))  # its Changed reloads nothing: the spec is the same
             source.value = chosen
-        await self.query_one(FittingFooter).recompose()
+        self.query_one(FittingFooter).retranslate()
 
     # --- Settings and sources
 

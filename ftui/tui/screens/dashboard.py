@@ -110,7 +110,7 @@ class DashboardScreen(Screen):
             self.query_one(Figures).show(self.view)
             self.show_devices(*self._gpu)
             self._draw_plots(self.view)
-        await self.query_one(FittingFooter).recompose()
+        self.query_one(FittingFooter).retranslate()
 
     # --- workers (never touch widgets directly: they post to the UI thread)
     @work(thread=True, exclusive=True, group="tail")

@@ -61,7 +61,7 @@ class JobScreen(Screen):
         if self.job_dir is not None:
             self.follow(self.job_dir)
         self.list_jobs()
-        await self.query_one(FittingFooter).recompose()
+        self.query_one(FittingFooter).retranslate()
 
     def relabel_more(self) -> None:
         """What a subclass relabels beyond WORDS and TITLES (its tables' headings)."""

@@ -81,7 +81,7 @@ class ExamplesScreen(Screen):
         self._text_width = None
         self.set_columns()
         self.fill_table()
-        await self.query_one(FittingFooter).recompose()
+        self.query_one(FittingFooter).retranslate()
 
     def on_mount(self) -> None:
         self.set_columns()

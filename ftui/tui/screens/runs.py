@@ -159,7 +159,7 @@ class RunsScreen(Screen):
         self.show_runs(self.runs, self.problem)
         if self.overlaid:
             self._draw_overlay()
-        await self.query_one(FittingFooter).recompose()
+        self.query_one(FittingFooter).retranslate()
 
     def set_columns(self, rows: list[dict[str, str]]) -> dict[str, int]:
         """Fits the columns to the table's width; rebuilds them when the choice changes."""
