@@ -232,3 +232,44 @@ async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp
         assert isinstance(dialog, Confirm) and "[n] 否" in str(dialog.query_one("#no").label)
         assert dialog.focused is dialog.query_one("#yes")  # Enter still answers what the button says
         set_language("en", export=False)
+
+
+async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
+    from textual.widgets import Button, Checkbox, DataTable, Input
+
+    from ftui.tui.screens.evalpredict import EvalPredictScreen
+    from ftui.tui.screens.export import ExportScreen
+    from tests.test_tui_evalpredict import write_job
+
+    run = write_run(tmp_path / "runs", "demo-20231115-090000", steps=30, max_steps=30, end="completed", model="ftui-demo")
+    (run / "final").mkdir()
+    job = write_job(run, "20231115-100000", [{"prompt": "1+1=", "predict": "2", "label": "2"}])
+    app = FtuiApp(tmp_path / "runs", attach=run, sampler=fixed_sampler, offer_live=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen))
+        screen = app.screen
+        table = screen.query_one("#ep-jobs", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        screen.open_job(job)
+        screen.query_one("#ep-dataset", Input).value = "my_data"
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.5)
+        assert str(screen.query_one("#ep-start", Button).label) == "开始"
+        assert screen.query_one("#ep-form").border_title == "新任务"
+        assert "评估与预测" in text_of(screen.query_one("#ep-title"))
+        await until(pilot, lambda: table.row_count == 1)
+        assert "状态" in [str(column.label) for column in table.columns.values()]
+        assert screen.query_one("#ep-dataset", Input).value == "my_data" and screen.job_dir == job
+        await until(pilot, lambda: "已完成" in text_of(screen.query_one("#ep-job")))
+        await pilot.press("escape")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ExportScreen))
+        export = app.screen
+        export.query_one("#xp-out", Input).value = str(tmp_path / "my-export")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.5)
+        assert export.query_one("#xp-form").border_title == "new export"
+        assert str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
+        assert export.query_one("#xp-out", Input).value == str(tmp_path / "my-export")
