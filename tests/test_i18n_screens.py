@@ -235,7 +235,7 @@ async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp
 
 
 async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
-    from textual.widgets import Button, Checkbox, DataTable, Input
+    from textual.widgets import Button, Checkbox, DataTable, Input, Select
 
     from ftui.tui.screens.evalpredict import EvalPredictScreen
     from ftui.tui.screens.export import ExportScreen
@@ -243,6 +243,8 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
 
     run = write_run(tmp_path / "runs", "demo-20231115-090000", steps=30, max_steps=30, end="completed", model="ftui-demo")
     (run / "final").mkdir()
+    (run / "checkpoints" / "step-20").mkdir(parents=True)
+    (run / "checkpoints" / "step-20" / "trainer_state.json").write_text('{"global_step": 20}')
     job = write_job(run, "20231115-100000", [{"prompt": "1+1=", "predict": "2", "label": "2"}])
     app = FtuiApp(tmp_path / "runs", attach=run, sampler=fixed_sampler, offer_live=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -267,9 +269,16 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ExportScreen))
         export = app.screen
-        export.query_one("#xp-out", Input).value = str(tmp_path / "my-export")
+        out = export.query_one("#xp-out", Input)
+        export.query_one("#xp-source", Select).value = "step-20"  # the out dir follows it: RUN-step-20
+        await until(pilot, lambda: out.value.endswith("step-20"))
         await pilot.press("ctrl+t")
         await pilot.pause(0.5)
         assert export.query_one("#xp-form").border_title == "new export"
         assert str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
-        assert export.query_one("#xp-out", Input).value == str(tmp_path / "my-export")
+        assert export.query_one("#xp-source", Select).value == "step-20" and out.value.endswith("step-20")
+        out.value = str(tmp_path / "my-export")
+        await pilot.press("ctrl+t")
+        await pilot.pause(0.5)
+        assert str(export.query_one("#xp-force", Checkbox).label) == "覆盖"
+        assert export.query_one("#xp-source", Select).value == "step-20" and out.value == str(tmp_path / "my-export")

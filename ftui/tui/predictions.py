@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rich.text import Text
+
 from ftui.i18n import _
 from ftui.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 
@@ -64,8 +66,10 @@ def visible(text: str, one_line: bool = False) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    text = visible(text, one_line=True)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    """``text`` on one line, cut to ``width`` cells with an ellipsis (a CJK character takes two)."""
+    line = Text(visible(text, one_line=True))
+    line.truncate(width, overflow="ellipsis")
+    return line.plain
 
 
 def read_predictions(job_dir: Path) -> list[Example]:

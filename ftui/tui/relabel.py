@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from textual.screen import Screen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 from ftui.i18n import _
 
@@ -33,3 +33,12 @@ def word(words: Mapping[str, str], selector: str) -> str:
     """A screen's word (of its WORDS) in the current language, for compose. (Not written as
     ``_(WORDS["#id"])``: extraction would take the selector for a message.)"""
     return _(words[selector])
+
+
+def relabel_options(select: Select, options: list[tuple[str, str]]) -> None:
+    """A select's options in the current language, the chosen one kept (a handler of its
+    Changed may see the first option go by first, then the chosen one again)."""
+    chosen = select.value
+    select.set_options(options)
+    if any(value == chosen for _label, value in options):
+        select.value = chosen

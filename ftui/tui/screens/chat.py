@@ -27,7 +27,7 @@ from ftui.gpu import device_choices
 from ftui.i18n import N_, _
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
-from ftui.tui.relabel import relabel, word
+from ftui.tui.relabel import relabel, relabel_options, word
 
 BASE = "base"
 # Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
@@ -158,10 +158,8 @@ class ChatScreen(Screen):
             if not pane.model_titled:
                 pane.border_title = _(pane.default_title)
         if self.run_dir is not None:
-            source = self.query_one("#chat-source", Select)
-            chosen = source.value
-            source.set_options(chat_sources(self.run_dir))  # its Changed reloads nothing: the spec is the same
-            source.value = chosen
+            # its Changed reloads nothing: the spec is the one loaded
+            relabel_options(self.query_one("#chat-source", Select), chat_sources(self.run_dir))
         self.query_one(FittingFooter).retranslate()
 
     # --- Settings and sources

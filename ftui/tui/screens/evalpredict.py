@@ -29,7 +29,7 @@ from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, chat_sources
-from ftui.tui.relabel import relabel, word
+from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
 
@@ -165,11 +165,8 @@ class EvalPredictScreen(JobScreen):
 
     def relabel_more(self) -> None:
         self.query_one("#ep-title", Static).update(self._title())
-        for select_id, options in (("#ep-kind", self._kinds()), ("#ep-source", chat_sources(self.run_dir))):
-            select = self.query_one(select_id, Select)
-            chosen = select.value
-            select.set_options(options)
-            select.value = chosen
+        relabel_options(self.query_one("#ep-kind", Select), self._kinds())
+        relabel_options(self.query_one("#ep-source", Select), chat_sources(self.run_dir))
         self._add_job_columns()  # list_jobs fills it again
 
     @staticmethod

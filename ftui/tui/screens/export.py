@@ -29,7 +29,7 @@ from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out
 from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import visible
-from ftui.tui.relabel import relabel, word
+from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import BASE, chat_sources
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
@@ -190,6 +190,8 @@ class ExportScreen(JobScreen):
     def relabel_more(self) -> None:
         self.query_one("#xp-title", Static).update(self._title())
         self.query_one("#xp-force", Checkbox).label = word(self.WORDS, "#xp-force")
+        if export_sources(self.run_dir):
+            relabel_options(self.query_one("#xp-source", Select), export_sources(self.run_dir))
         self._add_job_columns()  # list_jobs fills it again
         self._assess()
 

@@ -79,18 +79,32 @@ def _fit(widths: dict[str, int], available: int, left_out: set[str]) -> dict[str
     return {key: chosen[key] for key in COLUMNS if key in chosen}
 
 
+def head_cells(text: str, width: int) -> str:
+    """The longest start of ``text`` that takes at most ``width`` cells (a CJK character takes two)."""
+    while cell_len(text) > width:
+        text = text[:-1]
+    return text
+
+
+def tail_cells(text: str, width: int) -> str:
+    """The longest end of ``text`` that takes at most ``width`` cells."""
+    while cell_len(text) > width:
+        text = text[1:]
+    return text
+
+
 def keep_tail(text: str, width: int) -> str:
-    """``text`` cut to ``width`` from the left: a model path's last part names the model."""
-    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+    """``text`` cut to ``width`` cells from the left: a model path's last part names the model."""
+    return text if cell_len(text) <= width else "…" + tail_cells(text, width - 1)
 
 
 def keep_ends(text: str, width: int) -> str:
-    """``text`` cut to ``width`` in the middle: a run id's head names the run, its tail is the
-    time it started."""
-    if len(text) <= width:
+    """``text`` cut to ``width`` cells in the middle: a run id's head names the run, its tail is
+    the time it started."""
+    if cell_len(text) <= width:
         return text
     tail = (width - 1) // 2
-    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
+    return head_cells(text, width - 1 - tail) + "…" + tail_cells(text, tail)
 
 
 def detail_line(r: RunSummary) -> Text:
