@@ -15,7 +15,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from ftui.i18n import N_
+from ftui.i18n import LANGUAGES, N_, _, current_language, set_language
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.modals import Confirm
 
@@ -23,7 +23,10 @@ from ftui.tui.screens.modals import Confirm
 class FtuiApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses may live anywhere
     TITLE = "ftui"
-    BINDINGS = [Binding("ctrl+q", "quit", N_("Quit"), priority=True)]
+    # ctrl+t: the language (English / 中文); not in the footer (it stays as it was at 80 columns),
+    # the command palette lists it; priority: an Input's own keys do not take it (tmux passes it on).
+    BINDINGS = [Binding("ctrl+q", "quit", N_("Quit"), priority=True),
+                Binding("ctrl+t", "switch_language", N_("Language"), show=False, priority=True)]
 
     def __init__(
         self,
@@ -65,11 +68,15 @@ class FtuiApp(App):
             self.call_from_thread(self._offer, live[0])
 
     def _offer(self, run) -> None:
+        from ftui.tui.widgets import status_label  # not on the first frame's path
+
         def answered(yes: bool | None) -> None:
             if yes:
                 self.open_dashboard(run.path)
 
-        self.push_screen(Confirm(f"Run {run.run_id} is {run.status} (step {run.step}/{run.max_steps or '?'}). Attach to it?", yes="Attach"), answered)
+        question = _("Run {run} is {status} (step {step}/{max_steps}). Attach to it?").format(
+            run=run.run_id, status=status_label(run.status), step=run.step, max_steps=run.max_steps or "?")
+        self.push_screen(Confirm(question, yes=_("Attach")), answered)
 
     def open_dashboard(self, run_dir: Path) -> None:
         from ftui.tui.screens.dashboard import DashboardScreen  # not on the first frame's path
@@ -103,35 +110,51 @@ class FtuiApp(App):
             return
         self.push_screen(RunsScreen(self.runs_root))
 
+    async def action_switch_language(self) -> None:
+        """English <-> 中文 at once (key ctrl+t, the palette): every screen of the stack is
+        recomposed in the new language, each keeping what it holds (the form's fields, the
+        run a dashboard follows, a conversation, the runs' selection). Jobs started from now
+        on speak it too (FTUI_LANG)."""
+        await self.switch_language("en" if current_language() == "zh" else "zh")
+
+    async def switch_language(self, lang: str) -> None:
+        set_language(lang)
+        for screen in list(self.screen_stack):
+            await screen.recompose()
+        self.refresh_bindings()
+        self.notify(_("Language: {language}").format(language=LANGUAGES[current_language()]))
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         from ftui.tui.screens.dashboard import DashboardScreen
         from ftui.tui.screens.runs import RunsScreen
 
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Runs", "List every run under the runs root; Enter attaches", self.action_show_runs)
-        yield SystemCommand("New run", "Open the launch form", self.action_show_launch)
+        yield SystemCommand(_("Language: English / 中文"), _("Switch the interface's language (ctrl+t); what you typed stays"),
+                            self.action_switch_language)
+        yield SystemCommand(_("Runs"), _("List every run under the runs root; Enter attaches"), self.action_show_runs)
+        yield SystemCommand(_("New run"), _("Open the launch form"), self.action_show_launch)
         if isinstance(screen, LaunchScreen):
-            yield SystemCommand("Demo preset", "Fill the form with the built-in demo", screen.action_demo)
-            yield SystemCommand("Start", "Start the run in the form", screen.action_start)
-            yield SystemCommand("Load YAML", "Load a config (LLaMA-Factory's keys work)", screen.action_load)
-            yield SystemCommand("Save YAML", "Save the form as a config file", screen.action_save)
-            yield SystemCommand("Show command", "ftui train on the saved YAML, and the launch command", screen.action_command)
+            yield SystemCommand(_("Demo preset"), _("Fill the form with the built-in demo"), screen.action_demo)
+            yield SystemCommand(_("Start"), _("Start the run in the form"), screen.action_start)
+            yield SystemCommand(_("Load YAML"), _("Load a config (LLaMA-Factory's keys work)"), screen.action_load)
+            yield SystemCommand(_("Save YAML"), _("Save the form as a config file"), screen.action_save)
+            yield SystemCommand(_("Show command"), _("ftui train on the saved YAML, and the launch command"), screen.action_command)
         if isinstance(screen, DashboardScreen):
-            yield SystemCommand("Stop run", "Ask the run to stop (again: kill)", screen.action_stop)
-            yield SystemCommand("Toggle smoothing", "Smooth the loss curve", screen.action_smoothing)
-            yield SystemCommand("Toggle window", "Whole run or the last steps", screen.action_window)
-            yield SystemCommand("Toggle log scale", "The plot's y axis on a log scale", screen.action_log_scale)
-            yield SystemCommand("Loss / learning rate", "Plot the loss or the learning rate", screen.action_lr)
-            yield SystemCommand("Chat", "Talk to this run's model (final/ or a checkpoint)", screen.action_chat)
-            yield SystemCommand("Evaluate & Predict", "Score this run on a dataset, browse and compare its predictions",
+            yield SystemCommand(_("Stop run"), _("Ask the run to stop (again: kill)"), screen.action_stop)
+            yield SystemCommand(_("Toggle smoothing"), _("Smooth the loss curve"), screen.action_smoothing)
+            yield SystemCommand(_("Toggle window"), _("Whole run or the last steps"), screen.action_window)
+            yield SystemCommand(_("Toggle log scale"), _("The plot's y axis on a log scale"), screen.action_log_scale)
+            yield SystemCommand(_("Loss / learning rate"), _("Plot the loss or the learning rate"), screen.action_lr)
+            yield SystemCommand(_("Chat"), _("Talk to this run's model (final/ or a checkpoint)"), screen.action_chat)
+            yield SystemCommand(_("Evaluate & Predict"), _("Score this run on a dataset, browse and compare its predictions"),
                                 screen.action_evalpredict)
-            yield SystemCommand("Export model", "This run's model as a standalone directory (merged, safetensors; GGUF)",
+            yield SystemCommand(_("Export model"), _("This run's model as a standalone directory (merged, safetensors; GGUF)"),
                                 screen.action_export)
         if isinstance(screen, RunsScreen):
-            yield SystemCommand("Overlay loss curves", "Plot the marked runs together", screen.action_overlay)
-            yield SystemCommand("Delete run", "Delete the highlighted run's directory (asks first; never a live run)", screen.action_delete)
+            yield SystemCommand(_("Overlay loss curves"), _("Plot the marked runs together"), screen.action_overlay)
+            yield SystemCommand(_("Delete run"), _("Delete the highlighted run's directory (asks first; never a live run)"), screen.action_delete)
             if screen.current_run() is not None:
-                yield SystemCommand("Evaluate & Predict", "Score the highlighted run on a dataset, browse and compare its predictions",
+                yield SystemCommand(_("Evaluate & Predict"), _("Score the highlighted run on a dataset, browse and compare its predictions"),
                                     screen.action_evalpredict)
-                yield SystemCommand("Export model", "The highlighted run's model as a standalone directory (merged, safetensors; GGUF)",
+                yield SystemCommand(_("Export model"), _("The highlighted run's model as a standalone directory (merged, safetensors; GGUF)"),
                                     screen.action_export)

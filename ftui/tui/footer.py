@@ -3,18 +3,38 @@ the first screen, uses it too."""
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Footer
+
+from ftui.i18n import N_, _
+
+N_("palette")  # Textual's own description of the command palette's key: translated here too
 
 
 class FittingFooter(Footer):
     """A footer that keeps Quit and a screen's main keys in sight on a narrow terminal (80
     columns): when its keys do not fit, the keys of the actions in ``drop_first`` leave it, in
-    that order, until the rest fit. Those keys still work, and the command palette lists them."""
+    that order, until the rest fit. Those keys still work, and the command palette lists them.
+
+    The keys' descriptions (marked with N_ where the bindings are defined) are translated here,
+    each time the footer is built: a language switch shows at once. Every screen uses it."""
 
     def __init__(self, drop_first: tuple[str, ...] = (), **kwargs) -> None:
         super().__init__(**kwargs)
         self.drop_first = drop_first
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            description = getattr(widget, "description", None)  # Textual's FooterKey (not exported by name)
+            if isinstance(description, str) and description:
+                widget.description = _(description)
+            yield widget
+
+    def retranslate(self) -> None:
+        """Builds the keys again in the current language (a language switch). Queued to the
+        footer itself: Textual binds its keys' settings while the footer is the one running."""
+        self.call_later(self.recompose)
 
     async def recompose(self) -> None:
         await super().recompose()

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rich.text import Text
+
+from ftui.i18n import _
 from ftui.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 
 SCORES = ("bleu-4", "rouge-l")  # each example's own figures the browser shows
@@ -63,8 +66,10 @@ def visible(text: str, one_line: bool = False) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    text = visible(text, one_line=True)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    """``text`` on one line, cut to ``width`` cells with an ellipsis (a CJK character takes two)."""
+    line = Text(visible(text, one_line=True))
+    line.truncate(width, overflow="ellipsis")
+    return line.plain
 
 
 def read_predictions(job_dir: Path) -> list[Example]:
@@ -73,7 +78,7 @@ def read_predictions(job_dir: Path) -> list[Example]:
     path = Path(job_dir) / PREDICTIONS_FILE
     rows = []
     if not path.is_file():
-        raise OSError(f"{path} is not there yet: a predict job writes it when it ends (a stopped one too)")
+        raise OSError(_("{path} is not there yet: a predict job writes it when it ends (a stopped one too)").format(path=path))
     with open(path, encoding="utf-8", errors="replace") as fh:
         for n, line in enumerate(fh):
             if not line.strip():
@@ -81,9 +86,9 @@ def read_predictions(job_dir: Path) -> list[Example]:
             try:
                 data = json.loads(line)
             except ValueError:
-                raise ValueError(f"{path}: line {n + 1} is not JSON") from None
+                raise ValueError(_("{path}: line {line} is not JSON").format(path=path, line=n + 1)) from None
             if not isinstance(data, dict):
-                raise ValueError(f"{path}: line {n + 1} is not a prediction record")
+                raise ValueError(_("{path}: line {line} is not a prediction record").format(path=path, line=n + 1))
             rows.append(Example(len(rows), *(_as_text(data.get(k)) for k in ("prompt", "predict", "label"))))
     return rows
 

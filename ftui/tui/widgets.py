@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -18,6 +19,7 @@ from textual_plotext import PlotextPlot
 from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
+from ftui.i18n import N_, _
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 from ftui.tui.state import RunView, ema, ordered_figures
 
@@ -25,6 +27,13 @@ STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
     "stopped": "bold yellow", "failed": "bold red", "died": "bold red", "unreadable": "bold red",
 }
+# A run's status as the screens show it (the word itself stays the key of STATUS_STYLE, of
+# events.jsonl and of `ftui runs`' output, which scripts read).
+STATUS_LABELS = {
+    "starting": N_("starting"), "running": N_("running"), "completed": N_("completed"), "stopped": N_("stopped"),
+    "failed": N_("failed"), "died": N_("died"), "unreadable": N_("unreadable"), "stopping": N_("stopping"),
+}
+LEVEL_LABELS = {"info": N_("info"), "warning": N_("warning"), "error": N_("error")}  # a log event's level
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
 
 
@@ -38,6 +47,11 @@ def fmt_bytes(n: float | None) -> str:
     return "-"
 
 
+def status_label(status: str) -> str:
+    """A run's (or a job's) status in the interface's language; one ftui does not know as it is."""
+    return _(STATUS_LABELS[status]) if status in STATUS_LABELS else status
+
+
 def fmt_num(v: float | None, spec: str = ".4f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -49,17 +63,35 @@ class RunHeader(Static):
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(view.run_id, style="bold")
         line.append(" │ ")
-        line.append(view.status, style=STATUS_STYLE.get(view.status, "bold"))
-        line.append(f" │ elapsed {fmt_duration(view.elapsed)}")
+        line.append(status_label(view.status), style=STATUS_STYLE.get(view.status, "bold"))
+        line.append(" │ " + _("elapsed {duration}").format(duration=fmt_duration(view.elapsed)))
         if not view.ended:
-            line.append(f" │ ETA {fmt_duration(view.eta)}")
+            line.append(" │ " + _("ETA {duration}").format(duration=fmt_duration(view.eta)))
         if view.loading is not None:
-            line.append(f" │ reading history {100 * view.loading:.0f}%", style="yellow")
+            line.append(" │ " + _("reading history {percent}%").format(percent=f"{100 * view.loading:.0f}"), style="yellow")
         if view.preparing and not view.ended:
             line.append(f" │ {view.preparing}", style="yellow")
         if view.model:
             line.append(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", style="dim")
         self.update(line)
+
+
+def fit_wide_lines(plot, width: int):
+    """``plot`` (plotext's Text) with each line wider than ``width`` cells taken in: the spaces
+    that centre it are shared out again, then it is cut (never wrapped). ASCII plots are as built."""
+    if not isinstance(plot, Text) or width <= 0 or plot.cell_len == len(plot.plain):
+        return plot
+    lines = plot.split("\n", allow_blank=True)
+    for i, line in enumerate(lines):
+        excess = line.cell_len - width
+        if excess > 0:
+            lead = len(line.plain) - len(line.plain.lstrip(" "))
+            line = line[min(lead, (excess + 1) // 2):]
+            line.truncate(width)
+            lines[i] = line
+    fitted = Text("\n").join(lines)
+    fitted.no_wrap = True
+    return fitted
 
 
 class LossPlot(PlotextPlot):
@@ -79,6 +111,12 @@ class LossPlot(PlotextPlot):
         self.curves: list[tuple[str, tuple[list[float], list[float]]]] = []
         self.evals: tuple[list[float], list[float]] = ((), ())
 
+    def render(self):
+        """The plot, its title and axis label lines fitted to the widget: plotext counts a CJK
+        character as one cell (it takes two), so a Chinese title's line comes out wider than the
+        plot and would wrap, pushing the plot's bottom out of sight."""
+        return fit_wide_lines(super().render(), self.size.width)
+
     def show(self, view: RunView) -> None:
         if self.metric == "lr":
             self.curves = [("lr", view.lr_recent if self.recent_only else view.lr_series)]
@@ -96,15 +134,16 @@ class LossPlot(PlotextPlot):
     def _metric_label(self) -> str:
         """What is plotted: the loss, the learning rate, or an extra figure by its name
         (events.extra_figures: printable, never markup; plotext draws it as text)."""
-        return "learning rate" if self.metric == "lr" else self.metric
+        return _("learning rate") if self.metric == "lr" else _("loss") if self.metric == "loss" else self.metric
 
     def _title(self) -> str:
         single = len(self.curves) == 1
         if self.metric == "lr":
-            title = "learning rate"
+            title = _("learning rate")
         else:
-            title = f"{self._metric_label()} ({('raw + smoothed' if single else 'smoothed') if self.smoothing else 'raw'})"
-        return title + (" · log" if self.log_scale else "") + (" · recent" if self.recent_only else "")
+            drawn = (_("raw + smoothed") if single else _("smoothed")) if self.smoothing else _("raw")
+            title = f"{self._metric_label()} ({drawn})"
+        return title + (" · " + _("log") if self.log_scale else "") + (" · " + _("recent") if self.recent_only else "")
 
     def _on_axis(self, xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
         """The points as the y axis places them: on a log scale, log10 of the positive ones."""
@@ -120,9 +159,11 @@ class LossPlot(PlotextPlot):
         single = len(self.curves) == 1
         smooth = self.smoothing and self.metric != "lr"  # a learning rate is a schedule: drawn as it is
         plt.title(self._title())
-        plt.xlabel("step")
+        plt.xlabel(_("step"))
         xs_all: list[float] = []
         ys_all: list[float] = []
+        # The legend's words (smoothed, eval) stay in English: plotext gives each character of a
+        # label one cell inside the canvas, and a CJK one (two cells) would push its row out of line.
         for label, (xs, ys) in self.curves:
             if not xs:
                 continue
@@ -142,9 +183,9 @@ class LossPlot(PlotextPlot):
                 plt.scatter(*self._on_axis([p[0] for p in pts], [p[1] for p in pts]), label="eval", marker="o")
                 ys_all += [p[1] for p in pts]
         if not xs_all:
-            plt.title(f"{self._metric_label()}: waiting for the first step")
+            plt.title(_("{metric}: waiting for the first step").format(metric=self._metric_label()))
         elif not self.set_axes(xs_all, ys_all):
-            plt.title(f"{self._title()}: no value above zero to draw")
+            plt.title(_("{title}: no value above zero to draw").format(title=self._title()))
         self.refresh()
 
     def set_axes(self, xs: list[float], ys: list[float]) -> bool:
@@ -179,7 +220,7 @@ class FigurePlot(LossPlot):
         """As the loss plot's, or the figure's name alone where that does not fit (80x24):
         plotext leaves out a title wider than the plot."""
         title = super()._title()
-        return title if len(title) <= self.size.width - 2 else self._metric_label()
+        return title if cell_len(title) <= self.size.width - 2 else self._metric_label()
 
 
 class Figures(Static):
@@ -190,31 +231,32 @@ class Figures(Static):
         t = Table.grid(padding=(0, 1))
         t.add_column(style="dim", no_wrap=True)
         t.add_column(no_wrap=True)
-        t.add_row("step", f"{view.step} / {view.max_steps or '?'}")
-        t.add_row("epoch", fmt_num(view.epoch, ".2f"))
-        t.add_row("loss", fmt_num(view.loss))
+        t.add_row(_("step"), f"{view.step} / {view.max_steps or '?'}")
+        t.add_row(_("epoch"), fmt_num(view.epoch, ".2f"))
+        t.add_row(_("loss"), fmt_num(view.loss))
         if view.eval_loss is not None:
-            t.add_row("eval loss", fmt_num(view.eval_loss))
-        t.add_row("lr", fmt_num(view.lr, ".3e"))
-        t.add_row("grad norm", fmt_num(view.grad_norm, ".3f"))
-        t.add_row("tokens/s", fmt_num(view.tokens_per_s, ",.0f"))
-        t.add_row("avg tok/s", fmt_num(view.avg_tokens_per_s, ",.0f"))
-        t.add_row("tokens", f"{view.total_tokens:,}")
-        t.add_row("MFU", "-" if view.mfu is None else f"{100 * view.mfu:.1f}%")
+            t.add_row(_("eval loss"), fmt_num(view.eval_loss))
+        t.add_row(_("lr"), fmt_num(view.lr, ".3e"))
+        t.add_row(_("grad norm"), fmt_num(view.grad_norm, ".3f"))
+        t.add_row(_("tokens/s"), fmt_num(view.tokens_per_s, ",.0f"))
+        t.add_row(_("avg tok/s"), fmt_num(view.avg_tokens_per_s, ",.0f"))
+        t.add_row(_("tokens"), f"{view.total_tokens:,}")
+        t.add_row(_("MFU"), "-" if view.mfu is None else f"{100 * view.mfu:.1f}%")
         if view.loss_scale is not None:
-            t.add_row("loss scale", f"{view.loss_scale:g}")
+            t.add_row(_("loss scale"), f"{view.loss_scale:g}")
         parts: list = [t]
         if view.extras or view.eval_extras:  # a new stage's figures, by their names, in a grid of their own:
             figures = Table.grid(padding=(0, 1))  # a long name does not narrow the values above
             rows = [(name, fmt_figure(dict(extras)[name])) for extras in (view.extras, view.eval_extras)
-                    for name in ordered_figures([n for n, _ in extras])]  # rewards_margin and accuracy first: in sight at 80x24
+                    for name in ordered_figures([n for n, _value in extras])]  # rewards_margin and accuracy first: in sight at 80x24
             figures.add_column(style="dim")  # the column of names gives way (each cut with an ellipsis) ...
             figures.add_column(no_wrap=True)  # ... the values stay whole
             for name, value in rows:
                 figures.add_row(Text(name, overflow="ellipsis", no_wrap=True), value)  # Text: a name is never markup
             parts.append(figures)
         for level, message in view.messages[-2:]:
-            parts.append(Text(f"{level}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
+            shown = _(LEVEL_LABELS[level]) if level in LEVEL_LABELS else level
+            parts.append(Text(f"{shown}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
         self.update(Group(*parts))
 
 
@@ -227,13 +269,13 @@ class EndBanner(Static):
             return
         self.display = True
         text = Text()
-        text.append(view.status.upper(), style=STATUS_STYLE.get(view.status, "bold"))
+        text.append(status_label(view.status).upper(), style=STATUS_STYLE.get(view.status, "bold"))
         if view.reason:
             text.append(f": {view.reason}")
         if view.error and view.status in ("failed", "died"):
             text.append(f"\n{view.error}", style="red")
         if view.hint:
-            text.append("\nhint: ", style="bold")
+            text.append("\n" + _("hint") + ": ", style="bold")
             text.append(view.hint)
         self.update(text)
         self.set_class(view.status in ("failed", "died", "unreadable"), "-failed")
@@ -247,7 +289,7 @@ class GpuPanel(Static):
         t = Table.grid(padding=(0, 1))
         if ended:
             t.add_column(no_wrap=True)
-            t.add_row(Text("the run has ended: no live figures", style="dim"))
+            t.add_row(Text(_("the run has ended: no live figures"), style="dim"))
         elif gpus:
             for col in ("gpu", "util", "memory", "power", "temp"):
                 t.add_column(col, no_wrap=True)
@@ -259,12 +301,12 @@ class GpuPanel(Static):
                 )
         elif host is not None:
             t.add_column(no_wrap=True)
-            t.add_row(Text("no GPU seen by NVML", style="dim"))
+            t.add_row(Text(_("no GPU seen by NVML"), style="dim"))
             t.add_row(f"CPU {host.cpu_percent:3.0f}%   RAM {fmt_bytes(host.ram_used)}/{fmt_bytes(host.ram_total)}")
         parts: list = [t]
         if rank_peaks:
             peaks = "  ".join(f"r{r} {fmt_bytes(p)}" for r, p in enumerate(rank_peaks))
-            parts.append(Text(f"peak per rank: {peaks}", style="dim"))
+            parts.append(Text(_("peak per rank: {peaks}").format(peaks=peaks), style="dim"))
         self.update(Group(*parts))
 
 
@@ -277,4 +319,4 @@ class LogTail(RichLog):
             self.write(Text(line, style=style or ""))
 
 
-__all__ = ["RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]
+__all__ = ["status_label", "RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]

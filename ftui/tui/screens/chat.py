@@ -24,8 +24,10 @@ from textual.widgets import Input, Label, Select, Static
 
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 from ftui.gpu import device_choices
+from ftui.i18n import N_, _
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
+from ftui.tui.relabel import relabel, relabel_options, word
 
 BASE = "base"
 # Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
@@ -38,24 +40,33 @@ def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
     out = []
     if (run_dir / FINAL_DIR).is_dir():
         out.append(("final/", "final"))
-    out += [(f"checkpoint step {s}", f"step-{s}") for s, _ in reversed(checkpoints(run_dir))]
-    out.append(("base model (untrained)", BASE))
+    out += [(_("checkpoint step {step}").format(step=s), f"step-{s}") for s, _path in reversed(checkpoints(run_dir))]
+    out.append((_("base model (untrained)"), BASE))
     return out
+
+
+# The chat screen's words that a language switch relabels in place: (selector, placeholder or label)
+PLACEHOLDERS = {"#chat-model": N_("model directory (or ftui-demo)"), "#chat-system": N_("system prompt (optional)"),
+                "#chat-prompt": N_("ask something; Enter sends, Esc stops the answer")}
+LABELS = {"#chat-label-temperature": N_("temp"), "#chat-label-top-p": N_("top-p"), "#chat-label-max": N_("max")}
 
 
 class ChatPane(VerticalScroll):
     """One conversation: user turns and the model's answers, the last one growing as it streams."""
 
     def __init__(self, title: str, **kwargs: Any):
+        """``title``: marked with N_, shown translated until a model's own label replaces it."""
         super().__init__(**kwargs)
-        self.border_title = title
+        self.default_title = title
+        self.model_titled = False  # the loaded model's label is the title (never translated)
+        self.border_title = _(title)
         self._answer: Static | None = None
         self._text = ""
 
     def add_user(self, text: str, waiting: bool = False) -> None:
         """The user's turn and a place for the answer (``waiting``: the model is still loading)."""
-        self.mount(Static(Text.assemble(("you: ", "bold cyan"), text), classes="turn"))
-        self._answer = Static(Text("… (sent when the model has loaded)" if waiting else "…", style="dim"),
+        self.mount(Static(Text.assemble((_("you") + ": ", "bold cyan"), text), classes="turn"))
+        self._answer = Static(Text("… " + _("(sent when the model has loaded)") if waiting else "…", style="dim"),
                               classes="turn answer")
         self._text = ""
         self.mount(self._answer)
@@ -85,11 +96,11 @@ class ChatPane(VerticalScroll):
 
 class ChatScreen(Screen):
     BINDINGS = [
-        Binding("escape", "stop_or_back", "Stop / Back"),
-        Binding("ctrl+l", "clear", "Clear"),
-        Binding("ctrl+s", "save", "Save JSON"),
-        Binding("ctrl+b", "compare", "Compare with base"),
-        Binding("ctrl+o", "reload", "Load"),
+        Binding("escape", "stop_or_back", N_("Stop / Back")),
+        Binding("ctrl+l", "clear", N_("Clear")),
+        Binding("ctrl+s", "save", N_("Save JSON")),
+        Binding("ctrl+b", "compare", N_("Compare with base")),
+        Binding("ctrl+o", "reload", N_("Load")),
     ]
     # Keys that leave a narrow footer first (80 columns): Stop / Back and Quit stay.
     FOOTER_DROP_FIRST = ("compare", "reload", "clear", "save")
@@ -119,25 +130,37 @@ class ChatScreen(Screen):
             if sources:
                 yield Select(sources, value=sources[0][1], allow_blank=False, id="chat-source")
             else:
-                yield Input(placeholder="model directory (or ftui-demo)", id="chat-model")
+                yield Input(placeholder=word(PLACEHOLDERS, "#chat-model"), id="chat-model")
             yield Select(devices, value="cpu", allow_blank=False, id="chat-device")  # a training run may hold the GPUs
-            yield Label("temp", classes="chat-label")
+            yield Label(word(LABELS, "#chat-label-temperature"), classes="chat-label", id="chat-label-temperature")
             yield Input("0.7", id="chat-temperature", classes="chat-num")
-            yield Label("top-p", classes="chat-label")
+            yield Label(word(LABELS, "#chat-label-top-p"), classes="chat-label", id="chat-label-top-p")
             yield Input("0.9", id="chat-top-p", classes="chat-num")
-            yield Label("max", classes="chat-label")
+            yield Label(word(LABELS, "#chat-label-max"), classes="chat-label", id="chat-label-max")
             yield Input("256", id="chat-max", classes="chat-num")
-        yield Input(placeholder="system prompt (optional)", id="chat-system")
+        yield Input(placeholder=word(PLACEHOLDERS, "#chat-system"), id="chat-system")
         with Horizontal(id="chat-panes"):
-            yield ChatPane("model", id="pane-main")
+            yield ChatPane(N_("model"), id="pane-main")
         yield Static("", id="chat-status")
-        yield Input(placeholder="ask something; Enter sends, Esc stops the answer", id="chat-prompt")
+        yield Input(placeholder=word(PLACEHOLDERS, "#chat-prompt"), id="chat-prompt")
         yield FittingFooter(self.FOOTER_DROP_FIRST)
 
     def on_mount(self) -> None:
         self.query_one("#chat-prompt", Input).focus()
         if self.run_dir is not None:
             self.load_pane("main", self._source_spec())
+
+    async def recompose(self) -> None:
+        """The language changed: the screen's own words are relabelled in place, so the
+        conversation, what is typed, the chosen source and the model workers all stay."""
+        relabel(self, {**PLACEHOLDERS, **LABELS})
+        for pane in self.query(ChatPane):
+            if not pane.model_titled:
+                pane.border_title = _(pane.default_title)
+        if self.run_dir is not None:
+            # its Changed reloads nothing: the spec is the one loaded
+            relabel_options(self.query_one("#chat-source", Select), chat_sources(self.run_dir))
+        self.query_one(FittingFooter).retranslate()
 
     # --- Settings and sources
 
@@ -179,7 +202,7 @@ class ChatScreen(Screen):
 
     @work(thread=True, group="chat-load")
     def _load_in_worker(self, pane: str, spec: dict[str, Any]) -> None:
-        self._call_ui(self._status, "loading the model…")
+        self._call_ui(self._status, _("loading the model…"))
         self.specs[pane] = spec
         old = self.workers_by_pane.pop(pane, None)
         if old is not None:
@@ -195,7 +218,7 @@ class ChatScreen(Screen):
         if closed or reply["type"] != "loaded":
             self._close_worker(worker)
             if not closed:
-                self._call_ui(self._loaded, pane, None, reply.get("message", "cannot load the model"))
+                self._call_ui(self._loaded, pane, None, reply.get("message", _("cannot load the model")))
             return
         self._call_ui(self._loaded, pane, reply, None)
 
@@ -231,13 +254,14 @@ class ChatScreen(Screen):
         queued = self.queued.pop(pane, None)
         if error:
             if queued is not None:
-                widget.finish("not sent: the model could not be loaded")
+                widget.finish(_("not sent: the model could not be loaded"))
             widget.show_error(error)
             self._status(error, "red")
             return
-        widget.border_title = reply["label"]
+        widget.border_title, widget.model_titled = reply["label"], True
         self.conversations[pane] = Conversation()
-        self._status(f"{reply['label']} on {reply['device']} ({reply['params']:,} parameters)")
+        self._status(_("{model} on {device} ({params} parameters)").format(
+            model=reply["label"], device=reply["device"], params=f"{reply['params']:,}"))
         if queued is not None and pane in self.workers_by_pane:
             self.ask(pane, self.workers_by_pane[pane], queued, shown=True)
 
@@ -245,7 +269,8 @@ class ChatScreen(Screen):
         self.load_pane("main", self._source_spec())
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "chat-source" and self.is_mounted and "main" in self.workers_by_pane:
+        if (event.select.id == "chat-source" and self.is_mounted and "main" in self.workers_by_pane
+                and self._source_spec() != self.specs.get("main")):  # a relabelling (language switch) keeps the source
             self.load_pane("main", self._source_spec())
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -256,13 +281,13 @@ class ChatScreen(Screen):
             if not text:
                 return
             if self.busy:
-                self.notify("an answer is still streaming; Esc stops it", severity="warning")
+                self.notify(_("an answer is still streaming; Esc stops it"), severity="warning")
                 return
             if self.queued:
-                self.notify("a prompt is already waiting for the model to load", severity="warning")
+                self.notify(_("a prompt is already waiting for the model to load"), severity="warning")
                 return
             if not self.workers_by_pane and not self.loading_panes:
-                self.notify("no model is loaded: choose one and press Ctrl+O (or Enter in the model field)", severity="warning")
+                self.notify(_("no model is loaded: choose one and press Ctrl+O (or Enter in the model field)"), severity="warning")
                 return
             event.input.value = ""
             for pane in sorted(self.loading_panes):  # sent when its model has loaded
@@ -322,15 +347,16 @@ class ChatScreen(Screen):
         widget = self.query_one(f"#pane-{pane}", ChatPane)
         conv = self.conversations[pane]
         if reply["type"] == "done":
-            note = f"{reply['tokens']} tokens · {reply.get('tokens_per_s') or 0:.1f} tokens/s" + (" · stopped" if reply["stopped"] else "")
+            note = _("{tokens} tokens · {rate} tokens/s").format(tokens=reply["tokens"], rate=f"{reply.get('tokens_per_s') or 0:.1f}")
+            note += " · " + _("stopped") if reply["stopped"] else ""
             conv.answer(widget.finish(note))
         elif reply["type"] == "killed":
             conv.messages.pop()
-            widget.finish("stopped (the model was still reading the prompt, so its worker was ended; reloading it)")
+            widget.finish(_("stopped (the model was still reading the prompt, so its worker was ended; reloading it)"))
             self.load_pane(pane, self.specs[pane])
         else:
             conv.messages.pop()  # the question stays on screen, not in the history sent next time
-            widget.show_error(reply.get("message", "the answer failed"))
+            widget.show_error(reply.get("message", _("the answer failed")))
 
     # --- Actions
 
@@ -352,7 +378,7 @@ class ChatScreen(Screen):
         path = folder / f"chat-{time.strftime('%Y%m%d-%H%M%S')}.json"
         conv = self.conversations.get("main")
         if conv is None or not conv.messages:
-            self.notify("nothing to save yet", severity="warning")
+            self.notify(_("nothing to save yet"), severity="warning")
             return
         label = self.query_one("#pane-main", ChatPane).border_title or ""
         base = self.conversations.get("base") if self.compare else None
@@ -363,14 +389,14 @@ class ChatScreen(Screen):
         try:
             conv.save(str(path), self.settings(), str(label), compared_with=compared)
         except OSError as err:
-            self.notify(f"cannot save: {err}", severity="error")
+            self.notify(_("cannot save: {error}").format(error=err), severity="error", markup=False)
             return
-        self.notify(f"saved {path}")
+        self.notify(_("saved {path}").format(path=path), markup=False)
 
     def action_compare(self) -> None:
         """Side by side: the same prompts to the base model (a second worker)."""
         if self.run_dir is None:
-            self.notify("compare needs a run (its base model)", severity="warning")
+            self.notify(_("compare needs a run (its base model)"), severity="warning")
             return
         panes = self.query_one("#chat-panes", Horizontal)
         if self.compare:
@@ -384,7 +410,7 @@ class ChatScreen(Screen):
             self.query_one("#pane-base").remove()
             return
         self.compare = True
-        panes.mount(ChatPane("base model", id="pane-base"))
+        panes.mount(ChatPane(N_("base model"), id="pane-base"))
         self.load_pane("base", {"run": str(self.run_dir), "base": True, "device": self._device()})
 
     def _close_in_background(self, worker: Any) -> None:

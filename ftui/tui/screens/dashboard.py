@@ -25,11 +25,12 @@ from textual.worker import get_current_worker
 
 from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
+from ftui.i18n import N_, _
 from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
-from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader
+from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader, status_label
 
 POLL_S = 1.0  # the header shows whole seconds; new events show within a second
 PLOT_EVERY_S = 1.0
@@ -45,17 +46,17 @@ MIN_FIGURE_ROWS = 10
 
 class DashboardScreen(Screen):
     BINDINGS = [
-        Binding("s", "stop", "Stop"),
-        Binding("m", "smoothing", "Smoothing"),
-        Binding("l", "log_scale", "Log y"),
-        Binding("v", "lr", "Loss/LR"),
-        Binding("w", "window", "Last N / all"),
-        Binding("f", "figure", "Figure"),
-        Binding("escape", "back", "Back"),
-        Binding("r", "runs", "Runs"),
-        Binding("c", "chat", "Chat"),
-        Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
-        Binding("x", "export", "Export", show=False),  # the same
+        Binding("s", "stop", N_("Stop")),
+        Binding("m", "smoothing", N_("Smoothing")),
+        Binding("l", "log_scale", N_("Log y")),
+        Binding("v", "lr", N_("Loss/LR")),
+        Binding("w", "window", N_("Last N / all")),
+        Binding("f", "figure", N_("Figure")),
+        Binding("escape", "back", N_("Back")),
+        Binding("r", "runs", N_("Runs")),
+        Binding("c", "chat", N_("Chat")),
+        Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
+        Binding("x", "export", N_("Export"), show=False),  # the same
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
     FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale")
@@ -90,11 +91,26 @@ class DashboardScreen(Screen):
     def on_mount(self) -> None:
         self.query_one(EndBanner).display = False
         self.query_one("#figure-plots").display = False
-        self.query_one("#gpu-panel").border_title = "devices"
-        self.query_one("#log-tail").border_title = "train.log"
-        self.query_one("#figures").border_title = "now"
+        self._set_titles()
         self.tail_run()  # the device sampler starts with the first view of a live run (show)
         self.set_interval(PLOT_EVERY_S, self._flush_plot)
+
+    def _set_titles(self) -> None:
+        self.query_one("#gpu-panel").border_title = _("devices")
+        self.query_one("#log-tail").border_title = "train.log"
+        self.query_one("#figures").border_title = _("now")
+
+    async def recompose(self) -> None:
+        """The language changed: the panels are drawn again from the last view, in place (the
+        run followed, its log tail, the plot settings and the workers all stay)."""
+        self._set_titles()
+        if self.view is not None and not self._widgets_gone():
+            self.query_one(RunHeader).show(self.view)
+            self.query_one(EndBanner).show(self.view)
+            self.query_one(Figures).show(self.view)
+            self.show_devices(*self._gpu)
+            self._draw_plots(self.view)
+        self.query_one(FittingFooter).retranslate()
 
     # --- workers (never touch widgets directly: they post to the UI thread)
     @work(thread=True, exclusive=True, group="tail")
@@ -192,8 +208,8 @@ class DashboardScreen(Screen):
             self.app.bell()
             severity = "error" if view.status in ("failed", "died") else "warning" if view.status == "stopped" else "information"
             detail = f"\n{view.error}" if view.error else ""
-            hint = f"\nhint: {view.hint}" if view.hint else ""
-            self.notify(f"{view.run_id}: {view.status}. {view.reason or ''}{detail}{hint}", title="run ended",
+            hint = "\n" + _("hint") + f": {view.hint}" if view.hint else ""
+            self.notify(f"{view.run_id}: {status_label(view.status)}. {view.reason or ''}{detail}{hint}", title=_("run ended"),
                         severity=severity, timeout=30, markup=False)
 
     def _flush_plot(self) -> None:
@@ -305,12 +321,12 @@ class DashboardScreen(Screen):
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why
-            self.notify("the run has already ended", severity="warning")
+            self.notify(_("the run has already ended"), severity="warning")
             return
         force = self.stop_requests > 0
         question = (
-            "Kill the run now? The ranks are killed without saving." if force
-            else "Stop the run? The ranks finish the current step and stop."
+            _("Kill the run now? The ranks are killed without saving.") if force
+            else _("Stop the run? The ranks finish the current step and stop.")
         )
 
         def answered(yes: bool | None) -> None:
@@ -318,12 +334,12 @@ class DashboardScreen(Screen):
                 self.stop_requests += 1
                 self.send_stop(force)
 
-        self.app.push_screen(Confirm(question, yes="Kill" if force else "Stop", danger=force), answered)
+        self.app.push_screen(Confirm(question, yes=_("Kill") if force else _("Stop"), danger=force), answered)
 
     @work(thread=True, group="control")
     def send_stop(self, force: bool) -> None:
         from ftui.jobs.launch import stop_run
 
         result = stop_run(self.run_dir, force=force)
-        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+        self.app.call_from_thread(self.notify, f"{_('kill') if force else _('stop')}: {result}", markup=False)
 

@@ -20,19 +20,24 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, DataTable, Footer, Input, ProgressBar, Select, Static
+from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
+from ftui.i18n import N_, _
 from ftui.paths import CONFIG_FILE
 from ftui.runs import RunSummary, summarize_run
+from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, chat_sources
+from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import STATUS_STYLE
+from ftui.tui.widgets import STATUS_STYLE, status_label
 
-KINDS = (("predict: generate answers, BLEU / ROUGE", "predict"), ("eval: loss and perplexity", "eval"))
-GENERATION_FIELDS = (("max_new_tokens", "max new tokens", int), ("temperature", "temperature", float),
-                     ("top_p", "top-p", float), ("batch_size", "batch size", int))
+KINDS = ((N_("predict: generate answers, BLEU / ROUGE"), "predict"), (N_("eval: loss and perplexity"), "eval"))
+GENERATION_FIELDS = (("max_new_tokens", N_("max new tokens"), int), ("temperature", N_("temperature"), float),
+                     ("top_p", N_("top-p"), float), ("batch_size", N_("batch size"), int))
+JOB_COLUMNS = {"mark": "", "kind": N_("kind"), "status": N_("status"), "source": N_("source"), "dataset": N_("dataset"),
+               "result": N_("result"), "job": N_("job")}  # the id last: it is the least telling
 JOBS_REFRESH_S = 5.0  # the jobs list: a job started from a shell shows up, a live one's status moves
 
 
@@ -45,16 +50,17 @@ def source_args(value: str) -> tuple[str | None, bool]:
 
 
 def parse_count(text: str, name: str, optional: bool = False) -> int | None:
-    """A whole number of 1 or more from a field (empty: None when ``optional``)."""
+    """A whole number of 1 or more from a field (empty: None when ``optional``); ``name``: the
+    field's label (marked with N_)."""
     text = text.strip()
     if not text and optional:
         return None
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{name}: {text!r} is not a whole number") from None
+        raise ValueError(_("{field}: {value} is not a whole number").format(field=_(name), value=repr(text))) from None
     if value < 1:
-        raise ValueError(f"{name} must be 1 or more")
+        raise ValueError(_("{field} must be 1 or more").format(field=_(name)))
     return value
 
 
@@ -68,9 +74,9 @@ def parse_generation(values: dict[str, str]) -> dict[str, Any]:
         try:
             out[key] = float(values[key].strip())
         except ValueError:
-            raise ValueError(f"{name}: {values[key].strip()!r} is not a number") from None
+            raise ValueError(_("{field}: {value} is not a number").format(field=_(name), value=repr(values[key].strip()))) from None
     if out["temperature"] < 0 or not 0 < out["top_p"] <= 1:
-        raise ValueError("temperature must be 0 or more and top-p in (0, 1]")
+        raise ValueError(_("temperature must be 0 or more and top-p in (0, 1]"))
     return out
 
 
@@ -78,7 +84,7 @@ def eta_text(done: int, total: int | None, per_s: float | None) -> str:
     if not total or not per_s or per_s <= 0 or done >= total:
         return ""
     left = (total - done) / per_s
-    return f"ETA {int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+    return _("ETA {duration}").format(duration=f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}")
 
 
 def job_kind(job_dir: Path) -> str:
@@ -87,17 +93,23 @@ def job_kind(job_dir: Path) -> str:
 
 class EvalPredictScreen(JobScreen):
     BINDINGS = [
-        Binding("f5", "start", "Start"),
-        Binding("f6", "stop", "Stop"),
-        Binding("f7", "browse", "Predictions"),
-        Binding("f8", "compare", "Compare"),
-        Binding("space", "mark", "Mark job", show=False),
-        Binding("escape", "back", "Back"),
+        Binding("f5", "start", N_("Start")),
+        Binding("f6", "stop", N_("Stop")),
+        Binding("f7", "browse", N_("Predictions")),
+        Binding("f8", "compare", N_("Compare")),
+        Binding("space", "mark", N_("Mark job"), show=False),
+        Binding("escape", "back", N_("Back")),
     ]
 
     START_BUTTON = "#ep-start"
-    STOP_QUESTIONS = ("Stop the job? The batch under way finishes; its answers so far are kept.",
-                      "Kill the job now? Its answers so far are kept.")
+    STOP_QUESTIONS = (N_("Stop the job? The batch under way finishes; its answers so far are kept."),
+                      N_("Kill the job now? Its answers so far are kept."))
+    WORDS = {"#ep-start": N_("Start"), "#ep-stop": N_("Stop"), "#ep-browse": N_("Predictions"), "#ep-compare": N_("Compare"),
+             "#ep-dataset": N_("names or files"), "#ep-max_samples": N_("all"), "#ep-label-kind": N_("job"),
+             "#ep-label-source": N_("model"), "#ep-label-dataset": N_("datasets"), "#ep-label-dataset_dir": N_("dataset dir"),
+             "#ep-label-max_samples": N_("max samples"), "#ep-label-nproc": N_("processes"),
+             **{f"#ep-label-{key}": name for key, name, _kind in GENERATION_FIELDS}}
+    TITLES = {"#ep-form": N_("new job"), "#ep-jobs": N_("jobs: Enter opens, Space marks")}
 
     def __init__(self, run_dir: Path):
         super().__init__(run_dir)
@@ -105,20 +117,25 @@ class EvalPredictScreen(JobScreen):
         self.stage = "sft"  # the run's stage: the preview checks the datasets fit it
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"Evaluate & Predict · {self.run_dir.name}", style="bold"), id="ep-title")
+        yield Static(self._title(), id="ep-title")
+        words = self.WORDS
         with Horizontal(id="ep-body"):
             with VerticalScroll(id="ep-form"):
-                yield self._row("kind", "job", Select(KINDS, value="predict", allow_blank=False, id="ep-kind", compact=True))
+                yield self._row("kind", words["#ep-label-kind"], Select(self._kinds(), value="predict", allow_blank=False, id="ep-kind",
+                                                                        compact=True))
                 sources = chat_sources(self.run_dir)
-                yield self._row("source", "model", Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
-                yield self._row("dataset", "datasets", Input(id="ep-dataset", placeholder="names or files", compact=True))
-                yield self._row("dataset_dir", "dataset dir", Input("data", id="ep-dataset_dir", compact=True))
-                yield self._row("max_samples", "max samples", Input(id="ep-max_samples", placeholder="all", compact=True))
+                yield self._row("source", words["#ep-label-source"],
+                                Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
+                yield self._row("dataset", words["#ep-label-dataset"],
+                                Input(id="ep-dataset", placeholder=word(words, "#ep-dataset"), compact=True))
+                yield self._row("dataset_dir", words["#ep-label-dataset_dir"], Input("data", id="ep-dataset_dir", compact=True))
+                yield self._row("max_samples", words["#ep-label-max_samples"],
+                                Input(id="ep-max_samples", placeholder=word(words, "#ep-max_samples"), compact=True))
                 from ftui.jobs.offline import GENERATION_DEFAULTS
 
-                for key, name, _ in GENERATION_FIELDS:
+                for key, name, _kind in GENERATION_FIELDS:
                     yield self._row(key, name, Input(str(GENERATION_DEFAULTS[key]), id=f"ep-{key}", compact=True), "generation")
-                yield self._row("nproc", "processes", Input("1", id="ep-nproc", compact=True))
+                yield self._row("nproc", words["#ep-label-nproc"], Input("1", id="ep-nproc", compact=True))
                 yield Static("", id="ep-preview", classes="note")
             with Vertical(id="ep-side"):
                 yield DataTable(id="ep-jobs", cursor_type="row", zebra_stripes=True)
@@ -127,22 +144,38 @@ class EvalPredictScreen(JobScreen):
                 yield Static("", id="ep-status")
                 yield Static("", id="ep-metrics")
         with Horizontal(id="ep-bar"):
-            yield Button("Start", id="ep-start", variant="success", compact=True)
-            yield Button("Stop", id="ep-stop", variant="error", compact=True, disabled=True)
-            yield Button("Predictions", id="ep-browse", compact=True, disabled=True)
-            yield Button("Compare", id="ep-compare", compact=True)
-        yield Footer()
+            yield Button(_("Start"), id="ep-start", variant="success", compact=True)
+            yield Button(_("Stop"), id="ep-stop", variant="error", compact=True, disabled=True)
+            yield Button(_("Predictions"), id="ep-browse", compact=True, disabled=True)
+            yield Button(_("Compare"), id="ep-compare", compact=True)
+        yield FittingFooter()
+
+    def _title(self) -> Text:
+        return Text(_("Evaluate & Predict") + f" · {self.run_dir.name}", style="bold")
+
+    @staticmethod
+    def _kinds() -> list[tuple[str, str]]:
+        return [(_(label), value) for label, value in KINDS]
+
+    def _add_job_columns(self) -> None:
+        jobs = self.query_one("#ep-jobs", DataTable)
+        jobs.clear(columns=True)
+        for key, heading in JOB_COLUMNS.items():
+            jobs.add_column(_(heading) if heading else "", key=key)
+
+    def relabel_more(self) -> None:
+        self.query_one("#ep-title", Static).update(self._title())
+        relabel_options(self.query_one("#ep-kind", Select), self._kinds())
+        relabel_options(self.query_one("#ep-source", Select), chat_sources(self.run_dir))
+        self._add_job_columns()  # list_jobs fills it again
 
     @staticmethod
     def _row(key: str, label: str, control: Any, classes: str = "") -> Horizontal:
         return field_row("ep", key, label, control, classes)
 
     def on_mount(self) -> None:
-        self.query_one("#ep-form").border_title = "new job"
-        jobs = self.query_one("#ep-jobs", DataTable)
-        jobs.border_title = "jobs: Enter opens, Space marks"
-        for key in ("mark", "kind", "status", "source", "dataset", "result", "job"):  # the id last: it is the least telling
-            jobs.add_column("" if key == "mark" else key, key=key)
+        relabel(self, {}, self.TITLES)
+        self._add_job_columns()
         self.query_one("#ep-progress").display = False
         self.read_run_defaults()
         self.list_jobs()
@@ -197,10 +230,10 @@ class EvalPredictScreen(JobScreen):
         if kind == "predict" and isinstance(results.get("predict_bleu-4"), (int, float)):
             result = f"BLEU-4 {results['predict_bleu-4']:.1f} ROUGE-L {results.get('predict_rouge-l', 0):.1f}"
         elif isinstance(results.get("eval_loss"), (int, float)):
-            result = f"loss {results['eval_loss']:.4f}"
+            result = _("loss") + f" {results['eval_loss']:.4f}"
         else:
             result = ""
-        return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(summary.status, style=STATUS_STYLE.get(summary.status, "")),
+        return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(status_label(summary.status), style=STATUS_STYLE.get(summary.status, "")),
                 Text(str(spec.get("source_label", "?"))), Text(str(spec.get("dataset", "?"))), Text(result), Text(job_dir.name)]
 
     @work(thread=True, exclusive=True, group="preview")
@@ -231,7 +264,7 @@ class EvalPredictScreen(JobScreen):
                                                generation=generation if kind == "predict" else None, nproc=nproc)
             offline.start_job(kind, job_dir, cfg)
         except (offline.JobError, ConfigError, RunBusy, OSError, ValueError) as err:
-            self.app.call_from_thread(self.start_failed, f"{kind} job not started: {err}")
+            self.app.call_from_thread(self.start_failed, _("{kind} job not started: {error}").format(kind=kind, error=err))
             return
         self.app.call_from_thread(self.open_job, job_dir)
 
@@ -242,14 +275,14 @@ class EvalPredictScreen(JobScreen):
     def open_job(self, job_dir: Path) -> None:
         """Shows ``job_dir`` (started here or picked in the list) and follows it."""
         self.show("#ep-metrics", Text())
-        self.show("#ep-status", Text("reading the job...", style="dim"))
+        self.show("#ep-status", Text(_("reading the job..."), style="dim"))
         super().open_job(job_dir)
 
     def show_job(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: dict[str, Any] | None) -> None:
         progress = latest.get("progress", {})
         kind = job_kind(job_dir)
         title = Text(f"{kind} {job_dir.name}  ", style="bold")
-        title.append(summary.status, style=STATUS_STYLE.get(summary.status, ""))
+        title.append(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))
         self.show("#ep-job", title)
         bar = self.query_one("#ep-progress", ProgressBar)
         total = progress.get("total") if isinstance(progress.get("total"), int) else summary.max_steps
@@ -258,7 +291,7 @@ class EvalPredictScreen(JobScreen):
             bar.update(total=total or None, progress=summary.step)
         status = Text()
         if kind == "predict":
-            status.append(f"{summary.step} / {total or '?'} examples")
+            status.append(_("{done} / {total} examples").format(done=summary.step, total=total or "?"))
             rate = progress.get("examples_per_s")
             if isinstance(rate, (int, float)) and rate > 0:
                 status.append(f"  {rate:.2f}/s  {eta_text(summary.step, total, rate)}")
@@ -276,7 +309,7 @@ class EvalPredictScreen(JobScreen):
     @staticmethod
     def _metrics_text(results: dict[str, Any]) -> Text:
         if not results:
-            return Text("no results file (the job wrote none)", style="dim")
+            return Text(_("no results file (the job wrote none)"), style="dim")
         text = Text()
         for name, value in result_lines(results):
             text.append(f"{name:<32}", style="dim")
@@ -299,13 +332,13 @@ class EvalPredictScreen(JobScreen):
         value = {key: self.query_one(f"#ep-{key}", Input).value for key, *_ in GENERATION_FIELDS}
         dataset = self.query_one("#ep-dataset", Input).value.strip()
         if not dataset:
-            raise ValueError("datasets: name at least one (a dataset_info.json name or a file)")
+            raise ValueError(_("datasets: name at least one (a dataset_info.json name or a file)"))
         return {
             "kind": kind, "source_value": str(self.query_one("#ep-source", Select).value), "dataset": dataset,
             "dataset_dir": self.query_one("#ep-dataset_dir", Input).value.strip() or "data",
-            "max_samples": parse_count(self.query_one("#ep-max_samples", Input).value, "max samples", optional=True),
+            "max_samples": parse_count(self.query_one("#ep-max_samples", Input).value, self.WORDS["#ep-label-max_samples"], optional=True),
             "generation": parse_generation(value) if kind == "predict" else {},
-            "nproc": parse_count(self.query_one("#ep-nproc", Input).value, "processes"),
+            "nproc": parse_count(self.query_one("#ep-nproc", Input).value, self.WORDS["#ep-label-nproc"]),
         }
 
     # --- actions
@@ -324,7 +357,7 @@ class EvalPredictScreen(JobScreen):
             self.notify(str(err), severity="error", markup=False)
             return
         self.query_one("#ep-start", Button).disabled = True
-        self.show("#ep-status", Text(f"starting the {values['kind']} job...", style="dim"))
+        self.show("#ep-status", Text(_("starting the {kind} job...").format(kind=values["kind"]), style="dim"))
         self.start(**values)
 
     def _highlighted_job(self) -> Path | None:
@@ -342,7 +375,7 @@ class EvalPredictScreen(JobScreen):
         if job_dir is None or self.focused is not self.query_one("#ep-jobs"):
             return
         if job_kind(job_dir) != "predict":
-            self.notify("only predict jobs are compared", severity="warning")
+            self.notify(_("only predict jobs are compared"), severity="warning")
             return
         self.marked = [p for p in self.marked if p != job_dir] if job_dir in self.marked else (self.marked + [job_dir])[-2:]
         self.list_jobs()
@@ -352,7 +385,7 @@ class EvalPredictScreen(JobScreen):
 
         job_dir = self.job_dir if self.job_dir is not None and job_kind(self.job_dir) == "predict" else None
         if job_dir is None:
-            self.notify("open a predict job first (Enter on it in the list)", severity="warning")
+            self.notify(_("open a predict job first (Enter on it in the list)"), severity="warning")
             return
         self.app.push_screen(PredictionsScreen(job_dir))
 
@@ -360,6 +393,6 @@ class EvalPredictScreen(JobScreen):
         from ftui.tui.screens.predictions import CompareScreen
 
         if len(self.marked) != 2:
-            self.notify("mark two predict jobs in the list (Space), then compare", severity="warning")
+            self.notify(_("mark two predict jobs in the list (Space), then compare"), severity="warning")
             return
         self.app.push_screen(CompareScreen(*self.marked))

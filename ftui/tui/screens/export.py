@@ -21,21 +21,26 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Checkbox, DataTable, Footer, Input, ProgressBar, Select, Static, TextArea
+from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Select, Static, TextArea
 from textual.worker import get_current_worker
 
+from ftui.i18n import N_, _
 from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir, fmt_bytes
 from ftui.runs import RunSummary, summarize_run
+from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import visible
+from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import BASE, chat_sources
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import STATUS_STYLE
+from ftui.tui.widgets import STATUS_STYLE, status_label
 
 NO_GGUF = "none"
 GGUF_CHOICES = ((NO_GGUF, NO_GGUF),) + tuple((t, t) for t in GGUF_TYPES)
-PHASES = {"load": "loading the model", "merge": "merging the adapter", "save": "saving the shards", "gguf": "writing the GGUF file"}
+PHASES = {"load": N_("loading the model"), "merge": N_("merging the adapter"), "save": N_("saving the shards"),
+          "gguf": N_("writing the GGUF file")}
 JOBS_REFRESH_S = 5.0  # an export started from a shell shows up, a live one's status moves
-NO_OUT_DIR = "out dir: give the directory to write the model to"  # an empty field would mean the current directory
+NO_OUT_DIR = N_("out dir: give the directory to write the model to")  # an empty field would mean the current directory
+EXPORT_COLUMNS = {"status": N_("status"), "source": N_("source"), "format": N_("format"), "out": N_("out"), "job": N_("job")}
 MAX_LISTED = 200  # files listed at the end, at most
 
 
@@ -72,7 +77,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     except ExportError as err:
         note(str(err))
     out_path = Path(out.strip()).expanduser() if out.strip() else None
-    note(out_dir_problem(out_path, force, runs_root) if out_path else NO_OUT_DIR)
+    note(out_dir_problem(out_path, force, runs_root) if out_path else _(NO_OUT_DIR))
     text = Text()
     try:
         cfg, _warnings = load_config(run_dir / CONFIG_FILE)
@@ -80,13 +85,13 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     except (ExportError, ConfigError, OSError) as err:
         note(str(err))
     else:
-        text.append("needs  ", style="dim")
+        text.append(_("needs") + "  ", style="dim")
         text.append(needs.describe())
         note(resources_problem(needs, out_path) if out_path else None)
     for problem in problems:
         text.append(("\n" if text else "") + visible(problem), style="red")
     if not problems:
-        text.append("\nready: F5 starts the export", style="green")
+        text.append("\n" + _("ready: F5 starts the export"), style="green")
     return text
 
 
@@ -103,7 +108,7 @@ def export_result(event: dict[str, Any], spec: dict[str, Any], listing: list[tup
     files = strings(event.get("files"))
     size = event.get("bytes") if type(event.get("bytes")) is int else None
     if files is None and listing is not None:
-        files, size = [name for name, _ in listing], sum(n for _, n in listing)
+        files, size = [name for name, _size in listing], sum(n for _name, n in listing)
     commands = strings(event.get("commands")) or (usage_commands(Path(out), gguf) if out else [])
     return {"out": out, "files": files or [], "bytes": size, "gguf": gguf, "commands": commands}
 
@@ -111,27 +116,32 @@ def export_result(event: dict[str, Any], spec: dict[str, Any], listing: list[tup
 def result_text(result: dict[str, Any]) -> str:
     """The end view's copyable text: the commands first, then the files (plain text: a
     TextArea shows it literally; control characters as escapes)."""
-    lines = ["# use it"] + [visible(c, one_line=True) for c in result["commands"]]
+    lines = ["# " + _("use it")] + [visible(c, one_line=True) for c in result["commands"]]
     if result["files"]:
         size = f", {fmt_bytes(result['bytes'])}" if result["bytes"] is not None else ""
-        lines += ["", f"# in {visible(str(result['out']), one_line=True)}: {len(result['files'])} files{size}"]
+        files = _("in {out}: {count} files").format(out=visible(str(result["out"]), one_line=True), count=len(result["files"]))
+        lines += ["", f"# {files}{size}"]
         lines += [visible(name, one_line=True) for name in result["files"][:MAX_LISTED]]
         if len(result["files"]) > MAX_LISTED:
-            lines.append(f"... and {len(result['files']) - MAX_LISTED} more")
+            lines.append(_("... and {count} more").format(count=len(result["files"]) - MAX_LISTED))
     return "\n".join(lines)
 
 
 class ExportScreen(JobScreen):
     BINDINGS = [
         # priority: the result box (a TextArea) has F6 / F7 of its own (select line / all)
-        Binding("f5", "start", "Start", priority=True),
-        Binding("f6", "stop", "Stop", priority=True),
-        Binding("f7", "copy_commands", "Copy commands", priority=True),
-        Binding("escape", "back", "Back"),
+        Binding("f5", "start", N_("Start"), priority=True),
+        Binding("f6", "stop", N_("Stop"), priority=True),
+        Binding("f7", "copy_commands", N_("Copy commands"), priority=True),
+        Binding("escape", "back", N_("Back")),
     ]
     START_BUTTON = "#xp-start"
-    STOP_QUESTIONS = ("Stop the export? What it wrote so far stays in the out dir, incomplete.",
-                      "Kill the export now? The out dir is left incomplete.")
+    STOP_QUESTIONS = (N_("Stop the export? What it wrote so far stays in the out dir, incomplete."),
+                      N_("Kill the export now? The out dir is left incomplete."))
+    WORDS = {"#xp-start": N_("Start"), "#xp-stop": N_("Stop"), "#xp-copy": N_("Copy commands"), "#xp-label-source": N_("source"),
+             "#xp-label-out": N_("out dir"), "#xp-label-dtype": N_("dtype"), "#xp-label-shard": N_("max shard size"),
+             "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("force"), "#xp-force": N_("overwrite")}
+    TITLES = {"#xp-form": N_("new export"), "#xp-jobs": N_("exports: Enter opens")}
 
     def __init__(self, run_dir: Path):
         super().__init__(run_dir)
@@ -139,39 +149,55 @@ class ExportScreen(JobScreen):
         self.commands: list[str] = []  # the open job's, once it has ended
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"Export · {self.run_dir.name}", style="bold"), id="xp-title")
+        yield Static(self._title(), id="xp-title")
+        words = self.WORDS
         sources = export_sources(self.run_dir)
         self.auto_out = str(default_out_dir(self.run_dir, source_which(sources[0][1]) if sources else None))
         with Horizontal(id="xp-body"):
             with VerticalScroll(id="xp-form"):
-                yield field_row("xp", "source", "source", Select(sources, value=sources[0][1] if sources else Select.BLANK,
-                                                                 allow_blank=not sources, id="xp-source", compact=True,
-                                                                 prompt="nothing trained yet"))
-                yield field_row("xp", "out", "out dir", Input(self.auto_out, id="xp-out", compact=True))
-                yield field_row("xp", "dtype", "dtype", Select(((d, d) for d in DTYPES), value="bf16", allow_blank=False,
-                                                               id="xp-dtype", compact=True))
-                yield field_row("xp", "shard", "max shard size", Input(DEFAULT_SHARD_SIZE, id="xp-shard", compact=True))
-                yield field_row("xp", "gguf", "GGUF", Select(GGUF_CHOICES, value=NO_GGUF, allow_blank=False, id="xp-gguf", compact=True))
-                yield field_row("xp", "force", "force", Checkbox("overwrite", id="xp-force", compact=True))
-                yield Static(Text("reading the model's size...", style="dim"), id="xp-needs")
+                yield field_row("xp", "source", words["#xp-label-source"],
+                                Select(sources, value=sources[0][1] if sources else Select.BLANK, allow_blank=not sources,
+                                       id="xp-source", compact=True, prompt=_("nothing trained yet")))
+                yield field_row("xp", "out", words["#xp-label-out"], Input(self.auto_out, id="xp-out", compact=True))
+                yield field_row("xp", "dtype", words["#xp-label-dtype"], Select(((d, d) for d in DTYPES), value="bf16", allow_blank=False,
+                                                                               id="xp-dtype", compact=True))
+                yield field_row("xp", "shard", words["#xp-label-shard"], Input(DEFAULT_SHARD_SIZE, id="xp-shard", compact=True))
+                yield field_row("xp", "gguf", words["#xp-label-gguf"],
+                                Select(GGUF_CHOICES, value=NO_GGUF, allow_blank=False, id="xp-gguf", compact=True))
+                yield field_row("xp", "force", words["#xp-label-force"], Checkbox(word(words, "#xp-force"), id="xp-force", compact=True))
+                yield Static(Text(_("reading the model's size..."), style="dim"), id="xp-needs")
             with Vertical(id="xp-side"):
                 yield DataTable(id="xp-jobs", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="xp-job")
                 yield ProgressBar(id="xp-progress", show_eta=False)
-                yield Static(Text("F5 starts an export; Enter on one in the list opens it", style="dim"), id="xp-status")
+                yield Static(Text(_("F5 starts an export; Enter on one in the list opens it"), style="dim"), id="xp-status")
                 yield TextArea(id="xp-result", read_only=True, compact=True)
         with Horizontal(id="xp-bar"):
-            yield Button("Start", id="xp-start", variant="success", compact=True)
-            yield Button("Stop", id="xp-stop", variant="error", compact=True, disabled=True)
-            yield Button("Copy commands", id="xp-copy", compact=True, disabled=True)
-        yield Footer()
+            yield Button(_("Start"), id="xp-start", variant="success", compact=True)
+            yield Button(_("Stop"), id="xp-stop", variant="error", compact=True, disabled=True)
+            yield Button(_("Copy commands"), id="xp-copy", compact=True, disabled=True)
+        yield FittingFooter()
+
+    def _title(self) -> Text:
+        return Text(_("Export") + f" · {self.run_dir.name}", style="bold")
+
+    def _add_job_columns(self) -> None:
+        jobs = self.query_one("#xp-jobs", DataTable)
+        jobs.clear(columns=True)
+        for key, heading in EXPORT_COLUMNS.items():
+            jobs.add_column(_(heading), key=key)
+
+    def relabel_more(self) -> None:
+        self.query_one("#xp-title", Static).update(self._title())
+        self.query_one("#xp-force", Checkbox).label = word(self.WORDS, "#xp-force")
+        if export_sources(self.run_dir):
+            relabel_options(self.query_one("#xp-source", Select), export_sources(self.run_dir))
+        self._add_job_columns()  # list_jobs fills it again
+        self._assess()
 
     def on_mount(self) -> None:
-        self.query_one("#xp-form").border_title = "new export"
-        jobs = self.query_one("#xp-jobs", DataTable)
-        jobs.border_title = "exports: Enter opens"
-        for key in ("status", "source", "format", "out", "job"):
-            jobs.add_column(key, key=key)
+        relabel(self, {}, self.TITLES)
+        self._add_job_columns()
         self.query_one("#xp-progress").display = False
         self.query_one("#xp-result").display = False
         self._assess()
@@ -210,7 +236,7 @@ class ExportScreen(JobScreen):
         try:
             text = assess(self.run_dir, runs_root=getattr(self.app, "runs_root", None), **values)
         except Exception as err:  # noqa: BLE001 - advice only: a surprise in a run's files must not end the app (Start checks again)
-            text = Text(f"cannot tell what the export needs: {visible(str(err))}", style="red")
+            text = Text(_("cannot tell what the export needs: {error}").format(error=visible(str(err))), style="red")
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self.show, "#xp-needs", text)
 
@@ -231,7 +257,7 @@ class ExportScreen(JobScreen):
         self.jobs = [r[0] for r in rows]
         for job_dir, spec, summary in rows:
             fmt = str(spec.get("dtype", "?")) + (f" + gguf {spec['gguf']}" if spec.get("gguf") else "")
-            cells = [Text(summary.status, style=STATUS_STYLE.get(summary.status, ""))]
+            cells = [Text(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))]
             source = str(spec.get("source_label", "?")).removeprefix(f"{self.run_dir.name} ")
             cells += [Text(visible(str(v), one_line=True)) for v in (source, fmt, spec.get("out", "?"), job_dir.name)]
             table.add_row(*cells, key=str(job_dir))
@@ -247,13 +273,13 @@ class ExportScreen(JobScreen):
 
         try:
             if not out.strip():
-                raise export.ExportError(NO_OUT_DIR)
+                raise export.ExportError(_(NO_OUT_DIR))
             job_dir, cfg, _needs = export.prepare_export(self.run_dir, which=which, out=Path(out.strip()).expanduser(), dtype=dtype,
                                                          max_shard_size=shard, gguf=gguf, force=force,
                                                          runs_root=getattr(self.app, "runs_root", None))
             export.start_export(job_dir, cfg)
         except (export.ExportError, ConfigError, RunBusy, OSError, ValueError) as err:
-            self.app.call_from_thread(self.start_failed, f"export not started: {err}")
+            self.app.call_from_thread(self.start_failed, _("export not started: {error}").format(error=err))
             return
         self.app.call_from_thread(self.open_job, job_dir)
 
@@ -280,12 +306,12 @@ class ExportScreen(JobScreen):
         self.commands = []
         self.query_one("#xp-result").display = False
         self.query_one("#xp-copy", Button).disabled = True
-        self.show("#xp-status", Text("reading the job...", style="dim"))
+        self.show("#xp-status", Text(_("reading the job..."), style="dim"))
         super().open_job(job_dir)
 
     def show_job(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: dict[str, Any] | None) -> None:
-        title = Text(f"export {job_dir.name}  ", style="bold")
-        title.append(summary.status, style=STATUS_STYLE.get(summary.status, ""))
+        title = Text(_("export") + f" {job_dir.name}  ", style="bold")
+        title.append(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))
         self.show("#xp-job", title)
         progress = latest.get("progress", {})
         done, total, phase = progress.get("done"), progress.get("total"), progress.get("phase")
@@ -296,7 +322,7 @@ class ExportScreen(JobScreen):
             bar.update(total=total, progress=min(done, total))
         status = Text()
         if not summary.has_ended and (phase or counted):
-            status.append(PHASES.get(phase, visible(str(phase or ""), one_line=True)) if phase else "working")
+            status.append((_(PHASES[phase]) if phase in PHASES else visible(str(phase), one_line=True)) if phase else _("working"))
             if counted:
                 status.append(f"  {done} / {total}")
         message = latest.get("log", {}).get("message")
@@ -319,7 +345,8 @@ class ExportScreen(JobScreen):
         result = export_result(event, results["spec"], results["listing"])
         self.commands = result["commands"]
         size = f", {fmt_bytes(result['bytes'])}" if result["bytes"] is not None else ""
-        status.append(("\n" if status else "") + f"{len(result['files'])} files{size}; to use them (F7 copies the commands):")
+        status.append(("\n" if status else "") + _("{count} files{size}; to use them (F7 copies the commands):").format(
+            count=len(result["files"]), size=size))
         box = self.query_one("#xp-result", TextArea)
         box.load_text(result_text(result))
         box.display = True
@@ -335,15 +362,15 @@ class ExportScreen(JobScreen):
         if not self.may_start():
             return
         self.query_one("#xp-start", Button).disabled = True
-        self.show("#xp-status", Text("starting the export...", style="dim"))
+        self.show("#xp-status", Text(_("starting the export..."), style="dim"))
         self.start(**self.form_values())
 
     def action_copy_commands(self) -> None:
         if not self.commands:
-            self.notify("no commands yet: they come when an export has completed", severity="warning")
+            self.notify(_("no commands yet: they come when an export has completed"), severity="warning")
             return
         self.app.copy_to_clipboard("\n".join(self.commands))
-        self.notify("the commands are copied (your terminal must allow it: OSC 52); they are also in the box to select")
+        self.notify(_("the commands are copied (your terminal must allow it: OSC 52); they are also in the box to select"))
 
     @on(DataTable.RowSelected, "#xp-jobs")
     def _job_selected(self, _event: DataTable.RowSelected) -> None:

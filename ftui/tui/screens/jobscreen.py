@@ -17,15 +17,20 @@ from textual.screen import Screen
 from textual.widgets import Button, Label, Static
 from textual.worker import get_current_worker
 
+from ftui.i18n import N_, _
 from ftui.runs import RunFollower, RunSummary
+from ftui.tui.footer import FittingFooter
+from ftui.tui.relabel import relabel
 from ftui.tui.screens.modals import Confirm
 
 POLL_S = 0.5
 
 
 def field_row(prefix: str, key: str, label: str, control: Any, classes: str = "") -> Horizontal:
-    """One line of a job form: its label and its control (``PREFIX-row-KEY``)."""
-    return Horizontal(Label(label, classes="job-label"), control, classes=f"field {classes}".strip(), id=f"{prefix}-row-{key}")
+    """One line of a job form: its label (marked with N_: shown translated, ``PREFIX-label-KEY``)
+    and its control (``PREFIX-row-KEY``)."""
+    return Horizontal(Label(_(label), classes="job-label", id=f"{prefix}-label-{key}"), control,
+                      classes=f"field {classes}".strip(), id=f"{prefix}-row-{key}")
 
 
 class JobScreen(Screen):
@@ -36,7 +41,9 @@ class JobScreen(Screen):
     which button starts one (``START_BUTTON``) and what Stop asks (``STOP_QUESTIONS``)."""
 
     START_BUTTON = ""
-    STOP_QUESTIONS = ("Stop the job?", "Kill the job now?")  # first press, then again (kill)
+    STOP_QUESTIONS = (N_("Stop the job?"), N_("Kill the job now?"))  # first press, then again (kill)
+    WORDS: dict[str, str] = {}  # selector -> its word (N_): relabelled when the language changes
+    TITLES: dict[str, str] = {}  # selector -> its border title (N_)
 
     def __init__(self, run_dir: Path):
         super().__init__()
@@ -45,6 +52,19 @@ class JobScreen(Screen):
         self.job_dir: Path | None = None
         self.summary: RunSummary | None = None
         self.stop_requests = 0
+
+    async def recompose(self) -> None:
+        """The language changed: the screen's words are relabelled in place (the form's fields,
+        the job followed and the lists stay); the job and the lists are shown again."""
+        relabel(self, self.WORDS, self.TITLES)
+        self.relabel_more()
+        if self.job_dir is not None:
+            self.follow(self.job_dir)
+        self.list_jobs()
+        self.query_one(FittingFooter).retranslate()
+
+    def relabel_more(self) -> None:
+        """What a subclass relabels beyond WORDS and TITLES (its tables' headings)."""
 
     # --- hooks
     def read_job_results(self, job_dir: Path) -> Any:
@@ -94,7 +114,7 @@ class JobScreen(Screen):
         from ftui.jobs.launch import stop_run
 
         result = stop_run(job_dir, force=force)
-        self.app.call_from_thread(self.notify, f"{'kill' if force else 'stop'}: {result}", markup=False)
+        self.app.call_from_thread(self.notify, f"{_('kill') if force else _('stop')}: {result}", markup=False)
 
     # --- UI thread
     def show(self, selector: str, content: Text) -> None:
@@ -124,7 +144,7 @@ class JobScreen(Screen):
         if self.query_one(self.START_BUTTON, Button).disabled and self.summary is None:
             return False
         if self.job_live:
-            self.notify("a job of this screen is still running: stop it or wait for it", severity="warning")
+            self.notify(_("a job of this screen is still running: stop it or wait for it"), severity="warning")
             return False
         return True
 
@@ -136,7 +156,7 @@ class JobScreen(Screen):
     def action_stop(self) -> None:
         job_dir = self.job_dir
         if job_dir is None or (self.summary is not None and self.summary.has_ended):
-            self.notify("no job running here to stop", severity="warning")
+            self.notify(_("no job running here to stop"), severity="warning")
             return
         force = self.stop_requests > 0
 
@@ -145,7 +165,7 @@ class JobScreen(Screen):
                 self.stop_requests += 1
                 self.send_stop(job_dir, force)
 
-        self.app.push_screen(Confirm(self.STOP_QUESTIONS[force], yes="Kill" if force else "Stop", danger=force), answered)
+        self.app.push_screen(Confirm(_(self.STOP_QUESTIONS[force]), yes=_("Kill") if force else _("Stop"), danger=force), answered)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -9,15 +9,19 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from ftui.i18n import N_, _
+
 
 class Confirm(ModalScreen[bool]):
     """Yes / no. Focus starts on the yes button, so Enter does what the highlighted button
     says (the user pressed a key asking for exactly that); `y` and `n` answer from anywhere,
     Escape means no. The buttons and a hint line say so."""
 
-    BINDINGS = [Binding("escape", "dismiss(False)", "cancel"), Binding("y", "dismiss(True)", "yes"), Binding("n", "dismiss(False)", "no")]
+    BINDINGS = [Binding("escape", "dismiss(False)", N_("cancel")), Binding("y", "dismiss(True)", N_("yes")),
+                Binding("n", "dismiss(False)", N_("no"))]
 
-    def __init__(self, question: str, yes: str = "Yes", danger: bool = False):
+    def __init__(self, question: str, yes: str | None = None, danger: bool = False):
+        """``question`` and ``yes`` (the yes button's word, "Yes" when not given) come translated."""
         super().__init__()
         self.question, self.yes, self.danger = question, yes, danger
 
@@ -25,12 +29,20 @@ class Confirm(ModalScreen[bool]):
         with Vertical(classes="dialog"):
             yield Label(Text(self.question))
             with Horizontal(classes="buttons"):
-                yield Button(Text(f"[y] {self.yes}"), id="yes", variant="error" if self.danger else "primary")
-                yield Button(Text("[n] No"), id="no")
-            yield Label(Text(f"Enter: {self.yes}   Esc: cancel", style="dim"), classes="hint")
+                yield Button(Text(f"[y] {self.yes_word}"), id="yes", variant="error" if self.danger else "primary")
+                yield Button(Text("[n] " + _("No")), id="no")
+            yield Label(Text(_("Enter: {yes}   Esc: cancel").format(yes=self.yes_word), style="dim"), classes="hint")
+
+    @property
+    def yes_word(self) -> str:
+        return self.yes or _("Yes")
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        self.query_one("#yes", Button).focus()  # Enter still answers yes after a language switch
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -39,7 +51,7 @@ class Confirm(ModalScreen[bool]):
 class AskPath(ModalScreen[str | None]):
     """One line of input (a file path). Enter accepts, Escape cancels."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("cancel"))]
 
     def __init__(self, title: str, value: str = ""):
         super().__init__()
@@ -50,8 +62,12 @@ class AskPath(ModalScreen[str | None]):
             yield Label(Text(self.title_text))
             yield Input(value=self.value, id="path")
             with Horizontal(classes="buttons"):
-                yield Button("OK", id="ok", variant="primary")
-                yield Button("Cancel", id="cancel")
+                yield Button(_("OK"), id="ok", variant="primary")
+                yield Button(_("Cancel"), id="cancel")
+
+    async def recompose(self) -> None:
+        self.value = self.query_one(Input).value  # what was typed stays across a language switch
+        await super().recompose()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
@@ -63,7 +79,7 @@ class AskPath(ModalScreen[str | None]):
 class ShowText(ModalScreen[None]):
     """A block of text (the launch command) that the user can read and copy."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "close")]
+    BINDINGS = [Binding("escape", "dismiss(None)", N_("close"))]
 
     def __init__(self, title: str, text: str):
         super().__init__()
@@ -74,7 +90,7 @@ class ShowText(ModalScreen[None]):
             yield Label(Text(self.title_text, style="bold"))
             yield Static(Text(self.text), classes="code")
             with Horizontal(classes="buttons"):
-                yield Button("Close", id="close", variant="primary")
+                yield Button(_("Close"), id="close", variant="primary")
 
     def on_button_pressed(self, _event: Button.Pressed) -> None:
         self.dismiss(None)

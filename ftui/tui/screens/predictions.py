@@ -19,15 +19,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
+from ftui.i18n import N_, _
+from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import (SCORES, Example, Pair, clip, metric_deltas, pair_examples, read_predictions, read_results,
                                   score_examples, shown, visible)
 
 MAX_ROWS = 2000  # table rows at once: a search narrows a larger set
 SCORE_WIDTH = 8
 NAMES = {"bleu-4": "BLEU-4", "rouge-l": "ROUGE-L"}
+N_("prompt"), N_("label"), N_("prediction")  # the text columns' headings (TEXT_COLUMNS), translated where shown
 
 
 def score_cell(value: float | None, signed: bool = False) -> Text:
@@ -43,9 +46,9 @@ class ExamplesScreen(Screen):
     say how they look."""
 
     BINDINGS = [
-        Binding("s", "sort", "Sort"),
-        Binding("slash", "search", "Search"),
-        Binding("escape", "back", "Back"),
+        Binding("s", "sort", N_("Sort")),
+        Binding("slash", "search", N_("Search")),
+        Binding("escape", "back", N_("Back")),
     ]
     SORTS: tuple[str | None, ...] = (None, *SCORES)
     TEXT_COLUMNS: tuple[str, ...] = ()
@@ -56,7 +59,7 @@ class ExamplesScreen(Screen):
         self.items: list[Any] = []
         self.visible_items: list[Any] = []
         self.sort_index = 0
-        self.status = Text("reading...", style="dim")
+        self.status = Text(_("reading..."), style="dim")
         self.problem: str | None = None
 
     @property
@@ -65,11 +68,20 @@ class ExamplesScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="ex-title")
-        yield Input(id="ex-search", placeholder="search prompt, label, prediction (/)", compact=True)
+        yield Input(id="ex-search", placeholder=_("search prompt, label, prediction (/)"), compact=True)
         yield DataTable(id="ex-table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="ex-detail"):
             yield Static("", id="ex-detail-text")
-        yield Footer()
+        yield FittingFooter()
+
+    async def recompose(self) -> None:
+        """The language changed: headings, title, placeholder and footer again, in place (the
+        examples, their scores, the search and the sort stay)."""
+        self.query_one("#ex-search", Input).placeholder = _("search prompt, label, prediction (/)")
+        self._text_width = None
+        self.set_columns()
+        self.fill_table()
+        self.query_one(FittingFooter).retranslate()
 
     def on_mount(self) -> None:
         self.set_columns()
@@ -95,7 +107,7 @@ class ExamplesScreen(Screen):
         for name in self.SCORE_COLUMNS:
             table.add_column(name, key=name, width=SCORE_WIDTH)
         for name in self.TEXT_COLUMNS:
-            table.add_column(name, key=name, width=text_width)
+            table.add_column(_(name), key=name, width=text_width)
         return True
 
     # --- subclass parts
@@ -144,13 +156,14 @@ class ExamplesScreen(Screen):
 
     def show_title(self) -> None:
         text = self.heading()
-        sort = "dataset order" if self.sort_metric is None else f"{NAMES.get(self.sort_metric, self.sort_metric)} {self.sort_words()}"
-        text.append(f"\n{len(self.visible_items)} of {len(self.items)} shown · sorted by {sort} (s) · ", style="dim")
+        sort = _("dataset order") if self.sort_metric is None else f"{NAMES.get(self.sort_metric, self.sort_metric)} {self.sort_words()}"
+        shown_line = _("{shown} of {total} shown · sorted by {sort} (s)").format(shown=len(self.visible_items), total=len(self.items), sort=sort)
+        text.append(f"\n{shown_line} · ", style="dim")
         text.append_text(self.status)
         self.query_one("#ex-title", Static).update(text)
 
     def sort_words(self) -> str:
-        return "worst first"
+        return _("worst first")
 
     def fill_table(self) -> None:
         table = self.query_one("#ex-table", DataTable)
@@ -160,7 +173,8 @@ class ExamplesScreen(Screen):
         for item in self.visible_items[:MAX_ROWS]:
             table.add_row(Text(str(item.index + 1), justify="right"), *self.cells(item, self._text_width), key=str(item.index))
         if len(self.visible_items) > MAX_ROWS:
-            self.notify(f"showing the first {MAX_ROWS} of {len(self.visible_items)}: search to narrow them", timeout=5)
+            self.notify(_("showing the first {count} of {total}: search to narrow them").format(
+                count=MAX_ROWS, total=len(self.visible_items)), timeout=5)
         self.show_title()
         self.show_detail()
 
@@ -203,12 +217,12 @@ def section(text: Text, heading: str, body: str, scores: dict[str, float] | None
     if scores:
         text.append("  " + "  ".join(f"{NAMES.get(k, k)} {scores[k]:.2f}" for k in SCORES if k in scores), style="dim")
     text.append("\n")
-    text.append(visible(body) or "(empty)", style="" if body else "dim")
+    text.append(visible(body) or _("(empty)"), style="" if body else "dim")
     text.append("\n\n")
 
 
 def scored_status(done: int, total: int) -> Text:
-    return Text(f"scoring {done}/{total}...", style="dim") if done < total else Text("scored", style="dim")
+    return Text(_("scoring {done}/{total}...").format(done=done, total=total), style="dim") if done < total else Text(_("scored"), style="dim")
 
 
 class PredictionsScreen(ExamplesScreen):
@@ -223,7 +237,7 @@ class PredictionsScreen(ExamplesScreen):
         self.label = self.job_dir.name
 
     def heading(self) -> Text:
-        return Text(f"predictions of {self.label}", style="bold")
+        return Text(_("predictions of {job}").format(job=self.label), style="bold")
 
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
@@ -233,7 +247,7 @@ class PredictionsScreen(ExamplesScreen):
         try:
             rows = read_predictions(self.job_dir)
         except (OSError, ValueError) as err:
-            self.app.call_from_thread(self.fail, f"cannot read the predictions: {err}")
+            self.app.call_from_thread(self.fail, _("cannot read the predictions: {error}").format(error=err))
             return
         self.show_and_score(rows, rows)
 
@@ -243,9 +257,9 @@ class PredictionsScreen(ExamplesScreen):
 
     def detail(self, item: Example) -> Text:
         text = Text()
-        section(text, f"#{item.index + 1} prompt", item.prompt)
-        section(text, "label", item.label)
-        section(text, "prediction", item.predict, item.scores)
+        section(text, f"#{item.index + 1} " + _("prompt"), item.prompt)
+        section(text, _("label"), item.label)
+        section(text, _("prediction"), item.predict, item.scores)
         return text
 
 
@@ -256,7 +270,7 @@ def score_all(screen: ExamplesScreen, rows: list[Example]) -> list[dict[str, flo
 
     missing = metrics_unavailable()
     if missing:
-        return f"no per-example scores: {missing}"
+        return _("no per-example scores: {missing}").format(missing=missing)
     worker = get_current_worker()
     copies = [Example(r.index, r.prompt, r.predict, r.label) for r in rows]
     done = score_examples(copies, cancelled=lambda: worker.is_cancelled,
@@ -278,12 +292,12 @@ class CompareScreen(ExamplesScreen):
         self.deltas: list[tuple[str, float | None, float | None, float | None]] = []
 
     def sort_words(self) -> str:
-        return "B - A, B's losses first"
+        return _("B - A, B's losses first")
 
     def heading(self) -> Text:
         text = Text("A ", style="bold")
         text.append(self.labels[0])
-        text.append("  vs  B ", style="bold")
+        text.append("  " + _("vs") + "  B ", style="bold")
         text.append(self.labels[1])
         for name, a, b, d in self.deltas:
             text.append(f"\n{NAMES.get(name, name.upper()):<8}", style="dim")
@@ -298,19 +312,20 @@ class CompareScreen(ExamplesScreen):
         specs = [read_job_spec(j) for j in self.jobs]
         self.labels = tuple(f"{s.get('source_label') or j.name} · {j.name}" for s, j in zip(specs, self.jobs))
         if specs[0].get("dataset") != specs[1].get("dataset"):
-            self.app.call_from_thread(self.fail, f"not the same dataset: A has {specs[0].get('dataset')!r}, "
-                                                 f"B has {specs[1].get('dataset')!r}; compare two jobs of one dataset")
+            self.app.call_from_thread(self.fail, _("not the same dataset: A has {a}, B has {b}; compare two jobs of one dataset").format(
+                a=repr(specs[0].get("dataset")), b=repr(specs[1].get("dataset"))))
             return
         try:
             a, b = read_predictions(self.jobs[0]), read_predictions(self.jobs[1])
         except (OSError, ValueError) as err:
-            self.app.call_from_thread(self.fail, f"cannot read the predictions: {err}")
+            self.app.call_from_thread(self.fail, _("cannot read the predictions: {error}").format(error=err))
             return
         pairs, mismatched = pair_examples(a, b)
         self.deltas = metric_deltas(read_results(self.jobs[0], "predict"), read_results(self.jobs[1], "predict"))
         if mismatched:
-            self.app.call_from_thread(self.fail, f"{mismatched} of {len(pairs)} examples have different labels in A and B: "
-                                                 "not the same examples (different data or max samples)")
+            self.app.call_from_thread(self.fail, _("{count} of {total} examples have different labels in A and B: "
+                                                   "not the same examples (different data or max samples)").format(
+                count=mismatched, total=len(pairs)))
             return
         self.show_and_score(pairs, [p.a for p in pairs] + [p.b for p in pairs])
 
@@ -320,8 +335,8 @@ class CompareScreen(ExamplesScreen):
 
     def detail(self, item: Pair) -> Text:
         text = Text()
-        section(text, f"#{item.index + 1} prompt", item.a.prompt)
-        section(text, "label", item.a.label)
+        section(text, f"#{item.index + 1} " + _("prompt"), item.a.prompt)
+        section(text, _("label"), item.a.label)
         section(text, f"A {self.labels[0]}", item.a.predict, item.a.scores)
         section(text, f"B {self.labels[1]}", item.b.predict, item.b.scores)
         return text

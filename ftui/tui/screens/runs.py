@@ -7,18 +7,21 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
+from ftui.i18n import N_, _
 from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_run, list_row, list_runs
+from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
-from ftui.tui.widgets import STATUS_STYLE, LossPlot
+from ftui.tui.widgets import STATUS_STYLE, LossPlot, status_label
 
 REFRESH_S = 2.0
 # The order the table's columns give way in on a narrow terminal: the run, its state, progress,
@@ -35,6 +38,14 @@ GIVE_WAY = ("started", "duration")
 CELL_PAD = 2  # DataTable's cell padding, both sides
 MARK_WIDTH = 1 + CELL_PAD
 OVERLAY_POINTS = 1000  # per run and curve
+# The columns' headings (the keys stay `ftui runs`' own); widths are counted in cells: a CJK
+# character takes two.
+HEADINGS = {"run": N_("run"), "status": N_("status"), "model": N_("model"), "method": N_("method"), "engine": N_("engine"),
+            "step": N_("step"), "loss": N_("loss"), "started": N_("started"), "duration": N_("duration")}
+
+
+def heading(key: str) -> str:
+    return _(HEADINGS[key]) if key in HEADINGS else key
 
 
 def fit_columns(widths: dict[str, int], available: int) -> dict[str, int]:
@@ -68,18 +79,32 @@ def _fit(widths: dict[str, int], available: int, left_out: set[str]) -> dict[str
     return {key: chosen[key] for key in COLUMNS if key in chosen}
 
 
+def head_cells(text: str, width: int) -> str:
+    """The longest start of ``text`` that takes at most ``width`` cells (a CJK character takes two)."""
+    while cell_len(text) > width:
+        text = text[:-1]
+    return text
+
+
+def tail_cells(text: str, width: int) -> str:
+    """The longest end of ``text`` that takes at most ``width`` cells."""
+    while cell_len(text) > width:
+        text = text[1:]
+    return text
+
+
 def keep_tail(text: str, width: int) -> str:
-    """``text`` cut to ``width`` from the left: a model path's last part names the model."""
-    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+    """``text`` cut to ``width`` cells from the left: a model path's last part names the model."""
+    return text if cell_len(text) <= width else "…" + tail_cells(text, width - 1)
 
 
 def keep_ends(text: str, width: int) -> str:
-    """``text`` cut to ``width`` in the middle: a run id's head names the run, its tail is the
-    time it started."""
-    if len(text) <= width:
+    """``text`` cut to ``width`` cells in the middle: a run id's head names the run, its tail is
+    the time it started."""
+    if cell_len(text) <= width:
         return text
     tail = (width - 1) // 2
-    return text[:width - 1 - tail] + "…" + text[len(text) - tail:]
+    return head_cells(text, width - 1 - tail) + "…" + tail_cells(text, tail)
 
 
 def detail_line(r: RunSummary) -> Text:
@@ -88,26 +113,27 @@ def detail_line(r: RunSummary) -> Text:
     engine and model path (last: a long one wraps)."""
     row = list_row(r)
     text = Text(row["run"], style="bold")
-    text.append(f"  {row['status']}", style=STATUS_STYLE.get(r.status, ""))
+    text.append(f"  {status_label(r.status)}", style=STATUS_STYLE.get(r.status, ""))
     if r.has_ended and r.reason:
         text.append(f"  {r.reason}", style="dim")
-    text.append(f"\nstarted {row['started']}  duration {row['duration']}  {row['method']} · {row['engine']}")
+    text.append("\n" + _("started {started}  duration {duration}").format(started=row["started"], duration=row["duration"]))
+    text.append(f"  {row['method']} · {row['engine']}")
     if r.status != "unreadable":  # an unreadable run's model cell holds the reason
-        text.append(f"  model {row['model']}")
+        text.append("  " + _("model {model}").format(model=row["model"]))
     return text
 
 
 class RunsScreen(Screen):
     BINDINGS = [
-        Binding("enter", "attach", "Attach", priority=True),
-        Binding("space", "mark", "Mark"),
-        Binding("o", "overlay", "Overlay"),
-        Binding("f", "figure", "Figure"),
-        Binding("escape", "back", "Back"),
-        Binding("n", "new", "New"),
-        Binding("d", "delete", "Delete"),
-        Binding("e", "evalpredict", "Eval/Predict", show=False),  # not in the footer: its snapshots stay; the palette lists it
-        Binding("x", "export", "Export", show=False),  # the same
+        Binding("enter", "attach", N_("Attach"), priority=True),
+        Binding("space", "mark", N_("Mark")),
+        Binding("o", "overlay", N_("Overlay")),
+        Binding("f", "figure", N_("Figure")),
+        Binding("escape", "back", N_("Back")),
+        Binding("n", "new", N_("New")),
+        Binding("d", "delete", N_("Delete")),
+        Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
+        Binding("x", "export", N_("Export"), show=False),  # the same
     ]
 
     def __init__(self, root: str | Path):
@@ -118,13 +144,14 @@ class RunsScreen(Screen):
         self.shown_columns: dict[str, int] = {}
         self.overlaid: list[RunView] = []  # the runs of the overlay, read whole
         self.overlay_metric = "loss"  # or an extra figure of theirs (key f)
+        self.problem: str | None = None  # why the runs root cannot be listed
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"runs in {self.root}", style="bold"), id="runs-title")
+        yield Static(self._title(), id="runs-title")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="run-detail")
         yield LossPlot(id="overlay")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.query_one("#overlay").display = False
@@ -133,17 +160,32 @@ class RunsScreen(Screen):
     def on_resize(self, _event) -> None:
         self.show_runs(self.runs)
 
+    def _title(self, problem: str | None = None) -> Text:
+        title = Text(_("runs in {root}").format(root=self.root), style="bold")
+        if problem is not None:
+            title.append(f"  {problem}", style="bold red")
+        return title
+
+    async def recompose(self) -> None:
+        """The language changed: the title, the table's headings and cells, the overlay and
+        the footer again, in place (the highlighted run, the marks and the overlay stay)."""
+        self.shown_columns = {}  # the headings are rebuilt in the new language
+        self.show_runs(self.runs, self.problem)
+        if self.overlaid:
+            self._draw_overlay()
+        self.query_one(FittingFooter).retranslate()
+
     def set_columns(self, rows: list[dict[str, str]]) -> dict[str, int]:
         """Fits the columns to the table's width; rebuilds them when the choice changes."""
         table = self.query_one(DataTable)
-        widths = {key: max([len(key), *(len(row[key]) for row in rows)]) for key in COLUMNS}
+        widths = {key: max([cell_len(heading(key)), *(cell_len(row[key]) for row in rows)]) for key in COLUMNS}
         available = (table.size.width or self.app.size.width) - 2  # room for the scrollbar
         fitted = fit_columns(widths, available)
         if fitted != self.shown_columns:
             table.clear(columns=True)
             table.add_column("", key="mark", width=1)
             for key, width in fitted.items():
-                table.add_column(key, key=key, width=width)
+                table.add_column(heading(key), key=key, width=width)
             self.shown_columns = fitted
         return fitted
 
@@ -159,14 +201,11 @@ class RunsScreen(Screen):
             time.sleep(REFRESH_S)
 
     def show_runs(self, runs: list[RunSummary], problem: str | None = None) -> None:
-        self.runs = runs
-        title = Text(f"runs in {self.root}", style="bold")
-        if problem is not None:
-            title.append(f"  {problem}", style="bold red")
-        self.query_one("#runs-title", Static).update(title)
+        self.runs, self.problem = runs, problem
+        self.query_one("#runs-title", Static).update(self._title(problem))
         table = self.query_one(DataTable)
         cursor = table.cursor_row
-        rows = [list_row(r) for r in runs]
+        rows = [list_row(r) | {"status": status_label(r.status)} for r in runs]
         fitted = self.set_columns(rows)
         table.clear()
         for r, row in zip(runs, rows):
@@ -287,7 +326,8 @@ class RunsScreen(Screen):
         if run is None:
             return
         if run.live:
-            self.notify(f"{run.run_id} is {run.status}: stop it first (Enter attaches, then s), then delete it",
+            self.notify(_("{run} is {status}: stop it first (Enter attaches, then s), then delete it").format(
+                run=run.run_id, status=status_label(run.status)),
                         severity="warning", markup=False)
             return
 
@@ -295,19 +335,20 @@ class RunsScreen(Screen):
             if yes:
                 self.delete_in_background(run)
 
-        self.app.push_screen(Confirm(f"Delete run {run.run_id}? Its directory goes, checkpoints and final/ "
-                                     f"included; this cannot be undone.\n{run.path}", yes="Delete", danger=True), answered)
+        question = _("Delete run {run}? Its directory goes, checkpoints and final/ included; this cannot be undone.").format(
+            run=run.run_id)
+        self.app.push_screen(Confirm(f"{question}\n{run.path}", yes=_("Delete"), danger=True), answered)
 
     @work(thread=True, group="delete")
     def delete_in_background(self, run: RunSummary) -> None:
         try:
             delete_run(run.path)
         except (RunDeleteError, OSError) as err:
-            self.app.call_from_thread(self.notify, f"not deleted: {err}", severity="error", markup=False)
+            self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=err), severity="error", markup=False)
             return
         self.app.call_from_thread(self._deleted, run)
 
     def _deleted(self, run: RunSummary) -> None:
         self.marked.discard(run.run_id)
         self.show_runs([r for r in self.runs if r.path != run.path])
-        self.notify(f"deleted {run.run_id}", markup=False)
+        self.notify(_("deleted {run}").format(run=run.run_id), markup=False)
