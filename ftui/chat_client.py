@@ -18,6 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from ftui.i18n import _
+
 
 @dataclass
 class GenerationSettings:
@@ -87,7 +89,8 @@ class ChatWorker:
                 self.replies.put(reply)
         self.proc.wait()
         tail = "\n".join(self.stderr_tail)
-        self.replies.put({"type": "exit", "code": self.proc.returncode, "message": f"the chat worker exited (code {self.proc.returncode}): {tail[-1500:]}"})
+        message = _("the chat worker exited (code {code}): {output}").format(code=self.proc.returncode, output=tail[-1500:])
+        self.replies.put({"type": "exit", "code": self.proc.returncode, "message": message})
 
     def _read_stderr(self) -> None:
         for line in self.proc.stderr:
@@ -111,7 +114,7 @@ class ChatWorker:
         while True:
             reply = self.get(timeout)
             if reply is None:
-                return {"type": "error", "message": f"the chat worker did not answer in {timeout:.0f} s"}
+                return {"type": "error", "message": _("the chat worker did not answer in {seconds} s").format(seconds=f"{timeout:.0f}")}
             if reply["type"] in kinds or reply["type"] in ("error", "exit"):
                 return reply
 

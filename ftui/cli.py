@@ -33,6 +33,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ftui.cli_help import use_cell_width
+from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
 
 if TYPE_CHECKING:
@@ -42,8 +44,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
 # `ftui watch` stopped watching (the run goes on).
 EXIT_INTERRUPTED = 130
-EXIT_CODES = ("exit codes: 0 the run completed, 1 it failed or was stopped, 2 a usage or config error, "
-              "130 Ctrl-C (train: the run was stopped and can be resumed; watch: the run goes on)")
+EXIT_CODES = N_("exit codes: 0 the run completed, 1 it failed or was stopped, 2 a usage or config error, "
+                "130 Ctrl-C (train: the run was stopped and can be resumed; watch: the run goes on)")
+# the plan's rows: the estimate's attribute, its label (translated where shown)
+PLAN_PARTS = (("weights", N_("weights")), ("gradients", N_("gradients")), ("optimizer", N_("optimizer")),
+              ("activations", N_("activations")))
 
 
 
@@ -54,113 +59,132 @@ def safe_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, emoji=False)
 
 
+# Babel (on Python 3.11) cannot see a _() call inside an f-string: the labels are translated outside one.
+def error_line(message: str) -> str:
+    """``error: MESSAGE`` in red for a console (the message is escaped: it may quote a file)."""
+    return "[red]{label}:[/] {message}".format(label=_("error"), message=escape(message))
+
+
+def warning_line(message: str) -> str:
+    return "[yellow]{label}:[/] {message}".format(label=_("warning"), message=escape(message))
+
+
+def note_line(message: str) -> str:
+    return "[yellow]{label}:[/] {message}".format(label=_("note"), message=escape(message))
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"ftui: --set expects key=value, got {item!r}")
+            raise SystemExit(_("ftui: --set expects key=value, got {item}").format(item=repr(item)))
         out[key.strip()] = yaml.safe_load(value)
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ftui", description="Fine-tune language models from a terminal dashboard. "
-                                "With no COMMAND: the app (launch form, dashboards, runs).", epilog=EXIT_CODES)
+    root_help = _("runs root (default: {root})").format(root=default_runs_root())
+    run_help = _("a run id (a unique prefix is enough) or a run directory")
+    p = argparse.ArgumentParser(prog="ftui", description=_("Fine-tune language models from a terminal dashboard. "
+                                "With no COMMAND: the app (launch form, dashboards, runs)."), epilog=_(EXIT_CODES))
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    t = sub.add_parser("train", help="start a run from a YAML config (LLaMA-Factory's keys) or the demo preset",
-                       epilog="Ctrl-C stops the run after the current step (a checkpoint is saved; it prints the resume "
-                              "command; a second Ctrl-C kills). " + EXIT_CODES)
-    t.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file (LLaMA-Factory's keys work)")
-    t.add_argument("--preset", choices=["demo"], help="the built-in demo: a tiny model learns a Q&A set on the CPU")
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    t.add_argument("--detach", action="store_true", help="start the run and return at once")
-    t.add_argument("--node-rank", type=int, metavar="N", help="this node's rank in a multi-node job")
-    t.add_argument("--root", dest="runs_root", metavar="RUNS_ROOT", help="where run directories go (default: the config's output_dir)")
+    t = sub.add_parser("train", help=_("start a run from a YAML config (LLaMA-Factory's keys) or the demo preset"),
+                       epilog=_("Ctrl-C stops the run after the current step (a checkpoint is saved; it prints the resume "
+                                "command; a second Ctrl-C kills). {exit_codes}").format(exit_codes=_(EXIT_CODES)))
+    t.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file (LLaMA-Factory's keys work)"))
+    t.add_argument("--preset", choices=["demo"], help=_("the built-in demo: a tiny model learns a Q&A set on the CPU"))
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
+    t.add_argument("--detach", action="store_true", help=_("start the run and return at once"))
+    t.add_argument("--node-rank", type=int, metavar="N", help=_("this node's rank in a multi-node job"))
+    t.add_argument("--root", dest="runs_root", metavar="RUNS_ROOT", help=_("where run directories go (default: the config's output_dir)"))
     t.add_argument("--runs-root", dest="runs_root", help=argparse.SUPPRESS)  # the old name, for scripts that use it
-    t.add_argument("--resume", metavar="RUN", help="continue RUN (id, prefix or directory) from its newest complete checkpoint")
-    t.add_argument("--checkpoint", metavar="N", help="with --resume: the checkpoint's step number (or a checkpoint directory)")
+    t.add_argument("--resume", metavar="RUN", help=_("continue RUN (id, prefix or directory) from its newest complete checkpoint"))
+    t.add_argument("--checkpoint", metavar="N", help=_("with --resume: the checkpoint's step number (or a checkpoint directory)"))
 
-    pl = sub.add_parser("plan", help="will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits")
-    pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file")
-    pl.add_argument("--preset", choices=["demo"], help="the built-in demo")
-    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help="compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)")
-    da = sub.add_parser("data", help="see what a run trains on: its examples as the runner encodes them (template, masking, truncation)",
-                        epilog="The examples come in dataset order, before shuffling and packing; those held out for eval "
-                               "(val_size) are left out. exit codes: 0 done, 1 the encoding failed (tokenizer, hub), "
-                               "2 a usage, config or dataset error")
-    da.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="a RunConfig YAML file (its stage, template and cutoff_len apply)")
-    da.add_argument("--preset", choices=["demo"], help="the built-in demo")
-    da.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    da.add_argument("--show", type=int, metavar="N", help="print the first N examples: token counts, the masked part (no loss) dimmed")
-    da.add_argument("--dump", metavar="OUT.jsonl", help='write every example, one {"input_ids": [...], "labels": [...]} a line (labels -100 where masked)')
-    pr = sub.add_parser("presets", help="list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each")
-    pr.add_argument("name", nargs="?", help="print this preset's file (to read or copy)")
+    pl = sub.add_parser("plan", help=_("will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits"))
+    pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file"))
+    pl.add_argument("--preset", choices=["demo"], help=_("the built-in demo"))
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
+    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help=_("compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)"))
+    da = sub.add_parser("data", help=_("see what a run trains on: its examples as the runner encodes them (template, masking, truncation)"),
+                        epilog=_("The examples come in dataset order, before shuffling and packing; those held out for eval "
+                                 "(val_size) are left out. exit codes: 0 done, 1 the encoding failed (tokenizer, hub), "
+                                 "2 a usage, config or dataset error"))
+    da.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file (its stage, template and cutoff_len apply)"))
+    da.add_argument("--preset", choices=["demo"], help=_("the built-in demo"))
+    da.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
+    da.add_argument("--show", type=int, metavar="N", help=_("print the first N examples: token counts, the masked part (no loss) dimmed"))
+    da.add_argument("--dump", metavar="OUT.jsonl", help=_('write every example, one {"input_ids": [...], "labels": [...]} a line (labels -100 where masked)'))
+    pr = sub.add_parser("presets", help=_("list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each"))
+    pr.add_argument("name", nargs="?", help=_("print this preset's file (to read or copy)"))
 
-    c = sub.add_parser("chat", help="talk to a trained model: a streaming REPL, or one answer with --prompt")
-    c.add_argument("--run", help="a run id (prefix) or directory: its final/ (else its newest checkpoint)")
-    c.add_argument("--checkpoint", metavar="N", help="with --run: the checkpoint at step N instead of final/")
-    c.add_argument("--base", action="store_true", help="with --run: the base model the run started from (to compare)")
-    c.add_argument("--model", help="a model directory (or the demo's name, ftui-demo)")
-    c.add_argument("--adapter", help="with --model: a LoRA adapter directory on top")
-    c.add_argument("--prompt", help="answer this one prompt on stdout and exit (for scripts)")
-    c.add_argument("--system", default="", help="system prompt")
-    c.add_argument("--temperature", type=float, default=0.7, help="0 means greedy (default 0.7)")
+    c = sub.add_parser("chat", help=_("talk to a trained model: a streaming REPL, or one answer with --prompt"))
+    c.add_argument("--run", help=_("a run id (prefix) or directory: its final/ (else its newest checkpoint)"))
+    c.add_argument("--checkpoint", metavar="N", help=_("with --run: the checkpoint at step N instead of final/"))
+    c.add_argument("--base", action="store_true", help=_("with --run: the base model the run started from (to compare)"))
+    c.add_argument("--model", help=_("a model directory (or the demo's name, ftui-demo)"))
+    c.add_argument("--adapter", help=_("with --model: a LoRA adapter directory on top"))
+    c.add_argument("--prompt", help=_("answer this one prompt on stdout and exit (for scripts)"))
+    c.add_argument("--system", default="", help=_("system prompt"))
+    c.add_argument("--temperature", type=float, default=0.7, help=_("0 means greedy (default 0.7)"))
     c.add_argument("--top-p", type=float, default=0.9)
     c.add_argument("--max-new-tokens", type=int, default=256)
-    c.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
-    c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+    c.add_argument("--device", default="auto", help=_("cpu, cuda, cuda:1 ... (default: a GPU if there is one)"))
+    c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
 
-    for kind, what in (("predict", "generate a model's answers to a dataset's prompts and score them (BLEU-4, ROUGE) as LLaMA-Factory does"),
-                       ("eval", "a model's eval loss and perplexity over datasets (reward accuracy for preference stages)")):
-        j = sub.add_parser(kind, help=what, description=f"{what}. A job like training: detached, it outlives the app; "
-                           "Ctrl-C stops it (what it did is kept); --detach returns at once.")
-        j.add_argument("run", nargs="?", help="a run id (prefix) or directory: its final/ by default")
-        j.add_argument("--checkpoint", metavar="N", help="the run's checkpoint at step N instead of final/")
-        j.add_argument("--base", action="store_true", help="the base model the run started from (to compare)")
-        j.add_argument("--model", help="a model directory outside any run (with --template; the job goes under the runs root)")
-        j.add_argument("--adapter", help="with --model: a LoRA adapter directory on top")
-        j.add_argument("--template", help="with --model: the chat template (default: the tokenizer's own)")
-        j.add_argument("--dataset", required=True, help="dataset names (dataset_info.json) or files, comma separated")
-        j.add_argument("--dataset-dir", help="where dataset_info.json is (default: the run's dataset_dir)")
-        j.add_argument("--max-samples", type=int, help="the first N records of each dataset")
-        j.add_argument("--nproc-per-node", type=int, default=1, help="processes (each takes a share of the examples; default 1)")
-        j.add_argument("--device", default="auto", help="cpu, cuda or auto (default: a GPU if there is one)")
-        j.add_argument("--detach", action="store_true", help="start it and return (follow with ftui watch DIR)")
-        j.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+    for kind, what in (("predict", _("generate a model's answers to a dataset's prompts and score them (BLEU-4, ROUGE) as LLaMA-Factory does")),
+                       ("eval", _("a model's eval loss and perplexity over datasets (reward accuracy for preference stages)"))):
+        j = sub.add_parser(kind, help=what, description=_("{what}. A job like training: detached, it outlives the app; "
+                           "Ctrl-C stops it (what it did is kept); --detach returns at once.").format(what=what))
+        j.add_argument("run", nargs="?", help=_("a run id (prefix) or directory: its final/ by default"))
+        j.add_argument("--checkpoint", metavar="N", help=_("the run's checkpoint at step N instead of final/"))
+        j.add_argument("--base", action="store_true", help=_("the base model the run started from (to compare)"))
+        j.add_argument("--model", help=_("a model directory outside any run (with --template; the job goes under the runs root)"))
+        j.add_argument("--adapter", help=_("with --model: a LoRA adapter directory on top"))
+        j.add_argument("--template", help=_("with --model: the chat template (default: the tokenizer's own)"))
+        j.add_argument("--dataset", required=True, help=_("dataset names (dataset_info.json) or files, comma separated"))
+        j.add_argument("--dataset-dir", help=_("where dataset_info.json is (default: the run's dataset_dir)"))
+        j.add_argument("--max-samples", type=int, help=_("the first N records of each dataset"))
+        j.add_argument("--nproc-per-node", type=int, default=1, help=_("processes (each takes a share of the examples; default 1)"))
+        j.add_argument("--device", default="auto", help=_("cpu, cuda or auto (default: a GPU if there is one)"))
+        j.add_argument("--detach", action="store_true", help=_("start it and return (follow with ftui watch DIR)"))
+        j.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
         if kind == "predict":
             j.add_argument("--max-new-tokens", type=int, default=512)
-            j.add_argument("--temperature", type=float, default=0.95, help="0 means greedy (default 0.95, as LLaMA-Factory)")
+            j.add_argument("--temperature", type=float, default=0.95, help=_("0 means greedy (default 0.95, as LLaMA-Factory)"))
             j.add_argument("--top-p", type=float, default=0.7)
-            j.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
+            j.add_argument("--batch-size", type=int, default=8, help=_("prompts generated together (left-padded)"))
 
     from ftui.cli_export import add_parser as add_export_parser
 
     add_export_parser(sub)
-    r = sub.add_parser("runs", help="list your runs (the default runs root's and those output_dir put elsewhere)")
+    r = sub.add_parser("runs", help=_("list your runs (the default runs root's and those output_dir put elsewhere)"))
     r.add_argument("--root", default=None, metavar="RUNS_ROOT",
-                   help=f"list only the runs under this directory (default: {default_runs_root()}, set by FTUI_HOME, plus the runs it indexes)")
+                   help=_("list only the runs under this directory (default: {root}, set by FTUI_HOME, plus the runs it indexes)").format(
+                       root=default_runs_root()))
 
-    d = sub.add_parser("delete", help="delete a run's directory (checkpoints and final/ included) and its run index entry; never a live run",
-                       epilog="exit codes: 0 deleted, 1 not deleted (a live run, declined, or it could not be removed), 2 no such run")
-    d.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    d.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when stdin is not a terminal)")
-    d.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+    d = sub.add_parser("delete", help=_("delete a run's directory (checkpoints and final/ included) and its run index entry; never a live run"),
+                       epilog=_("exit codes: 0 deleted, 1 not deleted (a live run, declined, or it could not be removed), 2 no such run"))
+    d.add_argument("run", help=run_help)
+    d.add_argument("--yes", "-y", action="store_true", help=_("do not ask (needed when stdin is not a terminal)"))
+    d.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
 
-    a = sub.add_parser("attach", help="open the dashboard on a run (live or finished); quitting never stops it")
-    a.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    a.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+    a = sub.add_parser("attach", help=_("open the dashboard on a run (live or finished); quitting never stops it"))
+    a.add_argument("run", help=run_help)
+    a.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
 
-    w = sub.add_parser("watch", help="print plain progress lines until the run ends (for ssh without -t)",
-                       epilog="Ctrl-C stops watching, never the run. " + EXIT_CODES)
-    w.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
-    w.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
+    w = sub.add_parser("watch", help=_("print plain progress lines until the run ends (for ssh without -t)"),
+                       epilog=_("Ctrl-C stops watching, never the run. {exit_codes}").format(exit_codes=_(EXIT_CODES)))
+    w.add_argument("run", help=run_help)
+    w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
+    w.add_argument("--interval", type=float, default=2.0, help=_("seconds between checks (default 2)"))
 
-    p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT", help=f"runs root for the app (default: {default_runs_root()})")
-    p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help="open the launch form filled from this YAML")
+    p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT",
+                   help=_("runs root for the app (default: {root})").format(root=default_runs_root()))
+    p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help=_("open the launch form filled from this YAML"))
+    use_cell_width(p)
     return p
 
 
@@ -199,7 +223,7 @@ def _resolve(ref: str, root: str | None, err: Console) -> Path | None:
     try:
         return resolve_run(ref, root or default_runs_root())
     except LookupError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return None
 
 
@@ -213,7 +237,7 @@ def cmd_app(args: argparse.Namespace) -> int:
         try:
             load_config(args.app_config)
         except ConfigError as e:  # open the form anyway, filled with what could be read
-            safe_console(stderr=True).print(f"[yellow]warning:[/] {escape(str(e))}")
+            safe_console(stderr=True).print(warning_line(str(e)))
         try:  # the file's own keys, not every field: the form keeps exactly what it set (lora_target: all)
             initial = yaml.safe_load(Path(args.app_config).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -246,8 +270,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         status = watch_run(run_dir, interval=args.interval)
     except KeyboardInterrupt:  # watch only reads: the run is not touched
-        print(f"\nstopped watching; the run goes on (ftui watch {run_dir.name} or ftui attach {run_dir.name} to follow it again)",
-              file=sys.stderr, flush=True)
+        print("\n" + _("stopped watching; the run goes on (ftui watch {run} or ftui attach {run} to follow it again)").format(
+            run=run_dir.name), file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     return EXIT_OK if status == "completed" else EXIT_FAILED
 
@@ -255,8 +279,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def _refused_live(run_dir: Path, summary: Any, err: Console, then: str = "") -> bool:
     """Says so when a live run is asked for something only a stopped run can have."""
     if summary.live:
-        err.print(f"[red]error:[/] {escape(run_dir.name)} is {summary.status}: stop it first "
-                  f"(ftui attach {escape(run_dir.name)}, then s){then}")
+        err.print(error_line(_("{run} is {status}: stop it first (ftui attach {run}, then s)").format(
+            run=run_dir.name, status=summary.status) + then))
     return summary.live
 
 
@@ -268,26 +292,27 @@ def cmd_delete(args: argparse.Namespace) -> int:
     if run_dir is None:
         return EXIT_USAGE
     summary = summarize_run(run_dir)
-    if _refused_live(run_dir, summary, err, "; nothing deleted"):  # before asking; delete_run checks again under the job lock
+    if _refused_live(run_dir, summary, err, _("; nothing deleted")):  # before asking; delete_run checks again under the job lock
         return EXIT_FAILED
     if not args.yes:
         if not sys.stdin.isatty():
-            err.print(f"[red]error:[/] not deleting {escape(run_dir.name)} without a yes: stdin is not a terminal (add --yes)")
+            err.print(error_line(_("not deleting {run} without a yes: stdin is not a terminal (add --yes)").format(run=run_dir.name)))
             return EXIT_FAILED
         try:
-            answer = input(f"Delete run {run_dir.name} ({summary.status}, step {summary.step}/{summary.max_steps or '?'})?\n"
-                           f"  {run_dir}\nIts checkpoints and final/ go too; this cannot be undone. [y/N] ")
+            answer = input(_("Delete run {run} ({status}, step {step}/{max_steps})?\n  {path}\n"
+                             "Its checkpoints and final/ go too; this cannot be undone. [y/N] ").format(
+                run=run_dir.name, status=summary.status, step=summary.step, max_steps=summary.max_steps or "?", path=run_dir))
         except (EOFError, KeyboardInterrupt):
             answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            err.print("not deleted")
+        if answer.strip().lower() not in ("y", "yes", "是"):
+            err.print(_("not deleted"))
             return EXIT_FAILED
     try:
         path = delete_run(run_dir)
     except RunDeleteError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_FAILED
-    print(f"deleted {path}")
+    print(_("deleted {path}").format(path=path))
     return EXIT_OK
 
 
@@ -313,16 +338,16 @@ def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpar
         return None
     data.update(_parse_set(args.overrides))
     if not data.get("predict_with_generate"):
-        err.print("[red]error:[/] do_predict without predict_with_generate scores no answers; set predict_with_generate: "
-                  "true (answers and BLEU / ROUGE), or use ftui eval RUN --dataset NAMES for the eval loss")
+        err.print(error_line(_("do_predict without predict_with_generate scores no answers; set predict_with_generate: "
+                               "true (answers and BLEU / ROUGE), or use ftui eval RUN --dataset NAMES for the eval loss")))
         return False
     adapter = data.get("adapter_name_or_path")
     if isinstance(adapter, str) and "," in adapter:
-        err.print("[red]error:[/] adapter_name_or_path names several adapters; ftui predicts with one (merge the others first)")
+        err.print(error_line(_("adapter_name_or_path names several adapters; ftui predicts with one (merge the others first)")))
         return False
     dataset = data.get("eval_dataset") or data.get("dataset")
     if not dataset or not data.get("model_name_or_path"):
-        err.print("[red]error:[/] a predict YAML needs model_name_or_path and eval_dataset")
+        err.print(error_line(_("a predict YAML needs model_name_or_path and eval_dataset")))
         return False
     temperature = float(data.get("temperature", 0.95)) if data.get("do_sample", True) else 0.0
     model_data = {k: v for k, v in data.items() if k not in LF_PREDICT_KEYS and k not in ("dataset", "stage")}
@@ -350,24 +375,24 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
         elif args.config:
             cfg, warnings = load_config(args.config, overrides)
         else:
-            err.print("ftui train: give a CONFIG.yaml or --preset demo")
+            err.print(_("ftui train: give a CONFIG.yaml or --preset demo"))
             return None
     except ConfigError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return None
     from ftui.model_files import download_warning
 
     for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
         if w:
-            err.print(f"[yellow]warning:[/] {escape(w)}")
+            err.print(warning_line(w))
     from ftui.records import dataset_path_problem
 
     problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage)
     if problem:
-        err.print(f"[red]error:[/] {escape(problem)}")
+        err.print(error_line(problem))
         return None
     if cfg.trust_remote_code:
-        err.print("[yellow]warning:[/] trust_remote_code is on: Python code from the model's repository will run in the training processes")
+        err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
     return cfg
 
 
@@ -377,10 +402,10 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.runs import summarize_run
+    from ftui.runs import reason_text, summarize_run
 
     if args.config or args.preset:
-        err.print("[red]error:[/] --resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")
+        err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
         return None
     run_dir = _resolve(args.resume, args.runs_root, err)
     if run_dir is None:
@@ -389,15 +414,15 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     if _refused_live(run_dir, summary, err):
         return None
     if summary.status == "unreadable":
-        err.print(f"[red]error:[/] {escape(run_dir.name)} is unreadable: {escape(str(summary.reason))}")
+        err.print(error_line(_("{run} is unreadable: {reason}").format(run=run_dir.name, reason=reason_text(summary.reason))))
         return None
     try:
         lock = lock_run_dir(run_dir)
     except RunBusy as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return None
     except OSError as e:
-        err.print(f"[red]error:[/] cannot lock {escape(str(run_dir))}: {escape(e.strerror or str(e))}")
+        err.print(error_line(_("cannot lock {path}: {reason}").format(path=run_dir, reason=e.strerror or e)))
         return None
     found = _resume_config(args, run_dir, err)
     if found is None:
@@ -413,14 +438,14 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
 
     overrides = _parse_set(args.overrides)
     try:
-        cfg, _ = load_config(run_dir / CONFIG_FILE, overrides)
+        cfg, _warnings = load_config(run_dir / CONFIG_FILE, overrides)
         skipped: list[str] = []
         ckpt = resolve_checkpoint(run_dir, args.checkpoint, skipped)
     except (ConfigError, CheckpointError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return None
     for line in skipped:
-        err.print(f"[yellow]warning:[/] {escape(line)}; resuming from {escape(ckpt.name)} instead")
+        err.print(warning_line(_("{problem}; resuming from {checkpoint} instead").format(problem=line, checkpoint=ckpt.name)))
     if overrides:
         cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
     return run_dir, cfg, ckpt
@@ -456,7 +481,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out, err = safe_console(), safe_console(stderr=True)
     resume = lock = None
     if args.checkpoint and not args.resume:
-        err.print("[red]error:[/] --checkpoint goes with --resume RUN")
+        err.print(error_line(_("--checkpoint goes with --resume RUN")))
         return EXIT_USAGE
     if args.resume:
         found = _prepare_resume(args, err)
@@ -479,7 +504,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         try:
             run_dir = prepare_run(cfg)
         except OSError as e:
-            err.print(f"[red]error:[/] cannot create a run directory under {escape(cfg.output_dir)}: {escape(str(e))}")
+            err.print(error_line(_("cannot create a run directory under {path}: {reason}").format(path=cfg.output_dir, reason=e)))
             return EXIT_FAILED
     from ftui.events import EVENTS_FILE
 
@@ -488,17 +513,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         info = start_run(run_dir, cfg, resume=resume, lock=lock)
     except RunBusy as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE
-    verb = f"resumed from {escape(resume.name)}" if resume else "started"
-    out.print(f"run [bold]{escape(run_dir.name)}[/] {verb} in {escape(str(run_dir))}")
+    if resume:
+        out.print(_("run {run} resumed from {checkpoint} in {path}").format(
+            run=f"[bold]{escape(run_dir.name)}[/]", checkpoint=escape(resume.name), path=escape(str(run_dir))))
+    else:
+        out.print(_("run {run} started in {path}").format(run=f"[bold]{escape(run_dir.name)}[/]", path=escape(str(run_dir))))
     out.print(f"[dim]{escape(info['command_line'])}[/]")
     if cfg.nnodes > 1:
-        out.print("on each other node, run:")
+        out.print(_("on each other node, run:"))
         for line in other_node_commands(cfg, run_dir):
             out.print(f"  {escape(line)}")
     if args.detach:
-        out.print(f"follow it with: ftui attach {escape(run_dir.name)}   (or: ftui watch {escape(run_dir.name)})")
+        out.print(escape(_("follow it with: ftui attach {run}   (or: ftui watch {run})").format(run=run_dir.name)))
         return EXIT_OK
 
     interrupts = []
@@ -506,17 +534,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     def interrupted(count: int) -> None:
         interrupts.append(count)
         if count == 1:
-            out.print("[yellow]stopping: the ranks finish the current step (Ctrl-C again to kill)[/]")
+            out.print("[yellow]" + _("stopping: the ranks finish the current step (Ctrl-C again to kill)") + "[/]")
             stop_run(run_dir)
         else:
-            out.print("[red]killing the run[/]")
+            out.print("[red]" + _("killing the run") + "[/]")
             stop_run(run_dir, force=True)
 
     summary = follow_run(run_dir, out, on_interrupt=interrupted, start_offset=offset)
     from ftui.runs import checkpoints
 
     if summary.status != "completed" and checkpoints(run_dir):
-        out.print(f"resume with: ftui train --resume {escape(run_dir.name)}")
+        out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
     if summary.status == "completed":
         return EXIT_OK
     return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
@@ -532,18 +560,18 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
     out, err = safe_console(), safe_console(stderr=True)
     kind = args.command
     if (args.run is None) == (args.model is None):
-        err.print(f"ftui {kind}: give a run (id or directory) or --model PATH, not both")
+        err.print(_("ftui {command}: give a run (id or directory) or --model PATH, not both").format(command=kind))
         return EXIT_USAGE
     if args.model is None and (args.adapter or args.template):
-        err.print(f"ftui {kind}: --adapter and --template go with --model (a run has its own)")
+        err.print(_("ftui {command}: --adapter and --template go with --model (a run has its own)").format(command=kind))
         return EXIT_USAGE
     if args.checkpoint and args.base:
-        err.print(f"ftui {kind}: --checkpoint or --base, not both")
+        err.print(_("ftui {command}: --checkpoint or --base, not both").format(command=kind))
         return EXIT_USAGE
     for name in ("max_samples", "batch_size", "max_new_tokens", "nproc_per_node"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            err.print(f"ftui {kind}: --{name.replace('_', '-')} must be 1 or more")
+            err.print(_("ftui {command}: {option} must be 1 or more").format(command=kind, option="--" + name.replace("_", "-")))
             return EXIT_USAGE
     run_dir = model_config = None
     root = Path(args.root or default_runs_root()).expanduser()
@@ -554,47 +582,47 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
     else:
         data = getattr(args, "model_data", None) or {"model_name_or_path": args.model, "template": args.template}
         try:
-            model_config, _ = parse_config({**data, "dataset": args.dataset, "dataset_dir": args.dataset_dir or data.get("dataset_dir", "data"),
+            model_config, _warnings = parse_config({**data, "dataset": args.dataset, "dataset_dir": args.dataset_dir or data.get("dataset_dir", "data"),
                                             "output_dir": str(root)}, getattr(args, "model_source", "--model"))
         except ConfigError as e:
-            err.print(f"[red]error:[/] {escape(str(e))}")
+            err.print(error_line(str(e)))
             return EXIT_USAGE
     generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)}
     if generation.get("temperature", 0) < 0 or not 0 < generation.get("top_p", 1) <= 1:
-        err.print(f"ftui {kind}: --temperature must be 0 or more and --top-p in (0, 1]")
+        err.print(escape(_("ftui {command}: --temperature must be 0 or more and --top-p in (0, 1]").format(command=kind)))
         return EXIT_USAGE
     source = source_of(run_dir, args.checkpoint, args.base, args.model, args.adapter)
     problem = _offline_source_problem(run_dir, args)
     if problem:
-        err.print(f"[red]error:[/] {escape(problem)}")
+        err.print(error_line(problem))
         return EXIT_USAGE
     try:
         job_dir, cfg = prepare_job(kind, run_dir=run_dir, source=source, dataset=args.dataset, dataset_dir=args.dataset_dir,
                                    max_samples=args.max_samples, generation=generation, nproc=args.nproc_per_node,
                                    device=args.device, model_config=model_config, root=root)
     except (JobError, ConfigError, OSError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE if not isinstance(e, OSError) else EXIT_FAILED
     from ftui.records import dataset_path_problem
 
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
     if problem:
-        err.print(f"[red]error:[/] {escape(problem)}")
+        err.print(error_line(problem))
         return EXIT_USAGE
     try:
         start_job(kind, job_dir, cfg)
     except RunBusy as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE
-    out.print(f"{kind} job started in {escape(str(job_dir))}", soft_wrap=True)
+    out.print(_("{job} job started in {path}").format(job=kind, path=escape(str(job_dir))), soft_wrap=True)
     if args.detach:
-        out.print(f"follow it with: ftui watch {escape(str(job_dir))}")
+        out.print(escape(_("follow it with: ftui watch {path}").format(path=job_dir)))
         return EXIT_OK
     interrupts = []
 
     def interrupted(count: int) -> None:
         interrupts.append(count)
-        out.print("[yellow]stopping: what is done is kept[/]" if count == 1 else "[red]killing the job[/]")
+        out.print("[yellow]" + _("stopping: what is done is kept") + "[/]" if count == 1 else "[red]" + _("killing the job") + "[/]")
         stop_run(job_dir, force=count > 1)
 
     summary = follow_run(job_dir, out, on_interrupt=interrupted)
@@ -613,9 +641,9 @@ def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> s
         from ftui.paths import resolve_model_path
 
         if not (Path(resolve_model_path(args.model)).expanduser() / "config.json").is_file():
-            return f"{args.model} is not a model directory (no config.json); give a directory written by save_pretrained"
+            return _("{path} is not a model directory (no config.json); give a directory written by save_pretrained").format(path=args.model)
         if args.adapter and not (Path(args.adapter).expanduser() / "adapter_config.json").is_file():
-            return f"{args.adapter} is not a LoRA adapter directory (no adapter_config.json)"
+            return _("{path} is not a LoRA adapter directory (no adapter_config.json)").format(path=args.adapter)
         return None
     if args.checkpoint:
         from ftui.runs import CheckpointError, resolve_checkpoint
@@ -628,7 +656,7 @@ def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> s
         from ftui.runs import checkpoints
 
         if not checkpoints(run_dir):
-            return f"{run_dir.name} has no final/ and no checkpoint yet; use --base for the model it started from"
+            return _("{run} has no final/ and no checkpoint yet; use --base for the model it started from").format(run=run_dir.name)
     return None
 
 
@@ -637,7 +665,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     err = safe_console(stderr=True)
     if bool(args.run) == bool(args.model):
-        err.print("[red]error:[/] give either --run RUN or --model PATH")
+        err.print(error_line(_("give either --run RUN or --model PATH")))
         return EXIT_USAGE
     if args.run:
         run_dir = _resolve(args.run, args.root, err)
@@ -651,13 +679,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         loaded = worker.load(device=args.device, **spec)
         if loaded["type"] != "loaded":
-            err.print(f"[red]error:[/] {escape(loaded['message'])}")
+            err.print(error_line(loaded['message']))
             return EXIT_FAILED
         if args.prompt is not None:
             text, ok = _stream_answer(worker, Conversation().ask(args.prompt), settings)
             return EXIT_OK if ok else EXIT_FAILED
-        err.print(f"[dim]{escape(loaded['label'])} on {escape(loaded['device'])}. /clear forgets the conversation, "
-                  "/save FILE writes it as JSON, Ctrl-C stops an answer, Ctrl-D quits.[/]")
+        err.print("[dim]" + escape(_("{model} on {device}. /clear forgets the conversation, /save FILE writes it as JSON, "
+                                     "Ctrl-C stops an answer, Ctrl-D quits.").format(model=loaded["label"], device=loaded["device"])) + "[/]")
         conv = Conversation()
         while True:
             try:
@@ -696,7 +724,7 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
             worker.stop()
             continue
         if reply is None:
-            print("\nerror: the chat worker stopped answering", file=sys.stderr)
+            print("\n" + _("error: the chat worker stopped answering"), file=sys.stderr)
             return "".join(parts), False
         if reply.get("id") not in (None, rid):
             continue
@@ -709,10 +737,12 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
             sys.stdout.write("\n")
             sys.stdout.flush()
             if sys.stderr.isatty():
-                print(f"[{reply['tokens']} tokens, {reply.get('tokens_per_s') or 0:.1f} tokens/s{', stopped' if reply['stopped'] else ''}]", file=sys.stderr)
+                stats = _("{tokens} tokens, {rate:.1f} tokens/s").format(tokens=reply["tokens"], rate=reply.get("tokens_per_s") or 0)
+                stopped = _(", stopped") if reply["stopped"] else ""
+                print(f"[{stats}{stopped}]", file=sys.stderr)
             return "".join(parts), True
         elif kind in ("error", "exit"):
-            print(f"\nerror: {reply['message']}", file=sys.stderr)
+            print("\n" + _("error: {message}").format(message=reply["message"]), file=sys.stderr)
             return "".join(parts), False
 
 
@@ -728,38 +758,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         verdict = plan(cfg, int(args.gpu_memory * GIB) if args.gpu_memory else None)
     except (UnknownModel, ValueError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE
     e = verdict.estimate
-    out.print(f"{escape(cfg.model_name_or_path)}: {count(e.params)} parameters, {count(e.trainable)} trainable "
-              f"({cfg.method}, {cfg.precision}, engine {escape(cfg.engine_name)}, {cfg.world_size} process(es), "
-              f"micro batch {cfg.per_device_train_batch_size} x {cfg.cutoff_len} tokens"
-              f"{', gradient checkpointing' if cfg.gradient_checkpointing else ''})")
+    out.print(escape(_("{model}: {params} parameters, {trainable} trainable ({method}, {precision}, engine {engine}, "
+                       "{world_size} process(es), micro batch {batch} x {cutoff_len} tokens{checkpointing})").format(
+        model=cfg.model_name_or_path, params=count(e.params), trainable=count(e.trainable), method=cfg.method,
+        precision=cfg.precision, engine=cfg.engine_name, world_size=cfg.world_size, batch=cfg.per_device_train_batch_size,
+        cutoff_len=cfg.cutoff_len, checkpointing=_(", gradient checkpointing") if cfg.gradient_checkpointing else "")))
     table = Table(show_header=True, box=None, pad_edge=False)
-    table.add_column("per GPU")
-    table.add_column("estimate", justify="right")
-    for name in ("weights", "gradients", "optimizer", "activations"):
-        table.add_row(name, gib(getattr(e, name)))
-    table.add_row("[bold]peak[/]" + (" (gradients replace activations in backward)" if e.gradients_overlap_activations else ""),
-                  f"[bold]{gib(e.total)}[/]")
+    table.add_column(_("per GPU"))
+    table.add_column(_("estimate"), justify="right")
+    for name, label in PLAN_PARTS:
+        table.add_row(_(label), gib(getattr(e, name)))
+    overlap = _(" (gradients replace activations in backward)") if e.gradients_overlap_activations else ""
+    table.add_row("[bold]" + _("peak") + "[/]" + overlap, f"[bold]{gib(e.total)}[/]")
     table.add_row(escape(e.overhead.describe()), gib(e.overhead.total))
-    table.add_row(f"needed (peak x {SLACK} for the allocator + the above)", gib(e.needed))
+    table.add_row(_("needed (peak x {slack} for the allocator + the above)").format(slack=SLACK), gib(e.needed))
     if e.host_bytes:
-        table.add_row("host memory (offload)", gib(e.host_bytes))
+        table.add_row(_("host memory (offload)"), gib(e.host_bytes))
     out.print(table)
     for note in e.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(note_line(note))
     if verdict.fits is None:
-        out.print("no GPU seen (give --gpu-memory GIB to compare)")
+        out.print(_("no GPU seen (give --gpu-memory GIB to compare)"))
         return EXIT_OK
     if verdict.fits:
-        out.print(f"[green]fits[/] {gib(verdict.gpu_bytes)} GPUs")
+        out.print(_("{fits} {size} GPUs").format(fits="[green]" + _("fits") + "[/]", size=gib(verdict.gpu_bytes)))
         return EXIT_OK
-    out.print(f"[red]does not fit[/] {gib(verdict.gpu_bytes)} GPUs")
+    out.print(_("{fits} {size} GPUs").format(fits="[red]" + _("does not fit") + "[/]", size=gib(verdict.gpu_bytes)))
     for s in verdict.suggestions:
-        out.print(f"  try {escape(s)}")
+        out.print("  " + _("try {suggestion}").format(suggestion=escape(s)))
     if not verdict.suggestions:
-        out.print("  nothing ftui offers makes it fit: more or larger GPUs")
+        out.print("  " + _("nothing ftui offers makes it fit: more or larger GPUs"))
     return EXIT_FAILED
 
 
@@ -769,14 +800,14 @@ def cmd_data(args: argparse.Namespace) -> int:
 
     out, err = safe_console(), safe_console(stderr=True)
     if (args.show is None) == (args.dump is None):
-        err.print("ftui data: give --show N (print N examples) or --dump OUT.jsonl (write all of them)")
+        err.print(_("ftui data: give --show N (print N examples) or --dump OUT.jsonl (write all of them)"))
         return EXIT_USAGE
     if args.show is not None and args.show < 1:
-        err.print("ftui data: --show takes a number of examples, 1 or more")
+        err.print(_("ftui data: --show takes a number of examples, 1 or more"))
         return EXIT_USAGE
     target = Path(args.dump).expanduser() if args.dump else None
     if target is not None and not target.parent.is_dir():
-        err.print(f"[red]error:[/] {escape(str(target.parent))} is not a directory; give --dump a file in an existing directory")
+        err.print(error_line(_("{path} is not a directory; give --dump a file in an existing directory").format(path=target.parent)))
         return EXIT_USAGE
     args.node_rank = args.runs_root = None
     cfg = _load_train_config(args, err)
@@ -797,18 +828,18 @@ def cmd_data(args: argparse.Namespace) -> int:
                 count += 1
                 out.print(example_text(count, row), soft_wrap=True)  # the text as it is: the terminal wraps it
     except ExamplesFailed as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE if e.code == EXIT_USAGE else EXIT_FAILED
     except OSError as e:
-        err.print(f"[red]error:[/] cannot write {escape(str(target))}: {escape(str(e))}")
+        err.print(error_line(_("cannot write {path}: {reason}").format(path=target, reason=e)))
         return EXIT_FAILED
     finally:
         if partial is not None and partial.exists():
             partial.unlink()
     for note in examples.notes:
-        err.print(f"[yellow]note:[/] {escape(note)}")
+        err.print(note_line(note))
     if target is not None:
-        err.print(f"wrote {count} examples to {escape(str(target))}")
+        err.print(escape(_("wrote {count} examples to {path}").format(count=count, path=target)))
     return EXIT_OK
 
 
@@ -818,7 +849,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
     out = safe_console()
     if args.name:
         if args.name not in PRESET_NAMES:
-            safe_console(stderr=True).print(f"[red]error:[/] no preset {escape(args.name)!r}; presets: {', '.join(PRESET_NAMES)}")
+            safe_console(stderr=True).print(error_line(_("no preset {name}; presets: {names}").format(
+                name=repr(args.name), names=", ".join(PRESET_NAMES))))
             return EXIT_USAGE
         sys.stdout.write(preset_path(args.name).read_text(encoding="utf-8"))
         return EXIT_OK
@@ -826,44 +858,50 @@ def cmd_presets(args: argparse.Namespace) -> int:
     for name in PRESET_NAMES:
         what, when = describe(name)
         if out.is_terminal:
-            out.print(f"[bold]{name:<{width}}[/]  {escape(what)}\n{'':<{width}}  [dim]when: {escape(when)}[/]")
+            when_line = escape(_("when: {when}").format(when=when))
+            out.print(f"[bold]{name:<{width}}[/]  {escape(what)}\n{'':<{width}}  [dim]{when_line}[/]")
         else:
-            print(f"{name:<{width}}  {what}. When: {when}")
+            print(f"{name:<{width}}  " + _("{what}. When: {when}").format(what=what, when=when))
     if out.is_terminal:
-        out.print(f"\n[dim]files: {escape(str(preset_path('single').parent))}  (ftui presets NAME prints one; "
-                  "a copied DeepSpeed file is used with deepspeed: PATH)[/]")
+        files = escape(_("files: {path}  (ftui presets NAME prints one; a copied DeepSpeed file is used with deepspeed: PATH)").format(
+            path=preset_path("single").parent))
+        out.print(f"\n[dim]{files}[/]")
     return EXIT_OK
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ftui.runs import LIST_COLUMNS, RunsRootError, list_row, list_runs
+    from rich.cells import cell_len
+
+    from ftui.runs import LIST_COLUMNS, LIST_HEADINGS, RunsRootError, list_row, list_runs, reason_text
 
     root = args.root or default_runs_root()
     console = safe_console()
     try:
         runs = list_runs(root)
     except RunsRootError as e:
-        safe_console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
+        safe_console(stderr=True).print(error_line(str(e)))
         return EXIT_FAILED
     if not runs:
-        console.print(f"no runs under {escape(str(Path(root).resolve()))}")
+        console.print(escape(_("no runs under {path}").format(path=Path(root).resolve())))
         return EXIT_OK
-    header = LIST_COLUMNS
+    # the headings in the interface's language; the cells (statuses included) as the run says them
+    header = tuple(_(LIST_HEADINGS[col]) for col in LIST_COLUMNS)
     rows = [tuple(list_row(r).values()) for r in runs]
     if not console.is_terminal:  # scripts and `ssh host ftui runs`: one unwrapped line per run
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        widths = [max(cell_len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:  # padded by cells: a CJK character takes two
+            print("  ".join(cell + " " * (w - cell_len(cell)) for cell, w in zip(row, widths)).rstrip())
     else:
-        table = Table(title=f"runs in {escape(str(Path(root).resolve()))}")
-        for col in header:  # a run's id whole, on one line: it is what `ftui attach` takes
-            table.add_column(col, no_wrap=col == "run", min_width=max(len(r.run_id) for r in runs) if col == "run" else None)
+        table = Table(title=escape(_("runs in {path}").format(path=Path(root).resolve())))
+        for col, heading in zip(LIST_COLUMNS, header):  # a run's id whole, on one line: it is what `ftui attach` takes
+            table.add_column(heading, no_wrap=col == "run",
+                             min_width=max(cell_len(r.run_id) for r in runs) if col == "run" else None)
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
     for r in runs:
         if r.status == "unreadable":  # the others are listed; this one says why it is not
-            line = f"{r.run_id}: unreadable: {r.reason}"
+            line = _("{run}: unreadable: {reason}").format(run=r.run_id, reason=reason_text(r.reason))
             if console.is_terminal:
                 console.print(Text(line))
             else:

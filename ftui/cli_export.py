@@ -9,30 +9,34 @@ from typing import Any
 
 from rich.markup import escape
 
+from ftui.i18n import N_, _
 from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES
 from ftui.paths import default_runs_root
 
-HELP = "merge a run's final/ or checkpoint into a standalone model directory (safetensors, tokenizer, Modelfile; GGUF with --gguf)"
+HELP = N_("merge a run's final/ or checkpoint into a standalone model directory (safetensors, tokenizer, Modelfile; GGUF with --gguf)")
 
 
 def add_parser(sub: Any) -> None:
-    x = sub.add_parser("export", help=HELP, description=(
-        f"{HELP}. The result loads with transformers alone (LoRA/DoRA merged; DCP and DeepSpeed checkpoints gathered). "
-        "A job like training: it outlives the terminal; Ctrl-C stops it (nothing is left half-written); --detach returns at once."))
-    x.add_argument("run", help="a run id (a unique prefix is enough) or a run directory")
-    x.add_argument("--checkpoint", metavar="N|final", help="the checkpoint at step N (default: final/, else the newest checkpoint)")
-    x.add_argument("--out", required=True, metavar="DIR", help="where the model goes: a new or empty directory outside every run")
-    x.add_argument("--dtype", choices=DTYPES, default="bf16", help="the exported weights' type (default bf16)")
-    x.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE, metavar="SIZE", help=f"largest safetensors file, e.g. 2GB, 500MB (default {DEFAULT_SHARD_SIZE})")
+    x = sub.add_parser("export", help=_(HELP), description=_(
+        "{what}. The result loads with transformers alone (LoRA/DoRA merged; DCP and DeepSpeed checkpoints gathered). "
+        "A job like training: it outlives the terminal; Ctrl-C stops it (nothing is left half-written); --detach returns at once."
+    ).format(what=_(HELP)))
+    x.add_argument("run", help=_("a run id (a unique prefix is enough) or a run directory"))
+    x.add_argument("--checkpoint", metavar="N|final", help=_("the checkpoint at step N (default: final/, else the newest checkpoint)"))
+    x.add_argument("--out", required=True, metavar="DIR", help=_("where the model goes: a new or empty directory outside every run"))
+    x.add_argument("--dtype", choices=DTYPES, default="bf16", help=_("the exported weights' type (default bf16)"))
+    x.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE, metavar="SIZE",
+                   help=_("largest safetensors file, e.g. 2GB, 500MB (default {size})").format(size=DEFAULT_SHARD_SIZE))
     x.add_argument("--gguf", nargs="?", const="f16", choices=GGUF_TYPES, metavar="TYPE",
-                   help=f"also write a GGUF file for llama.cpp / Ollama: {', '.join(GGUF_TYPES)} (default f16); Llama and Qwen2/Qwen3 models")
-    x.add_argument("--force", action="store_true", help="replace what a non-empty --out holds (once the new export is complete)")
-    x.add_argument("--detach", action="store_true", help="start it and return (follow with ftui watch DIR)")
-    x.add_argument("--root", default=None, metavar="RUNS_ROOT", help=f"runs root (default: {default_runs_root()})")
+                   help=_("also write a GGUF file for llama.cpp / Ollama: {types} (default f16); Llama and Qwen2/Qwen3 models").format(
+                       types=", ".join(GGUF_TYPES)))
+    x.add_argument("--force", action="store_true", help=_("replace what a non-empty --out holds (once the new export is complete)"))
+    x.add_argument("--detach", action="store_true", help=_("start it and return (follow with ftui watch DIR)"))
+    x.add_argument("--root", default=None, metavar="RUNS_ROOT", help=_("runs root (default: {root})").format(root=default_runs_root()))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ftui.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, safe_console
+    from ftui.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
     from ftui.config import ConfigError
     from ftui.follow import follow_run
     from ftui.jobs.export import ExportError, prepare_export, start_export
@@ -48,26 +52,26 @@ def cmd_export(args: argparse.Namespace) -> int:
                                              max_shard_size=args.max_shard_size, gguf=args.gguf, force=args.force,
                                              runs_root=Path(args.root or default_runs_root()))
     except (ExportError, ConfigError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE
     except OSError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_FAILED
-    out.print(f"export needs {escape(needs.describe())}")
+    out.print(escape(_("export needs {what}").format(what=needs.describe())))
     try:
         start_export(job_dir, cfg)
     except RunBusy as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(error_line(str(e)))
         return EXIT_USAGE
-    out.print(f"export job started in {escape(str(job_dir))}", soft_wrap=True)
+    out.print(_("{job} job started in {path}").format(job="export", path=escape(str(job_dir))), soft_wrap=True)
     if args.detach:
-        out.print(f"follow it with: ftui watch {escape(str(job_dir))}", soft_wrap=True)
+        out.print(escape(_("follow it with: ftui watch {path}").format(path=job_dir)), soft_wrap=True)
         return EXIT_OK
     interrupts: list[int] = []
 
     def interrupted(count: int) -> None:
         interrupts.append(count)
-        out.print("[yellow]stopping: nothing half-written is left[/]" if count == 1 else "[red]killing the job[/]")
+        out.print("[yellow]" + _("stopping: nothing half-written is left") + "[/]" if count == 1 else "[red]" + _("killing the job") + "[/]")
         stop_run(job_dir, force=count > 1)
 
     summary = follow_run(job_dir, out, on_interrupt=interrupted)

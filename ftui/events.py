@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
 
+from ftui.i18n import _
 from ftui.paths import EVENTS_FILE, RESERVE_FILE  # noqa: F401 (re-exported)
 
 SCHEMA_VERSION = 1
@@ -233,8 +234,11 @@ def open_regular(path: Path) -> int | None:
         raise UnreadableFile(f"{name}: {err.strerror or err}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-        raise UnreadableFile(f"{name} is {kind}, not a regular file")
+        if stat.S_ISDIR(mode):
+            raise UnreadableFile(_("{name} is a directory, not a regular file").format(name=name))
+        if stat.S_ISFIFO(mode):
+            raise UnreadableFile(_("{name} is a FIFO, not a regular file").format(name=name))
+        raise UnreadableFile(_("{name} is a device or socket, not a regular file").format(name=name))
     return fd
 
 

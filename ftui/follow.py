@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ftui.runs import RunFollower, RunSummary
+from ftui.i18n import N_, _
+from ftui.runs import RunFollower, RunSummary, reason_text
 
 
 class EtaWindow:
@@ -64,8 +65,8 @@ def fmt_duration(seconds: float | None) -> str:
 def fmt_prepare(event: dict) -> str:
     """A `prepare` event as one line (its numbers may be anything: a run directory is untrusted)."""
     if not has_counts(event):
-        return "preparing data"
-    return f"preparing data: {event['done']:,} / {event['total']:,} records"
+        return _("preparing data")
+    return _("preparing data: {done} / {total} records").format(done=f"{event['done']:,}", total=f"{event['total']:,}")
 
 
 def follow_run(
@@ -90,7 +91,7 @@ def follow_run(
     stats = {"loss": "-", "tps": "-", "eta": "--:--"}
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}"),
+        TextColumn(_("loss {task.fields[loss]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}")),
         TimeElapsedColumn(), console=console, transient=False,
     )
     task = progress.add_task(escape(run_dir.name), total=None, **stats)
@@ -119,16 +120,18 @@ def follow_run(
 def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console) -> None:
     kind = event["event"]
     if kind == "run_start" and event.get("job") == "export":
-        console.print(f"[dim]exporting {escape(str(event.get('source')))} as {escape(str(event.get('precision')))} "
-                      f"to {escape(str(event.get('out')))}[/]", soft_wrap=True)
+        line = _("exporting {source} as {precision} to {out}").format(
+            source=event.get("source"), precision=event.get("precision"), out=event.get("out"))
+        console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
     elif kind == "run_start":
         progress.update(task, total=event.get("max_steps"))
         eta.start(event)
-        console.print(
-            f"[dim]{escape(str(event.get('model')))} · {event.get('method')} · {event.get('engine')} · "
-            f"{event.get('precision')} · {event.get('world_size')} process(es) · "
-            f"{event.get('trainable_params') or 0:,} of {event.get('total_params') or 0:,} parameters train[/]"
-        )
+        line = _("{model} · {method} · {engine} · {precision} · {world_size} process(es) · "
+                 "{trainable} of {total} parameters train").format(
+            model=event.get("model"), method=event.get("method"), engine=event.get("engine"), precision=event.get("precision"),
+            world_size=event.get("world_size"), trainable=f"{event.get('trainable_params') or 0:,}",
+            total=f"{event.get('total_params') or 0:,}")
+        console.print(f"[dim]{escape(line)}[/]")
     elif kind == "step":
         eta.add(event["t"], event["step"])
         loss = event.get("loss")
@@ -137,11 +140,12 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         stats["eta"] = fmt_duration(eta.eta(event["step"], summary.max_steps))
         progress.update(task, completed=event["step"], **stats)
     elif kind == "eval":
-        console.print(f"step {event['step']}: eval_loss {_num(event.get('eval_loss'))}")
+        console.print(_("step {step}: eval_loss {loss}").format(step=event["step"], loss=_num(event.get("eval_loss"))))
     elif kind == "log" and event.get("level") in ("warning", "error"):
-        console.print(f"[yellow]{event['level']}:[/] {escape(str(event.get('message')))}")
+        console.print(f"[yellow]{level_word(event['level'])}:[/] {escape(str(event.get('message')))}")
     elif kind == "checkpoint":
-        console.print(f"[dim]checkpoint at step {event['step']}: {escape(str(event.get('path')))}[/]")
+        line = _("checkpoint at step {step}: {path}").format(step=event["step"], path=event.get("path"))
+        console.print(f"[dim]{escape(line)}[/]")
     elif kind == "prepare":
         console.print(f"[dim]{fmt_prepare(event)}[/]")
     elif kind == "progress" and has_counts(event) and "phase" in event:  # an export job's phases
@@ -164,12 +168,19 @@ def has_counts(event: dict) -> bool:
     return all(isinstance(event.get(k), int) and not isinstance(event.get(k), bool) for k in ("done", "total"))
 
 
-PHASES = {"load": "loading the weights", "merge": "merging", "save": "writing safetensors", "gguf": "writing GGUF"}
+PHASES = {"load": N_("loading the weights"), "merge": N_("merging"), "save": N_("writing safetensors"), "gguf": N_("writing GGUF")}
+WORKING = N_("working")  # a phase no known name fits
+LEVELS = {"warning": N_("warning"), "error": N_("error")}
+
+
+def level_word(level: str) -> str:
+    """A log event's level (warning, error) in the interface's language."""
+    return _(LEVELS.get(level, level))
 
 
 def fmt_phase(event: dict) -> str:
     """An export job's progress event as one line (a job directory is untrusted: known phases only)."""
-    name = PHASES.get(str(event.get("phase")), "working")
+    name = _(PHASES.get(str(event.get("phase")), WORKING))
     return f"{name}: {event['done']:,} / {event['total']:,}" if event.get("total", 0) > 1 else name
 
 
@@ -178,17 +189,17 @@ def fmt_export(event: dict) -> str:
     files = event.get("files") if isinstance(event.get("files"), list) else []
     size = event.get("bytes")
     size_text = f", {size / 2**30:.2f} GiB" if isinstance(size, (int, float)) and not isinstance(size, bool) else ""
-    return f"exported to {event.get('out')}: {len(files)} files{size_text}"
+    return _("exported to {out}: {count} files{size}").format(out=event.get("out"), count=len(files), size=size_text)
 
 
 def fmt_predict(event: dict) -> str:
     """A predict job's results as one line (LLaMA-Factory's metric names; numbers only: a job
     directory is untrusted)."""
     names = {"predict_bleu_4": "BLEU-4", "predict_rouge_1": "ROUGE-1", "predict_rouge_2": "ROUGE-2",
-             "predict_rouge_l": "ROUGE-L", "predict_samples_per_second": "examples/s"}
+             "predict_rouge_l": "ROUGE-L", "predict_samples_per_second": _("examples/s")}
     parts = [f"{label} {event[n]:.2f}" for n, label in names.items()
              if isinstance(event.get(n), (int, float)) and not isinstance(event.get(n), bool)]
-    return "results: " + (", ".join(parts) if parts else "no scores")
+    return _("results: {scores}").format(scores=", ".join(parts) if parts else _("no scores"))
 
 
 def _num(value: float | None) -> str:
@@ -198,10 +209,12 @@ def _num(value: float | None) -> str:
 
 def _print_end(summary: RunSummary, console: Console) -> None:
     colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
-    loss = f", last loss {summary.last_loss:.4f}" if summary.last_loss is not None else ""
-    where = "" if summary.engine == "export" else f" (step {summary.step}{loss})"  # an export has no steps
-    console.print(f"[bold {colour}]{summary.status}[/]: {escape(str(summary.reason or ''))}{where}")
+    loss = _(", last loss {loss}").format(loss=f"{summary.last_loss:.4f}") if summary.last_loss is not None else ""
+    where = "" if summary.engine == "export" else _(" (step {step}{loss})").format(step=summary.step, loss=loss)  # an export has no steps
+    style = f"bold {colour}"
+    # the status word stays English, as in ftui watch and ftui runs (scripts read it); the rest is translated
+    console.print(f"[{style}]{summary.status}[/]: {escape(reason_text(summary.reason))}{where}")
     if summary.error_detail:
         console.print(f"[red]{escape(summary.error_detail)}[/]")
     if summary.hint:
-        console.print(f"[bold]hint:[/] {escape(summary.hint)}")
+        console.print("[bold]" + _("hint") + ":[/] " + escape(summary.hint))

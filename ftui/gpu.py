@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from ftui.i18n import _
+
 try:  # nvidia-ml-py installs the module `pynvml`
     import pynvml
 except ImportError:  # pragma: no cover - it is a dependency, but keep the app up without it
@@ -191,7 +193,7 @@ def name_of(handle: Any) -> str:
     try:
         name = pynvml.nvmlDeviceGetName(handle)
     except Exception:
-        return "unknown GPU"
+        return _("unknown GPU")
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
@@ -206,10 +208,11 @@ def machine_gpus() -> list[tuple[str, str]]:
     out = []
     for g in gpus_named(None):
         mem = _opt(pynvml.nvmlDeviceGetMemoryInfo, g.handle)
-        free = f", {(mem.total - mem.used) / (1 << 30):.0f} of {mem.total / (1 << 30):.0f} GiB free" if mem is not None else ""
+        free = _(", {free} of {total} GiB free").format(free=f"{(mem.total - mem.used) / (1 << 30):.0f}",
+                                                          total=f"{mem.total / (1 << 30):.0f}") if mem is not None else ""
         out.append((str(g.nvml_index), f"{name_of(g.handle)}{free}"))
         for i, _parent, mig, uuid in _mig_instances([(g.nvml_index, g.physical)]):
-            out.append((uuid, f"MIG of GPU {i}: {name_of(mig)}"))
+            out.append((uuid, _("MIG of GPU {index}: {name}").format(index=i, name=name_of(mig))))
     return out
 
 
@@ -228,7 +231,8 @@ def visibility_note() -> str | None:
     if value is None or not _init():
         return None
     total = _opt(pynvml.nvmlDeviceGetCount)
-    return f"CUDA_VISIBLE_DEVICES={value!r}: {gpu_count()} of {total if total is not None else '?'} GPUs visible"
+    return _("CUDA_VISIBLE_DEVICES={value}: {count} of {total} GPUs visible").format(
+        value=repr(value), count=gpu_count(), total=total if total is not None else "?")
 
 
 def compute_capabilities(count: int | None = None, picked: str | None = None) -> list[tuple[VisibleGpu, tuple[int, int]]]:
@@ -250,7 +254,8 @@ def bf16_unsupported_reason(count: int | None = None, picked: str | None = None)
     V100, T4 emulate it, many times slower), else None."""
     for g, (major, minor) in compute_capabilities(count, picked):
         if major < 8:
-            return f"{g.label} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer"
+            return _("{gpu} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer").format(
+                gpu=g.label, major=major, minor=minor)
     return None
 
 

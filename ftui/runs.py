@@ -26,6 +26,7 @@ import psutil
 
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
+from ftui.i18n import N_, _
 from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
 LIVE_STATUSES = ("starting", "running")
@@ -55,7 +56,7 @@ def create_run_dir(root: str | os.PathLike[str], name: str) -> Path:
         except FileExistsError:
             continue
         return candidate
-    raise FileExistsError(f"could not find a free run directory name under {root_path}")
+    raise FileExistsError(_("could not find a free run directory name under {path}").format(path=root_path))
 
 
 def write_launch_info(run_dir: Path, info: dict[str, Any]) -> None:
@@ -79,20 +80,20 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     if raw is None:
         return {}, None
     if len(raw) > LAUNCH_MAX:
-        return {}, f"{name} is larger than {LAUNCH_MAX} bytes"
+        return {}, _("{name} is larger than {size} bytes").format(name=name, size=LAUNCH_MAX)
     try:
         info = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        return {}, f"{name} is not JSON"
+        return {}, _("{name} is not JSON").format(name=name)
     if not isinstance(info, dict):
-        return {}, f"{name} holds {type(info).__name__}, not a launch record"
+        return {}, _("{name} holds {type}, not a launch record").format(name=name, type=type(info).__name__)
     checks = {"pid": lambda v: type(v) is int and 0 < v < 1 << 31, "pgid": lambda v: type(v) is int and 0 < v < 1 << 31,
               "start_time": lambda v: type(v) in (int, float), "create_time": lambda v: type(v) in (int, float),
               "host": lambda v: isinstance(v, str)}
     bad = [k for k, ok in checks.items() if k in info and info[k] is not None and not ok(info[k])]
     for k in bad:
         del info[k]
-    return info, (f"{name} has a malformed {', '.join(bad)}" if bad else None)
+    return info, (_("{name} has a malformed {fields}").format(name=name, fields=", ".join(bad)) if bad else None)
 
 
 def read_launch_info(run_dir: Path) -> dict[str, Any]:
@@ -125,8 +126,14 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-DIED_REASON = "the launcher exited without writing run_end"
-STOPPED_EARLY_REASON = "stopped before the job could record its end (a Stop during start-up, or a second Stop that killed it)"
+DIED_REASON = N_("the launcher exited without writing run_end")
+STOPPED_EARLY_REASON = N_("stopped before the job could record its end (a Stop during start-up, or a second Stop that killed it)")
+
+
+def reason_text(reason: str | None) -> str:
+    """A run's end reason as shown: one ftui writes itself (marked with N_, stored in English
+    in events.jsonl, which scripts read) in the interface's language, any other as written."""
+    return _(reason) if reason else ""
 
 
 def launcher_process(launch: dict[str, Any], run_dir: Path) -> psutil.Process | None:
@@ -245,7 +252,7 @@ class RunSummary:
         """The job is gone without run_end: say why as well as the files can tell."""
         _launch, problem = read_launch_record(self.path)
         if problem is not None:
-            self.mark_unreadable(f"{problem}: ftui cannot tell what became of its job")
+            self.mark_unreadable(_("{problem}: ftui cannot tell what became of its job").format(problem=problem))
         elif os.path.exists(self.path / STOP_FILE):
             self.status, self.reason = "stopped", STOPPED_EARLY_REASON
         else:
@@ -439,6 +446,9 @@ def _config_scalars(run_dir: Path) -> dict[Any, str | int | float]:
 
 
 LIST_COLUMNS = ("run", "status", "model", "method", "engine", "step", "loss", "started", "duration")
+# the columns' headings, translated where shown (the keys above are list_row's, for code)
+LIST_HEADINGS = {"run": N_("run"), "status": N_("status"), "model": N_("model"), "method": N_("method"), "engine": N_("engine"),
+                 "step": N_("step"), "loss": N_("loss"), "started": N_("started"), "duration": N_("duration")}
 
 
 def list_row(r: RunSummary) -> dict[str, str]:
@@ -447,7 +457,7 @@ def list_row(r: RunSummary) -> dict[str, str]:
 
     return {
         "run": r.run_id, "status": r.status,
-        "model": str(r.reason if r.status == "unreadable" else r.model or "-"),
+        "model": reason_text(r.reason) if r.status == "unreadable" else str(r.model or "-"),
         "method": r.method or "-", "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
         "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
@@ -466,7 +476,7 @@ def _run_dirs(root_path: Path) -> list[Path]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as err:
-        raise RunsRootError(f"cannot list the runs root {root_path}: {err.strerror or err}") from None
+        raise RunsRootError(_("cannot list the runs root {path}: {reason}").format(path=root_path, reason=err.strerror or err)) from None
     out = []
     for entry in entries:
         if entry.name.startswith("."):  # never a run's name (slug): a run being deleted (delete_run)
@@ -493,7 +503,7 @@ def _summarize_listed(d: Path) -> RunSummary | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as err:
-        return _unreadable(d, f"{err.strerror or err} (another user's run?)")
+        return _unreadable(d, _("{reason} (another user's run?)").format(reason=err.strerror or err))
     try:
         return summarize_run(d)
     except Exception as err:  # a run directory shaped in a way no reader foresaw: list it, keep going
@@ -633,29 +643,31 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Path:
     checkpoints takes, and one interrupted removal leaves no half-run behind in the list."""
     path = Path(os.path.realpath(Path(run_dir).expanduser()))
     if not (path / CONFIG_FILE).is_file() or not any(os.path.lexists(path / m) for m in RUN_MARKERS):
-        raise RunDeleteError(f"{path} does not look like an ftui run directory (no {CONFIG_FILE} with a {LAUNCH_FILE} or "
-                             f"{EVENTS_FILE}); nothing deleted")
+        raise RunDeleteError(_("{path} does not look like an ftui run directory (no {config} with a {launch} or {events}); "
+                               "nothing deleted").format(path=path, config=CONFIG_FILE, launch=LAUNCH_FILE, events=EVENTS_FILE))
     summary = summarize_run(path)
     if summary.live:
-        raise RunDeleteError(f"{path.name} is {summary.status}: stop it first (ftui attach {path.name}, then s), then delete it")
+        raise RunDeleteError(_("{run} is {status}: stop it first (ftui attach {run}, then s), then delete it").format(
+            run=path.name, status=summary.status))
     busy = live_job_dirs(path)
     if busy:
-        raise RunDeleteError(f"{path.name} has a {busy[0].parent.name} job running ({busy[0]}): stop it first "
-                             f"(ftui attach {busy[0]}, then s), then delete the run; nothing deleted")
+        raise RunDeleteError(_("{run} has a {job} job running ({path}): stop it first (ftui attach {path}, then s), "
+                               "then delete the run; nothing deleted").format(run=path.name, job=busy[0].parent.name, path=busy[0]))
     lock = _take_job_lock(path)
     try:
         hidden = path.with_name(f".{path.name}.deleting")
         try:
             os.rename(path, hidden)
         except OSError as err:
-            raise RunDeleteError(f"cannot delete {path}: {err.strerror or err}") from None
+            raise RunDeleteError(_("cannot delete {path}: {reason}").format(path=path, reason=err.strerror or err)) from None
         forget_run(path)
 
         failed: list[str] = []
         shutil.rmtree(hidden, onerror=lambda _f, p, exc: failed.append(f"{p}: {getattr(exc[1], 'strerror', None) or exc[1]}"))
         if failed:
-            raise RunDeleteError(f"{path.name} is no longer listed, but {len(failed)} file(s) could not be removed "
-                                 f"(first: {failed[0]}); remove {hidden} yourself")
+            raise RunDeleteError(_("{run} is no longer listed, but {count} file(s) could not be removed "
+                                   "(first: {first}); remove {path} yourself").format(
+                run=path.name, count=len(failed), first=failed[0], path=hidden))
     finally:
         if lock is not None:
             os.close(lock)
@@ -685,12 +697,14 @@ def _take_job_lock(run_dir: Path) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise RunDeleteError(f"cannot lock {run_dir.name}'s {LOCK_FILE}: {err.strerror or err}; nothing deleted") from None
+        raise RunDeleteError(_("cannot lock {run}'s {lock}: {reason}; nothing deleted").format(
+            run=run_dir.name, lock=LOCK_FILE, reason=err.strerror or err)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise RunDeleteError(f"{run_dir.name} has a job running (it holds {LOCK_FILE}): stop it first; nothing deleted") from None
+        raise RunDeleteError(_("{run} has a job running (it holds {lock}): stop it first; nothing deleted").format(
+            run=run_dir.name, lock=LOCK_FILE)) from None
     return fd
 
 
@@ -700,7 +714,7 @@ def _is_run(path: Path) -> bool:
         return True
     except OSError as err:
         if isinstance(err, PermissionError):
-            raise LookupError(f"{path} cannot be read: {err.strerror} (another user's run?)") from None
+            raise LookupError(_("{path} cannot be read: {reason} (another user's run?)").format(path=path, reason=err.strerror)) from None
         return False
 
 
@@ -728,8 +742,9 @@ def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
             return matches[0]
         if len(matches) > 1:
             names = ", ".join(m.name for m in matches[:5])
-            raise LookupError(f"{ref!r} matches {len(matches)} runs under {root_path}: {names}; give more of the name")
-    raise LookupError(f"no run {ref!r} under {root_path} (ftui runs lists them)")
+            raise LookupError(_("{ref} matches {count} runs under {root}: {names}; give more of the name").format(
+                ref=repr(ref), count=len(matches), root=root_path, names=names))
+    raise LookupError(_("no run {ref} under {root} (ftui runs lists them)").format(ref=repr(ref), root=root_path))
 
 
 def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
@@ -757,20 +772,20 @@ def checkpoint_damage(path: Path) -> str | None:
             raise FileNotFoundError("missing")
         state = json.loads(raw)
     except (OSError, ValueError, UnreadableFile) as err:
-        return f"its {TRAINER_STATE} is unreadable ({err})"
+        return _("its {file} is unreadable ({reason})").format(file=TRAINER_STATE, reason=err)
     if not isinstance(state, dict):
-        return f"its {TRAINER_STATE} is not a JSON object"
+        return _("its {file} is not a JSON object").format(file=TRAINER_STATE)
     files = state.get("files")
     if not isinstance(files, (dict, type(None))):
-        return f"its {TRAINER_STATE} has no list of file sizes"
+        return _("its {file} has no list of file sizes").format(file=TRAINER_STATE)
     for rel, size in (files or {}).items():
         f = path / rel
         try:
             actual = f.stat().st_size
         except OSError:
-            return f"{rel} is missing"
+            return _("{file} is missing").format(file=rel)
         if actual != size:
-            return f"{rel} is {actual} bytes, but {size} were written"
+            return _("{file} is {actual} bytes, but {size} were written").format(file=rel, actual=actual, size=size)
     return None
 
 
@@ -783,28 +798,30 @@ def resolve_checkpoint(run_dir: Path, which: str | None, skipped: list[str] | No
     found = checkpoints(run_dir)
     if which is None or which == "latest":
         if not found:
-            raise CheckpointError(f"{run_dir.name} has no complete checkpoint to resume from")
+            raise CheckpointError(_("{run} has no complete checkpoint to resume from").format(run=run_dir.name))
         for step, path in reversed(found):
             damage = checkpoint_damage(path)
             if damage is None:
                 return path
             if skipped is not None:
-                skipped.append(f"checkpoint step-{step} is damaged: {damage}")
-        raise CheckpointError(f"every checkpoint of {run_dir.name} is damaged (newest: {checkpoint_damage(found[-1][1])}); start the run again")
+                skipped.append(_("checkpoint step-{step} is damaged: {damage}").format(step=step, damage=damage))
+        raise CheckpointError(_("every checkpoint of {run} is damaged (newest: {damage}); start the run again").format(
+            run=run_dir.name, damage=checkpoint_damage(found[-1][1])))
     if which.isdigit():
         for step, path in found:
             if step == int(which):
                 damage = checkpoint_damage(path)
                 if damage is not None:
                     sound = [s for s, p in found if checkpoint_damage(p) is None]
-                    alt = f"; the newest sound one is step {sound[-1]} (--checkpoint {sound[-1]})" if sound else ""
-                    raise CheckpointError(f"checkpoint step-{step} is damaged: {damage}{alt}")
+                    alt = _("; the newest sound one is step {step} (--checkpoint {step})").format(step=sound[-1]) if sound else ""
+                    raise CheckpointError(_("checkpoint step-{step} is damaged: {damage}").format(step=step, damage=damage) + alt)
                 return path
-        steps = ", ".join(str(s) for s, _ in found) or "none"
-        raise CheckpointError(f"{run_dir.name} has no checkpoint at step {which} (complete checkpoints: {steps})")
+        steps = ", ".join(str(s) for s, _path in found) or _("none")
+        raise CheckpointError(_("{run} has no checkpoint at step {step} (complete checkpoints: {steps})").format(
+            run=run_dir.name, step=which, steps=steps))
     path = Path(which).expanduser()
     if not (path / TRAINER_STATE).is_file():
-        raise CheckpointError(f"{path} is not a complete ftui checkpoint (no {TRAINER_STATE})")
+        raise CheckpointError(_("{path} is not a complete ftui checkpoint (no {file})").format(path=path, file=TRAINER_STATE))
     return path.resolve()
 
 
@@ -815,15 +832,17 @@ def resume_target(path_text: str) -> tuple[Path, Path | None]:
     raises CheckpointError saying so."""
     path = Path(path_text).expanduser()
     if not path.exists():
-        raise CheckpointError(f"{path} does not exist; give an ftui run directory or its checkpoints/step-N")
+        raise CheckpointError(_("{path} does not exist; give an ftui run directory or its checkpoints/step-N").format(path=path))
     if _is_run(path):
         return path.resolve(), None
     if path.parent.name == CHECKPOINTS_DIR and _is_run(path.parent.parent):
         if not (path / TRAINER_STATE).is_file():
-            raise CheckpointError(f"{path} is not a complete ftui checkpoint (no {TRAINER_STATE}); give the run directory to take its newest one")
+            raise CheckpointError(_("{path} is not a complete ftui checkpoint (no {file}); give the run directory to take its newest one").format(
+                path=path, file=TRAINER_STATE))
         return path.parent.parent.resolve(), path.resolve()
-    raise CheckpointError(f"{path} is not an ftui run or checkpoint (a transformers / LLaMA-Factory checkpoint-N cannot be resumed "
-                          "by ftui: its optimizer and data order are not ftui's); give an ftui run directory or RUN/checkpoints/step-N")
+    raise CheckpointError(_("{path} is not an ftui run or checkpoint (a transformers / LLaMA-Factory checkpoint-N cannot be resumed "
+                            "by ftui: its optimizer and data order are not ftui's); give an ftui run directory or RUN/checkpoints/step-N").format(
+        path=path))
 
 
 def resume_target_problem(path_text: str) -> str | None:

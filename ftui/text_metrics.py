@@ -22,6 +22,7 @@ import os
 import warnings
 from collections.abc import Iterable
 
+from .i18n import ngettext
 from .paths import ftui_home
 
 METRICS = ("bleu-4", "rouge-1", "rouge-2", "rouge-l")
@@ -40,8 +41,9 @@ def metrics_unavailable() -> str | None:
     missing = [dist for module, dist in METRIC_PACKAGES if not _importable(module)]
     if not missing:
         return None
-    return (f"BLEU/ROUGE need {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-            f"not installed in this Python: {INSTALL_HINT}")
+    return ngettext("BLEU/ROUGE need {packages}, which is not installed in this Python: {hint}",
+                    "BLEU/ROUGE need {packages}, which are not installed in this Python: {hint}",
+                    len(missing)).format(packages=", ".join(missing), hint=INSTALL_HINT)
 
 
 def _importable(module: str) -> bool:

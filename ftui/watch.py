@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ftui.events import StepColumns, extra_figures, fmt_figure
-from ftui.follow import EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts
-from ftui.runs import RunFollower, RunSummary
+from ftui.follow import EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
+from ftui.i18n import _
+from ftui.runs import RunFollower, RunSummary, reason_text
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
 HEAD_BYTES = 256 << 10
@@ -46,29 +47,34 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             latest = e
         elif e["event"] == "run_start":
             eta.start(e)
-            print(f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
-                  f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}", file=out, flush=True)
+            # key names as events.jsonl and the config spell them: the same in every language
+            head = (f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
+                    f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}")
+            print(head, file=out, flush=True)
         elif e["event"] == "eval":
-            print(f"step {e['step']} eval_loss {_fmt(e.get('eval_loss'), '.4f')}{_extras(e)}", file=out, flush=True)
+            print(_("step {step} eval_loss {loss}").format(step=e["step"], loss=_fmt(e.get("eval_loss"), ".4f")) + _extras(e),
+                  file=out, flush=True)
         elif e["event"] == "log" and e.get("level") in ("warning", "error"):
-            print(f"{e['level']}: {e.get('message')}", file=out, flush=True)
+            print(f"{level_word(e['level'])}: {e.get('message')}", file=out, flush=True)
         elif e["event"] == "prepare":
             print(fmt_prepare(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e) and "phase" in e:
             print(fmt_phase(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e):
             eta.add(e["t"], e["done"])
-            print(f"examples {e['done']}/{e['total']} examples/s {e.get('examples_per_s') or 0:,.2f} "
-                  f"eta {fmt_duration(eta.eta(e['done'], e['total']))}", file=out, flush=True)
+            print(_("examples {done}/{total} examples/s {rate} eta {eta}").format(
+                done=e["done"], total=e["total"], rate=f"{e.get('examples_per_s') or 0:,.2f}",
+                eta=fmt_duration(eta.eta(e["done"], e["total"]))), file=out, flush=True)
         elif e["event"] == "predict":
             print(fmt_predict(e), file=out, flush=True)
         elif e["event"] == "export":
             print(fmt_export(e), file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
-        print(f"step {latest['step']}/{summary.max_steps or '?'} loss {_fmt(latest.get('loss'), '.4f')} "
-              f"lr {latest.get('lr') or 0:.3e} tok/s {latest.get('tokens_per_s') or 0:,.0f} "
-              f"eta {fmt_duration(eta.eta(latest['step'], summary.max_steps))}{_extras(latest)}", file=out, flush=True)
+        print(_("step {step}/{max_steps} loss {loss} lr {lr} tok/s {tps} eta {eta}").format(
+            step=latest["step"], max_steps=summary.max_steps or "?", loss=_fmt(latest.get("loss"), ".4f"),
+            lr=f"{latest.get('lr') or 0:.3e}", tps=f"{latest.get('tokens_per_s') or 0:,.0f}",
+            eta=fmt_duration(eta.eta(latest["step"], summary.max_steps))) + _extras(latest), file=out, flush=True)
     return last_printed
 
 
@@ -85,17 +91,18 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
     follower = RunFollower(run_dir, summary, show, chunk=CHUNK, compact=True)
     skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES)
     if skipped is not None:
-        print(f"({(skipped[1] - skipped[0]) / 1e6:.0f} MB of earlier events not shown; ftui attach {summary.run_id} shows the whole run)",
-              file=out, flush=True)
+        print(_("({size} MB of earlier events not shown; ftui attach {run} shows the whole run)").format(
+            size=f"{(skipped[1] - skipped[0]) / 1e6:.0f}", run=summary.run_id), file=out, flush=True)
     while True:
         follower.poll()
         if follower.ended:
             break
         if not follower.catching_up:  # a long backlog is read on without a pause
             time.sleep(interval)
-    print(f"{summary.status}: {summary.reason or ''} (step {summary.step})", file=out, flush=True)
+    # the status word stays English (scripts read it); the words around it are translated
+    print(f"{summary.status}: {reason_text(summary.reason)}" + _(" (step {step})").format(step=summary.step), file=out, flush=True)
     if summary.error_detail:
         print(summary.error_detail, file=out, flush=True)
     if summary.hint:
-        print(f"hint: {summary.hint}", file=out, flush=True)
+        print(_("hint") + ": " + summary.hint, file=out, flush=True)
     return summary.status

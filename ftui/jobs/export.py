@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config import RunConfig, load_config
+from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -57,10 +58,10 @@ def parse_shard_size(text: str | int) -> int:
     else:
         m = _SIZE.match(str(text))
         if not m:
-            raise ExportError(f"shard size {text!r} is not a size; write it as 5GB, 500MB or 2GiB")
+            raise ExportError(_("shard size {size} is not a size; write it as 5GB, 500MB or 2GiB").format(size=repr(text)))
         value = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").lower()])
     if value < 10**6:
-        raise ExportError(f"shard size {text!r} is under 1MB; give at least 1MB (LLaMA-Factory's default is 5GB)")
+        raise ExportError(_("shard size {size} is under 1MB; give at least 1MB (LLaMA-Factory's default is 5GB)").format(size=repr(text)))
     return value
 
 
@@ -86,27 +87,32 @@ def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> st
     try:
         target = out.expanduser().resolve()
     except (OSError, RuntimeError) as err:
-        return f"{out} cannot be used: {err}"
+        return _("{path} cannot be used: {reason}").format(path=out, reason=err)
     for parent in (target, *target.parents):
         if _is_run_dir(parent):
-            where = "is a run directory" if parent == target else f"is inside the run directory {parent}"
-            return f"{out} {where}; export outside every run (deleting a run deletes what is in it), e.g. {default_out_dir(parent, None)}"
+            if parent == target:
+                where = _("{path} is a run directory").format(path=out)
+            else:
+                where = _("{path} is inside the run directory {run}").format(path=out, run=parent)
+            return _("{problem}; export outside every run (deleting a run deletes what is in it), e.g. {example}").format(
+                problem=where, example=default_out_dir(parent, None))
     if runs_root is not None:
         try:
             root = runs_root.expanduser().resolve()
         except (OSError, RuntimeError):
             root = None
         if root is not None and target.parent == root:
-            return f"{out} is straight in the runs root {root}, where every directory is taken for a run; use another directory"
+            return _("{path} is straight in the runs root {root}, where every directory is taken for a run; use another directory").format(
+                path=out, root=root)
     if target.exists() and not target.is_dir():
-        return f"{out} exists and is not a directory; choose another --out"
+        return _("{path} exists and is not a directory; choose another --out").format(path=out)
     if target.is_dir() and not force:
         try:
             has_content = any(target.iterdir())
         except OSError as err:
-            return f"{out} cannot be read: {err.strerror or err}"
+            return _("{path} cannot be read: {reason}").format(path=out, reason=err.strerror or err)
         if has_content:
-            return f"{out} is not empty; choose another --out, or --force to replace what is in it"
+            return _("{path} is not empty; choose another --out, or --force to replace what is in it").format(path=out)
     return None
 
 
@@ -121,7 +127,8 @@ class ExportNeeds:
     def describe(self) -> str:
         from ftui.plan import count
 
-        return f"{count(self.params)} parameters: about {fmt_bytes(self.host_bytes)} of host memory and {fmt_bytes(self.disk_bytes)} of disk"
+        return _("{params} parameters: about {memory} of host memory and {disk} of disk").format(
+            params=count(self.params), memory=fmt_bytes(self.host_bytes), disk=fmt_bytes(self.disk_bytes))
 
 
 def base_model_source(run_dir: Path, cfg: RunConfig) -> str:
@@ -142,10 +149,11 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
         config = read_model_config(base_model_source(run_dir, cfg))
         shape = ModelShape.from_config(config)
     except (UnknownModel, KeyError, TypeError, ValueError) as err:
-        raise ExportError(f"cannot size the export: {err}") from None
+        raise ExportError(_("cannot size the export: {reason}").format(reason=err)) from None
     if gguf and config.get("model_type") not in GGUF_MODEL_TYPES:
-        raise ExportError(f"GGUF export is written for the {', '.join(GGUF_MODEL_TYPES)} model types, and this model is "
-                          f"{config.get('model_type')!r}; export without --gguf and convert with llama.cpp's convert_hf_to_gguf.py")
+        raise ExportError(_("GGUF export is written for the {types} model types, and this model is {model_type}; "
+                            "export without --gguf and convert with llama.cpp's convert_hf_to_gguf.py").format(
+            types=", ".join(GGUF_MODEL_TYPES), model_type=repr(config.get("model_type"))))
     params = shape.params
     from_checkpoint = which not in (None, "final") or not (run_dir / FINAL_DIR).is_dir()
     load = params * (8 if from_checkpoint else 4)
@@ -170,16 +178,18 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
     if needs.host_bytes > avail:
         from ftui.plan import count
 
-        return (f"the export needs about {fmt_bytes(needs.host_bytes)} of host memory ({count(needs.params)} parameters "
-                f"in fp32), and {fmt_bytes(avail)} is available; free memory (stop other jobs) or export on a larger machine")
+        return _("the export needs about {memory} of host memory ({params} parameters in fp32), and {available} is available; "
+                 "free memory (stop other jobs) or export on a larger machine").format(
+            memory=fmt_bytes(needs.host_bytes), params=count(needs.params), available=fmt_bytes(avail))
     where = _existing_parent(out.expanduser().resolve())
     try:
         free = shutil.disk_usage(where).free
     except OSError as err:
-        return f"cannot check the free disk at {where}: {err.strerror or err}"
+        return _("cannot check the free disk at {path}: {reason}").format(path=where, reason=err.strerror or err)
     if needs.disk_bytes > free:
-        return (f"the export writes about {fmt_bytes(needs.disk_bytes)} and {where} has {fmt_bytes(free)} free; "
-                "choose an --out on a larger disk, a smaller --dtype, or drop --gguf")
+        return _("the export writes about {size} and {path} has {free} free; "
+                 "choose an --out on a larger disk, a smaller --dtype, or drop --gguf").format(
+            size=fmt_bytes(needs.disk_bytes), path=where, free=fmt_bytes(free))
     return None
 
 
@@ -196,9 +206,9 @@ def source_problem(run_dir: Path, which: str | None) -> str | None:
     if (run_dir / FINAL_DIR).is_dir():
         return None
     if which == "final":
-        return f"{run_dir.name} has no final/ (it has not finished); export a checkpoint with --checkpoint N"
+        return _("{run} has no final/ (it has not finished); export a checkpoint with --checkpoint N").format(run=run_dir.name)
     if not checkpoints(run_dir):
-        return f"{run_dir.name} has no final/ and no checkpoint yet: nothing trained to export"
+        return _("{run} has no final/ and no checkpoint yet: nothing trained to export").format(run=run_dir.name)
     return None
 
 
@@ -219,9 +229,9 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
     from ftui.jobs.offline import new_job_dir
 
     if dtype not in DTYPES:
-        raise ExportError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        raise ExportError(_("dtype {dtype} is not one of {choices}").format(dtype=repr(dtype), choices=", ".join(DTYPES)))
     if gguf is not None and gguf not in GGUF_TYPES:
-        raise ExportError(f"GGUF type {gguf!r} is not one of {', '.join(GGUF_TYPES)}")
+        raise ExportError(_("GGUF type {type} is not one of {choices}").format(type=repr(gguf), choices=", ".join(GGUF_TYPES)))
     shard_bytes = parse_shard_size(max_shard_size)
     problem = source_problem(run_dir, which) or out_dir_problem(out, force, runs_root)
     if problem:
@@ -236,7 +246,7 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
     cfg.save(job_dir / CONFIG_FILE, include_unsupported=False)
     checkpoint = None if which in (None, "final") else str(which).removeprefix("step-")
     spec = {"job": "export", "run": str(run_dir.resolve()), "checkpoint": checkpoint,
-            "source_label": f"{run_dir.name} " + (f"step-{checkpoint}" if checkpoint else "final" if (run_dir / FINAL_DIR).is_dir() else "latest checkpoint"),
+            "source_label": f"{run_dir.name} " + (f"step-{checkpoint}" if checkpoint else "final" if (run_dir / FINAL_DIR).is_dir() else _("latest checkpoint")),
             "out": str(out.expanduser().resolve()), "dtype": dtype, "max_shard_size": shard_bytes, "gguf": gguf, "force": force,
             "needs": {"params": needs.params, "host_bytes": needs.host_bytes, "disk_bytes": needs.disk_bytes}, "created": time.time()}
     tmp = job_dir / (JOB_SPEC_FILE + ".tmp")

@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from ftui.config import RunConfig
+from ftui.i18n import _
 from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
@@ -54,7 +55,7 @@ def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, res
     tail = [job, str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
     if cfg.nnodes == 1:
         return [py, "-m", "ftui.jobs.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
-    host, _, port = cfg.rdzv_endpoint.rpartition(":")
+    host, _sep, port = cfg.rdzv_endpoint.rpartition(":")
     return [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}", f"--nnodes={cfg.nnodes}",
             f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}",
             "--max-restarts=0", *([f"--shutdown-timeout={cfg.stop_timeout}"] if torchrun_has_shutdown_timeout() else []),
@@ -117,8 +118,8 @@ def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
                 continue
             os.close(fd)
             name = Path(run_dir).name
-            raise RunBusy(f"{name} already has a job running (it holds {LOCK_FILE}); follow it with ftui attach {name}, "
-                          "or stop it before starting another") from None
+            raise RunBusy(_("{run} already has a job running (it holds {lock}); follow it with ftui attach {run}, "
+                            "or stop it before starting another").format(run=name, lock=LOCK_FILE)) from None
     (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
     return fd
 
@@ -214,7 +215,7 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
     start-up, before any rank could write run_end, still ends `stopped`."""
     sup, children = run_processes(run_dir)
     if sup is None:
-        return "the run is not running"
+        return _("the run is not running")
     if force:
         # The launcher starts each rank in a session of its own, so killing the supervisor's
         # process group would leave the ranks running: kill every process of the tree.
@@ -223,7 +224,7 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
                 p.send_signal(signal.SIGKILL)
             except psutil.Error:
                 pass
-        return "killed"
+        return _("killed")
     try:
         (Path(run_dir) / STOP_FILE).write_text(f"{time.time()}\n")
     except OSError:
@@ -234,9 +235,9 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
         else:
             sup.send_signal(signal.SIGTERM)
     except (ProcessLookupError, PermissionError, psutil.Error):
-        return "the run is not running"
+        return _("the run is not running")
     ranks = [p for p in children if is_rank(p)]
-    return f"asked the launcher to stop {len(ranks)} rank(s): they finish the step and save a checkpoint"
+    return _("asked the launcher to stop {count} rank(s): they finish the step and save a checkpoint").format(count=len(ranks))
 
 
 def is_rank(p: psutil.Process) -> bool:

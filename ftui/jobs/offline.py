@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config import RunConfig, load_config
+from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
 
 KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
@@ -41,7 +42,7 @@ def new_job_dir(parent: Path, kind: str) -> Path:
             return path
         except FileExistsError:
             continue
-    raise JobError(f"cannot make a new job directory in {folder}")
+    raise JobError(_("cannot make a new job directory in {path}").format(path=folder))
 
 
 def source_of(run_dir: Path | None, checkpoint: str | None, base: bool, model: str | None, adapter: str | None) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
     elif model_config is not None and root is not None:
         base, parent = model_config, root
     else:
-        raise JobError("give a run, or --model PATH")
+        raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device)
     job_dir = new_job_dir(parent, kind)
     cfg.save(job_dir / CONFIG_FILE, include_unsupported=False)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from ftui.i18n import _
 from ftui.paths import STORE_PREFIX
 
 STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
@@ -81,10 +82,11 @@ class Ranks:
     def on_signal(self, signum: int, _frame: object) -> None:
         self.signals += 1
         if self.signals == 1:
-            print(f"[ftui] launcher: signal {signum}: asking the ranks to stop (killed after {self.stop_timeout:.0f} s)", flush=True)
+            print("[ftui] " + _("launcher: signal {signal}: asking the ranks to stop (killed after {seconds} s)").format(
+                signal=signum, seconds=f"{self.stop_timeout:.0f}"), flush=True)
             self.ask_to_stop()
         else:
-            print("[ftui] launcher: second signal: killing the ranks", flush=True)
+            print("[ftui] " + _("launcher: second signal: killing the ranks"), flush=True)
             self.kill()
 
     def ask_to_stop(self, grace: float | None = None) -> None:
@@ -114,7 +116,8 @@ class Ranks:
             for rank, code in enumerate(codes):
                 if code not in (None, 0) and failed is None:
                     failed = code if code > 0 else 128 - code
-                    print(f"[ftui] launcher: rank {rank} exited with code {code}; stopping the other ranks", flush=True)
+                    print("[ftui] " + _("launcher: rank {rank} exited with code {code}; stopping the other ranks").format(rank=rank, code=code),
+                          flush=True)
                     # No checkpoint can be saved without it: the others only write why they end.
                     self.ask_to_stop(min(self.stop_timeout, FAILURE_GRACE_S))
             if all(c is not None for c in codes):
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rest.append(arg)
     if len(rest) < 2 or nproc < 1:
-        print("usage: python -m ftui.jobs.spawn --nproc-per-node=N --stop-timeout=S JOB RUN_DIR [--resume CHECKPOINT_DIR]",
+        print(_("usage: python -m ftui.jobs.spawn --nproc-per-node=N --stop-timeout=S JOB RUN_DIR [--resume CHECKPOINT_DIR]"),
               file=sys.stderr)
         return 2
     run_dir = Path(rest[1])

@@ -31,12 +31,14 @@ from pathlib import Path
 import psutil
 
 from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
+from ftui.i18n import N_, _
 from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
 
 POLL_S = 2.0
-DISK_FULL_HINT = ("the disk is full where the run directory is: free space (or raise the quota), then start again "
-                  "(ftui train --resume RUN continues from the newest checkpoint, if any); train.log may be empty or "
-                  "cut short because it could not be written either")
+# the run's end is written in the language the run was started in (FTUI_LANG, inherited)
+DISK_FULL_HINT = N_("the disk is full where the run directory is: free space (or raise the quota), then start again "
+                    "(ftui train --resume RUN continues from the newest checkpoint, if any); train.log may be empty or "
+                    "cut short because it could not be written either")
 
 
 def say(message: str) -> None:
@@ -66,7 +68,7 @@ def write_run_end(run_dir: Path, **fields) -> None:
         with EventWriter(run_dir / EVENTS_FILE) as writer:
             writer.write("run_end", **fields)
     except OSError as err:
-        say(f"[ftui] could not record how the run ended: {err}")
+        say("[ftui] " + _("could not record how the run ended: {reason}").format(reason=err))
 
 
 def last_log_lines(run_dir: Path, n: int = 8) -> str:
@@ -132,14 +134,17 @@ def find_hang(run_dir: Path, timeout: int, launcher: subprocess.Popen, now: floa
     procs = rank_processes(launcher)
     stopped = sorted(r for r, p in procs.items() if _status(p) == psutil.STATUS_STOPPED)
     if stopped:
-        who = ", ".join(f"rank {r}" for r in stopped)
-        why = "its process is stopped (SIGSTOP, Ctrl-Z or a debugger)" if len(stopped) == 1 else "their processes are stopped"
+        who = ", ".join(_("rank {rank}").format(rank=r) for r in stopped)
+        why = _("its process is stopped (SIGSTOP, Ctrl-Z or a debugger)") if len(stopped) == 1 else _("their processes are stopped")
     else:
         oldest = min(beats.values())
         late = sorted(r for r, t in beats.items() if t - oldest < 1.0)
-        who = "every rank" if len(late) == len(beats) and len(beats) > 1 else ", ".join(f"rank {r}" for r in late)
-        why = "last to make progress" if who != "every rank" else "all waiting (a stuck collective, GPU or filesystem)"
-    return f"{who} made no progress for {idle:.0f} s ({why}); ftui ended the job after hang_timeout={timeout} s"
+        if len(late) == len(beats) and len(beats) > 1:
+            who, why = _("every rank"), _("all waiting (a stuck collective, GPU or filesystem)")
+        else:
+            who, why = ", ".join(_("rank {rank}").format(rank=r) for r in late), _("last to make progress")
+    return _("{who} made no progress for {seconds} s ({why}); ftui ended the job after hang_timeout={timeout} s").format(
+        who=who, seconds=f"{idle:.0f}", why=why, timeout=timeout)
 
 
 def _status(p: psutil.Process) -> str | None:
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         node_rank = int(argv[2])
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m ftui.jobs.supervise RUN_DIR [--node-rank N] -- COMMAND...", file=sys.stderr)
+        print(_("usage: python -m ftui.jobs.supervise RUN_DIR [--node-rank N] -- COMMAND..."), file=sys.stderr)
         return 2
     run_dir, cmd = Path(argv[0]), argv[2:]
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f) fails a write with EFBIG instead of killing us
@@ -203,17 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     code, hang = wait_watching(proc, run_dir)
     if hang is not None and not has_run_end(run_dir):
         write_run_end(run_dir, status="failed", reason=hang, error_type="Hang", error_message=hang,
-                      hint="if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "
-                           "check off); the newest checkpoint resumes with ftui train --resume RUN", exit_code=code)
+                      hint=_("if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "
+                             "check off); the newest checkpoint resumes with ftui train --resume RUN"), exit_code=code)
         return finish(run_dir, code)
     if node_rank > 0:
         # Rank 0 (on node 0) writes this run's events; this node only records how it ended.
         if not has_run_end(run_dir):
             write_run_end(run_dir, status="completed" if code == 0 else "failed",
-                          reason=f"node {node_rank} of a multi-node run: its ranks exited with code {code}; "
-                                 "the run's events and final/ are on node 0",
+                          reason=_("node {node} of a multi-node run: its ranks exited with code {code}; "
+                                   "the run's events and final/ are on node 0").format(node=node_rank, code=code),
                           **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
-                                                   "hint": "see train.log on this node and the run on node 0"}))
+                                                   "hint": _("see train.log on this node and the run on node 0")}))
         return finish(run_dir, code)
     if not has_run_end(run_dir) and (run_dir / STOP_FILE).exists():
         # Stop reached the ranks before they could handle it (during start-up): a stop, not a crash.
@@ -221,19 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     if not has_run_end(run_dir):
         tail = last_log_lines(run_dir)
         if looks_disk_full(run_dir, tail):
-            write_run_end(run_dir, status="failed", reason=f"disk full: the training processes could not write (launcher exit code {code})",
-                          error_type="DiskFull", error_message=tail[-2000:], hint=DISK_FULL_HINT, exit_code=code)
+            write_run_end(run_dir, status="failed", reason=_("disk full: the training processes could not write (launcher exit code {code})").format(code=code),
+                          error_type="DiskFull", error_message=tail[-2000:], hint=_(DISK_FULL_HINT), exit_code=code)
         else:
-            write_run_end(run_dir, status="failed", reason=f"the training processes ended without a result (launcher exit code {code})",
+            write_run_end(run_dir, status="failed", reason=_("the training processes ended without a result (launcher exit code {code})").format(code=code),
                           error_type="ProcessDied", error_message=tail[-2000:],
-                          hint="a rank was killed (out of host memory? kill -9?) or crashed before Python could report it; see train.log",
+                          hint=_("a rank was killed (out of host memory? kill -9?) or crashed before Python could report it; see train.log"),
                           exit_code=code)
     return finish(run_dir, code)
 
 
 def finish(run_dir: Path, code: int) -> int:
     release_reserve(run_dir)
-    say(f"[ftui] launcher exited with code {code}")
+    say("[ftui] " + _("launcher exited with code {code}").format(code=code))
     return code
 
 
@@ -245,10 +250,10 @@ def reserve_room(run_dir: Path) -> bool:
         if err.errno not in DISK_FULL_ERRNOS:
             return True  # no reserve, but no reason not to try either
         free = free_bytes(run_dir)
-        room = f"{free // 1024} KiB free" if free is not None else "no room"
-        write_run_end(run_dir, status="failed", reason=f"disk full before the start: {room} where the run directory is",
-                      error_type="DiskFull", error_message=str(err), hint=DISK_FULL_HINT)
-        say(f"[ftui] not started: the disk is full ({room} in {run_dir})")
+        room = _("{size} KiB free").format(size=free // 1024) if free is not None else _("no room")
+        write_run_end(run_dir, status="failed", reason=_("disk full before the start: {room} where the run directory is").format(room=room),
+                      error_type="DiskFull", error_message=str(err), hint=_(DISK_FULL_HINT))
+        say("[ftui] " + _("not started: the disk is full ({room} in {path})").format(room=room, path=run_dir))
         return False
     return True
 

@@ -1,0 +1,68 @@
+"""``ftui --help`` wrapped by terminal cells: argparse wraps with textwrap, which counts a
+CJK character as one column (it takes two) and breaks only at spaces (Chinese has none), so a
+Chinese help line would run past the terminal's edge. Text without wide characters is left
+to argparse, so the English help is exactly what it was."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from rich.cells import cell_len
+
+# No line starts with closing punctuation (，。；：）、！？ and their ASCII forms) or ends with an opening one.
+_NO_LINE_START = set("，。；：）】」』、！？,.;:)]!?%")
+_NO_LINE_END = set("（【「『([")
+# A token: a run of non-space narrow characters (a word, a path, an option), or one wide character
+_TOKEN = re.compile(r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]|[^\s\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]+|\s+")
+
+
+def has_wide(text: str) -> bool:
+    return cell_len(text) != len(text)
+
+
+def wrap_cells(text: str, width: int) -> list[str]:
+    """``text`` (whitespace collapsed, as argparse does) in lines of at most ``width`` cells,
+    broken at spaces or between wide characters; a word longer than a line stays whole."""
+    tokens = _TOKEN.findall(re.sub(r"\s+", " ", text).strip())
+    lines: list[str] = []
+    line: list[str] = []
+    for token in tokens:
+        if token == " ":
+            if line:
+                line.append(" ")
+            continue
+        if line and cell_len("".join(line) + token) > width:
+            carried: list[str] = []
+            # closing punctuation goes down with the character before it; an opening one with the next
+            if token[0] in _NO_LINE_START and len(line) > 1 and line[-1] != " ":
+                carried = [line.pop()]
+            while len(line) > 1 and line[-1] != " " and line[-1][-1] in _NO_LINE_END:
+                carried.insert(0, line.pop())
+            lines.append("".join(line).rstrip())
+            line = carried
+        line.append(token)
+    if line:
+        lines.append("".join(line).rstrip())
+    return [text for text in lines if text]
+
+
+class CellWidthHelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, wrapping help and descriptions that hold wide characters by cells."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return wrap_cells(text, width) if has_wide(text) else super()._split_lines(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if not has_wide(text):
+            return super()._fill_text(text, width, indent)
+        return "\n".join(indent + line for line in wrap_cells(text, width - len(indent)))
+
+
+def use_cell_width(parser: argparse.ArgumentParser) -> None:
+    """The formatter for ``parser`` and every subcommand's parser (add_parser does not pass it on)."""
+    parser.formatter_class = CellWidthHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                use_cell_width(sub)
