@@ -120,9 +120,9 @@ class KTOStage(PreferenceStage):
     def loss(self, model: nn.Module, batch: FeedbackBatch, autocast: Callable) -> MicroLoss:
         n, cfg = batch.loss_tokens, self.cfg
         targets, mismatched = slice(0, n), slice(n, 2 * n)
-        ref, _ref_mean = sequence_logps(self.reference.logits(model, batch, autocast), batch.labels)
+        ref, _ref_tokens = sequence_logps(self.reference.logits(model, batch, autocast), batch.labels)
         with torch.no_grad():
-            policy_kl, _kl_mean = sequence_logps(forward_logits(model, batch, autocast, mismatched), batch.labels[mismatched])
+            policy_kl, _kl_tokens = sequence_logps(forward_logits(model, batch, autocast, mismatched), batch.labels[mismatched])
         policy, lengths = sequence_logps(forward_logits(model, batch, autocast, targets), batch.labels[targets])
         kl = (policy_kl - ref[mismatched]).mean().clamp(min=0)
         ratio = policy - ref[targets]
