@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ftui.i18n import _
+
 # job -> "module:function(argv) -> exit code"
 JOBS = {
     "train": "ftui.runner.train:main",
@@ -30,9 +32,9 @@ JOBS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in JOBS:
-        print(f"usage: python -m ftui.runner {{{','.join(JOBS)}}} ...", file=sys.stderr)
+        print(_("usage: python -m ftui.runner {jobs} ...").format(jobs="{" + ",".join(JOBS) + "}"), file=sys.stderr)
         return 2
-    module, _, function = JOBS[argv[0]].partition(":")
+    module, _sep, function = JOBS[argv[0]].partition(":")
     return getattr(importlib.import_module(module), function)(argv[1:])
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config import ConfigError, RunConfig, load_config
+from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, resolve_model_path
 
 
@@ -58,13 +59,14 @@ def pick_device(want: str | None) -> Any:
     if want == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if want.startswith("cuda") and not torch.cuda.is_available():
-        raise ChatError(f"device {want} was asked for but torch sees no CUDA GPU; use cpu")
+        raise ChatError(_("device {device} was asked for but torch sees no CUDA GPU; use cpu").format(device=want))
     device = torch.device(want)
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         # cuda:N counts only the GPUs CUDA_VISIBLE_DEVICES leaves, in its order
         n = torch.cuda.device_count()
-        raise ChatError(f"device {want} was asked for but this process sees {n} GPU(s) "
-                        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); use cuda:0 to cuda:{n - 1}, or cpu")
+        raise ChatError(_("device {device} was asked for but this process sees {n} GPU(s) (CUDA_VISIBLE_DEVICES={visible}); "
+                          "use cuda:0 to cuda:{last}, or cpu").format(
+            device=want, n=n, visible=repr(os.environ.get("CUDA_VISIBLE_DEVICES")), last=n - 1))
     return device
 
 
@@ -89,10 +91,9 @@ def check_free_memory(device: Any, need_bytes: int) -> None:
         return
     free, _total = torch.cuda.mem_get_info(device)
     if need_bytes * 1.2 > free:
-        raise ChatError(
-            f"not enough free memory on {device}: the model needs about {need_bytes / 2**30:.1f} GiB, "
-            f"{free / 2**30:.1f} GiB are free (training may be using it); choose the CPU or another GPU"
-        )
+        raise ChatError(_("not enough free memory on {device}: the model needs about {need:.1f} GiB, {free:.1f} GiB are free "
+                          "(training may be using it); choose the CPU or another GPU").format(
+            device=device, need=need_bytes / 2**30, free=free / 2**30))
 
 
 def _weights_bytes(path: Path) -> int:
@@ -129,15 +130,15 @@ class ChatModel:
             return self._load_run(Path(req["run"]), req.get("checkpoint"), bool(req.get("base")), device)
         if req.get("model"):
             return self._load_paths(Path(req["model"]).expanduser(), req.get("adapter"), device)
-        raise ChatError("load needs a run or a model path")
+        raise ChatError(_("load needs a run or a model path"))
 
     def _load_run(self, run_dir: Path, which: str | None, base: bool, device: Any) -> dict[str, Any]:
         from ftui.runner.weights import WeightsError, locate
 
         if not (run_dir / CONFIG_FILE).is_file():
-            raise ChatError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+            raise ChatError(_("{path} is not a run directory (no {file})").format(path=run_dir, file=CONFIG_FILE))
         try:
-            cfg, _ = load_config(run_dir / CONFIG_FILE)
+            cfg, _warnings = load_config(run_dir / CONFIG_FILE)
             weights = locate(run_dir, cfg, "base" if base else which)
         except (ConfigError, WeightsError) as err:
             raise ChatError(str(err)) from None
@@ -150,13 +151,14 @@ class ChatModel:
 
         resolved = Path(resolve_model_path(str(model_path)))
         if not (resolved / "config.json").is_file():
-            raise ChatError(f"{model_path} is not a model directory (no config.json); give a directory written by save_pretrained")
+            raise ChatError(_("{path} is not a model directory (no config.json); give a directory written by save_pretrained")
+                            .format(path=model_path))
         tok_dir = resolved
         weights = TrainedWeights("base", resolved, resolved, resolved, model_path.name)
         if adapter:
             a = Path(adapter).expanduser()
             if not (a / "adapter_config.json").is_file():
-                raise ChatError(f"{a} is not a LoRA adapter directory (no adapter_config.json)")
+                raise ChatError(_("{path} is not a LoRA adapter directory (no adapter_config.json)").format(path=a))
             if (a / "tokenizer_config.json").is_file():
                 tok_dir = a
             weights = TrainedWeights("final-adapter", a, resolved, tok_dir, f"{model_path.name} + {a.name}")
@@ -227,10 +229,10 @@ class ChatModel:
 
         rid = req.get("id")
         if self.model is None:
-            raise ChatError("no model is loaded; load one first")
+            raise ChatError(_("no model is loaded; load one first"))
         messages = req.get("messages") or []
         if not messages or not all(isinstance(m, dict) and m.get("role") and isinstance(m.get("content"), str) for m in messages):
-            raise ChatError("messages must be a list of {role, content}")
+            raise ChatError(_("messages must be a list of {role, content}"))
         ids = self.prompt_ids(messages, req.get("system"))
         temperature = float(req.get("temperature", 0.7))
         kwargs: dict[str, Any] = dict(
@@ -272,8 +274,8 @@ class ChatModel:
             exc = errors[0]
             traceback.print_exception(exc, file=sys.stderr)
             if type(exc).__name__ == "OutOfMemoryError":
-                raise ChatError("out of memory while generating; lower max_new_tokens or load the model on the CPU")
-            raise ChatError(f"generation failed: {type(exc).__name__}: {exc}")
+                raise ChatError(_("out of memory while generating; lower max_new_tokens or load the model on the CPU"))
+            raise ChatError(_("generation failed: {error}").format(error=f"{type(exc).__name__}: {exc}"))
         seconds = time.perf_counter() - started
         out.send("done", id=rid, tokens=streamer.count, seconds=round(seconds, 3),
                  tokens_per_s=round(streamer.count / seconds, 2) if seconds > 0 else None, stopped=stop.is_set())
@@ -305,9 +307,9 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
         try:
             req = json.loads(line)
             if not isinstance(req, dict):
-                raise ValueError("expected a JSON object")
+                raise ValueError(_("expected a JSON object"))
         except ValueError as err:
-            out.send("error", message=f"bad request: {err}")
+            out.send("error", message=_("bad request: {error}").format(error=err))
             continue
         op = req.get("op")
         if op == "quit":
@@ -317,7 +319,7 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
             continue
         if worker is not None and worker.is_alive():
             if op == "generate":
-                out.send("error", id=req.get("id"), message="a generation is still running; stop it first")
+                out.send("error", id=req.get("id"), message=_("a generation is still running; stop it first"))
                 continue
             worker.join()
         if op == "load":
@@ -327,13 +329,13 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
                 out.send("error", op="load", message=str(err))
             except Exception as err:  # noqa: BLE001
                 traceback.print_exc()
-                out.send("error", op="load", message=f"cannot load the model: {type(err).__name__}: {err}")
+                out.send("error", op="load", message=_("cannot load the model: {error}").format(error=f"{type(err).__name__}: {err}"))
         elif op == "generate":
             stop.clear()
             worker = threading.Thread(target=generate, args=(req,), daemon=True)
             worker.start()
         else:
-            out.send("error", message=f"unknown op {op!r}; expected load, generate, stop or quit")
+            out.send("error", message=_("unknown op {op}; expected load, generate, stop or quit").format(op=repr(op)))
     if worker is not None:
         stop.set()
         worker.join(timeout=10)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ftui.i18n import _
 from ftui.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
 from ftui.runs import CheckpointError, checkpoints
 
@@ -123,7 +124,7 @@ def save_checkpoint(engine: Any, run_dir: Path, step: int, trainer_state: dict[s
         for stale in root.glob(".step-*.tmp"):
             shutil.rmtree(stale, ignore_errors=True)
         if save_total_limit:
-            for _, old_ckpt in checkpoints(run_dir)[:-save_total_limit]:
+            for _step, old_ckpt in checkpoints(run_dir)[:-save_total_limit]:
                 shutil.rmtree(old_ckpt, ignore_errors=True)
     _barrier(info.world_size)
     return final
@@ -134,11 +135,12 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
         with open(ckpt / TRAINER_STATE, encoding="utf-8") as fh:
             state = json.load(fh)
     except FileNotFoundError:
-        raise CheckpointError(f"{ckpt} has no {TRAINER_STATE}: it is not a complete ftui checkpoint") from None
+        raise CheckpointError(_("{path} has no {file}: it is not a complete ftui checkpoint").format(path=ckpt, file=TRAINER_STATE)) from None
     except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{ckpt}/{TRAINER_STATE} cannot be read ({err}); resume from an earlier checkpoint") from None
+        raise CheckpointError(_("{path} cannot be read ({error}); resume from an earlier checkpoint").format(
+            path=f"{ckpt}/{TRAINER_STATE}", error=err)) from None
     if state.get("format") != FORMAT:
-        raise CheckpointError(f"{ckpt} was written by another checkpoint format ({state.get('format')})")
+        raise CheckpointError(_("{path} was written by another checkpoint format ({format})").format(path=ckpt, format=state.get("format")))
     return state
 
 
@@ -146,22 +148,17 @@ def load_checkpoint(engine: Any, ckpt: Path) -> dict[str, Any]:
     """Restores engine state and this rank's RNG from ``ckpt``; returns its trainer state."""
     state = read_trainer_state(ckpt)
     if state.get("engine") != engine.name:
-        raise CheckpointError(
-            f"{ckpt.name} was written by engine {state.get('engine')}, this run uses {engine.name}; "
-            "resume with the engine it was saved with"
-        )
+        raise CheckpointError(_("{name} was written by engine {saved}, this run uses {engine}; resume with the engine it was "
+                                "saved with").format(name=ckpt.name, saved=state.get("engine"), engine=engine.name))
     if state.get("world_size") != engine.info.world_size and engine.cfg.uses_deepspeed:
-        raise CheckpointError(
-            f"{ckpt.name} was written by {state.get('world_size')} DeepSpeed ranks, this run has {engine.info.world_size}; "
-            "resume with the same number of processes"
-        )
+        raise CheckpointError(_("{name} was written by {saved} DeepSpeed ranks, this run has {ranks}; resume with the same "
+                                "number of processes").format(name=ckpt.name, saved=state.get("world_size"), ranks=engine.info.world_size))
     cfg = engine.cfg
     if state.get("micro_batch_size") != cfg.per_device_train_batch_size or state.get("accumulation") != cfg.gradient_accumulation_steps:
-        raise CheckpointError(
-            f"{ckpt.name} was saved with micro batch {state.get('micro_batch_size')} x accumulation "
-            f"{state.get('accumulation')}; this config has {cfg.per_device_train_batch_size} x {cfg.gradient_accumulation_steps}. "
-            "Resume with the batch settings it was saved with"
-        )
+        raise CheckpointError(_("{name} was saved with micro batch {saved_bs} x accumulation {saved_accum}; this config has "
+                                "{bs} x {accum}. Resume with the batch settings it was saved with").format(
+            name=ckpt.name, saved_bs=state.get("micro_batch_size"), saved_accum=state.get("accumulation"),
+            bs=cfg.per_device_train_batch_size, accum=cfg.gradient_accumulation_steps))
     engine.load_state(ckpt)
     rng = ckpt / rng_file(engine.info.rank)
     if rng.exists():

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ftui.config import RunConfig
+from ftui.i18n import _
 from ftui.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler"]
@@ -65,7 +66,7 @@ def load_all(cfg: RunConfig, names: str | None = None) -> list[tuple[DatasetSpec
         if cfg.max_samples:
             records = records[: cfg.max_samples]
         if not records:
-            raise DataFormatError(f"dataset {spec.name!r} has no records")
+            raise DataFormatError(_("dataset {name} has no records").format(name=repr(spec.name)))
         check_format(spec, records[0], cfg.stage)
         loaded.append((spec, records))
     return mix_datasets(loaded, cfg)
@@ -92,7 +93,8 @@ def mix_datasets(loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], cfg: Ru
     try:
         mixed = datasets.interleave_datasets(parts, probabilities=probs, seed=cfg.seed, stopping_strategy=STOPPING[cfg.mix_strategy])
     except ValueError as err:  # an older `datasets` without this stopping strategy
-        raise DataFormatError(f"mix_strategy {cfg.mix_strategy} is not possible with datasets {datasets.__version__}: {err}") from None
+        raise DataFormatError(_("mix_strategy {strategy} is not possible with datasets {version}: {error}").format(
+            strategy=cfg.mix_strategy, version=datasets.__version__, error=err)) from None
     runs: list[tuple[DatasetSpec, list[dict[str, Any]]]] = []
     for d, i in zip(mixed["d"], mixed["i"]):
         spec, records = loaded[d]
@@ -118,7 +120,8 @@ def example_columns(example: Any) -> dict[str, Any]:
 def token_examples(ds: Any, path: str) -> list[Example]:
     """Examples of a saved table with input_ids and labels (pre-training data without labels learns every token)."""
     if "input_ids" not in ds.column_names:
-        raise DataFormatError(f"tokenized_path {path} has no input_ids column (columns: {', '.join(ds.column_names)})")
+        raise DataFormatError(_("tokenized_path {path} has no input_ids column (columns: {columns})").format(
+            path=path, columns=", ".join(ds.column_names)))
     ids = ds["input_ids"]
     labels = ds["labels"] if "labels" in ds.column_names else ids
     return [Example(list(i), list(l), real_tokens=len(i)) for i, l in zip(ids, labels)]
@@ -156,7 +159,7 @@ def load_tokenized(path: str, parse: Callable[[Any, str], list[Any]] = token_exa
 
     saved = datasets.load_from_disk(str(path))
     if not isinstance(saved, datasets.DatasetDict) or TOKENIZED_TRAIN not in saved:
-        raise DataFormatError(f"tokenized_path {path} holds no train split; give a folder an earlier run wrote")
+        raise DataFormatError(_("tokenized_path {path} holds no train split; give a folder an earlier run wrote").format(path=path))
 
     evals = [parse(saved[k], path) for k in saved if k.startswith(TOKENIZED_EVAL)]
     return parse(saved[TOKENIZED_TRAIN], path), [e for part in evals for e in part]

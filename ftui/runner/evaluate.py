@@ -27,6 +27,7 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo
@@ -68,7 +69,7 @@ def put_loss_path(stage: Any, loaded: Any, spec: dict[str, Any], cfg: RunConfig,
 
         head = Path(spec["source"]["run"]) / FINAL_DIR / VALUE_HEAD_FILE if spec["source"].get("run") else None
         if head is None or not head.is_file() or spec["source"].get("checkpoint") or spec["source"].get("base"):
-            raise ValueError("a reward model is scored from its run's final/ (its value head is saved there only)")
+            raise ValueError(_("a reward model is scored from its run's final/ (its value head is saved there only)"))
         install_value_head(model, load_value_head(head).to(loaded.device))
         return
     stage.prepare_model(model)
@@ -107,7 +108,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     if writer is None:
         return "completed", ""
     if not fields:
-        return "failed", "no examples to score"
+        return "failed", _("no examples to score")
     if cfg.stage in ("sft", "pt"):
         loss = fields["eval_loss"]
         fields["eval_perplexity"] = math.exp(loss) if loss < 700 else None
@@ -119,7 +120,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     tmp.replace(job_dir / EVAL_RESULTS_FILE)
     record_in_run(spec, step, fields, extra)
     shown = ", ".join(f"{k.removeprefix('eval_')} {v:.4f}" for k, v in fields.items() if isinstance(v, float))
-    return "completed", f"{len(data.train)} examples of {cfg.dataset}: {shown}"
+    return "completed", _("{n} examples of {dataset}: {scores}").format(n=len(data.train), dataset=cfg.dataset, scores=shown)
 
 
 def progress_beat(heartbeat: Heartbeat, writer: EventWriter | None, cfg: RunConfig, info: DistInfo, total: int):

@@ -21,8 +21,9 @@ import sys
 from typing import Any
 
 from ftui.config import ConfigError, load_config
-from ftui.records import DataFormatError
 from ftui.examples import ROW_PREFIXES
+from ftui.i18n import _
+from ftui.records import DataFormatError
 from ftui.runner.data import IGNORE, example_columns
 from ftui.runner.hub import HubProblem
 from ftui.runner.model import load_tokenizer
@@ -43,11 +44,18 @@ def masked_segments(tokenizer: Any, ids: list[int], labels: list[int]) -> list[l
     return out
 
 
+def say(kind: str, text: str) -> None:
+    """One of this process's own lines on stderr: ``kind`` (ftui data, hint, warning, note)
+    stays in English, as ftui.examples tells these lines from the libraries' output by it;
+    ``text`` is already in the user's language."""
+    print(f"{kind}: {text}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ftui.runner data")
     parser.add_argument("config")
-    parser.add_argument("--limit", type=int, default=None, help="the first N examples only")
-    parser.add_argument("--text", action="store_true", help="add each example's text, cut where the mask changes")
+    parser.add_argument("--limit", type=int, default=None, help=_("the first N examples only"))
+    parser.add_argument("--text", action="store_true", help=_("add each example's text, cut where the mask changes"))
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # stdout carries the examples only: whatever a library prints goes to stderr
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
@@ -58,18 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(cfg)
         data = make_stage(cfg, tokenizer).build_data(pack=False)
     except (ConfigError, DataFormatError) as err:
-        print(f"ftui data: {err}", file=sys.stderr)
+        say("ftui data", str(err))
         return 2
     except HubProblem as err:
-        print(f"ftui data: {err}\nhint: {err.hint}", file=sys.stderr)
+        say("ftui data", str(err))
+        say("hint", err.hint)
         return 1
     except OSError as err:  # transformers' own for a tokenizer it cannot load
-        print(f"ftui data: {type(err).__name__}: {err}", file=sys.stderr)
+        say("ftui data", f"{type(err).__name__}: {err}")
         return 1
     for warning in data.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        say("warning", warning)
     if data.eval:
-        print(f"note: {len(data.eval)} examples held out for eval (val_size) are not included", file=sys.stderr)
+        say("note", _("{n} examples held out for eval (val_size) are not included").format(n=len(data.eval)))
     for example in data.train[: args.limit]:
         row = example_columns(example)
         if args.text:

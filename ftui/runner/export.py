@@ -34,6 +34,7 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest
@@ -71,7 +72,7 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
         _replace(tmp, out, job_dir.name, bool(spec.get("force")))
     except ExportStopped:
         shutil.rmtree(tmp, ignore_errors=True)
-        return "stopped", "stopped before the export was complete; nothing was written to " + str(out)
+        return "stopped", _("stopped before the export was complete; nothing was written to {out}").format(out=out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -81,7 +82,7 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
     size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     emit.event("export", out=str(out), files=files, bytes=size, gguf=result.get("gguf"), dtype=spec["dtype"],
                params=result["params"], commands=usage_commands(out, result.get("gguf")))
-    return "completed", f"exported {result['label']} to {out}"
+    return "completed", _("exported {label} to {out}").format(label=result["label"], out=out)
 
 
 class _Emitter:
@@ -122,7 +123,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     weights = locate(run_dir, cfg, spec.get("checkpoint") or None)
     reward = cfg.stage == "rm"
     emit.progress("load", 0, 1)
-    emit.log(f"loading {weights.label} ({weights.kind}) in fp32")
+    emit.log(_("loading {label} ({kind}) in fp32").format(label=weights.label, kind=weights.kind))
     model = load_weights(weights, cfg, torch.float32, value_head=reward)
     params = sum(p.numel() for p in model.parameters())
     emit.progress("load", 1, 1)
@@ -130,7 +131,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
 
     emit.progress("merge", 0, 1)
     if hasattr(model, "merge_and_unload"):  # a peft model: LoRA / DoRA / PiSSA, merged into the base
-        emit.log("merging the adapter into the base weights")
+        emit.log(_("merging the adapter into the base weights"))
         model = model.merge_and_unload()
     model = model.to(dtype=dtype).eval()
     model.config.torch_dtype = dtype
@@ -147,7 +148,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
         state, head = split_value_head(state)
     dest.mkdir(parents=True)
     _set_generation_config(model, tokenizer, stop_ids)
-    emit.log(f"writing safetensors shards of at most {spec['max_shard_size'] / 1e9:g} GB in {spec['dtype']}")
+    emit.log(_("writing safetensors shards of at most {size:g} GB in {dtype}").format(size=spec["max_shard_size"] / 1e9, dtype=spec["dtype"]))
     model.save_pretrained(dest, state_dict=state, max_shard_size=int(spec["max_shard_size"]))
     del model, state
     _copy_value_head(weights, head, dest)
@@ -160,7 +161,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
         from ftui.runner.gguf_export import gguf_file_name, write_gguf
 
         gguf_name = gguf_file_name(Path(spec["out"]), spec["gguf"])
-        emit.log(f"writing {gguf_name} ({spec['gguf']})")
+        emit.log(_("writing {file} ({type})").format(file=gguf_name, type=spec["gguf"]))
         write_gguf(dest, dest / gguf_name, spec["gguf"], progress=lambda done, total: _every_twentieth(emit, "gguf", done, total))
         _check(stop)
     _write_modelfile(dest, tokenizer, stop_ids, template, cfg, gguf_name)
@@ -252,8 +253,8 @@ def _replace(tmp: Path, out: Path, job_id: str, force: bool) -> None:
         os.replace(tmp, out)
         return
     if not force:
-        raise OutDirTaken(f"{out} is no longer empty (something was written there while the export ran); "
-                          "export again to another directory, or with --force to replace it")
+        raise OutDirTaken(_("{out} is no longer empty (something was written there while the export ran); "
+                            "export again to another directory, or with --force to replace it").format(out=out))
     old = out.parent / f".{out.name}.ftui-replaced-{job_id}"
     os.replace(out, old)
     os.replace(tmp, out)

@@ -18,6 +18,7 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
+from ftui.i18n import N_, _
 from ftui.paths import HEARTBEAT_DIR
 from ftui.presets.engine_presets import MORE_MEMORY_SAVING
 from ftui.records import DataFormatError
@@ -27,6 +28,12 @@ from ftui.runs import CheckpointError
 
 class NonFiniteLoss(RuntimeError):
     """The loss was NaN or inf for too many steps in a row."""
+
+
+def developer_note(text: str) -> None:
+    """A line of the run's log for developers and the tests (some parse it): English whatever
+    the interface's language, like the tracebacks beside it. Lines users act on are translated."""
+    print(text, file=sys.stderr, flush=True)
 
 
 class StopRequest:
@@ -46,7 +53,8 @@ class StopRequest:
         self.requested = True
         self.at = time.time()
         try:
-            print(f"[ftui] signal {signum}: finishing the current step, then stopping", file=sys.stderr, flush=True)
+            print("[ftui] " + _("signal {signum}: finishing the current step, then stopping").format(signum=signum),
+                  file=sys.stderr, flush=True)
         except OSError:
             pass  # train.log on a full disk: the stop goes on all the same
 
@@ -117,32 +125,36 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
         bs, accum = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
         options = []
         if bs > 1:
-            options.append(f"per_device_train_batch_size={bs // 2} with gradient_accumulation_steps={accum * 2} (same effective batch)")
+            options.append(_("per_device_train_batch_size={bs} with gradient_accumulation_steps={accum} (same effective batch)")
+                           .format(bs=bs // 2, accum=accum * 2))
         if not cfg.gradient_checkpointing:
             options.append("gradient_checkpointing: true")
         nxt = None if cfg.deepspeed else MORE_MEMORY_SAVING.get(cfg.engine)
         if nxt:
-            options.append(f"engine {nxt}" + (" (needs nproc_per_node >= 2)" if nxt in ("zero2", "zero3") and cfg.world_size == 1 else ""))
+            needs_two = nxt in ("zero2", "zero3") and cfg.world_size == 1
+            options.append((_("engine {engine} (needs nproc_per_node >= 2)") if needs_two else _("engine {engine}")).format(engine=nxt))
         if cfg.finetuning_type == "full":
             options.append("finetuning_type lora")
-        return f"out of GPU memory with engine {cfg.engine_name}, micro batch {bs}, cutoff_len {cfg.cutoff_len}: try " + "; or ".join(options)
+        return _("out of GPU memory with engine {engine}, micro batch {bs}, cutoff_len {cutoff_len}: try {options}").format(
+            engine=cfg.engine_name, bs=bs, cutoff_len=cfg.cutoff_len, options=_("; or ").join(options))
     if isinstance(exc, NonFiniteLoss):
-        fixes = ["lower learning_rate (e.g. by 10x)"]
+        fixes = [_("lower learning_rate (e.g. by 10x)")]
         if cfg.fp16:
-            fixes.append("use bf16 instead of fp16 (no overflow)")
+            fixes.append(_("use bf16 instead of fp16 (no overflow)"))
         if cfg.max_grad_norm == 0:
-            fixes.append("turn clipping on (max_grad_norm: 1.0)")
-        return "; ".join(fixes) + "; resume from the last checkpoint before the NaNs (ftui train --resume RUN --checkpoint N)"
+            fixes.append(_("turn clipping on (max_grad_norm: 1.0)"))
+        fixes.append(_("resume from the last checkpoint before the NaNs (ftui train --resume RUN --checkpoint N)"))
+        return _("; ").join(fixes)
     if isinstance(exc, CheckpointError):
-        return "pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)"
+        return _("pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)")
     if isinstance(exc, DataFormatError):
-        return "fix the dataset (or its dataset_info.json entry) and start again"
+        return _("fix the dataset (or its dataset_info.json entry) and start again")
     if isinstance(exc, HubProblem):
         return exc.hint
     if disk_full(exc):
-        return ("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
-                "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
-                "ftui train --resume RUN once there is room")
+        return _("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
+                 "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
+                 "ftui train --resume RUN once there is room")
     # The hub could not be reached (no network, a firewall, a wrong HF_ENDPOINT): transformers
     # wraps huggingface_hub's error, which wraps httpx's; say what to do instead of its text.
     unreachable = ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
@@ -150,12 +162,14 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
         from ftui.model_files import download_warning, hub_endpoint
 
         advice = download_warning(cfg.model_name_or_path, cfg.model_init == "random")
-        return advice or (f"the hub ({hub_endpoint()}) could not be reached for a dataset or a file the model needs: "
-                          "with no network use local files, set HF_ENDPOINT to a mirror, or HF_HUB_OFFLINE=1 for what is cached")
+        return advice or _("the hub ({endpoint}) could not be reached for a dataset or a file the model needs: "
+                           "with no network use local files, set HF_ENDPOINT to a mirror, or HF_HUB_OFFLINE=1 for what is "
+                           "cached").format(endpoint=hub_endpoint())
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
-        return "check model_name_or_path: a local directory with config.json, or a hub name this machine can reach"
-    return "the traceback is at the end of train.log"
+        return _("check model_name_or_path: a local directory with config.json, or a hub name this machine can reach")
+    return _("the traceback is at the end of train.log")
 
 
-DISK_FULL_HINT = ("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
+# Translated where it is written (job.py), in the language of the run's process.
+DISK_FULL_HINT = N_("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
                   "ftui train --resume RUN continues from the newest checkpoint; train.log may be cut short for the same reason")

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from ftui.i18n import _
+
 try:
     import gguf
 except ImportError:  # the optional `gguf` extra; write_gguf says how to install it
@@ -81,9 +83,9 @@ def write_gguf(
     """
     model_dir, out_file = Path(model_dir), Path(out_file)
     if gguf is None:
-        raise GGUFError("GGUF export needs the gguf package: pip install 'ftui[gguf]' (or pip install gguf)")
+        raise GGUFError(_("GGUF export needs the gguf package: pip install 'ftui[gguf]' (or pip install gguf)"))
     if outtype not in OUTTYPES:
-        raise GGUFError(f"GGUF type {outtype!r} is not supported; use one of: {', '.join(OUTTYPES)}")
+        raise GGUFError(_("GGUF type {type} is not supported; use one of: {types}").format(type=repr(outtype), types=", ".join(OUTTYPES)))
     config = _read_config(model_dir)
     arch = _gguf_arch(config)
     shards = _weight_files(model_dir)
@@ -109,7 +111,8 @@ def write_gguf(
         writer.close()
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
-            raise GGUFError(f"writing {out_file} failed: {e}; check that its directory exists, is writable and has room") from e
+            raise GGUFError(_("writing {file} failed: {error}; check that its directory exists, is writable and has room").format(
+                file=out_file, error=e)) from e
         raise
     return {"file": out_file.name, "bytes": out_file.stat().st_size, "tensors": len(plan), "arch": arch}
 
@@ -120,25 +123,22 @@ def write_gguf(
 def _read_config(model_dir: Path) -> dict[str, Any]:
     path = model_dir / "config.json"
     if not path.is_file():
-        raise GGUFError(f"{model_dir} has no config.json; export the model directory first (ftui export)")
+        raise GGUFError(_("{path} has no config.json; export the model directory first (ftui export)").format(path=model_dir))
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise GGUFError(f"cannot read {path}: {e}; re-export the model directory") from e
+        raise GGUFError(_("cannot read {path}: {error}; re-export the model directory").format(path=path, error=e)) from e
     return config
 
 
 def _gguf_arch(config: dict[str, Any]) -> str:
     model_type = config.get("model_type")
     if model_type not in GGUF_ARCHES:
-        raise GGUFError(
-            f"GGUF export does not support model_type {model_type!r}; supported: "
-            f"{', '.join(GGUF_ARCHES)}. Export without --gguf and convert with llama.cpp's "
-            "convert_hf_to_gguf.py"
-        )
+        raise GGUFError(_("GGUF export does not support model_type {type}; supported: {types}. Export without --gguf and "
+                          "convert with llama.cpp's convert_hf_to_gguf.py").format(type=repr(model_type), types=", ".join(GGUF_ARCHES)))
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
         if not isinstance(config.get(key), int):
-            raise GGUFError(f"config.json has no integer {key!r}; re-export the model directory")
+            raise GGUFError(_("config.json has no integer {key}; re-export the model directory").format(key=repr(key)))
     return GGUF_ARCHES[model_type]
 
 
@@ -151,12 +151,12 @@ def _weight_files(model_dir: Path) -> list[Path]:
         files = [model_dir / n for n in names]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise GGUFError(f"{model_dir} lacks shard(s) {', '.join(missing)} named in its index; re-export it")
+            raise GGUFError(_("{path} lacks shard(s) {files} named in its index; re-export it").format(path=model_dir, files=", ".join(missing)))
         return files
     single = model_dir / "model.safetensors"
     if single.is_file():
         return [single]
-    raise GGUFError(f"{model_dir} has no model.safetensors (or index); GGUF export reads safetensors weights")
+    raise GGUFError(_("{path} has no model.safetensors (or index); GGUF export reads safetensors weights").format(path=model_dir))
 
 
 def _head_dim(config: dict[str, Any]) -> int:
@@ -171,10 +171,8 @@ def _rope(config: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     scaling = config.get("rope_scaling") or params
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in _ROPE_TYPES:
-        raise GGUFError(
-            f"rope type {rope_type!r} has no GGUF form here (supported: {', '.join(_ROPE_TYPES)}); "
-            "convert with llama.cpp's convert_hf_to_gguf.py"
-        )
+        raise GGUFError(_("rope type {type} has no GGUF form here (supported: {types}); convert with llama.cpp's "
+                          "convert_hf_to_gguf.py").format(type=repr(rope_type), types=", ".join(_ROPE_TYPES)))
     return float(theta), {**scaling, "rope_type": rope_type}
 
 
@@ -208,15 +206,12 @@ def _plan_tensors(config: dict[str, Any], arch: str, shards: list[Path], outtype
             continue  # tied: llama.cpp reuses token_embd when output.weight is absent
         name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
-            raise GGUFError(
-                f"tensor {hf_name!r} has no GGUF name for the {arch} architecture; this model "
-                f"is not a plain {arch} model, convert it with llama.cpp's convert_hf_to_gguf.py"
-            )
+            raise GGUFError(_("tensor {tensor} has no GGUF name for the {arch} architecture; this model is not a plain {arch} "
+                              "model, convert it with llama.cpp's convert_hf_to_gguf.py").format(tensor=repr(hf_name), arch=arch))
         if name == "token_embd.weight" and shape[0] != config["vocab_size"]:
-            raise GGUFError(
-                f"{hf_name} has {shape[0]} rows but config.json's vocab_size is {config['vocab_size']}; "
-                "the GGUF token list would not match the embeddings, re-export the model directory"
-            )
+            raise GGUFError(_("{tensor} has {rows} rows but config.json's vocab_size is {vocab}; the GGUF token list would not "
+                              "match the embeddings, re-export the model directory").format(
+                tensor=hf_name, rows=shape[0], vocab=config["vocab_size"]))
         plan.append(_Planned(hf_name, name, shape, _storage_type(name, shape, outtype)))
     rope_factors = _llama3_rope_factors(config) if arch == "llama" else None
     if rope_factors is not None:
@@ -272,7 +267,7 @@ def permute_qk(weights: np.ndarray, n_head: int) -> np.ndarray:
 
 def _tensor_data(plan: list[_Planned], shards: list[Path], config: dict[str, Any], arch: str) -> Iterator[np.ndarray]:
     """Each planned tensor's bytes, in plan order, reading one HF tensor at a time."""
-    by_name = {name: shard for shard, name, _ in _hf_tensor_names(shards)}
+    by_name = {name: shard for shard, name, _shape in _hf_tensor_names(shards)}
     for t in plan:
         if t.hf_name is None:
             assert t.values is not None
@@ -340,7 +335,7 @@ def _add_rope_scaling(writer: gguf.GGUFWriter, scaling: dict[str, Any]) -> None:
 def _add_tokenizer(writer: gguf.GGUFWriter, model_dir: Path, n_vocab: int) -> None:
     path = model_dir / "tokenizer.json"
     if not path.is_file():
-        raise GGUFError(f"{model_dir} has no tokenizer.json; GGUF files carry the tokenizer, export it with the model")
+        raise GGUFError(_("{path} has no tokenizer.json; GGUF files carry the tokenizer, export it with the model").format(path=model_dir))
     tokenizer = json.loads(path.read_text(encoding="utf-8"))
     model = tokenizer.get("model") or {}
     if model.get("type") == "BPE" and _is_byte_level(tokenizer):
@@ -350,10 +345,8 @@ def _add_tokenizer(writer: gguf.GGUFWriter, model_dir: Path, n_vocab: int) -> No
         _add_sentencepiece_bpe(writer, model_dir, n_vocab)
         special = gguf.SpecialVocab(model_dir, load_merges=False, n_vocab=n_vocab)
     else:
-        raise GGUFError(
-            f"tokenizer.json's {model.get('type')!r} tokenizer has no GGUF form here (byte-level BPE "
-            "or byte-fallback BPE are supported); convert with llama.cpp's convert_hf_to_gguf.py"
-        )
+        raise GGUFError(_("tokenizer.json's {type} tokenizer has no GGUF form here (byte-level BPE or byte-fallback BPE are "
+                          "supported); convert with llama.cpp's convert_hf_to_gguf.py").format(type=repr(model.get("type"))))
     if "bos" not in special.special_token_ids:
         # No BOS token (ftui's demo, Qwen): say so, or llama.cpp keeps its own default id and
         # a runtime that adds BOS would prepend a token the model never saw.
@@ -376,10 +369,8 @@ def _bpe_pre_name(tokenizer: dict[str, Any]) -> str:
     regexes = [(p.get("pattern") or {}).get("Regex") for p in parts if p.get("type") == "Split"]
     if len(regexes) == 1 and regexes[0] in PRE_TOKENIZERS:
         return PRE_TOKENIZERS[regexes[0]]
-    raise GGUFError(
-        "tokenizer.json's pre-tokenizer is not one llama.cpp knows here (GPT-2, Llama 3 or Qwen2 "
-        "splitting); convert with llama.cpp's convert_hf_to_gguf.py, which checks it by hash"
-    )
+    raise GGUFError(_("tokenizer.json's pre-tokenizer is not one llama.cpp knows here (GPT-2, Llama 3 or Qwen2 splitting); "
+                      "convert with llama.cpp's convert_hf_to_gguf.py, which checks it by hash"))
 
 
 def _looks_special(token: str) -> bool:
@@ -394,10 +385,8 @@ def _add_byte_level_bpe(writer: gguf.GGUFWriter, tokenizer: dict[str, Any], n_vo
     for i, a in added.items():
         vocab[i] = a["content"]
     if vocab and max(vocab) >= n_vocab:
-        raise GGUFError(
-            f"the tokenizer has token id {max(vocab)} but config.json's vocab_size is {n_vocab}; "
-            "the model and tokenizer do not belong together"
-        )
+        raise GGUFError(_("the tokenizer has token id {id} but config.json's vocab_size is {vocab}; the model and tokenizer "
+                          "do not belong together").format(id=max(vocab), vocab=n_vocab))
     tokens, types = [], []
     for i in range(n_vocab):
         if i not in vocab:
@@ -422,7 +411,7 @@ def _add_sentencepiece_bpe(writer: gguf.GGUFWriter, model_dir: Path, n_vocab: in
     try:
         vocab = gguf.LlamaHfVocab(model_dir)
     except (FileNotFoundError, TypeError) as e:
-        raise GGUFError(f"tokenizer.json is not a SentencePiece-style BPE llama.cpp can read ({e})") from e
+        raise GGUFError(_("tokenizer.json is not a SentencePiece-style BPE llama.cpp can read ({error})").format(error=e)) from e
     tokens, scores, types = [], [], []
     for i, (text, _score, toktype) in enumerate(vocab.all_tokens()):
         tokens.append(text)
@@ -431,7 +420,7 @@ def _add_sentencepiece_bpe(writer: gguf.GGUFWriter, model_dir: Path, n_vocab: in
         scores.append(-float(i) if toktype == gguf.TokenType.NORMAL else -1000.0)
         types.append(toktype)
     if len(tokens) > n_vocab:
-        raise GGUFError(f"the tokenizer has {len(tokens)} tokens but config.json's vocab_size is {n_vocab}")
+        raise GGUFError(_("the tokenizer has {n} tokens but config.json's vocab_size is {vocab}").format(n=len(tokens), vocab=n_vocab))
     for i in range(len(tokens), n_vocab):
         tokens.append(f"[PAD{i}]".encode())
         scores.append(-1000.0)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ftui.config import RunConfig, load_config
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import DISK_FULL_HINT, StopRequest, die_with_parent, disk_full, hint_for
@@ -32,7 +33,7 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--resume":
         resume = Path(argv[2])
     elif len(argv) != 1:
-        print(f"usage: python -m ftui.runner {job} RUN_DIR [--resume CHECKPOINT_DIR]", file=sys.stderr)
+        print(_("usage: python -m ftui.runner {job} RUN_DIR [--resume CHECKPOINT_DIR]").format(job=job), file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
     die_with_parent()
@@ -60,10 +61,10 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
         if writer is not None:
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
             full = writer.disk_full or disk_full(exc)
-            write_end(writer, status="failed", reason=("disk full: " if full else "") + reason,
+            write_end(writer, status="failed", reason=_("disk full: {reason}").format(reason=reason) if full else reason,
                       error_type=type(exc).__name__, error_message=str(exc)[:4000],
-                      hint=DISK_FULL_HINT if writer.disk_full else hint_for(exc, cfg) if cfg is not None
-                      else "the config could not be read")
+                      hint=_(DISK_FULL_HINT) if writer.disk_full else hint_for(exc, cfg) if cfg is not None
+                      else _("the config could not be read"))
         return 1
     if reporters is not None:
         reporters.close(failed=status == "failed")  # a stopped run resumes into the same W&B run
@@ -80,6 +81,6 @@ def write_end(writer: EventWriter, **fields: Any) -> None:
         writer.write("run_end", **fields)
     except OSError as err:
         try:
-            print(f"[ftui] could not write run_end: {err}", file=sys.stderr, flush=True)
+            print("[ftui] " + _("could not write run_end: {error}").format(error=err), file=sys.stderr, flush=True)
         except OSError:
             pass

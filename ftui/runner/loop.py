@@ -25,6 +25,7 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.runner.checkpoint import save_checkpoint
 from ftui.runner.engines import DistInfo, Engine
 from ftui.runner.faults import Heartbeat, NonFiniteLoss, StopRequest
@@ -123,7 +124,8 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         engine.all_reduce_sum(finite)  # rare (checkpoint steps only): a host read is fine here
         if finite.item() < info.world_size:
             if writer is not None:
-                writer.write("log", level="warning", message=f"not saving a checkpoint at step {step}: the loss or gradients are NaN/inf, so the weights may be too")
+                writer.write("log", level="warning", message=_("not saving a checkpoint at step {step}: the loss or gradients are NaN/inf, "
+                                                                   "so the weights may be too").format(step=step))
             return
         trainer_state = {
             "scheduler": t.scheduler.state_dict(), "scaler": engine.scaler.state_dict() if engine.scaler else None,
@@ -147,7 +149,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
     step_counts = StepCounts(device)
     engine.model.train()
     while step < t.max_steps:
-        batches = [next(stream)[1] for _ in range(accum)]
+        batches = [next(stream)[1] for _micro in range(accum)]
         # Counts of this step on every rank, the stop request and the previous step's NaN
         # flag, in one all-reduce: every rank reaches the same decisions.
         counts = step_counts.to_device((sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches),
@@ -182,9 +184,11 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         if prev_nonfinite > 0 and step > 1:
             streak += 1
             if writer is not None:
-                writer.write("log", level="warning", message=f"loss is NaN/inf at step {step - 1} ({streak} in a row; the limit is {cfg.nonfinite_loss_limit})")
+                writer.write("log", level="warning", message=_("loss is NaN/inf at step {step} ({streak} in a row; the limit is {limit})").format(
+                    step=step - 1, streak=streak, limit=cfg.nonfinite_loss_limit))
             if streak >= cfg.nonfinite_loss_limit:
-                raise NonFiniteLoss(f"the loss was NaN/inf for {streak} steps in a row (last at step {step - 1})")
+                raise NonFiniteLoss(_("the loss was NaN/inf for {streak} steps in a row (last at step {step})").format(
+                    streak=streak, step=step - 1))
         else:
             streak = 0
         ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now

@@ -17,6 +17,7 @@ from torch import nn
 
 from ftui.config import RunConfig
 from ftui.conversation import fix_tokenizer, to_jinja
+from ftui.i18n import _
 from ftui.runner.hub import model_source
 from ftui.presets.templates import TEMPLATES
 
@@ -116,7 +117,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
         if isinstance(module, nn.ModuleList) and (best is None or len(module) > len(best)):
             best = module
     if best is None:
-        raise ValueError("cannot find the decoder layers of this model")
+        raise ValueError(_("cannot find the decoder layers of this model"))
     return best
 
 
@@ -138,7 +139,8 @@ def mark_trainable(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if cfg.finetuning_type == "freeze":
         layers = decoder_layers(model)
         if cfg.freeze_trainable_layers > len(layers):
-            raise ValueError(f"freeze_trainable_layers={cfg.freeze_trainable_layers} but the model has {len(layers)} layers")
+            raise ValueError(_("freeze_trainable_layers={n} but the model has {layers} layers").format(
+                n=cfg.freeze_trainable_layers, layers=len(layers)))
         model.requires_grad_(False)
         for layer in list(layers)[-cfg.freeze_trainable_layers :]:
             layer.requires_grad_(True)

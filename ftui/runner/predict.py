@@ -29,6 +29,7 @@ import torch
 from ftui.config import RunConfig
 from ftui.conversation import split_budget
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import JOB_SPEC_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 from ftui.records import DataFormatError, to_conversation
 from ftui.runner.data import load_all
@@ -58,7 +59,7 @@ def job_device(cfg: RunConfig, info: DistInfo) -> str:
         torch.cuda.set_device(info.local_rank)
         return f"cuda:{info.local_rank}"
     if cfg.device == "cuda":
-        raise RuntimeError("device is cuda but torch sees no CUDA GPU; use --device cpu")
+        raise RuntimeError(_("device is cuda but torch sees no CUDA GPU; use --device cpu"))
     return "cpu"
 
 
@@ -90,7 +91,7 @@ def prompts(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
             source, target = split_budget(len(prompt), len(answer), cfg.cutoff_len)
             out.append({"ids": prompt[:source], "label": tokenizer.decode(answer[:target], skip_special_tokens=True)})
     if not out:
-        raise DataFormatError("no record of the dataset has a prompt and an answer to predict")
+        raise DataFormatError(_("no record of the dataset has a prompt and an answer to predict"))
     return out
 
 
@@ -170,9 +171,12 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
     rows = merge_parts(job_dir, info.world_size)
     results = write_results(job_dir, rows, len(items), elapsed, writer)
     if len(rows) < len(items):
-        return "stopped", f"stopped after {len(rows)} of {len(items)} examples: {job_dir / PREDICTIONS_FILE} holds them"
-    return "completed", f"{len(rows)} examples: {job_dir / PREDICTIONS_FILE}" + (
-        f", BLEU-4 {results['predict_bleu-4']:.2f}, ROUGE-L {results['predict_rouge-l']:.2f}" if "predict_bleu-4" in results else "")
+        return "stopped", _("stopped after {done} of {total} examples: {file} holds them").format(
+            done=len(rows), total=len(items), file=job_dir / PREDICTIONS_FILE)
+    if "predict_bleu-4" in results:
+        return "completed", _("{n} examples: {file}, BLEU-4 {bleu:.2f}, ROUGE-L {rouge:.2f}").format(
+            n=len(rows), file=job_dir / PREDICTIONS_FILE, bleu=results["predict_bleu-4"], rouge=results["predict_rouge-l"])
+    return "completed", _("{n} examples: {file}").format(n=len(rows), file=job_dir / PREDICTIONS_FILE)
 
 
 def _read_done(job_dir: Path, rank: int) -> int:
@@ -209,7 +213,7 @@ def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed
     results: dict[str, Any] = {}
     missing = metrics_unavailable()
     if missing:
-        writer.write("log", level="warning", message=f"no BLEU / ROUGE scores: {missing}")
+        writer.write("log", level="warning", message=_("no BLEU / ROUGE scores: {why}").format(why=missing))
     elif rows:
         results.update(corpus_scores([(r["predict"], r["label"]) for r in rows]))
     tokens = sum(r.get("tokens", 0) for r in rows)

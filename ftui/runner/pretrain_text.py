@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftui.i18n import _
 from ftui.presets.templates import TEMPLATES
 from ftui.runner.data import IGNORE
 
@@ -37,10 +38,8 @@ def pretrain_eos(tokenizer: Any, template: str | None = None) -> str:
     """The text LLaMA-Factory appends to each document for this tokenizer and ``template``."""
     eos = TEMPLATE_EOS.get(template or "") or tokenizer.eos_token
     if not eos:
-        raise ValueError(
-            "the tokenizer has no EOS token to end pre-training documents with; "
-            "set eos_token in the model's tokenizer_config.json"
-        )
+        raise ValueError(_("the tokenizer has no EOS token to end pre-training documents with; set eos_token in the model's "
+                           "tokenizer_config.json"))
     return eos
 
 
@@ -72,7 +71,7 @@ def pretrain_rows(
     eos = pretrain_eos(tokenizer) if eos_token is None else eos_token
     add_bos = bool(getattr(tokenizer, "add_bos_token", False))
     if add_bos and tokenizer.bos_token is None:
-        raise ValueError("the tokenizer sets add_bos_token but has no bos_token")
+        raise ValueError(_("the tokenizer sets add_bos_token but has no bos_token"))
     rows: list[list[int]] = []
     for start in range(0, len(texts), batch_size):
         documents = [text + eos for text in texts[start : start + batch_size]]

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from ftui.config import RunConfig, reporter_names
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import TENSORBOARD_DIR
 
 # transformers' names where they differ from the event's field
@@ -114,8 +115,8 @@ class Reporters:
                 sink.scalars(step, values, float(event.get("t") or time.time()))
             except Exception as err:  # a mirror never ends the run: events.jsonl has the figures
                 self.sinks.remove(sink)
-                self.warn(f"report_to {sink.name} failed and is off for the rest of this run ({type(err).__name__}: {err}); "
-                          "events.jsonl has every figure")
+                self.warn(_("report_to {name} failed and is off for the rest of this run ({error}); events.jsonl has every "
+                            "figure").format(name=sink.name, error=f"{type(err).__name__}: {err}"))
 
     def warn(self, message: str) -> None:
         print(f"[ftui] {message}", file=sys.stderr, flush=True)
@@ -131,7 +132,8 @@ class Reporters:
             try:
                 sink.close(failed)
             except Exception as err:
-                print(f"[ftui] report_to {sink.name} could not be closed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                print("[ftui] " + _("report_to {name} could not be closed: {error}").format(
+                    name=sink.name, error=f"{type(err).__name__}: {err}"), file=sys.stderr, flush=True)
         self.sinks = []
 
 
@@ -146,8 +148,9 @@ def open_reporters(cfg: RunConfig, run_dir: Path, writer: EventWriter | None) ->
         try:
             reporters.sinks.append(TensorBoardEvents(run_dir / TENSORBOARD_DIR) if name == "tensorboard" else WandbRun(cfg, run_dir))
         except Exception as err:
-            reporters.warn(f"report_to {name} could not start and is off for this run ({type(err).__name__}: {err}); "
-                           + ("set WANDB_MODE=offline where there is no network; " if name == "wandb" else "")
-                           + "events.jsonl has every figure")
+            said = (_("report_to {name} could not start and is off for this run ({error}); set WANDB_MODE=offline where there "
+                      "is no network; events.jsonl has every figure") if name == "wandb" else
+                    _("report_to {name} could not start and is off for this run ({error}); events.jsonl has every figure"))
+            reporters.warn(said.format(name=name, error=f"{type(err).__name__}: {err}"))
     writer.mirrors.append(reporters)
     return reporters

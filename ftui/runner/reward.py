@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ftui.i18n import _
 from ftui.runner.loss import output_projection
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -44,7 +45,7 @@ def install_value_head(model: nn.Module, head: ValueHead | None = None) -> Value
     is no longer used, so it would get no gradient (and DDP would wait for one)."""
     proj = output_projection(model)
     if proj is None:
-        raise ValueError("this model has no output projection (get_output_embeddings) to put a value head on")
+        raise ValueError(_("this model has no output projection (get_output_embeddings) to put a value head on"))
     hidden = proj.weight.shape[1]
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     embed = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
@@ -103,7 +104,7 @@ def load_reward_model(final: Path, base: Path | None = None, dtype: torch.dtype 
     final = Path(final)
     if (final / "adapter_config.json").is_file():
         if base is None:
-            raise ValueError("a LoRA reward model needs its base model's folder")
+            raise ValueError(_("a LoRA reward model needs its base model's folder"))
         model = with_adapter(load_pretrained(base, dtype), final)
         model = model.merge_and_unload()
     else:

@@ -24,6 +24,7 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import EventWriter
+from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR
 from ftui.runner.checkpoint import load_checkpoint
 from ftui.runner.data import DataFormatError, EpochSampler
@@ -116,10 +117,9 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         accum = cfg.gradient_accumulation_steps
         steps_per_epoch = sampler.batches_per_epoch // accum
         if steps_per_epoch == 0:
-            raise DataFormatError(
-                f"{len(data.train)} training examples are too few for one optimizer step of "
-                f"{cfg.per_device_train_batch_size} x {accum} x {info.world_size} ranks; lower the batch or accumulation"
-            )
+            raise DataFormatError(_("{n} training examples are too few for one optimizer step of {bs} x {accum} x {ranks} "
+                                    "ranks; lower the batch or accumulation").format(
+                n=len(data.train), bs=cfg.per_device_train_batch_size, accum=accum, ranks=info.world_size))
         max_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
         warmup = cfg.warmup_steps or math.ceil(cfg.warmup_ratio * max_steps)
         from transformers import get_scheduler
@@ -172,6 +172,6 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if info.world_size > 1:
             torch.distributed.barrier()
         if step < max_steps:
-            return "stopped", f"stop requested at step {step} of {max_steps}"
-        return "completed", f"{max_steps} steps"
+            return "stopped", _("stop requested at step {step} of {max_steps}").format(step=step, max_steps=max_steps)
+        return "completed", _("{n} steps").format(n=max_steps)
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ftui.config import RunConfig
+from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source
 from ftui.runs import CheckpointError, resolve_checkpoint
@@ -119,17 +120,18 @@ def locate(run_dir: Path, cfg: RunConfig, which: str | None = None) -> TrainedWe
     final = run_dir / FINAL_DIR
     tokenizer = final if final.is_dir() else base
     if which == "base":
-        return TrainedWeights("base", base, base, tokenizer, f"base model of {run_dir.name}")
+        return TrainedWeights("base", base, base, tokenizer, _("base model of {run}").format(run=run_dir.name))
     if which in (None, "final") and final.is_dir():
         kind = "final-adapter" if (final / "adapter_config.json").is_file() else "final"
         return TrainedWeights(kind, final, base, final, f"{run_dir.name} final")
     try:
         ckpt = resolve_checkpoint(run_dir, None if which in (None, "final", "latest") else which.removeprefix("step-"))
     except CheckpointError as err:
-        raise WeightsError(f"{err}; and it has no final/ yet" if which in (None, "final") else str(err)) from None
+        raise WeightsError(_("{error}; and it has no final/ yet").format(error=err) if which in (None, "final") else str(err)) from None
     kind = "checkpoint" if (ckpt / STATE_DIR).is_dir() else "checkpoint-deepspeed"
     if kind == "checkpoint-deepspeed" and not (ckpt / DEEPSPEED_TAG).is_dir():
-        raise WeightsError(f"{ckpt} holds neither a torch ({STATE_DIR}/) nor a DeepSpeed ({DEEPSPEED_TAG}/) checkpoint")
+        raise WeightsError(_("{path} holds neither a torch ({state}/) nor a DeepSpeed ({tag}/) checkpoint").format(
+            path=ckpt, state=STATE_DIR, tag=DEEPSPEED_TAG))
     return TrainedWeights(kind, ckpt, base, tokenizer, f"{run_dir.name} {ckpt.name}")
 
 
@@ -142,7 +144,7 @@ def load_pretrained(path: Path, dtype: torch.dtype, trust_remote_code: bool = Fa
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
     except OSError as err:
-        raise WeightsError(f"cannot load a model from {path}: {str(err).splitlines()[0]}") from None
+        raise WeightsError(_("cannot load a model from {path}: {error}").format(path=path, error=str(err).splitlines()[0])) from None
 
 
 def with_adapter(model: nn.Module, adapter: Path) -> nn.Module:
@@ -186,7 +188,7 @@ def load_weights(weights: TrainedWeights, cfg: RunConfig | None, dtype: torch.dt
         model = with_adapter(fit_vocab(load_pretrained(weights.base, dtype, trust), weights, cfg), weights.path)
     else:
         if cfg is None:
-            raise WeightsError("a checkpoint can only be loaded with its run's config")
+            raise WeightsError(_("a checkpoint can only be loaded with its run's config"))
         model = _from_checkpoint(weights, cfg, value_head)
         model = model.to(dtype=dtype)
     return model.eval()
@@ -229,6 +231,6 @@ def _load_deepspeed(model: nn.Module, ckpt: Path, cfg: RunConfig) -> None:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     missing = sorted(trainable - set(state))
     if missing:
-        raise WeightsError(f"{ckpt.name} lacks {len(missing)} trained weight(s) of this run's model (first: {missing[0]}); "
-                           "it was written for another model or method")
+        raise WeightsError(_("{name} lacks {n} trained weight(s) of this run's model (first: {first}); "
+                             "it was written for another model or method").format(name=ckpt.name, n=len(missing), first=missing[0]))
     model.load_state_dict(state, strict=False)

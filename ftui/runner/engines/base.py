@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ftui.config import RunConfig
+from ftui.i18n import _
 from ftui.paths import STATE_DIR
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -68,7 +69,7 @@ def pick_device(cfg: RunConfig, info: DistInfo) -> torch.device:
     want = cfg.device
     if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise RuntimeError("device is cuda but torch sees no CUDA GPU; set device: cpu or auto")
+            raise RuntimeError(_("device is cuda but torch sees no CUDA GPU; set device: cpu or auto"))
         torch.cuda.set_device(info.local_rank)
         return torch.device("cuda", info.local_rank)
     return torch.device("cpu")
@@ -231,7 +232,7 @@ class Engine:
         """Every rank's copy of a small 1-D tensor, as lists (for per-rank memory)."""
         if self.info.world_size == 1:
             return [row.tolist()]
-        out = [torch.zeros_like(row) for _ in range(self.info.world_size)]
+        out = [torch.zeros_like(row) for _rank in range(self.info.world_size)]
         dist.all_gather(out, row)
         return [t.tolist() for t in out]
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ftui.i18n import _
 from ftui.paths import DEEPSPEED_TAG
 from ftui.presets.engine_presets import fill_deepspeed, load_preset, read_user_deepspeed
 from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer, param_groups
@@ -96,8 +97,8 @@ class DeepSpeedEngine(Engine):
         elif offload_opt and self.device.type == "cuda":
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # the offloaded step runs on the CPU
 
-            print("[ftui] loading DeepSpeed's CPU Adam for the offloaded optimizer step (DeepSpeed compiles it "
-                  "the first time on a machine: about 3 minutes, then cached in ~/.cache/torch_extensions)",
+            print("[ftui] " + _("loading DeepSpeed's CPU Adam for the offloaded optimizer step (DeepSpeed compiles it the first "
+                                "time on a machine: about 3 minutes, then cached in ~/.cache/torch_extensions)"),
                   file=sys.stderr, flush=True)
 
             groups = build_optimizer(model, cfg, torch.device("cpu")).param_groups
@@ -111,7 +112,7 @@ class DeepSpeedEngine(Engine):
         self.ds_config = ds
         self.module = model
         self.partition_parameters(model, ds)
-        engine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds, **kwargs)
+        engine, optimizer, _loader, _scheduler = deepspeed.initialize(model=model, config=ds, **kwargs)
         self.model = engine
         self.optimizer = optimizer
 
@@ -129,7 +130,7 @@ class DeepSpeedEngine(Engine):
         ds = {k: v for k, v in self.ds_config.items() if k not in ("optimizer", "scheduler", "zero_force_ds_cpu_optimizer")}
         ds["zero_optimization"] = {k: v for k, v in ds.get("zero_optimization", {}).items() if k != "offload_optimizer"}
         self.partition_parameters(model, ds)
-        engine, *_ = deepspeed.initialize(model=model, config=ds)
+        engine, *_rest = deepspeed.initialize(model=model, config=ds)
         engine.eval()
         return engine
 
@@ -166,10 +167,10 @@ class DeepSpeedEngine(Engine):
                                    exclude_frozen_parameters=self.cfg.finetuning_type != "full")
 
     def load_state(self, directory: Path) -> None:
-        path, _ = self.model.load_checkpoint(str(directory), tag=DEEPSPEED_TAG, load_module_strict=False,
+        path, _client_state = self.model.load_checkpoint(str(directory), tag=DEEPSPEED_TAG, load_module_strict=False,
                                              load_optimizer_states=True, load_lr_scheduler_states=False)
         if path is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint in {directory}")
+            raise FileNotFoundError(_("no DeepSpeed checkpoint in {path}").format(path=directory))
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         if self.stage == 3:  # gathers the partitions layer by layer onto rank 0 (collective)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ftui.config import RunConfig
+from ftui.i18n import _
 from ftui.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,
                               save_tokenized, split_eval, token_examples)
@@ -79,12 +80,13 @@ class Stage:
         if has_tokenized(cfg.tokenized_path):
             train, out.eval = load_tokenized(cfg.tokenized_path, self.parse_saved)
             out.records = len(train) + len(out.eval)
-            out.warnings.append(f"read {len(train)} train and {len(out.eval)} eval examples encoded earlier from "
-                                f"tokenized_path {cfg.tokenized_path}; dataset, template and cutoff_len were not applied again")
+            out.warnings.append(_("read {train} train and {eval} eval examples encoded earlier from tokenized_path {path}; "
+                                  "dataset, template and cutoff_len were not applied again").format(
+                train=len(train), eval=len(out.eval), path=cfg.tokenized_path))
         else:
             loaded = load_all(cfg)
             held_out = load_all(cfg, cfg.eval_dataset) if cfg.eval_dataset else []
-            report = Progress(progress, sum(len(records) for _, records in loaded + held_out))
+            report = Progress(progress, sum(len(records) for _spec, records in loaded + held_out))
             examples = self.encode(loaded, out, report)
             if held_out:  # eval_dataset: its own examples, counted and warned about apart
                 eval_out = TokenizedData(train=[], eval=[])
@@ -96,8 +98,8 @@ class Stage:
             report.done()
             if cfg.tokenized_path and int(os.environ.get("RANK", "0")) == 0:  # every rank encodes; one writes
                 save_tokenized(cfg.tokenized_path, train, out.eval)
-                out.warnings.append(f"saved the encoded examples to tokenized_path {cfg.tokenized_path}; "
-                                    "later runs with it read them instead of the datasets")
+                out.warnings.append(_("saved the encoded examples to tokenized_path {path}; later runs with it read them "
+                                      "instead of the datasets").format(path=cfg.tokenized_path))
         out.train_examples = sum(getattr(e, "sequences", 1) for e in train)
         out.train = self.pack(train) if pack else train
         return out

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ftui.conversation import ConversationError, split_budget
+from ftui.i18n import _
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
 from ftui.runner.stages.base import MicroLoss
@@ -79,13 +80,14 @@ class KTOStage(PreferenceStage):
                 try:
                     example = self.feedback_example(comp.prompt, comp.answers[0], kl_answer, comp.desirable, encoder, out)
                 except ConversationError as err:
-                    raise DataFormatError(f"dataset {spec.name!r} record {i}: {err}") from None
+                    raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
                 if example is not None:
                     examples.append(example)
         self.report_counts(out, skipped, len(examples))
         tags = {e.desirable for e in examples}
         if len(tags) == 1:
-            out.warnings.append(f"every example is {'desirable' if True in tags else 'undesirable'}: KTO learns best from both kinds")
+            out.warnings.append(_("every example is desirable: KTO learns best from both kinds") if True in tags
+                                else _("every example is undesirable: KTO learns best from both kinds"))
         return examples
 
     def feedback_example(self, prompt: Any, answer: dict[str, str], kl_answer: dict[str, str], desirable: bool,
@@ -118,9 +120,9 @@ class KTOStage(PreferenceStage):
     def loss(self, model: nn.Module, batch: FeedbackBatch, autocast: Callable) -> MicroLoss:
         n, cfg = batch.loss_tokens, self.cfg
         targets, mismatched = slice(0, n), slice(n, 2 * n)
-        ref, _ = self.reference.logps(model, self.head, batch, autocast)
+        ref, _ref_tokens = self.reference.logps(model, self.head, batch, autocast)
         with torch.no_grad():
-            policy_kl, _ = forward_logps(model, self.head, batch, autocast, mismatched)
+            policy_kl, _kl_tokens = forward_logps(model, self.head, batch, autocast, mismatched)
         policy, lengths = forward_logps(model, self.head, batch, autocast, targets)
         kl = (policy_kl - ref[mismatched]).mean().clamp(min=0)
         ratio = policy - ref[targets]

@@ -34,10 +34,12 @@ import torch
 from torch import nn
 
 from ftui.conversation import Conversation, ConversationError, Renderer, split_budget
+from ftui.i18n import _
 from ftui.preference_records import Comparison, as_messages, to_comparison
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
 from ftui.runner.engines.base import local_numel
+from ftui.runner.faults import developer_note
 from ftui.runner.loss import install_chunked_loss, micro_batch_logps
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
@@ -85,9 +87,9 @@ class FeedbackExample:
 def saved_columns(table: Any, path: str, names: tuple[str, ...], stage: str) -> list[list[Any]]:
     missing = [n for n in names if n not in table.column_names]
     if missing:
-        raise DataFormatError(f"tokenized_path {path} holds no {', '.join(missing)} column(s) (it has "
-                              f"{', '.join(table.column_names)}): it was written for another stage than {stage}; "
-                              "give another folder, or none to encode the datasets")
+        raise DataFormatError(_("tokenized_path {path} holds no {missing} column(s) (it has {columns}): it was written for "
+                                "another stage than {stage}; give another folder, or none to encode the datasets").format(
+            path=path, missing=", ".join(missing), columns=", ".join(table.column_names), stage=stage))
     return [table[n] for n in names]
 
 
@@ -148,7 +150,7 @@ class PreferenceStage(Stage):
             try:
                 example = self.make_example(comp, encoder, out)
             except ConversationError as err:
-                raise DataFormatError(f"dataset {spec.name!r} record {i}: {err}") from None
+                raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
             if example is not None:
                 examples.append(example)
         self.report_counts(out, skipped, len(examples))
@@ -163,7 +165,7 @@ class PreferenceStage(Stage):
 
     def make_example(self, comp: Comparison, encoder: ComparisonEncoder, out: TokenizedData) -> PairExample | None:
         prompt, chosen = encoder.encode(comp.prompt, comp.answers[0])
-        _, rejected = encoder.encode(comp.prompt, comp.answers[1])
+        _prompt, rejected = encoder.encode(comp.prompt, comp.answers[1])
         source, target = split_budget(len(prompt), max(len(chosen), len(rejected)), self.cfg.cutoff_len)
         if source < len(prompt) or target < max(len(chosen), len(rejected)):
             out.truncated += 1
@@ -173,18 +175,21 @@ class PreferenceStage(Stage):
         return PairExample(answer_example(prompt, chosen, source, target), answer_example(prompt, rejected, source, target))
 
     def report_counts(self, out: TokenizedData, skipped: int, kept: int) -> None:
-        what = "pairs" if self.name != "kto" else "examples"
+        what = _("pairs") if self.name != "kto" else _("examples")
         if skipped:
-            out.warnings.append(f"{skipped} records were skipped: their turns do not alternate user and assistant, an "
-                                "answer is missing or not the assistant's, or (kto) the tag is not true/false "
-                                "(as LLaMA-Factory drops them)")
+            out.warnings.append(_("{n} records were skipped: their turns do not alternate user and assistant, an answer is "
+                                  "missing or not the assistant's, or (kto) the tag is not true/false (as LLaMA-Factory "
+                                  "drops them)").format(n=skipped))
         if out.truncated:
-            out.warnings.append(f"{out.truncated} of {out.records} {what} were longer than cutoff_len={self.cfg.cutoff_len} "
-                                "and were cut (the prompt and the longer answer share it as LLaMA-Factory does)")
+            out.warnings.append(_("{n} of {total} {what} were longer than cutoff_len={cutoff_len} and were cut (the prompt "
+                                  "and the longer answer share it as LLaMA-Factory does)").format(
+                n=out.truncated, total=out.records, what=what, cutoff_len=self.cfg.cutoff_len))
         if out.dropped:
-            out.warnings.append(f"{out.dropped} {what} had no answer tokens left within cutoff_len and were dropped")
+            out.warnings.append(_("{n} {what} had no answer tokens left within cutoff_len and were dropped").format(
+                n=out.dropped, what=what))
         if not kept:
-            raise DataFormatError(f"no usable {what} among {out.records} records (cutoff_len={self.cfg.cutoff_len})")
+            raise DataFormatError(_("no usable {what} among {n} records (cutoff_len={cutoff_len})").format(
+                what=what, n=out.records, cutoff_len=self.cfg.cutoff_len))
 
     def parse_saved(self, table: Any, path: str) -> list[PairExample]:
         cols = saved_columns(table, path, ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels"), self.name)
@@ -251,8 +256,7 @@ class Reference:
     def attach(self, engine: Any) -> None:
         self.engine = engine
         if self.copy is None:
-            print(f"[ftui] rank {engine.info.rank}: reference model = the policy with its LoRA adapter off",
-                  file=sys.stderr, flush=True)
+            developer_note(f"[ftui] rank {engine.info.rank}: reference model = the policy with its LoRA adapter off")
             return
         if self.cfg.chunked_loss:  # before the engine places it (the hook is on the module, which stays)
             self.head = install_chunked_loss(self.copy)
@@ -260,8 +264,8 @@ class Reference:
         self.copy = engine.prepare_frozen(self.copy)
         held = sum(local_numel(p) for p in self.copy.parameters())
         # train.log says what each rank holds of the frozen copy (tests read it: proof of sharding)
-        print(f"[ftui] rank {engine.info.rank}: reference model = a frozen copy placed by {engine.name}: "
-              f"{held} of {total} parameter elements on this rank", file=sys.stderr, flush=True)
+        developer_note(f"[ftui] rank {engine.info.rank}: reference model = a frozen copy placed by {engine.name}: "
+                       f"{held} of {total} parameter elements on this rank")
 
     @torch.no_grad()
     def logps(self, model: nn.Module, head: nn.Module | None, batch: Batch, autocast: Callable,

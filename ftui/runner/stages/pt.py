@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftui.i18n import _
 from ftui.records import DataFormatError, DatasetSpec, to_text
 from ftui.runner.data import Example, Progress, TokenizedData
 from ftui.runner.pretrain_text import pretrain_eos, pretrain_labels, pretrain_packing, pretrain_rows
@@ -36,9 +37,8 @@ class PretrainStage(Stage):
         rows = pretrain_rows(texts, self.tokenizer, length, packing=packing,
                              eos_token=pretrain_eos(self.tokenizer, self.cfg.template))
         if packing and not rows:
-            raise DataFormatError(
-                f"{out.records} documents hold fewer tokens than one block of cutoff_len={length}: packing drops the "
-                "last partial block; lower cutoff_len, add text, or set packing: false"
-            )
+            raise DataFormatError(_("{n} documents hold fewer tokens than one block of cutoff_len={cutoff_len}: packing drops "
+                                    "the last partial block; lower cutoff_len, add text, or set packing: false").format(
+                n=out.records, cutoff_len=length))
         pad = self.tokenizer.pad_token_id
         return [Example(ids, pretrain_labels(ids, pad), real_tokens=len(ids)) for ids in rows]

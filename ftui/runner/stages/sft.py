@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ftui.conversation import ConversationError, EncodeOptions, Encoded, Renderer, assemble
+from ftui.i18n import _
 from ftui.records import DataFormatError, DatasetSpec, to_conversation, to_messages
 from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_examples
 from ftui.runner.model import template_name_for
@@ -44,7 +45,7 @@ class SFTStage(Stage):
                 try:
                     enc = encode(record, spec, i)
                 except ConversationError as err:
-                    raise DataFormatError(f"dataset {spec.name!r} record {i}: {err}") from None
+                    raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
                 if enc is None:
                     skipped += 1
                     continue
@@ -54,15 +55,17 @@ class SFTStage(Stage):
                     continue
                 examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids)))
         if skipped:
-            out.warnings.append(f"{skipped} conversations were skipped: their turns do not alternate user/observation "
-                                "and assistant/function, ending with an answer (as LLaMA-Factory skips them)")
+            out.warnings.append(_("{n} conversations were skipped: their turns do not alternate user/observation and "
+                                  "assistant/function, ending with an answer (as LLaMA-Factory skips them)").format(n=skipped))
         if out.truncated:
-            out.warnings.append(f"{out.truncated} of {out.records} examples were longer than cutoff_len={cfg.cutoff_len} "
-                                "and were cut (prompt and answer of each turn shared out as LLaMA-Factory does)")
+            out.warnings.append(_("{n} of {total} examples were longer than cutoff_len={cutoff_len} and were cut (prompt and "
+                                  "answer of each turn shared out as LLaMA-Factory does)").format(
+                n=out.truncated, total=out.records, cutoff_len=cfg.cutoff_len))
         if out.dropped:
-            out.warnings.append(f"{out.dropped} examples had no answer tokens left within cutoff_len and were dropped")
+            out.warnings.append(_("{n} examples had no answer tokens left within cutoff_len and were dropped").format(n=out.dropped))
         if not examples:
-            raise DataFormatError(f"no usable examples: all {out.records} lost their answer to cutoff_len={cfg.cutoff_len}; raise cutoff_len")
+            raise DataFormatError(_("no usable examples: all {n} lost their answer to cutoff_len={cutoff_len}; raise "
+                                    "cutoff_len").format(n=out.records, cutoff_len=cfg.cutoff_len))
         return examples
 
     def record_encoder(self) -> Any:
@@ -133,10 +136,8 @@ class Encoder:
             prefix = self.render(messages[:i], tools, generation_prompt=True)
             upto = self.render(messages[: i + 1], tools)
             if not (upto.startswith(prefix) and full.startswith(upto)):
-                raise DataFormatError(
-                    "the chat template does not render conversations prefix by prefix, so prompt "
-                    "tokens cannot be masked; choose a built-in template (template: qwen, llama3, ...)"
-                )
+                raise DataFormatError(_("the chat template does not render conversations prefix by prefix, so prompt tokens "
+                                        "cannot be masked; choose a built-in template (template: qwen, llama3, ...)"))
             spans.append((len(prefix), len(upto)))
         enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
         return self.pairs(enc["input_ids"], enc["offset_mapping"], spans)
