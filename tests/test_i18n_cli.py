@@ -73,7 +73,7 @@ def test_runs_list_has_chinese_headings_aligned_by_cells(tmp_path):
     proc = ftui("runs", "--root", str(root), lang="zh")
     assert proc.returncode == 0
     header, *rows = proc.stdout.splitlines()
-    assert header.split() == ["运行", "状态", "模型", "方法", "引擎", "步", "损失", "开始于", "用时"]
+    assert header.split() == ["运行", "状态", "模型", "微调方法", "引擎", "步", "损失", "开始于", "用时"]
     assert {row.split()[1] for row in rows} == {"completed", "failed"}  # statuses as the run says them
     # the model column starts at the same cell in every line (a CJK heading takes two cells a character)
     starts = {cell_len(line[:line.index(model)]) for line, model in zip([header, *rows], ["模型", "Qwen", "Qwen"])}

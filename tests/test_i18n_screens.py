@@ -258,7 +258,7 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         screen.query_one("#ep-dataset", Input).value = "my_data"
         await pilot.press("ctrl+t")
         await pilot.pause(0.5)
-        assert str(screen.query_one("#ep-start", Button).label) == "开始"
+        assert str(screen.query_one("#ep-start", Button).label) == "启动"
         assert screen.query_one("#ep-form").border_title == "新任务"
         assert "评估与预测" in text_of(screen.query_one("#ep-title"))
         await until(pilot, lambda: table.row_count == 1)

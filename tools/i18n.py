@@ -69,7 +69,8 @@ def update() -> Catalog:
     for part in sorted(PARTS.glob("*.po")) if PARTS.is_dir() else []:
         for message in read(part):
             if message.id and message.string:
-                catalog[message.id] = message  # a part's translation wins (it is the newer work)
+                catalog.delete(message.id, context=message.context)  # a part's translation wins (it is the newer
+                catalog[message.id] = message  # work); assigning alone would keep the catalog's old string
     catalog.update(template, no_fuzzy_matching=True)
     catalog.obsolete.clear()  # strings the code no longer has
     PO.parent.mkdir(parents=True, exist_ok=True)
