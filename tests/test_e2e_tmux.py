@@ -164,3 +164,25 @@ def test_a_run_put_elsewhere_by_output_dir_is_listed_attached_and_stopped_from_a
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         if run is not None and run.exists():
             stop_run(run, force=True)
+
+
+def test_the_app_in_chinese_and_switched_to_english_in_tmux(tmp_path):
+    """`FTUI_LANG=zh ftui` in a real terminal shows the form in Chinese; Ctrl+T switches it to
+    English keeping what the form holds (the demo loaded with F2)."""
+    session = f"ftui-zh-{os.getpid()}"
+    new_shell(session, tmp_path)
+    try:
+        tmux("send-keys", "-t", session, f"FTUI_LANG=zh {FTUI_CMD}", "Enter")
+        wait_screen(session, r"模型")
+        tmux("send-keys", "-t", session, "F2")
+        wait_screen(session, r"就绪")
+        assert "ftui-demo" in screen(session)
+        tmux("send-keys", "-t", session, "C-t")
+        wait_screen(session, r"\bModel\b")
+        wait_screen(session, r"\bready\b")
+        text = screen(session)
+        assert "ftui-demo" in text and "模型" not in text, text
+        tmux("send-keys", "-t", session, "C-q")
+        wait_screen(session, r"\$ $|\$\s*\Z")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
