@@ -142,6 +142,11 @@ def bare_strings(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):  # _("...") inside an f-string: Babel's extraction never sees it
+            for call in (n for v in node.values if isinstance(v, ast.FormattedValue) for n in ast.walk(v.value)):
+                if isinstance(call, ast.Call) and _name(call.func) in MARKERS and call.args and isinstance(call.args[0], ast.Constant):
+                    found.append(f"{path.relative_to(ROOT)}:{call.lineno}: {ast.unparse(call)[:80]} inside an f-string")
+            continue
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and _name(node.exc.func) in USER_ERRORS:
             args = list(node.exc.args[:1])
         elif isinstance(node, ast.Call) and _name(node.func) in SINKS:

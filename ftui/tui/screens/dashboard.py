@@ -341,5 +341,6 @@ class DashboardScreen(Screen):
         from ftui.jobs.launch import stop_run
 
         result = stop_run(self.run_dir, force=force)
-        self.app.call_from_thread(self.notify, f"{_('kill') if force else _('stop')}: {result}", markup=False)
+        word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
+        self.app.call_from_thread(self.notify, f"{word}: {result}", markup=False)
 

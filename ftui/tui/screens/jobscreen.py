@@ -114,7 +114,8 @@ class JobScreen(Screen):
         from ftui.jobs.launch import stop_run
 
         result = stop_run(job_dir, force=force)
-        self.app.call_from_thread(self.notify, f"{_('kill') if force else _('stop')}: {result}", markup=False)
+        word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
+        self.app.call_from_thread(self.notify, f"{word}: {result}", markup=False)
 
     # --- UI thread
     def show(self, selector: str, content: Text) -> None:
