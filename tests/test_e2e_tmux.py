@@ -183,6 +183,6 @@ def test_the_app_in_chinese_and_switched_to_english_in_tmux(tmp_path):
         text = screen(session)
         assert "ftui-demo" in text and "模型" not in text, text
         tmux("send-keys", "-t", session, "C-q")
-        wait_screen(session, r"\$ $|\$\s*\Z")
+        wait_screen(session, r"[#$]\s*\Z")  # the shell prompt again: the app quit
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
