@@ -136,8 +136,8 @@ class ExportScreen(JobScreen):
         Binding("escape", "back", N_("Back")),
     ]
     START_BUTTON = "#xp-start"
-    STOP_QUESTIONS = (N_("Stop the export? What it wrote so far stays in the out dir, incomplete."),
-                      N_("Kill the export now? The out dir is left incomplete."))
+    STOP_QUESTIONS = (N_("Stop the export? Nothing is written to the out dir."),
+                      N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it."))
     WORDS = {"#xp-start": N_("Start"), "#xp-stop": N_("Stop"), "#xp-copy": N_("Copy commands"), "#xp-label-source": N_("source"),
              "#xp-label-out": N_("out dir"), "#xp-label-dtype": N_("dtype"), "#xp-label-shard": N_("max shard size"),
              "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("force"), "#xp-force": N_("overwrite")}
