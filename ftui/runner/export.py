@@ -223,13 +223,11 @@ def _copy_value_head(weights: Any, head: dict[str, torch.Tensor], dest: Path) ->
 
 
 def _write_modelfile(dest: Path, tokenizer: Any, stop_ids: list[int], template: str | None, cfg: RunConfig, gguf_name: str | None) -> None:
-    import json as _json
-
     from ftui.modelfile import modelfile
     from ftui.presets.templates import TEMPLATES
 
     try:
-        max_positions = _json.loads((dest / "config.json").read_text()).get("max_position_embeddings")
+        max_positions = json.loads((dest / "config.json").read_text()).get("max_position_embeddings")
     except (OSError, ValueError):
         max_positions = None
     text = modelfile(TEMPLATES[template] if template else None, tokenizer.bos_token, tokenizer.eos_token,
