@@ -10,6 +10,7 @@ runs, one after another and each to its end, the plain ``transformers.Trainer`` 
     bf16 packed · bf16 padded · fp16 packed (GradScaler) · fp32 packed (TF32)
     bf16 packed with torch_compile · with Liger · with both · with full logits (chunked_loss off)
     bf16 packed with gradient checkpointing · LoRA r16 (for the planner)
+    pure_bf16 packed (bf16 weights, no autocast) · the same with torch_compile and Liger
 
 and records for each: real (non-padding) tokens/s after the warm-up steps, MFU, the time a
 step waited for data, the peak ``torch.cuda.max_memory_allocated`` of the rank against
@@ -49,6 +50,11 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
     "bf16_packed_full_logits": dict(BF16, packing=True, chunked_loss=False),
     "bf16_packed_checkpointing": dict(BF16, packing=True, gradient_checkpointing=True),
     "bf16_packed_lora": dict(BF16, packing=True, finetuning_type="lora", lora_rank=16),
+    # bf16 weights, gradients and moments, no autocast (LLaMA-Factory's pure_bf16): the lever
+    # the H100 profile pointed at (fp32 master weights' casts and fp32 passes)
+    "pure_bf16_packed": dict(bf16=False, fp16=False, pure_bf16=True, packing=True),
+    "pure_bf16_packed_compile_liger": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
+                                           enable_liger_kernel=True),
 }
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]

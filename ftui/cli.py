@@ -764,7 +764,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out.print(escape(_("{model}: {params} parameters, {trainable} trainable ({method}, {precision}, engine {engine}, "
                        "{world_size} process(es), micro batch {batch} x {cutoff_len} tokens{checkpointing})").format(
         model=cfg.model_name_or_path, params=count(e.params), trainable=count(e.trainable), method=cfg.method,
-        precision=cfg.precision, engine=cfg.engine_name, world_size=cfg.world_size, batch=cfg.per_device_train_batch_size,
+        precision=cfg.precision_label, engine=cfg.engine_name, world_size=cfg.world_size, batch=cfg.per_device_train_batch_size,
         cutoff_len=cfg.cutoff_len, checkpointing=_(", gradient checkpointing") if cfg.gradient_checkpointing else "")))
     table = Table(show_header=True, box=None, pad_edge=False)
     table.add_column(_("per GPU"))

@@ -120,6 +120,9 @@ class RunConfig(BaseModel):
     adam_epsilon: float = Field(1e-8, gt=0.0)
     bf16: bool = False
     fp16: bool = False
+    pure_bf16: bool = Field(False, description=N_("train the weights themselves in bf16, without autocast or fp32 master weights (LLaMA-Factory's "
+                                                  "compute type pure_bf16): about half the memory of weights, gradients and optimizer states and faster "
+                                                  "steps, but an update smaller than bf16 can hold is lost; LoRA's adapters stay fp32"))
     logging_steps: int = Field(10, ge=1)
     save_steps: int = Field(500, ge=1, description=N_("write a resumable checkpoint every N steps (and always at the end)"))
     save_total_limit: int | None = Field(None, ge=1, description=N_("keep only the newest N checkpoints; empty: keep all"))
@@ -198,7 +201,13 @@ class RunConfig(BaseModel):
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+        """The compute type: bf16 (autocast, or pure with ``pure_bf16``), fp16 or fp32."""
+        return "bf16" if self.bf16 or self.pure_bf16 else "fp16" if self.fp16 else "fp32"
+
+    @property
+    def precision_label(self) -> str:
+        """The precision as events and listings show it (LLaMA-Factory's compute-type names)."""
+        return "pure_bf16" if self.pure_bf16 else self.precision
 
     @property
     def method(self) -> str:
@@ -363,6 +372,8 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
     out: list[FieldProblem] = []
     if cfg.bf16 and cfg.fp16:
         out.append(FieldProblem("fp16", True, _("bf16 and fp16 are both on; choose one precision")))
+    if cfg.pure_bf16 and cfg.fp16:
+        out.append(FieldProblem("fp16", True, _("pure_bf16 trains in bf16 and fp16 is on too; choose one precision")))
     if cfg.template is not None and cfg.template not in TEMPLATES:
         out.append(FieldProblem("template", cfg.template, _("unknown template; allowed: {templates} or empty for the tokenizer's own").format(templates=", ".join(TEMPLATES))))
     out += encoding_problems(cfg)
@@ -381,16 +392,16 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, _("the single engine runs one process; choose engine ddp for several")))
     out += engine_problems(cfg)
     out += gpu_pick_problems(cfg)
-    if cfg.fp16 and not cfg.bf16 and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
+    if cfg.precision == "fp16" and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
         out.append(FieldProblem("fp16", True, _("fp16 needs a CUDA GPU and none was found; for a CPU run use bf16 (CPU autocast "
                                                 "supports it) or fp32") if cfg.device == "auto" else
                                 _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
-    if cfg.bf16 and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
+    if cfg.precision == "bf16" and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
         from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
 
         reason = bf16_unsupported_reason(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
         if reason:
-            out.append(FieldProblem("bf16", True, _("{reason} (older GPUs only emulate it, many times slower); "
+            out.append(FieldProblem("pure_bf16" if cfg.pure_bf16 and not cfg.bf16 else "bf16", True, _("{reason} (older GPUs only emulate it, many times slower); "
                                                     "use fp16 (with loss scaling) or fp32, or other GPUs (gpus)").format(reason=reason)))
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
@@ -669,6 +680,9 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.method == "qlora" and cfg.model_init == "random":
         out.append(FieldProblem("model_init", cfg.model_init, _("QLoRA quantizes pretrained weights as they load; a random model is never loaded from disk, so use lora (or save "
                                                                       "the random model and point model_name_or_path at it)")))
+    if cfg.pure_bf16 and cfg.uses_deepspeed:
+        out.append(FieldProblem("pure_bf16", True, _("DeepSpeed keeps fp32 master weights in its optimizer, so it cannot train purely in bf16; use bf16: true "
+                                                      "with {engine}, or pure_bf16 with engine single, ddp or fsdp").format(engine=cfg.engine_name)))
     if cfg.deepspeed:
         if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
             out.append(FieldProblem("deepspeed", cfg.deepspeed, _("a DeepSpeed config runs the DeepSpeed engine, but engine is {engine}; leave engine at single (the file decides) or "

@@ -5,7 +5,8 @@ follows what ftui's runner really allocates, engine by engine:
 
 - torch engines (single, ddp, fsdp): fp32 master weights, fp32 gradients and two fp32 AdamW
   moments for what trains (16 bytes per trainable parameter); bf16/fp16 run as autocast,
-  which keeps a half-precision copy of the weights it used until backward. LoRA/QLoRA in
+  which keeps a half-precision copy of the weights it used until backward. ``pure_bf16``
+  trains bf16 weights with bf16 gradients and moments (8 bytes), without autocast. LoRA/QLoRA in
   half precision load the frozen base in that type (2 bytes, or about 0.52 for NF4).
   DDP uses gradients as bucket views (no second copy). FSDP shards weights, gradients and
   moments over the processes and gathers one layer (and the root) at a time.
@@ -257,7 +258,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              micro_batch: int = 1, seq_len: int = 2048, gradient_checkpointing: bool = False, lora_rank: int = 8,
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
-             liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid") -> Estimate:
+             liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
+             pure_bf16: bool = False) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -269,11 +271,13 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     and kto take the answers' log-probabilities in chunks as the loss is taken (ftui's own
     chunks, also with ``liger``; full logits when ``chunked_loss`` is off) and, for full and
     freeze, keep a frozen reference copy of the model (not for the reference-free orpo /
-    simpo); rm computes no logits (its value head gives one number a position)."""
+    simpo); rm computes no logits (its value head gives one number a position). ``pure_bf16``
+    (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
+    trained parameter), no autocast copy, the residual stream bf16; LoRA's adapters stay fp32."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
-    half = precision in ("bf16", "fp16")
+    half = precision in ("bf16", "fp16") or pure_bf16
     spec = engine_spec(engine)
     deepspeed = zero_stage is not None or spec.deepspeed
     stage = zero_stage if zero_stage is not None else spec.zero_stage
@@ -304,13 +308,15 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         res_bytes = pbytes
     else:
         base_bytes = 4.0
-        if method in ("lora", "qlora") and half:
+        if (method in ("lora", "qlora") and half) or pure_bf16:
             base_bytes = 2.0
         frozen = (P - T) * (0.52 if method == "qlora" else base_bytes)
         if method == "qlora":  # embeddings and the LM head stay in half precision
             frozen = (P - T - shape.embed_params * (1 if shape.tied else 2)) * 0.52 + shape.embed_params * (1 if shape.tied else 2) * 2
-        weights, grads, opt = T * 4.0 + frozen, T * 4.0, T * 8.0
-        cast = 2 * (T if method in ("full", "freeze") else 0) if half else 0.0  # autocast's cached half weights
+        # what trains: fp32 weights, gradients and two moments; pure_bf16's full / freeze: all bf16
+        tbytes = 2.0 if pure_bf16 and method in ("full", "freeze") else 4.0
+        weights, grads, opt = T * tbytes + frozen, T * tbytes, T * 2 * tbytes
+        cast = 2 * (T if method in ("full", "freeze") else 0) if half and not pure_bf16 else 0.0  # autocast's cached half weights
         if spec.fsdp:
             pbytes = 2 if half else 4
             working = (2 * layer + shape.embed_params * (1 if shape.tied else 2)) * pbytes
@@ -331,7 +337,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         if deepspeed:  # ZeRO-0/1/2: a copy in the policy's precision; ZeRO-3: partitioned like it
             reference = P * (2 if half else 4) / (W if stage == 3 else 1)
         else:  # single, DDP: the fp32 copy whole; FSDP: its shard (layers gathered in turn, as the policy's)
-            reference = P * 4.0 / (W if spec.fsdp else 1)
+            reference = P * (2.0 if pure_bf16 else 4.0) / (W if spec.fsdp else 1)
         weights += reference
         notes.append(_("{stage}: a frozen reference copy of the model, {size} on each GPU").format(stage=training_stage, size=gib(reference)))
 
@@ -404,7 +410,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     nproc_per_node=cfg.nproc_per_node, compute_major=compute_major,
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
-                    training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"))
+                    training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
+                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)) and not (stage is not None or engine_spec(engine).deepspeed))
 
 
 @dataclass
@@ -461,6 +468,8 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
     while engine in MORE_MEMORY_SAVING and MORE_MEMORY_SAVING[engine] not in seen:
         engine = MORE_MEMORY_SAVING[engine]
         seen.add(engine)
+        if getattr(cfg, "pure_bf16", False) and engine_spec(engine).deepspeed:
+            continue  # refused with pure_bf16 (DeepSpeed keeps fp32 master weights)
         if not (engine in NEEDS_SEVERAL and cfg.world_size == 1):
             engines.append((engine, len(engines)))
     batches = [(cfg.per_device_train_batch_size, 0)]

@@ -72,7 +72,7 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("ray_num_workers ray_init_kwargs",
      N_("ftui does not run on Ray; use engine ddp / fsdp / zero* with nproc_per_node and nnodes")),
     ("use_galore use_apollo use_badam use_adam_mini use_muon use_llama_pro use_mca use_hyper_parallel use_kt use_unsloth "
-     "use_v1_kernels use_dft_loss use_asft_loss use_eaft_loss mixture_of_depths shift_attn pure_bf16 upcast_layernorm "
+     "use_v1_kernels use_dft_loss use_asft_loss use_eaft_loss mixture_of_depths shift_attn upcast_layernorm "
      "upcast_lmhead_output fp8",
      N_("ftui does not implement this training method or numeric variant; remove the key (or set it false)")),
     ("adapter_name_or_path adapter_folder create_new_adapter",

@@ -1,9 +1,10 @@
 """Model and tokenizer: load, apply the fine-tuning method, count parameters.
 
 Full, LoRA (peft), QLoRA (peft + bitsandbytes, CUDA only) and freeze (only the last N
-decoder layers train). Trainable parameters are always fp32 master weights; with LoRA or
-QLoRA in bf16/fp16 the frozen base is loaded in that half type to save memory, as
-LLaMA-Factory does. ``model_init: random`` builds the architecture from its config with
+decoder layers train). Trainable parameters are fp32 master weights (but with ``pure_bf16``,
+where full and freeze train bf16 weights; LoRA's adapters stay fp32, as peft keeps them);
+with LoRA or QLoRA in bf16/fp16 the frozen base is loaded in that half type to save memory,
+as LLaMA-Factory does. ``model_init: random`` builds the architecture from its config with
 random weights (the demo, benchmarks, tests), and saves that base so adapters stay loadable.
 """
 
@@ -67,7 +68,10 @@ def base_dtype(cfg: RunConfig) -> torch.dtype:
     """The dtype weights are loaded in: half for a frozen LoRA base, and half under DeepSpeed,
     which casts the module to bf16/fp16 anyway (its fp32 master copy lives in the optimizer),
     so an fp32 copy would only double the loading memory. FSDP, single and DDP keep fp32
-    master weights in the module."""
+    master weights in the module, except with ``pure_bf16``: the weights themselves are bf16
+    and train as such (LLaMA-Factory's pure_bf16 leaves them in the load dtype)."""
+    if cfg.pure_bf16:
+        return torch.bfloat16
     half = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
     if cfg.precision != "fp32" and (cfg.method in ("lora", "qlora") or cfg.uses_deepspeed):
         return half

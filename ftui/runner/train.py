@@ -146,7 +146,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         if writer is not None:
             writer.write(
-                "run_start", run_id=run_dir.name, stage=cfg.stage, engine=engine.name, precision=cfg.precision,
+                "run_start", run_id=run_dir.name, stage=cfg.stage, engine=engine.name, precision=cfg.precision_label,
                 method=cfg.method, world_size=info.world_size, nodes=cfg.nnodes, model=cfg.model_name_or_path,
                 total_params=total, trainable_params=trainable, max_steps=max_steps,
                 planned_tokens_per_step=cfg.per_device_train_batch_size * accum * info.world_size * cfg.cutoff_len,

@@ -14,7 +14,7 @@ The loop in ``ftui.runner.loop`` calls only this interface and never branches on
 DDP (``ddp``), FSDP2 (``fsdp``) and DeepSpeed (``deepspeed``) refine this base class; the
 package's ``make_engine`` picks one from the preset's own metadata (``EngineSpec.strategy``).
 Mixed precision for single and DDP is ``torch.autocast`` over fp32 master weights; fp16 adds
-``torch.amp.GradScaler``. The torch engines checkpoint through torch.distributed.checkpoint
+``torch.amp.GradScaler``; ``pure_bf16`` trains bf16 weights without autocast. The torch engines checkpoint through torch.distributed.checkpoint
 (DCP), which writes each rank's shard and reshards on load; DeepSpeed uses its own format.
 """
 
@@ -141,7 +141,9 @@ class Engine:
         self.cfg = cfg
         self.info = info
         self.device = device
-        self.half = HALF.get(cfg.precision)
+        # pure_bf16: the weights are bf16 themselves (ftui.runner.model.base_dtype), so there is
+        # nothing for autocast to do and no fp32 master copy (LLaMA-Factory's pure_bf16)
+        self.half = None if cfg.pure_bf16 else HALF.get(cfg.precision)
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
         self.model: nn.Module | None = None
         self.module: nn.Module | None = None

@@ -3,7 +3,8 @@
 Each rank holds 1/N of every parameter, gradient and optimizer state (as DTensor shards);
 a layer's full weights are all-gathered for its forward and backward and freed again
 (reshard after forward). Mixed precision is FSDP's ``MixedPrecisionPolicy`` (bf16 compute,
-fp32 gradient reduction, fp32 master shards), not autocast. ``fsdp_offload`` adds
+fp32 gradient reduction, fp32 master shards), not autocast; with ``pure_bf16`` the shards
+themselves are bf16. ``fsdp_offload`` adds
 ``CPUOffloadPolicy``: shards and the optimizer step live in host memory.
 
 Not through transformers.Trainer or accelerate: on a machine without a GPU both silently
@@ -44,8 +45,15 @@ class FSDPEngine(Engine):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         mesh = init_device_mesh(self.device.type, (self.info.world_size,))
-        # bf16 or fp16 compute over fp32 master shards, gradients reduced in fp32
-        mp = MixedPrecisionPolicy(param_dtype=self.half, reduce_dtype=torch.float32) if self.half else MixedPrecisionPolicy()
+        # bf16 or fp16 compute over fp32 master shards, gradients reduced in fp32; pure_bf16:
+        # bf16 shards, gathered and reduced in bf16 (LoRA's fp32 adapters are cast for compute
+        # like the base, and their reduced gradients kept in fp32)
+        if self.cfg.pure_bf16:
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+        elif self.half:
+            mp = MixedPrecisionPolicy(param_dtype=self.half, reduce_dtype=torch.float32)
+        else:
+            mp = MixedPrecisionPolicy()
         offload = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if self.settings.get("cpu_offload") else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
         reshard = bool(self.settings.get("reshard_after_forward", True))

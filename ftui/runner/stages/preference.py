@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 

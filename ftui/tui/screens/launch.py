@@ -51,7 +51,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "save_total_limit": None,
     "seed": 42, "run_name": None, "report_to": "none",
 }
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "pure_bf16", "fp16", "fp32")  # LLaMA-Factory's compute types; the last is the default
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
 PACKING = {N_("stage default (pt: on, sft: off)"): "default", N_("on"): "on", N_("off"): "off"}
 PACKING_VALUES = {"default": None, "on": True, "off": False}
@@ -145,11 +145,11 @@ GROUPS: list[tuple[str, list[F]]] = [
     ]),
 ]
 FIELDS = {f.key: f for _group, fields in GROUPS for f in fields}
-FORM_DERIVED = {"finetuning_type", "quantization_bit", "bf16", "fp16"}  # set by the method and precision choices
+FORM_DERIVED = {"finetuning_type", "quantization_bit", "bf16", "fp16", "pure_bf16"}  # set by the method and precision choices
 # Which form field shows a RunConfig field's problem.
 FIRST_FRAME_GROUPS = 2  # Model and Data fill an 80x24 screen; the rest mounts after the first frame
 NOTES = {"Model": "family", "Data": "preview", "Engine": "engine-help", "Precision": "precision-help", "Output": "kept-keys"}
-PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "finetuning_type": "method", "quantization_bit": "method"}
+PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "pure_bf16": "precision", "finetuning_type": "method", "quantization_bit": "method"}
 
 
 def option_labels(f: F) -> list[tuple[str, Any]]:
@@ -169,7 +169,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     values = {k: cfg[k] for k in FIELDS if k in cfg}
     ft = cfg.get("finetuning_type", "lora")
     values["method"] = "qlora" if ft == "lora" and cfg.get("quantization_bit") else ft
-    values["precision"] = "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16") else "fp32"
+    values["precision"] = ("pure_bf16" if cfg.get("pure_bf16") else "bf16" if cfg.get("bf16") else "fp16" if cfg.get("fp16")
+                           else "fp32")
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
     for key in ("gpus", "report_to"):
@@ -210,6 +211,8 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
         data["quantization_bit"] = 4
     precision = values.get("precision", "fp32")
     data["bf16"], data["fp16"] = precision == "bf16", precision == "fp16"
+    if precision == "pure_bf16":  # only when chosen: LLaMA-Factory's YAMLs leave the key out
+        data["pure_bf16"] = True
     return data
 
 
@@ -680,10 +683,10 @@ class LaunchScreen(Screen):
             self._nproc_filled = nproc.value = str(n)
             if n > 1 and self.query_one("#f-engine", Select).value == "single":
                 self.query_one("#f-engine", Select).value = "ddp"
-        bf16 = self.query_one("#p-bf16", RadioButton)
-        bf16.disabled = bool(bf16_reason)
+        bf16, pure = self.query_one("#p-bf16", RadioButton), self.query_one("#p-pure_bf16", RadioButton)
+        bf16.disabled = pure.disabled = bool(bf16_reason)
         if bf16_reason:
-            if bf16.value:
+            if bf16.value or pure.value:
                 self.query_one("#p-fp16", RadioButton).value = True
             notes.append(_("bf16 unavailable: {reason}").format(reason=bf16_reason))
         if n == 0:
