@@ -217,14 +217,8 @@ class EvalPredictScreen(JobScreen):
     def _show_jobs(self, rows: list[tuple[Path, str, dict, RunSummary, dict]]) -> None:
         if not self.is_attached:
             return
-        table = self.query_one("#ep-jobs", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        self.jobs = [r[0] for r in rows]
-        for job_dir, kind, spec, summary, results in rows:
-            table.add_row(*self._job_cells(job_dir, kind, spec, summary, results), key=str(job_dir))
-        if rows:
-            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+        self.fill_jobs_table(self.query_one("#ep-jobs", DataTable),
+                             [(r[0], self._job_cells(*r)) for r in rows])
 
     def _job_cells(self, job_dir: Path, kind: str, spec: dict, summary: RunSummary, results: dict) -> list[Text]:
         if kind == "predict" and isinstance(results.get("predict_bleu-4"), (int, float)):

@@ -251,18 +251,14 @@ class ExportScreen(JobScreen):
     def _show_jobs(self, rows: list[tuple[Path, dict[str, Any], RunSummary]]) -> None:
         if not self.is_attached:
             return
-        table = self.query_one("#xp-jobs", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        self.jobs = [r[0] for r in rows]
-        for job_dir, spec, summary in rows:
-            fmt = str(spec.get("dtype", "?")) + (f" + gguf {spec['gguf']}" if spec.get("gguf") else "")
-            cells = [Text(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))]
-            source = str(spec.get("source_label", "?")).removeprefix(f"{self.run_dir.name} ")
-            cells += [Text(visible(str(v), one_line=True)) for v in (source, fmt, spec.get("out", "?"), job_dir.name)]
-            table.add_row(*cells, key=str(job_dir))
-        if rows:
-            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+        self.fill_jobs_table(self.query_one("#xp-jobs", DataTable),
+                             [(job_dir, self._job_cells(job_dir, spec, summary)) for job_dir, spec, summary in rows])
+
+    def _job_cells(self, job_dir: Path, spec: dict[str, Any], summary: RunSummary) -> list[Text]:
+        fmt = str(spec.get("dtype", "?")) + (f" + gguf {spec['gguf']}" if spec.get("gguf") else "")
+        cells = [Text(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))]
+        source = str(spec.get("source_label", "?")).removeprefix(f"{self.run_dir.name} ")
+        return cells + [Text(visible(str(v), one_line=True)) for v in (source, fmt, spec.get("out", "?"), job_dir.name)]
 
     @work(thread=True, exclusive=True, group="start")
     def start(self, which: str | None, out: str, dtype: str, shard: str, gguf: str | None, force: bool) -> None:

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual import work
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, DataTable, Label, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
@@ -77,6 +77,17 @@ class JobScreen(Screen):
 
     def list_jobs(self) -> None:
         """Refreshes the run's jobs list (a worker)."""
+
+    def fill_jobs_table(self, table: DataTable, rows: list[tuple[Path, list[Text]]]) -> None:
+        """Refills the earlier-jobs table with (job dir, cells) rows, ``self.jobs`` in the same
+        order, the cursor staying on the row it was on (or the last one)."""
+        cursor = table.cursor_row
+        table.clear()
+        self.jobs = [job_dir for job_dir, _cells in rows]
+        for job_dir, cells in rows:
+            table.add_row(*cells, key=str(job_dir))
+        if rows:
+            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
 
     # --- workers
     @work(thread=True, exclusive=True, group="follow")
