@@ -11,12 +11,17 @@ positions restarting at each, as ftui's packing makes them), times forward + bac
   kernel; the wrong attention for packed rows, shown only as the lower bound),
 
 and the loss alone from the last hidden states: ftui's chunks, Liger's fused kernel, full logits.
+``--precision bf16,pure_bf16`` times the model cases also with bf16 weights and no autocast
+(``pure_bf16``: its cases are named ``<case>_pure_bf16``). ``--profile`` adds, for the first
+model case in each precision, torch.profiler's table of one forward + backward (the top
+operators and kernels by GPU self time), to see what the time beyond the matrix products is.
 Median of ``--iters`` after ``--warmup``; prints JSON, recorded under results/ unless ``--quick``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -24,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlib import SHAPES, machine, median, record  # noqa: E402
+from benchlib import SHAPES, machine, median, profile_table, record  # noqa: E402
 
 
 def packed_positions(rows: int, width: int, seed: int = 0) -> list[list[int]]:
@@ -68,6 +73,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--attn", default="sdpa_packed,flex_packed,sdpa_causal")
+    ap.add_argument("--precision", default="bf16,pure_bf16", help="bf16 (autocast over fp32 weights), pure_bf16 (bf16 weights)")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler's table of the first model case in each precision")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -81,21 +88,27 @@ def main() -> None:
     pos = torch.tensor(packed_positions(args.batch, args.cutoff), device=dev)
     autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     out = {"machine": machine(), "shape": args.shape, "cutoff_len": args.cutoff, "micro_batch": args.batch,
-           "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}}
-    for name in filter(None, args.attn.split(",")):
+           "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}, "profile": {}}
+    no_autocast = contextlib.nullcontext
+    cases = [(name, precision) for precision in filter(None, args.precision.split(",")) for name in filter(None, args.attn.split(","))]
+    for name, precision in cases:
         impl = "flex_attention" if name.startswith("flex") else "sdpa"
-        model = LlamaForCausalLM._from_config(cfg, attn_implementation=impl).to(dev)
+        pure = precision == "pure_bf16"
+        case = f"{name}_pure_bf16" if pure else name
+        model = LlamaForCausalLM._from_config(cfg, attn_implementation=impl).to(dev, dtype=torch.bfloat16 if pure else torch.float32)
         head = L.install_chunked_loss(model)
         kwargs = {"input_ids": ids} if name.endswith("causal") else {"input_ids": ids, "position_ids": pos}
 
         def step():
             model.zero_grad(set_to_none=True)
-            L.micro_batch_loss(model, head, kwargs, ids, autocast).backward()
+            L.micro_batch_loss(model, head, kwargs, ids, no_autocast if pure else autocast).backward()
         try:
-            out["fwd_bwd_s"][name] = timed(step, args.warmup, args.iters)
+            out["fwd_bwd_s"][case] = timed(step, args.warmup, args.iters)
+            if args.profile and not any(c.endswith("_pure_bf16") == pure for c in out["profile"]):
+                out["profile"][case] = profile_table(step)
         except Exception as exc:  # a kernel this torch lacks is a reading too
-            out["fwd_bwd_s"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        print(name, out["fwd_bwd_s"][name], file=sys.stderr, flush=True)
+            out["fwd_bwd_s"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        print(case, out["fwd_bwd_s"][case], file=sys.stderr, flush=True)
         model = head = None
         torch.cuda.empty_cache()
     hidden = torch.randn(args.batch, args.cutoff, cfg.hidden_size, device=dev, requires_grad=True)

@@ -87,3 +87,15 @@ def test_gpu_set_bench_runs_the_trainer_and_ftui():
     assert set(cases) == {"trainer_fp32_padded", "fp32_packed"}
     assert all(c["status"] == "completed" and c["tokens_per_s"] > 0 for c in cases.values())
     assert cases["fp32_packed"]["vs_trainer"] > 0 and cases["fp32_packed"]["planned_bytes"] > 0
+
+
+def test_the_profile_table_names_the_operators_a_call_spends_its_time_in():
+    import torch
+
+    sys.path.insert(0, str(BENCH))
+    from benchlib import profile_table
+
+    a = torch.randn(256, 256)
+    rows = profile_table(lambda: [a @ a for _ in range(20)], top=5)
+    assert rows and len(rows) <= 5 and rows[0]["self_ms"] >= rows[-1]["self_ms"]
+    assert any(r["name"] in ("aten::mm", "aten::matmul") and r["calls"] >= 20 for r in rows), rows
