@@ -73,7 +73,8 @@ def test_run_directory_is_owner_only_and_holds_no_secret(tmp_path, monkeypatch):
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump({
         "model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "finetuning_type": "full",
-        "device": "cpu", "cutoff_len": 128,  # the demo model has 512 positions "max_steps": 2, "max_samples": 8, "per_device_train_batch_size": 4, "logging_steps": 1,
+        "device": "cpu", "cutoff_len": 128,  # the demo model has 512 positions
+        "max_steps": 2, "max_samples": 8, "per_device_train_batch_size": 4, "logging_steps": 1,
         "output_dir": str(tmp_path / "runs"), "hf_hub_token": "hf_cfgsecret654321", "report_to": "none",
     }))
     proc = subprocess.run([*FTUI, "train", str(conf)], capture_output=True, text=True, timeout=300)
