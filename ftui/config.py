@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
@@ -101,6 +101,8 @@ class RunConfig(BaseModel):
     dataset_dir: str = "data"
     cutoff_len: int = Field(2048, ge=8, le=1_048_576)
     packing: bool | None = Field(None, description=N_("pack examples into full rows; empty: the stage's default (pt packs raw text into cutoff_len blocks, sft does not)"))
+    neat_packing: bool = Field(False, description=N_("LLaMA-Factory's packing without attention between examples, which is what ftui's packing "
+                                                     "does: the same as packing: true (stage sft only)"))
     max_samples: int | None = Field(None, ge=1)
     val_size: float = Field(0.0, ge=0.0, lt=1.0)
     # --- Training
@@ -176,6 +178,15 @@ class RunConfig(BaseModel):
     nonfinite_loss_limit: int = Field(5, ge=1, description=N_("stop the run after this many steps in a row with a NaN/inf loss"))
     hang_timeout: int = Field(1800, ge=0, description=N_("end the job, naming the rank, when no rank finishes a step for this many seconds (0: never)"))
     stop_timeout: int = Field(600, ge=5, description=N_("seconds a graceful stop may take (finish the step, save) before the ranks are killed"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _neat_packing_packs(cls, data: Any) -> Any:
+        """LLaMA-Factory's neat_packing turns packing on with examples kept apart, which is how
+        ftui packs an sft run; another stage keeps the key to be refused (stage_problems)."""
+        if isinstance(data, dict) and data.get("neat_packing") is True and data.get("stage", "sft") == "sft":
+            data = {**data, "packing": True}
+        return data
 
     @field_validator("stage", mode="before")
     @classmethod
@@ -495,6 +506,9 @@ def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
     their examples are a prompt with whole answers compared, so they are never packed and
     always learn the answers only."""
     out: list[FieldProblem] = []
+    if cfg.neat_packing and cfg.stage != "sft":
+        out.append(FieldProblem("neat_packing", True, _("neat_packing packs sft examples without attention between them (as "
+                                                        "LLaMA-Factory allows it for stage sft only); remove it for stage {stage}").format(stage=cfg.stage)))
     if cfg.stage not in PREFERENCE_STAGES:
         return out
     if cfg.packing:

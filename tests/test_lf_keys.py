@@ -32,7 +32,7 @@ def test_every_llamafactory_key_is_a_field_refused_or_without_effect():
 
 @pytest.mark.parametrize("key,value,why", [
     ("ray_num_workers", 4, "Ray"), ("use_galore", True, "training method"), ("adapter_name_or_path", "x", "adapter"),
-    ("quantization_method", "gptq", "bitsandbytes"), ("streaming", True, "streaming"), ("neat_packing", True, "neat_packing"),
+    ("quantization_method", "gptq", "bitsandbytes"), ("streaming", True, "streaming"),
     ("rope_scaling", "linear", "config.json"), ("push_to_hub", True, "upload"), ("label_smoothing_factor", 0.1, "smoothing"),
 ])
 def test_a_result_changing_key_is_refused_by_name_and_why(key, value, why):
@@ -45,6 +45,19 @@ def test_a_result_changing_key_is_refused_by_name_and_why(key, value, why):
 def test_a_refused_key_at_llamafactorys_default_asks_for_nothing_and_passes(key, value):
     cfg, problems = validate_config(DEMO | {key: value})
     assert problems == [] and cfg is not None
+
+
+def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_stages():
+    from ftui.config import parse_config
+    from ftui.tui.screens.launch import config_to_form
+
+    cfg, warnings = parse_config(DEMO | {"neat_packing": True})
+    assert (cfg.packing, cfg.neat_packing, warnings) == (True, True, [])
+    assert parse_config(DEMO | {"neat_packing": True, "packing": False})[0].packing is True  # as LLaMA-Factory sets it
+    assert parse_config(DEMO)[0].packing is None
+    assert "stage sft only" in problems_of(neat_packing=True, stage="pt")["neat_packing"]
+    assert config_to_form(DEMO | {"neat_packing": True})["packing"] == "on"
+    assert config_to_form(DEMO | {"neat_packing": True, "stage": "pt"}).get("packing") != "on"
 
 
 def test_keys_without_effect_are_one_warning_and_unknown_keys_are_called_so():
@@ -180,3 +193,18 @@ def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_k
     assert resume.resume == str(run.resolve()) and resume.checkpoint == str((run / "checkpoints" / "step-2").resolve())
     assert sorted(resume.overrides) == ["learning_rate=0.001", "max_steps=10"]
     assert _as_resume_args(args, yaml_cfg.model_copy(update={"resume_from_checkpoint": str(run)})).checkpoint is None
+
+
+async def test_a_yaml_with_neat_packing_shows_packing_on_in_the_form_and_saves_it_so(tmp_path):
+    from tests.test_tui_pilot import make_app, until
+
+    config = tmp_path / "c.yaml"
+    config.write_text("model_name_or_path: ftui-demo\nmodel_init: random\ndataset: ftui_demo\ncutoff_len: 128\nneat_packing: true\n")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 45)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.load_yaml(str(config))
+        await until(pilot, lambda: screen.values().get("packing") == "on")
+        saved = screen.current_config_dict()
+        assert saved["packing"] is True and "neat_packing" not in saved

@@ -87,7 +87,6 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("freeze_trainable_modules freeze_extra_modules",
      N_("ftui's freeze trains the last freeze_trainable_layers decoder layers whole; other module choices are not supported")),
     ("streaming", N_("ftui reads every record before training (it needs the count for the schedule); turn streaming off")),
-    ("neat_packing", N_("ftui's packing (packing: true) keeps examples apart with position ids; neat_packing is not supported")),
     ("preserve_thinking", N_("ftui does not keep earlier turns' thinking blocks; remove the key")),
     ("eval_on_each_dataset", N_("ftui reports one eval loss over the whole eval set; remove the key")),
     ("disable_shuffling train_sampling_strategy", N_("ftui always shuffles with its resumable seeded sampler")),

@@ -173,10 +173,18 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
                            else "fp32")
     if "packing" in cfg:
         values["packing"] = {v: k for k, v in PACKING_VALUES.items()}.get(cfg["packing"], "default")
+    if neat_packing_of_sft(cfg):  # LLaMA-Factory's neat_packing: ftui's packing (examples kept apart)
+        values["packing"] = "on"
     for key in ("gpus", "report_to"):
         if isinstance(cfg.get(key), (list, tuple)):  # YAML's gpus: [2, 3], report_to: [tensorboard, wandb]
             values[key] = ",".join(str(g) for g in cfg[key])
     return values
+
+
+def neat_packing_of_sft(cfg: dict[str, Any]) -> bool:
+    """A loaded sft config with LLaMA-Factory's neat_packing: the form shows it as packing on
+    (another stage keeps the key, to be refused by name)."""
+    return cfg.get("neat_packing") is True and cfg.get("stage", "sft") == "sft"
 
 
 def shown_for(f: F, values: dict[str, Any]) -> bool:
@@ -754,6 +762,8 @@ class LaunchScreen(Screen):
         # A stage's own keys (pref_beta, ...) are kept too: a field shows and overrides them while
         # its stage is chosen, and another stage chosen in the form does not lose them.
         self.extra = {k: v for k, v in data.items() if (k not in FIELDS or FIELDS[k].stages) and k not in FORM_DERIVED}
+        if neat_packing_of_sft(data):
+            del self.extra["neat_packing"]  # shown (and saved) as packing: on
         self._loaded_keys = set(data)
         if "nproc_per_node" in data:  # the YAML's number is the user's: it no longer follows the GPUs
             self._nproc_filled = None
