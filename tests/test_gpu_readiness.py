@@ -8,7 +8,6 @@ QLoRA preparation and the launcher's torchrun flags."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 

@@ -7,7 +7,6 @@ import json
 import math
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch

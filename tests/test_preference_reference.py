@@ -27,7 +27,6 @@ import torch
 from ftui.conversation import fix_tokenizer
 from ftui.presets.templates import TEMPLATES
 from ftui.runner.stages import make_stage
-from ftui.runner.stages.dpo import preference_losses
 from ftui.runner.loss import sequence_logps
 from ftui.runner.reward import pair_scores
 from tests.conftest import tiny_config

@@ -189,7 +189,7 @@ def test_an_unreadable_run_is_listed_with_its_reason(three_runs, monkeypatch, ca
     assert runs["bad"].status == "unreadable" and why in runs["bad"].reason
     assert cli.main(["runs", "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "good-a" in out and "good-b" in out and f"bad: unreadable: " in out and why in out
+    assert "good-a" in out and "good-b" in out and "bad: unreadable: " in out and why in out
     if corruption != "another user's run directory":  # that one cannot even be resolved
         assert cli.main(["watch", "bad", "--root", str(root), "--interval", "0.01"]) == 1
         assert "unreadable" in capsys.readouterr().out

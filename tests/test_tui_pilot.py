@@ -310,7 +310,6 @@ async def test_demo_key_pressed_at_once_is_not_lost(tmp_path):
 
 
 async def test_live_run_is_offered_on_start(tmp_path):
-    import os
 
     run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)
     import psutil

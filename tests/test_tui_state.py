@@ -94,7 +94,7 @@ def folded_both_ways(path, chunk: int) -> tuple[RunState, RunState]:
 def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
     """The dashboard reads runs of step lines as columns (EventReader compact): the learning
     rate rides along, so the lr view of a long run has every step, not one per batch."""
-    from ftui.events import EventReader, EventWriter
+    from ftui.events import EventWriter
     from tests.test_events import step_fields
 
     path = tmp_path / "events.jsonl"
