@@ -104,10 +104,14 @@ def main() -> None:
             L.micro_batch_loss(model, head, kwargs, ids, no_autocast if pure else autocast).backward()
         try:
             out["fwd_bwd_s"][case] = timed(step, args.warmup, args.iters)
-            if args.profile and not any(c.endswith("_pure_bf16") == pure for c in out["profile"]):
-                out["profile"][case] = profile_table(step)
         except Exception as exc:  # a kernel this torch lacks is a reading too
             out["fwd_bwd_s"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if args.profile and isinstance(out["fwd_bwd_s"][case], float) and not any(
+                c.endswith("_pure_bf16") == pure for c in out["profile"]):
+            try:
+                out["profile"][case] = profile_table(step)
+            except Exception as exc:  # the timing stands; say why there is no table
+                out["profile"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
         print(case, out["fwd_bwd_s"][case], file=sys.stderr, flush=True)
         model = head = None
         torch.cuda.empty_cache()

@@ -696,7 +696,7 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
                                                                       "the random model and point model_name_or_path at it)")))
     if cfg.pure_bf16 and cfg.uses_deepspeed:
         out.append(FieldProblem("pure_bf16", True, _("DeepSpeed keeps fp32 master weights in its optimizer, so it cannot train purely in bf16; use bf16: true "
-                                                      "with {engine}, or pure_bf16 with engine single, ddp or fsdp").format(engine=cfg.engine_name)))
+                                                      "with {engine}, or pure_bf16 with engine single, ddp, fsdp or fsdp_offload").format(engine=cfg.engine_name)))
     if cfg.deepspeed:
         if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
             out.append(FieldProblem("deepspeed", cfg.deepspeed, _("a DeepSpeed config runs the DeepSpeed engine, but engine is {engine}; leave engine at single (the file decides) or "

@@ -39,7 +39,7 @@ from typing import Any
 
 from ftui.i18n import _
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
-from ftui.presets.engine_presets import MORE_MEMORY_SAVING, NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
+from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, more_memory_saving, read_user_deepspeed, spec_from
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
@@ -465,11 +465,10 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
     and ranked by how much it changes the run."""
     engines: list[tuple[str | None, int]] = [(None, 0)]
     engine, seen = (None if cfg.deepspeed else cfg.engine), set()
-    while engine in MORE_MEMORY_SAVING and MORE_MEMORY_SAVING[engine] not in seen:
-        engine = MORE_MEMORY_SAVING[engine]
+    pure = bool(getattr(cfg, "pure_bf16", False))
+    while more_memory_saving(engine, pure) not in (None, *seen):
+        engine = more_memory_saving(engine, pure)
         seen.add(engine)
-        if getattr(cfg, "pure_bf16", False) and engine_spec(engine).deepspeed:
-            continue  # refused with pure_bf16 (DeepSpeed keeps fp32 master weights)
         if not (engine in NEEDS_SEVERAL and cfg.world_size == 1):
             engines.append((engine, len(engines)))
     batches = [(cfg.per_device_train_batch_size, 0)]

@@ -30,6 +30,15 @@ MORE_MEMORY_SAVING = {
     "single": "zero3_offload", "ddp": "zero2", "zero0": "zero2", "zero1": "zero2", "zero2": "zero3",
     "fsdp": "fsdp_offload", "zero2_offload": "zero3_offload", "zero3": "zero3_offload",
 }
+# pure_bf16 is refused under DeepSpeed (its optimizer keeps fp32 master weights): the torch
+# engines' own next step instead
+MORE_MEMORY_SAVING_PURE_BF16 = {"single": "fsdp_offload", "ddp": "fsdp", "fsdp": "fsdp_offload"}
+
+
+def more_memory_saving(engine: str, pure_bf16: bool = False) -> str | None:
+    """The preset that saves more GPU memory than ``engine`` (None: none does), one that can
+    run the config's precision."""
+    return (MORE_MEMORY_SAVING_PURE_BF16 if pure_bf16 else MORE_MEMORY_SAVING).get(engine)
 
 
 @lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ from ftui.config import RunConfig
 from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.i18n import N_, _
 from ftui.paths import HEARTBEAT_DIR
-from ftui.presets.engine_presets import MORE_MEMORY_SAVING
+from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.records import DataFormatError
 from ftui.runner.hub import HubProblem
 from ftui.runs import CheckpointError
@@ -129,9 +129,9 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
                            .format(bs=bs // 2, accum=accum * 2))
         if not cfg.gradient_checkpointing:
             options.append("gradient_checkpointing: true")
-        nxt = None if cfg.deepspeed else MORE_MEMORY_SAVING.get(cfg.engine)
+        nxt = None if cfg.deepspeed else more_memory_saving(cfg.engine, cfg.pure_bf16)
         if nxt:
-            needs_two = nxt in ("zero2", "zero3") and cfg.world_size == 1
+            needs_two = nxt in NEEDS_SEVERAL and cfg.world_size == 1
             options.append((_("engine {engine} (needs nproc_per_node >= 2)") if needs_two else _("engine {engine}")).format(engine=nxt))
         if cfg.finetuning_type == "full":
             options.append("finetuning_type lora")

@@ -39,10 +39,12 @@ def _values_forward(self: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return self.v_head(hidden)
 
 
-def install_value_head(model: nn.Module, head: ValueHead | None = None) -> ValueHead:
-    """Puts a value head (a new one, or ``head``) on the model's output projection. The
-    projection's own weight is frozen unless it is the input embedding too (tied): its output
-    is no longer used, so it would get no gradient (and DDP would wait for one)."""
+def install_value_head(model: nn.Module, head: ValueHead | None = None, dtype: torch.dtype = torch.float32) -> ValueHead:
+    """Puts a value head (a new one, or ``head``) on the model's output projection, in
+    ``dtype`` (fp32; bf16 when a pure_bf16 run trains bf16 weights: FSDP2 shards a group's
+    trained parameters in one dtype). The projection's own weight is frozen unless it is the
+    input embedding too (tied): its output is no longer used, so it would get no gradient
+    (and DDP would wait for one)."""
     proj = output_projection(model)
     if proj is None:
         raise ValueError(_("this model has no output projection (get_output_embeddings) to put a value head on"))
@@ -54,7 +56,7 @@ def install_value_head(model: nn.Module, head: ValueHead | None = None) -> Value
         if getattr(proj, "bias", None) is not None:
             proj.bias.requires_grad_(False)
     head = head if head is not None else ValueHead(hidden)
-    proj.v_head = head.to(device=proj.weight.device, dtype=torch.float32)
+    proj.v_head = head.to(device=proj.weight.device, dtype=dtype)
     proj.forward = types.MethodType(_values_forward, proj)
     return head
 

@@ -46,10 +46,11 @@ class FSDPEngine(Engine):
 
         mesh = init_device_mesh(self.device.type, (self.info.world_size,))
         # bf16 or fp16 compute over fp32 master shards, gradients reduced in fp32; pure_bf16:
-        # bf16 shards, gathered and reduced in bf16 (LoRA's fp32 adapters are cast for compute
-        # like the base, and their reduced gradients kept in fp32)
+        # bf16 shards gathered and reduced in bf16, but LoRA's fp32 adapters (cast to bf16 for
+        # compute like the base) have their gradients reduced in fp32, as under DDP
         if self.cfg.pure_bf16:
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+            fp32_trained = self.cfg.method in ("lora", "qlora")
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if fp32_trained else None)
         elif self.half:
             mp = MixedPrecisionPolicy(param_dtype=self.half, reduce_dtype=torch.float32)
         else:

@@ -30,8 +30,10 @@ class RewardStage(PreferenceStage):
 
     def prepare_model(self, model: nn.Module) -> None:
         """The value head replaces the output projection's work (the model's dropout stays as
-        configured: LLaMA-Factory's reward trainer keeps it)."""
-        install_value_head(model)
+        configured: LLaMA-Factory's reward trainer keeps it). In the trained weights' dtype:
+        bf16 for pure_bf16's full and freeze, else fp32."""
+        bf16_trained = self.cfg.pure_bf16 and self.cfg.method in ("full", "freeze")
+        install_value_head(model, dtype=torch.bfloat16 if bf16_trained else torch.float32)
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable) -> MicroLoss:
         with autocast():
