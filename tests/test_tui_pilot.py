@@ -279,13 +279,17 @@ async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_t
         first, second = dash.query(FigurePlot)
         assert first.display and not second.display  # 80x24: one figure beside the loss
         assert first.metric == "rewards_margin" and first.evals == ([50, 100], [dpo_figures(s)["rewards_margin"] for s in (50, 100)])
-        assert "rewards_margin" in plot_text(first)
+        # the plot draws at its laid-out size: wait for the layout after it is shown (a loaded
+        # machine can take a frame longer; it once read an empty, zero-sized plot here)
+        await until(pilot, lambda: "rewards_margin" in plot_text(first))
         figures = " ".join(text_of(dash.query_one("#figures")).split())
         assert "rewards_margin 1.55" in figures and "rewards_accuracy 1" in figures
         await pilot.press("f")
-        assert first.metric == "rewards_accuracy" and "rewards_accuracy" in plot_text(first)
+        assert first.metric == "rewards_accuracy"
+        await until(pilot, lambda: "rewards_accuracy" in plot_text(first))
         await pilot.press("m", "w")
-        assert not first.smoothing and first.recent_only and "(raw) · recent" in plot_text(dash.query_one("#loss-plot"))
+        assert not first.smoothing and first.recent_only
+        await until(pilot, lambda: "(raw) · recent" in plot_text(dash.query_one("#loss-plot")))
         await pilot.resize_terminal(120, 36)
         await until(pilot, lambda: second.display)
         assert (first.metric, second.metric) == ("rewards_accuracy", "rewards_chosen")
@@ -900,7 +904,7 @@ async def test_the_runs_overlay_compares_an_extra_figure_across_runs(tmp_path):
         plot = screen.query_one("#overlay", LossPlot)
         await until(pilot, lambda: len(screen.overlaid) == 3)
         assert plot.display and [c[0] for c in plot.curves] == [r.run_id for r in screen.runs]
-        assert "loss (smoothed)" in plot_text(plot)
+        await until(pilot, lambda: "loss (smoothed)" in plot_text(plot))  # drawn once laid out
         metrics = screen.overlay_metrics()
         assert metrics[:3] == ["loss", "rewards_margin", "rewards_accuracy"]
         assert sorted(metrics[3:]) == ["kl", "logps_chosen", "logps_rejected", "rewards_chosen", "rewards_rejected"]
