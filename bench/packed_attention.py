@@ -91,6 +91,7 @@ def main() -> None:
            "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}, "profile": {}}
     no_autocast = contextlib.nullcontext
     cases = [(name, precision) for precision in filter(None, args.precision.split(",")) for name in filter(None, args.attn.split(","))]
+    profiled: set[str] = set()  # the precisions whose first model case has its profiler table
     for name, precision in cases:
         impl = "flex_attention" if name.startswith("flex") else "sdpa"
         pure = precision == "pure_bf16"
@@ -106,8 +107,8 @@ def main() -> None:
             out["fwd_bwd_s"][case] = timed(step, args.warmup, args.iters)
         except Exception as exc:  # a kernel this torch lacks is a reading too
             out["fwd_bwd_s"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        if args.profile and isinstance(out["fwd_bwd_s"][case], float) and not any(
-                c.endswith("_pure_bf16") == pure for c in out["profile"]):
+        if args.profile and isinstance(out["fwd_bwd_s"][case], float) and precision not in profiled:
+            profiled.add(precision)
             try:
                 out["profile"][case] = profile_table(step)
             except Exception as exc:  # the timing stands; say why there is no table

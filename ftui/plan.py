@@ -277,9 +277,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
-    half = precision in ("bf16", "fp16") or pure_bf16
     spec = engine_spec(engine)
     deepspeed = zero_stage is not None or spec.deepspeed
+    pure_bf16 = pure_bf16 and not deepspeed  # refused there; DeepSpeed's own bf16 is counted below
+    half = precision in ("bf16", "fp16") or pure_bf16
     stage = zero_stage if zero_stage is not None else spec.zero_stage
     offload = offload if offload is not None else spec.host_optimizer
     notes: list[str] = []
@@ -411,7 +412,7 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
                     training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
-                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)) and not (stage is not None or engine_spec(engine).deepspeed))
+                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)))
 
 
 @dataclass

@@ -232,6 +232,13 @@ def apply_speedups(model: nn.Module, cfg: RunConfig) -> None:
             layer.compile()
 
 
+def trained_dtype(model: nn.Module) -> torch.dtype:
+    """The dtype of the parameters that train (bf16 for pure_bf16's full and freeze; LoRA's
+    adapters and every other run: fp32); fp32 when none train or they differ."""
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad}
+    return dtypes.pop() if len(dtypes) == 1 else torch.float32
+
+
 def count_params(model: nn.Module) -> tuple[int, int]:
     total = trainable = 0
     for p in model.parameters():

@@ -20,7 +20,7 @@ from torch import nn
 
 from ftui.presets.engine_presets import load_preset
 from ftui.runner.engines.base import Engine
-from ftui.runner.model import decoder_layers
+from ftui.runner.model import decoder_layers, trained_dtype
 
 
 class FSDPEngine(Engine):
@@ -49,7 +49,7 @@ class FSDPEngine(Engine):
         # bf16 shards gathered and reduced in bf16, but LoRA's fp32 adapters (cast to bf16 for
         # compute like the base) have their gradients reduced in fp32, as under DDP
         if self.cfg.pure_bf16:
-            fp32_trained = self.cfg.method in ("lora", "qlora")
+            fp32_trained = trained_dtype(model) == torch.float32
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if fp32_trained else None)
         elif self.half:
             mp = MixedPrecisionPolicy(param_dtype=self.half, reduce_dtype=torch.float32)

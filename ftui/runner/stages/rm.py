@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftui.runner.model import trained_dtype
 from ftui.runner.reward import VALUE_HEAD_FILE, install_value_head, pair_scores, split_value_head
 from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.dpo import pair_figures
@@ -30,10 +31,9 @@ class RewardStage(PreferenceStage):
 
     def prepare_model(self, model: nn.Module) -> None:
         """The value head replaces the output projection's work (the model's dropout stays as
-        configured: LLaMA-Factory's reward trainer keeps it). In the trained weights' dtype:
-        bf16 for pure_bf16's full and freeze, else fp32."""
-        bf16_trained = self.cfg.pure_bf16 and self.cfg.method in ("full", "freeze")
-        install_value_head(model, dtype=torch.bfloat16 if bf16_trained else torch.float32)
+        configured: LLaMA-Factory's reward trainer keeps it). In the trained weights' dtype
+        (bf16 for pure_bf16's full and freeze, else fp32): FSDP2 shards them in one dtype."""
+        install_value_head(model, dtype=trained_dtype(model))
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable) -> MicroLoss:
         with autocast():
