@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", choices=["demo"], help=_("the built-in demo: a tiny model learns a Q&A set on the CPU"))
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
     t.add_argument("--detach", action="store_true", help=_("start the run and return at once"))
-    t.add_argument("--node-rank", type=int, metavar="N", help=_("this node's rank in a multi-node job"))
+    t.add_argument("--node-rank", type=int, metavar="N", help=_("join node 0's multi-node run as node N, with the RUN/config.yaml (or --resume RUN --checkpoint) that node 0 printed"))
     t.add_argument("--root", dest="runs_root", metavar="RUNS_ROOT", help=_("where run directories go (default: the config's output_dir)"))
     t.add_argument("--runs-root", dest="runs_root", help=argparse.SUPPRESS)  # the old name, for scripts that use it
     t.add_argument("--resume", metavar="RUN", help=_("continue RUN (id, prefix or directory) from its newest complete checkpoint"))
@@ -475,14 +475,15 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ftui.follow import follow_run
-    from ftui.jobs.launch import RunBusy, other_node_commands, prepare_run, start_run, stop_run
+    from ftui.jobs.launch import RunBusy, other_node_commands, prepare_run, start_run
 
     out, err = safe_console(), safe_console(stderr=True)
     resume = lock = None
     if args.checkpoint and not args.resume:
         err.print(error_line(_("--checkpoint goes with --resume RUN")))
         return EXIT_USAGE
+    if args.node_rank:
+        return _join_run(args, out, err)
     if args.resume:
         found = _prepare_resume(args, err)
         if found is None:
@@ -523,11 +524,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     out.print(f"[dim]{escape(info['command_line'])}[/]")
     if cfg.nnodes > 1:
         out.print(_("on each other node, run:"))
-        for line in other_node_commands(cfg, run_dir):
+        for line in other_node_commands(cfg, run_dir, resume):
             out.print(f"  {escape(line)}")
     if args.detach:
         out.print(escape(_("follow it with: ftui attach {run}   (or: ftui watch {run})").format(run=run_dir.name)))
         return EXIT_OK
+    summary, interrupted = _follow_job(run_dir, out, offset)
+    from ftui.runs import checkpoints
+
+    if summary.status != "completed" and checkpoints(run_dir):
+        out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
+    if summary.status == "completed":
+        return EXIT_OK
+    return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
+
+
+def _follow_job(job_dir: Path, out: Console, offset: int = 0) -> tuple[Any, bool]:
+    """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it);
+    returns its summary and whether the user interrupted it."""
+    from ftui.follow import follow_run
+    from ftui.jobs.launch import stop_run
 
     interrupts = []
 
@@ -535,19 +551,88 @@ def cmd_train(args: argparse.Namespace) -> int:
         interrupts.append(count)
         if count == 1:
             out.print("[yellow]" + _("stopping: the ranks finish the current step (Ctrl-C again to kill)") + "[/]")
-            stop_run(run_dir)
+            stop_run(job_dir)
         else:
             out.print("[red]" + _("killing the run") + "[/]")
-            stop_run(run_dir, force=True)
+            stop_run(job_dir, force=True)
 
-    summary = follow_run(run_dir, out, on_interrupt=interrupted, start_offset=offset)
-    from ftui.runs import checkpoints
+    return follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset), bool(interrupts)
 
-    if summary.status != "completed" and checkpoints(run_dir):
-        out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
+
+def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``ftui train RUN/config.yaml --node-rank K`` (or ``--resume RUN --checkpoint N
+    --node-rank K``): node K > 0 of a multi-node run joins the run directory node 0 made, on
+    a filesystem the nodes share; its ranks write their part of each checkpoint there and its
+    supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
+    from ftui.config import ConfigError, load_config
+    from ftui.events import EVENTS_FILE
+    from ftui.jobs.launch import RunBusy, join_target, start_run
+    from ftui.paths import LOG_FILE, node_dir
+    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+
+    rank = args.node_rank
+    if rank < 0:
+        err.print(error_line(_("--node-rank must be 0 or more")))
+        return EXIT_USAGE
+    if args.preset or args.overrides or args.runs_root:
+        err.print(error_line(_("--node-rank {rank} joins the run node 0 started, with that run's config: give no --preset, "
+                               "--set or --root on this node (--set on node 0 changes the run's config)").format(rank=rank)))
+        return EXIT_USAGE
+    resume = None
+    if args.resume:
+        if args.config:
+            err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
+            return EXIT_USAGE
+        run_dir = _resolve(args.resume, None, err)
+        if run_dir is None:
+            return EXIT_USAGE
+        try:
+            resume = resolve_checkpoint(run_dir, args.checkpoint)
+        except CheckpointError as e:
+            err.print(error_line(str(e)))
+            return EXIT_USAGE
+    else:
+        run_dir = join_target(args.config) if args.config else None
+        if run_dir is None:
+            err.print(error_line(_("--node-rank {rank} joins the run node 0 started: give the config.yaml inside node 0's run "
+                                   "directory, as node 0 printed it (ftui train RUN/config.yaml --node-rank {rank}), on a "
+                                   "filesystem the nodes share. A run directory of this node's own would hold this node's "
+                                   "part of every checkpoint, leaving the run's checkpoints incomplete").format(rank=rank)))
+            return EXIT_USAGE
+    try:
+        cfg, warnings = load_config(run_dir / CONFIG_FILE)  # checked against this node's GPUs
+    except ConfigError as e:
+        err.print(error_line(str(e)))
+        return EXIT_USAGE
+    if rank >= cfg.nnodes:
+        err.print(error_line(_("{run} is a run of {nnodes} node(s): node ranks 1 to {last} join it").format(
+            run=run_dir.name, nnodes=cfg.nnodes, last=cfg.nnodes - 1) if cfg.nnodes > 1 else
+            _("{run} is a one-node run: no other node joins it").format(run=run_dir.name)))
+        return EXIT_USAGE
+    for w in warnings:
+        err.print(warning_line(w))
+    cfg = cfg.model_copy(update={"node_rank": rank})
+    home = node_dir(run_dir, rank)
+    offset = (home / EVENTS_FILE).stat().st_size if (home / EVENTS_FILE).exists() else 0
+    try:
+        info = start_run(run_dir, cfg, resume=resume)
+    except RunBusy as e:
+        err.print(error_line(str(e)))
+        return EXIT_USAGE
+    except OSError as e:
+        err.print(error_line(_("cannot start node {node} in {path}: {reason}").format(node=rank, path=home, reason=e)))
+        return EXIT_FAILED
+    out.print(_("node {node} joined run {run} in {path}; its ranks write their part of each checkpoint there").format(
+        node=rank, run=f"[bold]{escape(run_dir.name)}[/]", path=escape(str(run_dir))))
+    out.print(f"[dim]{escape(info['command_line'])}[/]")
+    out.print(escape(_("the run's progress: ftui attach {path} (node 0 writes its events); this node's log: {log}").format(
+        path=run_dir, log=home / LOG_FILE)))
+    if args.detach:
+        return EXIT_OK
+    summary, interrupted = _follow_job(home, out, offset)
     if summary.status == "completed":
         return EXIT_OK
-    return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
+    return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
 
 
 def cmd_offline_job(args: argparse.Namespace) -> int:

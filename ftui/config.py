@@ -427,6 +427,10 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, _("expected host:port, e.g. 10.0.0.1:29500")))
     if cfg.node_rank >= cfg.nnodes:
         out.append(FieldProblem("node_rank", cfg.node_rank, _("must be below nnodes ({nnodes})").format(nnodes=cfg.nnodes)))
+    elif cfg.node_rank > 0:  # every node must write into one run directory (ftui.jobs.launch.join_target)
+        out.append(FieldProblem("node_rank", cfg.node_rank, _("a config starts node 0 of a run; the other nodes join that run "
+                                                              "with the command node 0 prints (ftui train RUN/config.yaml "
+                                                              "--node-rank N), so that every node writes into one run directory")))
     out += model_problems(cfg)
     out += cutoff_problems(cfg)
     out += multimodal_model_problems(cfg)

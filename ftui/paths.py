@@ -25,6 +25,10 @@ STOP_FILE = "stop_requested"  # written by Stop before it signals: a run that en
 STORE_PREFIX = ".store-"  # the one-node launcher's FileStore, removed when it ends
 TENSORBOARD_DIR = "tensorboard"  # report_to tensorboard: TensorBoard's event files of the run
 WANDB_DIR = "wandb"  # report_to wandb: W&B's own folder (wandb.init(dir=RUN_DIR) names it so)
+# Several nodes: every node's ranks write their part of each checkpoint into node 0's run
+# directory (on a filesystem the nodes share); node K > 0 keeps its supervisor's own records
+# (launch.json, job.lock, train.log, an events.jsonl with its run_end) in RUN/nodes/node-K
+NODES_DIR = "nodes"
 
 # --- Evaluate & Predict jobs: each in a directory of its own inside the run (RUN/predict/ID,
 # RUN/eval/ID) laid out as a run directory (config.yaml, events.jsonl, train.log, job.lock),
@@ -41,6 +45,11 @@ EVAL_RESULTS_FILE = "eval_results.json"  # the eval event's fields
 TRAINER_STATE = "trainer_state.json"  # step, data position, scheduler, scaler; written last, before the rename
 STATE_DIR = "state"  # the torch engines' DCP checkpoint of model (or adapter) + optimizer
 DEEPSPEED_TAG = "deepspeed"  # DeepSpeed's own checkpoint (its tag directory)
+
+
+def node_dir(run_dir: Path, node_rank: int) -> Path:
+    """Where a node's supervisor keeps its records: the run directory itself on node 0."""
+    return run_dir if node_rank == 0 else run_dir / NODES_DIR / f"node-{node_rank}"
 
 
 def rng_file(rank: int) -> str:

@@ -406,3 +406,25 @@ def test_a_stop_right_after_launch_ends_stopped(tmp_path):
     summary = summarize_run(run)
     assert summary.status == "stopped", (summary.reason, summary.hint)
     assert "kill -9" not in (summary.hint or "") and "out of host memory" not in (summary.hint or "")
+
+
+def test_a_nodes_supervisor_records_how_each_of_its_jobs_ended(tmp_path):
+    """Node K > 0 keeps its own records in RUN/nodes/node-K, where no rank writes events: its
+    supervisor writes one run_end per job, also after an earlier job's (a resumed multi-node run)."""
+    from ftui.events import read_all
+    from ftui.paths import node_dir
+
+    home = node_dir(tmp_path, 1)
+    assert home == tmp_path / "nodes" / "node-1" and node_dir(tmp_path, 0) == tmp_path
+    home.mkdir(parents=True)
+    import signal
+
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGXFSZ)}  # main() sets them
+    try:
+        for code in (0, 3):
+            assert supervise.main([str(home), "--node-rank", "1", "--", sys.executable, "-c", f"raise SystemExit({code})"]) == code
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    ends = [e for e in read_all(home / "events.jsonl") if e["event"] == "run_end"]
+    assert [e["status"] for e in ends] == ["completed", "failed"] and "node 1" in ends[1]["reason"]

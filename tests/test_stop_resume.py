@@ -75,16 +75,33 @@ def _free_port() -> int:
 
 
 @pytest.mark.dist
-def test_two_nodes_on_localhost_form_one_job(tmp_path):
+def test_two_nodes_on_localhost_form_one_job_in_one_run_directory(tmp_path, capsys):
+    """Node 1 joins node 0's run directory with the command node 0 prints: its rank's part of
+    the checkpoint (DCP spreads DDP's replicated tensors over the ranks) lands in node 0's
+    checkpoint, not in a run directory of node 1's own, and node 1 keeps only its records in
+    RUN/nodes/node-1."""
+    import yaml
+
+    from ftui.cli import main
     from ftui.jobs.launch import other_node_commands, prepare_run, start_run
+    from ftui.runs import read_launch_info
 
     port = _free_port()
-    base = dict(engine="ddp", nproc_per_node=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}", max_steps=6)
-    cfg0 = tiny_config(tmp_path / "node0", node_rank=0, run_name="multi", **base)
-    cfg1 = tiny_config(tmp_path / "node1", node_rank=1, run_name="multi", **base)
-    dir0, dir1 = prepare_run(cfg0), prepare_run(cfg1)
-    assert other_node_commands(cfg0, dir0) == [f"ftui train {dir0 / 'config.yaml'} --node-rank 1"]
-    info0, info1 = start_run(dir0, cfg0), start_run(dir1, cfg1)
+    cfg0 = tiny_config(tmp_path, run_name="multi", engine="ddp", nproc_per_node=1, nnodes=2,
+                       rdzv_endpoint=f"127.0.0.1:{port}", max_steps=6)
+    dir0 = prepare_run(cfg0).resolve()
+    [command] = other_node_commands(cfg0, dir0)
+    assert command == f"ftui train {dir0 / 'config.yaml'} --node-rank 1"
+    # a copy of the config elsewhere would make a run directory of node 1's own: refused
+    copy = tmp_path / "copy.yaml"
+    copy.write_text((dir0 / "config.yaml").read_text())
+    assert main(["train", str(copy), "--node-rank", "1"]) == 2
+    assert "joins the run node 0 started" in capsys.readouterr().err
+    info0 = start_run(dir0, cfg0)
+    assert main(["train", str(dir0 / "config.yaml"), "--node-rank", "1", "--detach"]) == 0
+    node1 = dir0 / "nodes" / "node-1"
+    info1 = read_launch_info(node1)
+    assert info1["pid"] != info0["pid"] and "--node-rank=1" in info1["command_line"]
     wait_for_exit(info0["pid"], 300)
     wait_for_exit(info1["pid"], 300)
     events0 = read_all(dir0 / EVENTS_FILE)
@@ -93,8 +110,27 @@ def test_two_nodes_on_localhost_form_one_job(tmp_path):
     assert events0[-1]["status"] == "completed", events0[-1]
     assert len(steps_of(events0)[0]["ranks"]) == 2
     assert (dir0 / "final").is_dir()
-    end1 = read_all(dir1 / EVENTS_FILE)[-1]
+    ckpt = dir0 / "checkpoints" / "step-6"
+    assert sorted(f.name for f in (ckpt / "state").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert (ckpt / "rng-1.pt").is_file()
+    assert sorted(f.name for f in (dir0 / "checkpoints").iterdir()) == ["step-6"]  # no stray .tmp of node 1's
+    assert not (node1 / "checkpoints").exists()
+    end1 = read_all(node1 / EVENTS_FILE)[-1]
     assert end1["status"] == "completed" and "node 1" in end1["reason"]
+    assert yaml.safe_load((dir0 / "config.yaml").read_text())["node_rank"] == 0  # node 0's config, as it was
+    # resuming prints, for node 1, the same checkpoint of the same run directory
+    assert other_node_commands(cfg0, dir0, resume=ckpt) == [f"ftui train --resume {dir0} --checkpoint 6 --node-rank 1"]
+
+
+def test_a_config_with_a_node_rank_above_0_is_refused_saying_how_nodes_join():
+    from ftui.config import validate_config
+
+    cfg, problems = validate_config(dict(model_name_or_path="m", dataset="d", engine="ddp", nnodes=2, node_rank=1,
+                                         rdzv_endpoint="10.0.0.1:29500"))
+    assert cfg is None and any(p.field == "node_rank" and "--node-rank N" in p.message for p in problems), problems
+    _cfg, problems = validate_config(dict(model_name_or_path="m", dataset="d", engine="ddp", nnodes=2, node_rank=0,
+                                          rdzv_endpoint="10.0.0.1:29500"))
+    assert not any(p.field == "node_rank" for p in problems), problems
 
 
 def test_out_of_memory_hint_names_a_smaller_batch_and_a_preset():

@@ -9,6 +9,10 @@ it. ``ftui.jobs.spawn`` starts the ranks of one node without opening a port; a r
 several nodes uses torchrun's static rendezvous instead. The supervisor writes ``run_end``
 if the ranks died without one (kill -9, a crash in the launcher itself), so a run's status
 is always told by its files.
+
+Several nodes make one run directory, node 0's, on a filesystem they share: the other nodes
+join it (``join_target``), their ranks write their part of every checkpoint there, and each
+node's supervisor keeps its own records in ``RUN/nodes/node-K`` (``ftui.paths.node_dir``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import psutil
 
 from ftui.config import RunConfig
 from ftui.i18n import _
+from ftui.paths import LAUNCH_FILE, node_dir
 from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
@@ -128,13 +133,17 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
               lock: int | None = None, job: str = "train") -> dict[str, Any]:
     """Starts the supervisor + launcher in a new session; returns what launch.json records.
 
-    ``lock``: the run directory's job lock if the caller took it already (lock_run_dir);
-    else it is taken here (RunBusy when another job runs). ``job``: the runner's job (train;
-    predict and eval in a job directory of their own)."""
+    ``lock``: the job lock of the node's directory if the caller took it already
+    (lock_run_dir); else it is taken here (RunBusy when another job runs). ``job``: the
+    runner's job (train; predict and eval in a job directory of their own). On node K > 0 of
+    a multi-node run, ``run_dir`` is node 0's run (the ranks write checkpoints there) and the
+    supervisor's records go to ``RUN/nodes/node-K``."""
     run_dir = run_dir.resolve()
     cmd = launch_command(cfg, run_dir, resume=resume, job=job)
-    sup = [sys.executable, "-m", "ftui.jobs.supervise", str(run_dir)]
+    home = node_dir(run_dir, cfg.node_rank)
+    sup = [sys.executable, "-m", "ftui.jobs.supervise", str(home)]
     if cfg.node_rank > 0:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
         sup += ["--node-rank", str(cfg.node_rank)]
     full = [*sup, "--", *cmd]
     env = dict(os.environ)
@@ -144,9 +153,9 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do
     if cfg.gpus is not None:  # the GPUs picked in the form or the config: they replace the environment's
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
-    lock = lock_run_dir(run_dir) if lock is None else lock
+    lock = lock_run_dir(home) if lock is None else lock
     try:
-        log = open(run_dir / LOG_FILE, "ab", buffering=0)
+        log = open(home / LOG_FILE, "ab", buffering=0)
     except OSError:
         os.close(lock)
         raise
@@ -171,18 +180,40 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
         "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
         **({"resumed_from": str(resume)} if resume is not None else {}),
     }
-    write_launch_info(run_dir, info)
+    write_launch_info(home, info)
     return info
 
 
-def other_node_commands(cfg: RunConfig, run_dir: Path) -> list[str]:
-    """What to run on each other node of a multi-node job (same config, its own node rank)."""
+def other_node_commands(cfg: RunConfig, run_dir: Path, resume: Path | None = None) -> list[str]:
+    """What to run on each other node of a multi-node job: join this run directory (by its
+    full path, which the nodes share) with the node's rank, from the same checkpoint when
+    resuming, so that every node starts from the same step."""
     out = []
+    run_dir = run_dir.resolve()
     for rank in range(cfg.nnodes):
         if rank == cfg.node_rank:
             continue
-        out.append(f"ftui train {shlex.quote(str(run_dir / CONFIG_FILE))} --node-rank {rank}")
+        if resume is None:
+            out.append(f"ftui train {shlex.quote(str(run_dir / CONFIG_FILE))} --node-rank {rank}")
+        else:
+            step = resume.name.removeprefix("step-")
+            which = step if step.isdigit() and resume.parent.parent == run_dir else str(resume)
+            out.append(f"ftui train --resume {shlex.quote(str(run_dir))} --checkpoint {shlex.quote(which)} --node-rank {rank}")
     return out
+
+
+def join_target(config_path: str | os.PathLike[str]) -> Path | None:
+    """The run directory that node K > 0 joins: node 0's, when ``config_path`` is the
+    config.yaml of a run ftui started (the command node 0 prints names it); None otherwise.
+
+    A node must not make a run directory of its own: the ranks of every node write their part
+    of each checkpoint into the run directory they are given (DCP spreads even DDP's
+    replicated tensors over the ranks; DeepSpeed writes each rank's optimizer partition), so a
+    second directory would leave every checkpoint of the run incomplete."""
+    path = Path(config_path).expanduser().resolve()
+    if path.name == CONFIG_FILE and (path.parent / LAUNCH_FILE).is_file():
+        return path.parent
+    return None
 
 
 def _create_time(pid: int) -> float | None:

@@ -14,6 +14,10 @@ On a full disk the final record still fits: the supervisor fills ``.run-end-rese
 events.jsonl at start, and whoever writes ``run_end`` into a full disk frees it first. A
 disk too full for even that ends the run before it starts, saying so.
 
+On node K > 0 of a multi-node run, RUN_DIR is the node's own directory in node 0's run
+(``RUN/nodes/node-K``): no rank writes events there, so the supervisor records how each of
+the node's jobs ended.
+
 It also watches for a hung job: every rank touches ``heartbeat/rank-N`` as it makes
 progress; when none has for ``hang_timeout`` seconds, the supervisor names the rank (a
 stopped process, else the one that fell behind), kills the tree and records the hang.
@@ -212,13 +216,13 @@ def main(argv: list[str] | None = None) -> int:
                              "check off); the newest checkpoint resumes with ftui train --resume RUN"), exit_code=code)
         return finish(run_dir, code)
     if node_rank > 0:
-        # Rank 0 (on node 0) writes this run's events; this node only records how it ended.
-        if not has_run_end(run_dir):
-            write_run_end(run_dir, status="completed" if code == 0 else "failed",
-                          reason=_("node {node} of a multi-node run: its ranks exited with code {code}; "
-                                   "the run's events and final/ are on node 0").format(node=node_rank, code=code),
-                          **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
-                                                   "hint": _("see train.log on this node and the run on node 0")}))
+        # Rank 0 (on node 0) writes the run's events; this node's directory (RUN/nodes/node-K)
+        # only records how each of its jobs ended, one run_end per job (no rank writes here).
+        write_run_end(run_dir, status="completed" if code == 0 else "failed",
+                      reason=_("node {node} of a multi-node run: its ranks exited with code {code}; "
+                               "the run's events and final/ are on node 0").format(node=node_rank, code=code),
+                      **({} if code == 0 else {"error_type": "ProcessDied", "error_message": last_log_lines(run_dir)[-2000:],
+                                               "hint": _("see train.log on this node and the run on node 0")}))
         return finish(run_dir, code)
     if not has_run_end(run_dir) and (run_dir / STOP_FILE).exists():
         # Stop reached the ranks before they could handle it (during start-up): a stop, not a crash.

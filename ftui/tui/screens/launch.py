@@ -119,7 +119,6 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("gpus", N_("GPUs (nvidia-smi numbers)"), optional=True, placeholder=N_("all")),
         F("nproc_per_node", N_("processes per node")),
         F("nnodes", N_("nodes")),
-        F("node_rank", N_("this node's rank")),
         F("rdzv_endpoint", N_("rendezvous host:port"), optional=True, placeholder=N_("only for several nodes")),
     ]),
     (N_("Precision"), [F("precision", N_("precision"), "radio", PRECISIONS)]),
@@ -456,7 +455,7 @@ class LaunchScreen(Screen):
         self._show_model_warning(values, bool(by_field.get("model_name_or_path")))
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
-            if f.only_for or f.stages or key in ("node_rank", "rdzv_endpoint"):
+            if f.only_for or f.stages or key == "rdzv_endpoint":
                 visible = shown_for(f, values) if f.only_for or f.stages else multi
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
