@@ -752,6 +752,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if bool(args.run) == bool(args.model):
         err.print(error_line(_("give either --run RUN or --model PATH")))
         return EXIT_USAGE
+    if args.model and (args.checkpoint or args.base):
+        err.print(error_line(_("--checkpoint and --base go with --run (a --model directory is loaded as it is)")))
+        return EXIT_USAGE
+    if args.run and args.adapter:
+        err.print(error_line(_("--adapter goes with --model (a run's adapter is its own final/ or checkpoint)")))
+        return EXIT_USAGE
+    if args.checkpoint and args.base:
+        err.print(error_line(_("--checkpoint or --base, not both")))
+        return EXIT_USAGE
     if args.run:
         run_dir = _resolve(args.run, args.root, err)
         if run_dir is None:
@@ -787,7 +796,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 conv.clear()
                 continue
             if line.startswith("/save "):
-                conv.save(line[6:].strip(), settings, loaded["label"])
+                target = line[6:].strip()
+                try:
+                    conv.save(target, settings, loaded["label"])
+                except OSError as e:  # the conversation stays: another path can still take it
+                    err.print(error_line(_("could not save the conversation to {path}: {reason}").format(
+                        path=target, reason=e.strerror or e)))
+                else:
+                    err.print("[dim]" + escape(_("saved to {path}").format(path=target)) + "[/]")
                 continue
             text, ok = _stream_answer(worker, conv.ask(line), settings)
             if ok:

@@ -399,7 +399,7 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
             reason = qlora_unavailable_reason()
             if reason:
                 out.append(FieldProblem("quantization_bit", cfg.quantization_bit, _("QLoRA is not possible here: {reason}; use finetuning_type lora without quantization_bit").format(reason=reason)))
-    if cfg.engine == "single" and not cfg.deepspeed and cfg.world_size > 1:
+    if engine_spec(cfg.engine).strategy == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, _("the single engine runs one process; choose engine ddp for several")))
     out += engine_problems(cfg)
     out += gpu_pick_problems(cfg)
@@ -690,7 +690,7 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
     alternative in each message."""
     out: list[FieldProblem] = []
     if cfg.engine in NEEDS_SEVERAL and cfg.world_size == 1 and not cfg.deepspeed:
-        offload = "fsdp_offload" if cfg.engine == "fsdp" else "zero3_offload"
+        offload = "fsdp_offload" if engine_spec(cfg.engine).strategy == "fsdp" else "zero3_offload"
         out.append(FieldProblem("engine", cfg.engine, _("{engine} shards over processes and needs nproc_per_node >= 2; with one GPU use single, or {offload} to fit a larger "
                                                             "model").format(engine=cfg.engine, offload=offload)))
     if cfg.method == "qlora" and (cfg.deepspeed or engine_spec(cfg.engine).shards_parameters):
@@ -702,7 +702,8 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("pure_bf16", True, _("DeepSpeed keeps fp32 master weights in its optimizer, so it cannot train purely in bf16; use bf16: true "
                                                       "with {engine}, or pure_bf16 with engine single, ddp, fsdp or fsdp_offload").format(engine=cfg.engine_name)))
     if cfg.deepspeed:
-        if cfg.engine in ("ddp", "fsdp", "fsdp_offload"):
+        preset = engine_spec(cfg.engine)
+        if not preset.deepspeed and preset.strategy != "single":  # a torch engine that is not the default
             out.append(FieldProblem("deepspeed", cfg.deepspeed, _("a DeepSpeed config runs the DeepSpeed engine, but engine is {engine}; leave engine at single (the file decides) or "
                                                                     "pick a zero* preset").format(engine=cfg.engine)))
         try:

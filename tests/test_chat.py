@@ -94,6 +94,61 @@ def test_cli_chat_with_a_missing_run_exits_2(tmp_path):
     assert out.returncode == 2 and "--run" in out.stderr
 
 
+def test_cli_chat_refuses_options_of_the_other_source(capsys):
+    from ftui.cli import main
+
+    for argv, says in ((["--model", "m", "--base"], "--checkpoint and --base go with --run"),
+                       (["--model", "m", "--checkpoint", "4"], "--checkpoint and --base go with --run"),
+                       (["--run", "r", "--adapter", "a"], "--adapter goes with --model"),
+                       (["--run", "r", "--checkpoint", "4", "--base"], "--checkpoint or --base, not both")):
+        assert main(["chat", *argv]) == 2, argv
+        assert says in capsys.readouterr().err, argv
+
+
+class FakeChatWorker:
+    """The REPL's side of the worker protocol: loads at once, answers "hi" to everything."""
+
+    def __init__(self):
+        self.replies: list[dict] = []
+
+    def load(self, **spec):
+        return {"type": "loaded", "label": "fake", "device": "cpu"}
+
+    def generate(self, messages, settings):
+        self.replies = [{"id": 1, "type": "token", "text": "hi"}, {"id": 1, "type": "done", "tokens": 1, "stopped": False}]
+        return 1
+
+    def get(self, timeout=None):
+        return self.replies.pop(0)
+
+    def close(self):
+        pass
+
+
+def test_the_chat_repl_saves_and_a_failed_save_keeps_the_conversation(tmp_path, monkeypatch, capsys):
+    import builtins
+    import json
+
+    import ftui.chat_client
+    from ftui.cli import main
+
+    monkeypatch.setattr(ftui.chat_client, "ChatWorker", FakeChatWorker)
+    good = tmp_path / "conv.json"
+    lines = iter(["hello", f"/save {tmp_path / 'missing' / 'conv.json'}", f"/save {good}", "/clear", f"/save {tmp_path / 'empty.json'}"])
+
+    def typed(prompt=""):
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+    monkeypatch.setattr(builtins, "input", typed)
+    assert main(["chat", "--model", "m"]) == 0
+    err = capsys.readouterr().err
+    assert "could not save the conversation" in err and "missing" in err
+    assert [m["content"] for m in json.loads(good.read_text())["messages"]] == ["hello", "hi"]
+    assert json.loads((tmp_path / "empty.json").read_text())["messages"] == []
+
+
 # --- The chat screen, with a fake worker (the pilot tests the screen, not the model)
 
 MARKUP = "[bold]not bold[/] and [red]not red[/red] [/]"

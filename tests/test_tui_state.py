@@ -47,6 +47,19 @@ def test_run_state_view_matches_the_events(tmp_path):
     assert v.avg_tokens_per_s == (120 - 1) * 30_000 / (119 * 1.5)
 
 
+def test_the_recent_view_is_the_last_200_steps_whatever_the_logging_interval(tmp_path):
+    """`w`'s "last 200 steps": a run that logs every 10 steps shows steps 810-1000, not 200
+    logged points (2,000 steps); the lr and a stage's figures follow the same window."""
+    from tests.fixtures_runs import dpo_figures
+
+    run = write_run(tmp_path, "r", steps=1000, max_steps=2000, every=10, step_extras=dpo_figures)
+    state = RunState(RunSummary(run_id="r", path=run, started=T0), clock=lambda: T0 + 500)
+    state.apply(read_all(run / "events.jsonl"))
+    v = state.view()
+    assert v.recent[0] == list(range(810, 1001, 10)) and v.lr_recent[0] == v.recent[0]
+    assert v.figure_recent["rewards_margin"][0] == v.recent[0] and len(v.series[0]) == 100
+
+
 def _resumed_events():
     ev = [{"v": 1, "t": T0, "event": "run_start", "run_id": "r", "max_steps": 10}]
     ev += [{"v": 1, "t": T0 + s, "event": "step", "step": s, "loss": 10.0 - s, "lr": 0.1 * s} for s in range(1, 7)]

@@ -9,7 +9,7 @@ downsampled series (at most a few thousand points), never the raw million.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -289,14 +289,19 @@ class RunState:
         end = s.ended if s.ended is not None else self.clock()
         return (end - s.started) if s.started else None
 
+    def recent_from(self, steps: Sequence[int]) -> int:
+        """Where the last ``recent_steps`` steps begin in an ascending list of steps (the `w`
+        view): steps, not points, so a run that logs every 10 steps shows 200 steps, not 2,000."""
+        return bisect_left(steps, steps[-1] - self.recent_steps + 1) if len(steps) else 0
+
     def view(self) -> RunView:
         s, st = self.summary, self.last_step
         elapsed = self.view_elapsed()
         avg = None
         if self.first_step_t is not None and st and st["t"] > self.first_step_t:
             avg = (self.total_tokens - self.first_step_tokens) / (st["t"] - self.first_step_t)
-        recent_from = max(0, len(s.loss_steps) - self.recent_steps)
-        lr_from = max(0, len(self.lr_steps) - self.recent_steps)
+        recent_from = self.recent_from(s.loss_steps)
+        lr_from = self.recent_from(self.lr_steps)
         return RunView(
             run_id=s.run_id, status=s.status, model=s.model, method=s.method, engine=s.engine,
             precision=s.precision, world_size=s.world_size, elapsed=elapsed,
@@ -314,6 +319,6 @@ class RunState:
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
             extras=extra_figures(st) if st else (), eval_extras=extra_figures(self.last_eval) if self.last_eval else (),
             figure_series={n: downsample(xs, ys, self.max_points) for n, (xs, ys) in self.figure_points.items()},
-            figure_recent={n: (list(xs[-self.recent_steps:]), list(ys[-self.recent_steps:])) for n, (xs, ys) in self.figure_points.items()},
+            figure_recent={n: (list(xs[self.recent_from(xs):]), list(ys[self.recent_from(xs):])) for n, (xs, ys) in self.figure_points.items()},
             figure_evals={n: (list(xs), list(ys)) for n, (xs, ys) in self.eval_figure_points.items()},
         )
