@@ -74,12 +74,24 @@ def note_line(message: str) -> str:
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:
+    """--set KEY=VALUE pairs, each value read as YAML (max_steps=10 is a number); a malformed
+    one ends the command with exit 2, saying which."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(_("ftui: --set expects key=value, got {item}").format(item=repr(item)))
-        out[key.strip()] = yaml.safe_load(value)
+        problem = None
+        if not sep or not key.strip():
+            problem = _("--set expects key=value, got {item}").format(item=repr(item))
+        else:
+            try:
+                out[key.strip()] = yaml.safe_load(value)
+            except yaml.YAMLError as e:
+                where = getattr(e, "problem", None) or str(e).splitlines()[0]
+                problem = _("--set {key}: {value} is not a YAML value ({reason}); quote it as a string, e.g. {key}='\"...\"'").format(
+                    key=key.strip(), value=repr(value), reason=where)
+        if problem:
+            safe_console(stderr=True).print(error_line(problem))
+            raise SystemExit(EXIT_USAGE)
     return out
 
 
@@ -107,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file"))
     pl.add_argument("--preset", choices=["demo"], help=_("the built-in demo"))
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
-    pl.add_argument("--gpu-memory", type=float, metavar="GIB", help=_("compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)"))
+    pl.add_argument("--gpu-memory", type=_positive, metavar="GIB", help=_("compare with GPUs of this many GiB (default: the smallest GPU the run uses: its gpus, else those CUDA_VISIBLE_DEVICES leaves)"))
     da = sub.add_parser("data", help=_("see what a run trains on: its examples as the runner encodes them (template, masking, truncation)"),
                         epilog=_("The examples come in dataset order, before shuffling and packing; those held out for eval "
                                  "(val_size) are left out. exit codes: 0 done, 1 the encoding failed (tokenizer, hub), "
@@ -117,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     da.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=_("override a config key (repeatable)"))
     da.add_argument("--show", type=int, metavar="N", help=_("print the first N examples: token counts, the masked part (no loss) dimmed"))
     da.add_argument("--dump", metavar="OUT.jsonl", help=_('write every example, one {"input_ids": [...], "labels": [...]} a line (labels -100 where masked)'))
+    da.add_argument("--force", action="store_true", help=_("with --dump: replace OUT.jsonl if it exists"))
     pr = sub.add_parser("presets", help=_("list the engine presets (single, ddp, fsdp, zero0-3 ...) and when to use each"))
     pr.add_argument("name", nargs="?", help=_("print this preset's file (to read or copy)"))
 
@@ -179,17 +192,40 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_("Ctrl-C stops watching, never the run. {exit_codes}").format(exit_codes=_(EXIT_CODES)))
     w.add_argument("run", help=run_help)
     w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
-    w.add_argument("--interval", type=float, default=2.0, help=_("seconds between checks (default 2)"))
+    w.add_argument("--interval", type=_positive, default=2.0, help=_("seconds between checks (default 2)"))
 
     p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT",
-                   help=_("runs root for the app (default: {root})").format(root=default_runs_root()))
+                   help=_("runs root for the app, and for a command that takes --root (default: {root})").format(root=default_runs_root()))
     p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help=_("open the launch form filled from this YAML"))
     use_cell_width(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(build_parser().parse_args(argv))
+    except BrokenPipeError:  # `ftui runs | head`: the reader left; nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not raise it again
+        return EXIT_FAILED
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (an interval, a memory size)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("{value} is not a number").format(value=repr(text))) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(_("{value} must be a number above 0").format(value=repr(text)))
+    return value
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command is not None and not _apply_app_options(args):
+        return EXIT_USAGE
     if args.command == "train":
         return cmd_train(args)
     if args.command == "runs":
@@ -215,6 +251,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "delete":
         return cmd_delete(args)
     return cmd_app(args)
+
+
+def _apply_app_options(args: argparse.Namespace) -> bool:
+    """``ftui --root R COMMAND``: the runs root goes to the command (its own --root wins), so
+    that ``ftui --root R delete RUN`` never acts on the default root; ``--config`` belongs to the
+    app alone. False (after saying why) when the command cannot take them."""
+    err = safe_console(stderr=True)
+    if args.app_config:
+        err.print(error_line(_("--config opens the launch form; with a command, give the YAML to the command "
+                               "(ftui train CONFIG.yaml)")))
+        return False
+    if args.app_root:
+        for name in ("root", "runs_root"):
+            if hasattr(args, name):
+                if getattr(args, name) is None:
+                    setattr(args, name, args.app_root)
+                return True
+        err.print(error_line(_("ftui {command} takes no runs root; leave out --root").format(command=args.command)))
+        return False
+    return True
 
 
 def _resolve(ref: str, root: str | None, err: Console) -> Path | None:
@@ -332,7 +388,7 @@ def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpar
 
     try:
         data = yaml.safe_load(Path(args.config).expanduser().read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None  # the training path reports it
     if not isinstance(data, dict) or not data.get("do_predict") or data.get("do_train"):
         return None
@@ -349,20 +405,47 @@ def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpar
     if not dataset or not data.get("model_name_or_path"):
         err.print(error_line(_("a predict YAML needs model_name_or_path and eval_dataset")))
         return False
-    temperature = float(data.get("temperature", 0.95)) if data.get("do_sample", True) else 0.0
+    try:
+        temperature = _number(data, "temperature", 0.95, float) if data.get("do_sample", True) else 0.0
+        top_p = _number(data, "top_p", 0.7, float)
+        max_new_tokens = _number(data, "max_new_tokens", 1024, int)
+        batch_size = _number(data, "per_device_eval_batch_size", 8, int)
+        max_samples = _number(data, "max_samples", None, int)
+    except ValueError as e:
+        err.print(error_line(str(e)))
+        return False
     model_data = {k: v for k, v in data.items() if k not in LF_PREDICT_KEYS and k not in ("dataset", "stage")}
     return argparse.Namespace(
         command="predict", run=None, checkpoint=None, base=False, model=str(data["model_name_or_path"]),
         adapter=str(adapter) if adapter else None, template=data.get("template"), dataset=str(dataset),
-        dataset_dir=data.get("dataset_dir"), max_samples=data.get("max_samples"), nproc_per_node=1, device="auto",
+        dataset_dir=data.get("dataset_dir"), max_samples=max_samples, nproc_per_node=1, device="auto",
         detach=args.detach, root=str(data.get("output_dir") or default_runs_root()),
-        max_new_tokens=int(data.get("max_new_tokens", 1024)), temperature=temperature, top_p=float(data.get("top_p", 0.7)),
-        batch_size=int(data.get("per_device_eval_batch_size", 8)), model_data=model_data, model_source=str(args.config))
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+        batch_size=batch_size, model_data=model_data, model_source=str(args.config))
+
+
+def _sampling_ok(temperature: float, top_p: float) -> bool:
+    """Temperature 0 or more, top-p in (0, 1]; NaN fails both (written so that it does)."""
+    return temperature >= 0 and 0 < top_p <= 1
+
+
+def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:
+    """A predict YAML's number, or ValueError naming the key and the value."""
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise ValueError(_("{key}: {value} is not a {kind}").format(
+            key=key, value=repr(value), kind=_("whole number") if kind is int else _("number")))
+    return kind(value)
 
 
 def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
     from ftui.config import ConfigError, demo_config, load_config
 
+    if args.preset and args.config:
+        err.print(error_line(_("give a CONFIG.yaml or --preset {preset}, not both (--set changes a key of either)").format(preset=args.preset)))
+        return None
     overrides = _parse_set(args.overrides)
     if args.node_rank is not None:
         overrides["node_rank"] = args.node_rank
@@ -673,7 +756,7 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
             err.print(error_line(str(e)))
             return EXIT_USAGE
     generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)}
-    if generation.get("temperature", 0) < 0 or not 0 < generation.get("top_p", 1) <= 1:
+    if not _sampling_ok(generation.get("temperature", 0), generation.get("top_p", 1)):
         err.print(escape(_("ftui {command}: --temperature must be 0 or more and --top-p in (0, 1]").format(command=kind)))
         return EXIT_USAGE
     source = source_of(run_dir, args.checkpoint, args.base, args.model, args.adapter)
@@ -760,6 +843,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.checkpoint and args.base:
         err.print(error_line(_("--checkpoint or --base, not both")))
+        return EXIT_USAGE
+    if not _sampling_ok(args.temperature, args.top_p) or args.max_new_tokens < 1:
+        err.print(error_line(_("--temperature must be 0 or more, --top-p in (0, 1] and --max-new-tokens 1 or more")))
         return EXIT_USAGE
     if args.run:
         run_dir = _resolve(args.run, args.root, err)
@@ -910,6 +996,13 @@ def cmd_data(args: argparse.Namespace) -> int:
     if target is not None and not target.parent.is_dir():
         err.print(error_line(_("{path} is not a directory; give --dump a file in an existing directory").format(path=target.parent)))
         return EXIT_USAGE
+    if target is not None and (target.exists() or target.is_symlink()):
+        if not target.is_file() or target.is_symlink():  # a device, a directory, /dev/stdout's link: never replaced
+            err.print(error_line(_("{path} exists and is not a regular file; give --dump a new file's path").format(path=target)))
+            return EXIT_USAGE
+        if not args.force:
+            err.print(error_line(_("{path} exists; give another path, or --force to replace it").format(path=target)))
+            return EXIT_USAGE
     args.node_rank = args.runs_root = None
     cfg = _load_train_config(args, err)
     if cfg is None:

@@ -720,30 +720,47 @@ def _is_run(path: Path) -> bool:
 
 def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
     """A run given as a path or as a run id under the root (a unique prefix is enough); under
-    the default root, the runs the index names elsewhere count too."""
+    the default root, the runs the index names elsewhere count too.
+
+    A bare name is a run id first: a directory of the same name in the current directory is
+    taken only when no run under the root has that name (``./NAME`` names it directly), so
+    ``ftui delete NAME`` never deletes a look-alike directory here instead of the run."""
+    if not ref.strip():
+        raise LookupError(_("an empty run name: give a run id (ftui runs lists them) or a run directory"))
     direct = Path(ref).expanduser()
-    if _is_run(direct):
-        return direct
     root_path = Path(root).expanduser()
-    if "/" not in ref and ref not in ("", ".", ".."):
-        exact = root_path / ref
-        if _is_run(exact):
-            return exact
+    if "/" in ref or ref in (".", ".."):
+        if _is_run(direct):
+            return direct
+        raise LookupError(_("{ref} is not a run directory (it has no config.yaml)").format(ref=repr(ref)))
+    if _is_run(direct):
         try:
-            dirs = _run_dirs(root_path)
-        except RunsRootError as err:
-            raise LookupError(str(err)) from None
-        indexed = [d for d in _extra_run_dirs(root_path, dirs) if d.name.startswith(ref) and _indexed_run_exists(d)]
-        exact_indexed = [d for d in indexed if d.name == ref]
-        if len(exact_indexed) == 1:
-            return exact_indexed[0]
-        matches = sorted(d for d in dirs if d.name.startswith(ref) and _is_run(d)) + indexed
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            names = ", ".join(m.name for m in matches[:5])
-            raise LookupError(_("{ref} matches {count} runs under {root}: {names}; give more of the name").format(
-                ref=repr(ref), count=len(matches), root=root_path, names=names))
+            return _run_under_root(ref, root_path)
+        except LookupError:
+            return direct  # no run of that name under the root: the directory here
+    return _run_under_root(ref, root_path)
+
+
+def _run_under_root(ref: str, root_path: Path) -> Path:
+    """The run ``ref`` names under the root (exactly, else by a unique prefix), or LookupError."""
+    exact = root_path / ref
+    if _is_run(exact):
+        return exact
+    try:
+        dirs = _run_dirs(root_path)
+    except RunsRootError as err:
+        raise LookupError(str(err)) from None
+    indexed = [d for d in _extra_run_dirs(root_path, dirs) if d.name.startswith(ref) and _indexed_run_exists(d)]
+    exact_indexed = [d for d in indexed if d.name == ref]
+    if len(exact_indexed) == 1:
+        return exact_indexed[0]
+    matches = sorted(d for d in dirs if d.name.startswith(ref) and _is_run(d)) + indexed
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        names = ", ".join(m.name for m in matches[:5])
+        raise LookupError(_("{ref} matches {count} runs under {root}: {names}; give more of the name").format(
+            ref=repr(ref), count=len(matches), root=root_path, names=names))
     raise LookupError(_("no run {ref} under {root} (ftui runs lists them)").format(ref=repr(ref), root=root_path))
 
 

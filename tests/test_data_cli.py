@@ -50,7 +50,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_dump_is_what_the_sft_stage_trains_on(tmp_path):
+def test_dump_is_what_the_sft_stage_trains_on(tmp_path, capsys):
     config = write_config(tmp_path, val_size=0.25, packing=True)
     out = tmp_path / "out.jsonl"
     proc = ftui_data(str(config), "--dump", str(out))
@@ -61,6 +61,14 @@ def test_dump_is_what_the_sft_stage_trains_on(tmp_path):
     assert all(set(row) == {"input_ids", "labels"} and -100 in row["labels"] for row in dumped)
     assert "4 examples held out for eval" in proc.stderr and "wrote 12 examples" in proc.stderr
     assert not (tmp_path / "out.jsonl.part").exists()
+    # an existing file is replaced only with --force; a directory or a device never
+    from ftui.cli import main
+
+    out.write_text("the user's own file\n")
+    assert main(["data", str(config), "--dump", str(out)]) == 2
+    assert out.read_text() == "the user's own file\n" and "--force" in said(capsys)
+    assert main(["data", str(config), "--dump", "/dev/null", "--force"]) == 2 and "not a regular file" in said(capsys)
+    assert main(["data", str(config), "--dump", str(out), "--force"]) == 0 and read_jsonl(out) == dumped
 
 
 def test_dump_of_a_pretraining_config(tmp_path, lf_data):

@@ -277,3 +277,37 @@ def test_modelfile_follows_the_template():
     own = modelfile(None, None, "<|im_end|>", ["<|im_end|>"], 512, source="./m-f16.gguf")
     assert "TEMPLATE" not in own and "FROM ./m-f16.gguf" in own and "PARAMETER num_ctx 512" in own
     assert '{{ "{{" }}' in ollama_template(TEMPLATES["qwen"].__class__(user=("{{ not an action {{content}}",)), None, None)
+
+
+def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch):
+    """--force replaces what an out dir holds, so it must not be the runs root's parent, the
+    current directory (`--out ""`), ftui's own directory or anything holding a run; an
+    ordinary non-empty directory it may replace."""
+    from ftui.jobs.export import out_dir_problem
+    from ftui.paths import default_runs_root, ftui_home
+
+    def run_at(path: Path) -> Path:
+        path.mkdir(parents=True)
+        (path / "config.yaml").write_text("x: 1\n")
+        (path / "events.jsonl").write_text("")
+        return path
+
+    monkeypatch.setenv("FTUI_HOME", str(tmp_path / "ftui-home"))
+    (tmp_path / "ftui-home").mkdir()
+    elsewhere = tmp_path / "otherhome"
+    run_at(elsewhere / "runs" / "precious-run-1")
+    plain = tmp_path / "old-export"
+    plain.mkdir()
+    (plain / "model.safetensors").write_text("old")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    assert "precious-run-1" in out_dir_problem(elsewhere, force=True)
+    Path(default_runs_root()).mkdir(parents=True, exist_ok=True)
+    assert "runs root" in out_dir_problem(Path(default_runs_root()), force=True)
+    assert "FTUI_HOME" in out_dir_problem(ftui_home(), force=True)
+    assert "current directory" in out_dir_problem(Path(""), force=True)
+    assert "current directory" in out_dir_problem(tmp_path, force=True)  # holds it
+    assert out_dir_problem(plain, force=True) is None
+    assert "--force" in out_dir_problem(plain, force=False)

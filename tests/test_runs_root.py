@@ -65,3 +65,41 @@ def test_a_stale_or_odd_index_entry_is_skipped(tmp_path):
 def test_a_run_under_the_default_root_is_not_indexed(tmp_path):
     prepare_run(tiny_config(tmp_path, output_dir=default_runs_root()))
     assert not run_index_path().exists()
+
+
+def test_a_bare_name_is_the_run_under_the_root_before_a_look_alike_directory_here(tmp_path, monkeypatch, capsys):
+    """`ftui delete NAME --yes` in a directory holding a folder of the same name (with a
+    config.yaml of its own) deletes the run NAME under the root, never the folder here; the
+    folder is named by a path (./NAME), and a bare name falls back to it only when the root
+    has no such run. An empty name is refused, not taken as the current directory."""
+    import pytest
+
+    root = tmp_path / "root"
+    run = prepare_run(tiny_config(tmp_path, output_dir=str(root), run_name="twin"))
+    here = tmp_path / "here"
+    (here / run.name).mkdir(parents=True)
+    (here / run.name / "config.yaml").write_text("mine: true\n")
+    (here / "config.yaml").write_text("a project's own config\n")
+    (here / "solo").mkdir()
+    (here / "solo" / "config.yaml").write_text("x: 1\n")
+    monkeypatch.chdir(here)
+    assert resolve_run(run.name, root) == run
+    assert resolve_run(f"./{run.name}", root).resolve() == here / run.name
+    assert resolve_run("solo", root).resolve() == here / "solo"
+    for ref in ("", "  ", "./missing"):
+        with pytest.raises(LookupError):
+            resolve_run(ref, root)
+    (run / "launch.json").write_text("{}")
+    assert cli.main(["delete", run.name, "--yes", "--root", str(root)]) == 0
+    assert not run.exists() and (here / run.name / "config.yaml").read_text() == "mine: true\n"
+
+
+def test_the_apps_root_reaches_the_command_and_config_stays_with_the_app(tmp_path, monkeypatch, capsys):
+    """`ftui --root R delete RUN` deletes RUN under R (it once acted on the default root)."""
+    root = tmp_path / "elsewhere"
+    run = prepare_run(tiny_config(tmp_path, output_dir=str(root), run_name="far"))
+    (run / "launch.json").write_text("{}")
+    assert cli.main(["--root", str(root), "runs"]) == 0 and run.name in capsys.readouterr().out
+    assert cli.main(["--root", str(root), "delete", run.name, "--yes"]) == 0 and not run.exists()
+    assert cli.main(["--root", str(root), "presets"]) == 2 and "takes no runs root" in capsys.readouterr().err
+    assert cli.main(["--config", "x.yaml", "runs"]) == 2 and "--config opens the launch form" in capsys.readouterr().err

@@ -113,6 +113,57 @@ def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> st
             return _("{path} cannot be read: {reason}").format(path=out, reason=err.strerror or err)
         if has_content:
             return _("{path} is not empty; choose another --out, or --force to replace what is in it").format(path=out)
+    if target.is_dir() and force:
+        kept = _kept_from_force(target, runs_root)
+        if kept:
+            return _("--force would delete everything in {path}, which holds {what}; export into a directory of its own, "
+                     "e.g. {example}").format(path=out, what=kept, example=ftui_home() / "exports" / "my-model")
+    return None
+
+
+# Runs found this deep under an out dir given with --force are looked for (a runs root two
+# levels down); deeper ones are found through the runs root and the run index instead.
+FORCE_SCAN_DEPTH = 3
+
+
+def _kept_from_force(target: Path, runs_root: Path | None) -> str | None:
+    """What ``--force`` must never replace: a directory that is or holds the user's home, the
+    current directory, ftui's own directory (FTUI_HOME: the runs root, the run index), the runs
+    root, an indexed run or any run directory found within FORCE_SCAN_DEPTH levels. Says what
+    it holds, or None when replacing it loses no run."""
+    from ftui.paths import default_runs_root
+    from ftui.runs import indexed_run_dirs
+
+    def holds(path: Path | None) -> bool:
+        if path is None:
+            return False
+        try:
+            resolved = path.expanduser().resolve()
+        except (OSError, RuntimeError):
+            return False
+        return resolved == target or target in resolved.parents
+
+    for what, path in ((_("your home directory"), Path.home()), (_("the current directory"), Path.cwd()),
+                       (_("ftui's own directory (FTUI_HOME)"), ftui_home()), (_("the runs root"), runs_root),
+                       (_("the runs root"), Path(default_runs_root()))):
+        if holds(path):
+            return what
+    for run in indexed_run_dirs():
+        if holds(run):
+            return _("the run {run}").format(run=run)
+    frontier = [target]
+    for _depth in range(FORCE_SCAN_DEPTH):
+        below: list[Path] = []
+        for d in frontier:
+            try:
+                children = [c for c in d.iterdir() if c.is_dir() and not c.is_symlink()]
+            except OSError:
+                continue
+            for c in children:
+                if _is_run_dir(c):
+                    return _("the run {run}").format(run=c)
+            below += children
+        frontier = below
     return None
 
 

@@ -46,9 +46,9 @@ NO_EFFECT = set(_keys("""
     sglang_tp_size sglang_config sglang_lora_backend export_dir export_size export_device export_quantization_bit
     export_quantization_dataset export_quantization_nsamples export_quantization_maxlen export_legacy_format
     export_hub_model_id hub_token hf_hub_token ms_hub_token om_hub_token hub_private_repo hub_model_id hub_strategy
-    hub_always_push hub_revision metric_for_best_model greater_is_better ignore_data_skip
+    hub_always_push hub_revision metric_for_best_model greater_is_better
     restore_callback_states_from_checkpoint full_determinism data_seed master_addr master_port
-    use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing average_tokens_across_devices
+    use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing
     flash_attn torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
     quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc
     image_max_pixels image_min_pixels image_do_pan_and_scan crop_to_patches video_max_pixels video_min_pixels
@@ -94,6 +94,8 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("lr_scheduler_kwargs", N_("ftui's schedulers take no extra arguments; use lr_scheduler_type, warmup_ratio / warmup_steps")),
     ("optim_args optim_target_modules", N_("ftui's optimizers take no extra arguments; use optim, adam_beta1/2, adam_epsilon, weight_decay")),
     ("label_smoothing_factor", N_("ftui's loss has no label smoothing")),
+    ("ignore_data_skip", N_("ftui resumes the data exactly where the checkpoint left it; a resume that starts the data over is not supported")),
+    ("average_tokens_across_devices", N_("ftui always averages the loss over every rank's tokens (LLaMA-Factory's default, true)")),
     ("auto_find_batch_size", N_("set per_device_train_batch_size yourself (ftui plan tells what fits)")),
     ("use_cpu", N_("use device: cpu")),
     ("fsdp fsdp_config accelerator_config parallelism_config", N_("pick ftui's engine instead (engine: fsdp, fsdp_offload, zero0-3 ...; ftui presets lists them)")),
