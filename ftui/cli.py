@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--run", help=_("a run id (prefix) or directory: its final/ (else its newest checkpoint)"))
     c.add_argument("--checkpoint", metavar="N", help=_("with --run: the checkpoint at step N instead of final/"))
     c.add_argument("--base", action="store_true", help=_("with --run: the base model the run started from (to compare)"))
-    c.add_argument("--model", help=_("a model directory (or the demo's name, ftui-demo)"))
+    c.add_argument("--model", help=_("a model directory with weights (transformers' layout: a run's final/, an export, a downloaded model)"))
     c.add_argument("--adapter", help=_("with --model: a LoRA adapter directory on top"))
     c.add_argument("--prompt", help=_("answer this one prompt on stdout and exit (for scripts)"))
     c.add_argument("--system", default="", help=_("system prompt"))
@@ -1070,6 +1070,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     root = args.root or default_runs_root()
     console = safe_console()
+    if args.root and not Path(args.root).expanduser().is_dir():  # a typo must not read as "no runs"
+        what = _("is not a directory") if Path(args.root).expanduser().exists() else _("does not exist")
+        safe_console(stderr=True).print(error_line(_("the runs root {path} {what}; give the directory your runs are in").format(
+            path=args.root, what=what)))
+        return EXIT_USAGE
     try:
         runs = list_runs(root)
     except RunsRootError as e:

@@ -103,3 +103,13 @@ def test_the_apps_root_reaches_the_command_and_config_stays_with_the_app(tmp_pat
     assert cli.main(["--root", str(root), "delete", run.name, "--yes"]) == 0 and not run.exists()
     assert cli.main(["--root", str(root), "presets"]) == 2 and "takes no runs root" in capsys.readouterr().err
     assert cli.main(["--config", "x.yaml", "runs"]) == 2 and "--config opens the launch form" in capsys.readouterr().err
+
+
+def test_a_runs_root_that_is_not_there_is_an_error_not_no_runs(tmp_path, capsys):
+    assert cli.main(["runs", "--root", str(tmp_path / "typo")]) == 2
+    assert "does not exist" in " ".join(capsys.readouterr().err.split())
+    (tmp_path / "file").write_text("")
+    assert cli.main(["runs", "--root", str(tmp_path / "file")]) == 2
+    assert "is not a directory" in " ".join(capsys.readouterr().err.split())
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["runs", "--root", str(tmp_path / "empty")]) == 0 and "no runs" in capsys.readouterr().out
