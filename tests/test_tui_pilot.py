@@ -203,7 +203,8 @@ async def test_dashboard_figures_match_the_events(tmp_path):
     app = make_app(tmp_path, attach=run, clock=lambda: T0 + 500)
     async with app.run_test(size=(120, 40)) as pilot:
         dash = app.screen
-        await until(pilot, lambda: dash.view is not None and dash.view.step == 120)
+        # the run's events and the GPU samples come from two workers: wait for both
+        await until(pilot, lambda: dash.view is not None and dash.view.step == 120 and "97%" in text_of(dash.query_one("#gpu-panel")))
         figures = text_of(dash.query_one("#figures"))
         assert "120 / 300" in figures and "41.2%" in figures and "20,000" in figures
         gpu = text_of(dash.query_one("#gpu-panel"))
