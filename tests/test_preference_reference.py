@@ -168,6 +168,36 @@ def test_kto_loss_and_figures_match_llamafactory(case):
     assert torch.allclose(policy_logits.grad, t(case["grad_policy_logits"]), atol=1e-5)
 
 
+def test_kto_averages_its_kl_over_the_ranks_in_training_and_not_in_eval(monkeypatch):
+    """As TRL gathers it: each rank's KL estimate (before the clamp at 0) averaged over the
+    ranks; in eval, where ranks see unequal numbers of batches, the rank's own."""
+    import ftui.runner.distributed as distributed
+    from ftui.runner.stages.kto import FeedbackBatch
+
+    case = LOSSES["kto"][0]
+    other_rank_kl = 0.75
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(distributed.dist, "all_reduce", lambda total: total.add_(other_rank_kl))
+
+    def kl_of(model_mode: str) -> float:
+        stage = stage_for("kto", settings(case))
+        n = len(case["kto_tags"])
+        ids = torch.cat([torch.tensor(case["input_ids"]), torch.tensor(case["kl_input_ids"])])
+        labels = torch.cat([torch.tensor(case["labels"]), torch.tensor(case["kl_labels"])])
+        mask = torch.cat([torch.tensor(case["attention_mask"]), torch.tensor(case["kl_attention_mask"])])
+        rows = {tuple(r.tolist()): l for r, l in zip(ids, torch.cat([t(case["policy_logits"]), t(case["policy_kl_logits"])]))}
+        ref_rows = {tuple(r.tolist()): l for r, l in zip(ids, torch.cat([t(case["reference_logits"]), t(case["reference_kl_logits"])]))}
+        stage.reference = FixedReference(Fixed(ref_rows))
+        model = Fixed(rows).train(model_mode == "train")
+        batch = FeedbackBatch(ids, labels, mask, None, 0, 0, n, desirable=torch.tensor(case["kto_tags"]))
+        return (stage.loss(model, batch, lambda: torch.autocast("cpu", enabled=False)).figures["kl"] / n).item()
+
+    own = kl_of("eval")
+    assert own == pytest.approx(case["kl"], abs=1e-5)
+    assert kl_of("train") == pytest.approx(max(0.0, (own + other_rank_kl) / 2), abs=1e-5)
+
+
 @pytest.mark.parametrize("case", LOSSES["rm"], ids=lambda c: c["name"])
 def test_reward_model_loss_and_accuracy_match_llamafactory(case):
     values = t(case["values"]).unsqueeze(-1)

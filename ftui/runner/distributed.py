@@ -62,3 +62,14 @@ def process_group(cfg: RunConfig, info: DistInfo, device: torch.device) -> Itera
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
+    """The mean of a scalar over every rank (no gradient), or the value itself outside a
+    process group. Only where every rank calls it equally often: training micro batches are
+    (the sampler pads each rank's share), eval batches are not."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    total = value.detach().clone()
+    dist.all_reduce(total)
+    return total / dist.get_world_size()

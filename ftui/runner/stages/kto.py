@@ -10,8 +10,8 @@ reference`` log-probability of its answer: ``kto_chosen_weight x (1 - sigmoid(be
 for a desirable answer, ``kto_rejected_weight x (1 - sigmoid(beta (kl - r)))`` for an
 undesirable one. ``pref_ftx`` adds LLaMA-Factory's rescaled SFT term on the desirable answers.
 
-TRL averages the KL over the ranks; here each rank uses its own micro batch's (no collective
-inside the loss: eval batches differ in number between ranks).
+In training the KL is averaged over the ranks, as TRL's gather does; in eval each rank uses
+its own batch's (eval batches differ in number between ranks, so no collective there).
 
 Figures (means over examples): ``rewards_accuracy``, the share of examples whose implicit
 reward (beta x r) has the tag's sign; ``rewards_margin``, the reward signed by the tag (up for
@@ -28,6 +28,7 @@ from torch import nn
 
 from ftui.conversation import ConversationError, split_budget
 from ftui.i18n import _
+from ftui.runner.distributed import mean_over_ranks
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
 from ftui.runner.stages.base import MicroLoss
@@ -124,7 +125,8 @@ class KTOStage(PreferenceStage):
         with torch.no_grad():
             policy_kl, _kl_tokens = forward_logps(model, self.head, batch, autocast, mismatched)
         policy, lengths = forward_logps(model, self.head, batch, autocast, targets)
-        kl = (policy_kl - ref[mismatched]).mean().clamp(min=0)
+        kl = (policy_kl - ref[mismatched]).mean()
+        kl = (mean_over_ranks(kl) if model.training else kl).clamp(min=0)
         ratio = policy - ref[targets]
         desirable = batch.desirable
         losses = torch.where(desirable, cfg.kto_chosen_weight * (1 - torch.sigmoid(cfg.pref_beta * (ratio - kl))),
