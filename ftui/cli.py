@@ -160,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         j.add_argument("--dataset", required=True, help=_("dataset names (dataset_info.json) or files, comma separated"))
         j.add_argument("--dataset-dir", help=_("where dataset_info.json is (default: the run's dataset_dir)"))
         j.add_argument("--max-samples", type=int, help=_("the first N records of each dataset"))
+        j.add_argument("--cutoff-len", type=int, metavar="N", help=_("tokens per example, prompt and answer shared as in training "
+                                                                     "(default: the run's cutoff_len)"))
         j.add_argument("--nproc-per-node", type=int, default=1, help=_("processes (each takes a share of the examples; default 1)"))
-        j.add_argument("--device", default="auto", help=_("cpu, cuda or auto (default: a GPU if there is one)"))
+        j.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help=_("cpu, cuda or auto (default: a GPU if there is one)"))
         j.add_argument("--detach", action="store_true", help=_("start it and return (follow with ftui watch DIR)"))
         j.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
         if kind == "predict":
@@ -169,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
             j.add_argument("--temperature", type=float, default=0.95, help=_("0 means greedy (default 0.95, as LLaMA-Factory)"))
             j.add_argument("--top-p", type=float, default=0.7)
             j.add_argument("--batch-size", type=int, default=8, help=_("prompts generated together (left-padded)"))
+        else:
+            j.add_argument("--batch-size", type=int, help=_("examples scored together per process (default: the run's "
+                                                            "per_device_eval_batch_size)"))
 
     from ftui.cli_export import add_parser as add_export_parser
 
@@ -418,7 +423,7 @@ def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpar
     return argparse.Namespace(
         command="predict", run=None, checkpoint=None, base=False, model=str(data["model_name_or_path"]),
         adapter=str(adapter) if adapter else None, template=data.get("template"), dataset=str(dataset),
-        dataset_dir=data.get("dataset_dir"), max_samples=max_samples, nproc_per_node=1, device="auto",
+        dataset_dir=data.get("dataset_dir"), max_samples=max_samples, nproc_per_node=1, device="auto", cutoff_len=None,
         detach=args.detach, root=str(data.get("output_dir") or default_runs_root()),
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
         batch_size=batch_size, model_data=model_data, model_source=str(args.config))
@@ -470,7 +475,7 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
             err.print(warning_line(w))
     from ftui.records import dataset_path_problem
 
-    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage)
+    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=True)
     if problem:
         err.print(error_line(problem))
         return None
@@ -741,6 +746,10 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             err.print(_("ftui {command}: {option} must be 1 or more").format(command=kind, option="--" + name.replace("_", "-")))
             return EXIT_USAGE
+    cutoff_len = getattr(args, "cutoff_len", None)
+    if cutoff_len is not None and not 8 <= cutoff_len <= 1_048_576:
+        err.print(_("ftui {command}: --cutoff-len must be between 8 and 1048576").format(command=kind))
+        return EXIT_USAGE
     run_dir = model_config = None
     root = Path(args.root or default_runs_root()).expanduser()
     if args.run is not None:
@@ -755,7 +764,7 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
         except ConfigError as e:
             err.print(error_line(str(e)))
             return EXIT_USAGE
-    generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)}
+    generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)} if kind == "predict" else {}
     if not _sampling_ok(generation.get("temperature", 0), generation.get("top_p", 1)):
         err.print(escape(_("ftui {command}: --temperature must be 0 or more and --top-p in (0, 1]").format(command=kind)))
         return EXIT_USAGE
@@ -767,16 +776,11 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
     try:
         job_dir, cfg = prepare_job(kind, run_dir=run_dir, source=source, dataset=args.dataset, dataset_dir=args.dataset_dir,
                                    max_samples=args.max_samples, generation=generation, nproc=args.nproc_per_node,
-                                   device=args.device, model_config=model_config, root=root)
+                                   device=args.device, model_config=model_config, root=root, cutoff_len=cutoff_len,
+                                   eval_batch_size=args.batch_size if kind == "eval" else None)
     except (JobError, ConfigError, OSError) as e:
         err.print(error_line(str(e)))
         return EXIT_USAGE if not isinstance(e, OSError) else EXIT_FAILED
-    from ftui.records import dataset_path_problem
-
-    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir)
-    if problem:
-        err.print(error_line(problem))
-        return EXIT_USAGE
     try:
         start_job(kind, job_dir, cfg)
     except RunBusy as e:

@@ -15,10 +15,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
@@ -60,10 +61,17 @@ def comma_items(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
+def _numeric_field(annotation: Any) -> bool:
+    """int, float or an Optional of one (not bool, which is a subclass of int)."""
+    kinds = set(get_args(annotation)) or {annotation}
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
 class RunConfig(BaseModel):
     """A fine-tuning run. Field names follow LLaMA-Factory / transformers' TrainingArguments."""
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    # allow_inf_nan off: learning_rate: .nan would pass gt/le checks in no sensible way
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), allow_inf_nan=False)
 
     # --- Model
     model_name_or_path: str = Field(min_length=1, description=N_("a local model directory or a hub name"))
@@ -130,6 +138,8 @@ class RunConfig(BaseModel):
     save_total_limit: int | None = Field(None, ge=1, description=N_("keep only the newest N checkpoints; empty: keep all"))
     eval_steps: int | None = Field(None, ge=1, description=N_("default: logging_steps x 10"))
     seed: int = Field(42, ge=0)
+    data_seed: int | None = Field(None, ge=0, description=N_("the seed of the data order (each epoch's shuffle); empty: seed"))
+    dataloader_drop_last: bool = Field(False, description=N_("drop each epoch's last micro batch when it is smaller than the others"))
     # --- LLaMA-Factory's method, optimizer and data keys (issue 14): each changes the result and is done as it does
     use_dora: bool = Field(False, description=N_("DoRA: LoRA plus a trained magnitude vector per adapted layer (peft use_dora)"))
     use_rslora: bool = Field(False, description=N_("rank-stabilised LoRA: adapters scaled by lora_alpha / sqrt(lora_rank) instead of lora_alpha / lora_rank"))
@@ -187,6 +197,15 @@ class RunConfig(BaseModel):
         if isinstance(data, dict) and data.get("neat_packing") is True and data.get("stage", "sft") == "sft":
             data = {**data, "packing": True}
         return data
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: Any) -> Any:
+        """pydantic's lax mode reads true as 1 for an int or float field (max_steps: true would
+        train one step); a number field takes numbers only."""
+        if isinstance(value, bool) and _numeric_field(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError("bool_for_number", "Input should be a number, not true or false")
+        return value
 
     @field_validator("stage", mode="before")
     @classmethod
@@ -329,6 +348,8 @@ PYDANTIC_MESSAGES = {
     "bool_type": N_("Input should be a valid boolean"),
     "string_type": N_("Input should be a valid string"),
     "value_error": N_("Value error, {error}"),
+    "finite_number": N_("Input should be a finite number"),
+    "bool_for_number": N_("Input should be a number, not true or false"),
 }
 
 
@@ -378,8 +399,9 @@ def encoding_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
-    """Rules that involve more than one field, or the machine (QLoRA needs CUDA)."""
+def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[FieldProblem]:
+    """Rules that involve more than one field, or the machine (QLoRA needs CUDA). ``model_known``
+    False: the model is a stand-in for a missing one, so nothing is checked against its config."""
     out: list[FieldProblem] = []
     if cfg.bf16 and cfg.fp16:
         out.append(FieldProblem("fp16", True, _("bf16 and fp16 are both on; choose one precision")))
@@ -403,7 +425,10 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, _("the single engine runs one process; choose engine ddp for several")))
     out += engine_problems(cfg)
     out += gpu_pick_problems(cfg)
-    if cfg.precision == "fp16" and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
+    if cfg.device == "cuda" and not gpu_present(cfg.gpus):
+        out.append(FieldProblem("device", cfg.device, _("no CUDA GPU was found on this machine (NVML sees none); use device: auto "
+                                                        "(the CPU when there is no GPU) or cpu")))
+    elif cfg.precision == "fp16" and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
         out.append(FieldProblem("fp16", True, _("fp16 needs a CUDA GPU and none was found; for a CPU run use bf16 (CPU autocast "
                                                 "supports it) or fp32") if cfg.device == "auto" else
                                 _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
@@ -431,9 +456,10 @@ def cross_field_problems(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("node_rank", cfg.node_rank, _("a config starts node 0 of a run; the other nodes join that run "
                                                               "with the command node 0 prints (ftui train RUN/config.yaml "
                                                               "--node-rank N), so that every node writes into one run directory")))
-    out += model_problems(cfg)
-    out += cutoff_problems(cfg)
-    out += multimodal_model_problems(cfg)
+    if model_known:
+        out += model_problems(cfg)
+        out += cutoff_problems(cfg)
+        out += multimodal_model_problems(cfg)
     out += refused_key_problems(cfg)
     out += method_option_problems(cfg)
     out += data_option_problems(cfg)
@@ -789,7 +815,7 @@ def _cross_field_problems_of_the_rest(data: dict[str, Any], failed: set[str]) ->
         cfg = RunConfig.model_validate(rest)
     except ValidationError:
         return []
-    return [p for p in cross_field_problems(cfg) if p.field not in failed]
+    return [p for p in cross_field_problems(cfg, model_known="model_name_or_path" not in failed) if p.field not in failed]
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> tuple[RunConfig, list[str]]:

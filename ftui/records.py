@@ -129,16 +129,23 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
     return specs
 
 
-def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = None) -> str | None:
+def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = None, unresolved: bool = False) -> str | None:
     """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir, it is multimodal,
     or, given the ``stage``, its entry says it does not fit: a ranking set for sft, none for
     dpo), else None. Checked before a run starts (CLI, form) from the registry alone; other
-    dataset problems are left to the run, which reports them with the offending record."""
+    dataset problems are left to the run, which reports them with the offending record.
+    ``unresolved``: also a name that is neither in the registry nor a file nor a hub name, or
+    an unreadable registry (the CLI refuses those before starting a job that would fail; the
+    form's preview says them in its own place)."""
+    if unresolved and not [n for n in dataset.split(",") if n.strip()]:
+        return _("no dataset given; name one from dataset_info.json or give a file")
     try:
         specs = resolve_datasets(dataset, dataset_dir)
     except (DatasetPathError, DatasetRefused) as err:
         return str(err)
-    except (DataFormatError, OSError, ValueError, AttributeError, TypeError):
+    except DataFormatError as err:
+        return str(err) if unresolved else None
+    except (OSError, ValueError, AttributeError, TypeError):
         return None
     if stage is not None:
         from ftui.preference_records import registry_fit_problem

@@ -92,6 +92,18 @@ def test_bad_values_give_one_message_per_field_with_value_and_what_is_allowed():
     assert "lr_scheduler_type = 'zigzag'" in str(info.value)
 
 
+def test_a_number_field_refuses_nan_inf_and_true_instead_of_reading_them_oddly():
+    """learning_rate: .nan passed "<= 10" as nonsense, max_steps: true trained one step."""
+    data = yaml.safe_load(LF_LORA_SFT) | {"learning_rate": float("nan"), "num_train_epochs": float("inf"), "max_steps": True,
+                                          "lora_alpha": False, "gradient_checkpointing": True}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    problems = {p.field: p.message for p in info.value.problems}
+    assert set(problems) == {"learning_rate", "num_train_epochs", "max_steps", "lora_alpha"}  # a bool field keeps its bool
+    assert "finite number" in problems["learning_rate"] and "finite number" in problems["num_train_epochs"]
+    assert "not true or false" in problems["max_steps"] and "not true or false" in problems["lora_alpha"]
+
+
 def test_required_fields_say_so_in_words_and_other_problems_show_at_the_same_time():
     from ftui.config import validate_config
 
@@ -99,6 +111,8 @@ def test_required_fields_say_so_in_words_and_other_problems_show_at_the_same_tim
     by_field = {p.field: p.message for p in problems}
     assert cfg is None and by_field["dataset"] == "required: a dataset name or file"
     assert "no such model directory" in by_field["model_name_or_path"] and "choose one precision" in by_field["fp16"]
+    # an empty config: the two required fields, nothing checked against the stand-in model (cutoff_len 2048 > the demo's 512)
+    assert {p.field for p in validate_config({})[1]} == {"model_name_or_path", "dataset"}
     cfg, problems = validate_config({"learning_rate": "fast"})
     by_field = {p.field: p.message for p in problems}
     assert by_field["model_name_or_path"] == "required: a model directory or hub name"

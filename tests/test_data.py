@@ -1,6 +1,7 @@
 """Data: LLaMA-Factory formats and registry, prompt masking, cutoff, packing, token counts."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -129,3 +130,24 @@ def test_packed_examples_do_not_see_each_other(demo_tokenizer):
             torch.testing.assert_close(packed[offset : offset + n], alone, atol=1e-4, rtol=1e-4)
             offset += n
     assert batch.real_tokens == 21 and batch.trainable_tokens == 21 - 3  # no label across examples
+
+
+def test_data_seed_orders_the_data_apart_from_seed_and_drop_last_drops_the_short_batch():
+    """LLaMA-Factory's (transformers') data_seed and dataloader_drop_last change what is
+    trained: both are implemented, not listed as without effect."""
+    from ftui.runner.data import run_sampler
+
+    def order(**over):
+        sampler = run_sampler(tiny_config(Path("/tmp"), **over), n=10, rank=0, world=1)
+        return [i for b in sampler.batches(epoch=0) for i in b], sampler.batches_per_epoch
+
+    plain, batches = order(per_device_train_batch_size=4)
+    assert batches == 3 and sorted(plain) == list(range(10))  # 4 + 4 + 2
+    assert order(per_device_train_batch_size=4, data_seed=42) == (plain, 3)  # data_seed defaults to seed
+    reseeded, _ = order(per_device_train_batch_size=4, data_seed=7)
+    assert reseeded != plain and order(per_device_train_batch_size=4, seed=7, data_seed=42)[0] == plain
+    dropped, batches = order(per_device_train_batch_size=4, dataloader_drop_last=True)
+    assert batches == 2 and dropped == plain[:8]
+    halves = [run_sampler(tiny_config(Path("/tmp"), per_device_train_batch_size=4, dataloader_drop_last=True), 10, r, 2)
+              for r in (0, 1)]
+    assert [s.batches_per_epoch for s in halves] == [1, 1]  # 5 rows per rank: one batch of 4 each

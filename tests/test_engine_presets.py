@@ -55,14 +55,21 @@ def test_sharding_presets_need_two_processes_and_say_what_to_use():
     assert problems(engine="fsdp", nproc_per_node=2) == {}
 
 
-def test_impossible_engine_combinations_are_refused_with_an_alternative():
+def test_impossible_engine_combinations_are_refused_with_an_alternative(monkeypatch):
+    from tests.fake_nvml import use_fake_nvml
+
     # fp16 with FSDP2 works (GradScaler over DTensor gradients, found_inf agreed between ranks)
     assert "fp16" not in problems(engine="fsdp", nproc_per_node=2, fp16=True, device="cuda")
+    use_fake_nvml(monkeypatch, [])
+    assert "no CUDA GPU was found" in problems(device="cuda")["device"]  # a machine without GPUs
     msg = problems(engine="zero3", nproc_per_node=2, finetuning_type="lora", quantization_bit=4)["engine"]
     assert "QLoRA" in msg and "ddp" in msg
 
 
-def test_a_users_deepspeed_file_is_checked(tmp_path):
+def test_a_users_deepspeed_file_is_checked(tmp_path, monkeypatch):
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    use_fake_nvml(monkeypatch, four_gpus())  # fp16 on device cuda needs a GPU
     assert "cannot read" in problems(deepspeed=str(tmp_path / "none.json"))["deepspeed"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

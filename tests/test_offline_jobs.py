@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import wait_for
+from ftui.gpu import gpu_count
 from ftui.paths import EVAL_RESULTS_FILE, EVENTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -128,7 +129,57 @@ def test_llamafactorys_predict_yaml_runs_a_predict_job(demo_run, tmp_path):
     (["--model", "/nonexistent"], "give a run"),
     (["--base", "--checkpoint", "1"], "not both"),
     (["--batch-size", "0"], "--batch-size must be 1 or more"),
+    (["--dataset", "nosuch", "--dataset-dir", "/nonexistent"], "'nosuch' is neither in /nonexistent/dataset_info.json"),
+    (["--dataset", ","], "no dataset given"),
+    (["--device", "cuda:1"], "invalid choice"),
+    pytest.param(["--device", "cuda"], "no CUDA GPU was found",
+                 marks=pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")),
 ])
 def test_predict_usage_problems_exit_2_before_any_job(demo_run, args, says):
+    from ftui.jobs.offline import list_jobs
+
+    before = list_jobs(demo_run, "predict")
     proc = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", *args, timeout=120)
     assert proc.returncode == 2 and says in " ".join(proc.stderr.split()), proc.stderr
+    assert list_jobs(demo_run, "predict") == before  # refused before its directory was made
+
+
+def test_eval_takes_its_own_cutoff_len_and_batch_and_predict_its_cutoff_len(tmp_path, monkeypatch):
+    """--cutoff-len (both) and eval's --batch-size replace the run's settings in the job's config:
+    the options the jobs' failure hints name."""
+    import ftui.jobs.offline as offline
+    from ftui.cli import main
+
+    model = tmp_path / "model"  # a model directory as far as the CLI looks (the job is not started)
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    (model / "model.safetensors").write_bytes(b"")
+    (model / "tokenizer.json").write_text("{}")
+    started = []
+    monkeypatch.setattr(offline, "start_job", lambda kind, job_dir, cfg: started.append((kind, cfg)))
+    data = str(Path(__file__).parent / "data" / "farm_qa.json")
+    common = ["--model", str(model), "--dataset", data, "--detach", "--root", str(tmp_path / "runs")]
+    assert main(["eval", *common, "--cutoff-len", "64", "--batch-size", "3"]) == 0
+    assert main(["predict", *common, "--cutoff-len", "96", "--batch-size", "5"]) == 0
+    (_, eval_cfg), (_, predict_cfg) = started
+    assert (eval_cfg.cutoff_len, eval_cfg.per_device_eval_batch_size) == (64, 3)
+    assert predict_cfg.cutoff_len == 96 and predict_cfg.per_device_eval_batch_size == 1  # predict's batch is generation's
+    assert main(["eval", *common, "--cutoff-len", "4"]) == 2 and len(started) == 2
+
+
+def test_a_jobs_failure_hint_names_the_jobs_options_not_trainings(tmp_path):
+    import torch
+
+    from conftest import tiny_config
+    from ftui.runner.data import DataFormatError
+    from ftui.runner.faults import hint_for
+
+    cfg = tiny_config(tmp_path, per_device_eval_batch_size=4, cutoff_len=256)
+    oom = torch.OutOfMemoryError("CUDA out of memory")
+    assert "--max-new-tokens" in hint_for(oom, cfg, "predict") and "gradient_checkpointing" not in hint_for(oom, cfg, "predict")
+    assert "--batch-size (now 4)" in hint_for(oom, cfg, "eval") and "--cutoff-len (now 256)" in hint_for(oom, cfg, "eval")
+    assert "gradient_checkpointing" in hint_for(oom, cfg, "train")
+    assert "--cutoff-len N" in hint_for(DataFormatError("no usable examples"), cfg, "eval")
+    unreadable = PermissionError(13, "Permission denied", "/runs/x/final/model.safetensors")
+    assert "final/" in hint_for(unreadable, cfg, "export") and "model_name_or_path" not in hint_for(unreadable, cfg, "export")
+    assert "model_name_or_path" in hint_for(unreadable, cfg, "train")

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ftui.config import RunConfig, load_config
+from ftui.config import RunConfig, gpu_present, load_config
 from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
+from ftui.records import dataset_path_problem
 
 KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
@@ -63,9 +64,10 @@ def source_label(source: dict[str, Any]) -> str:
 
 
 def job_config(base: RunConfig, dataset: str, dataset_dir: str | None, max_samples: int | None, nproc: int,
-               device: str | None) -> RunConfig:
+               device: str | None, cutoff_len: int | None = None, eval_batch_size: int | None = None) -> RunConfig:
     """The run's config narrowed to the job: these datasets, all of them scored (no eval split),
-    one node, plain data parallel (a model is loaded whole per process), nothing mirrored."""
+    one node, plain data parallel (a model is loaded whole per process), nothing mirrored;
+    the run's cutoff_len and eval batch unless the job gives its own."""
     update: dict[str, Any] = {
         "dataset": dataset, "eval_dataset": None, "val_size": 0.0, "max_samples": max_samples,
         "tokenized_path": None, "resume_from_checkpoint": None, "packing": False,
@@ -74,14 +76,19 @@ def job_config(base: RunConfig, dataset: str, dataset_dir: str | None, max_sampl
     }
     if dataset_dir is not None:
         update["dataset_dir"] = dataset_dir
+    if cutoff_len is not None:
+        update["cutoff_len"] = cutoff_len
+    if eval_batch_size is not None:
+        update["per_device_eval_batch_size"] = eval_batch_size
     if device is not None and device != "auto":
-        update["device"] = "cuda" if device.startswith("cuda") else device
+        update["device"] = device
     return base.model_copy(update=update)
 
 
 def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], dataset: str, dataset_dir: str | None,
                 max_samples: int | None = None, generation: dict[str, Any] | None = None, nproc: int = 1,
-                device: str | None = None, model_config: RunConfig | None = None, root: Path | None = None) -> tuple[Path, RunConfig]:
+                device: str | None = None, model_config: RunConfig | None = None, root: Path | None = None,
+                cutoff_len: int | None = None, eval_batch_size: int | None = None) -> tuple[Path, RunConfig]:
     """Makes the job's directory (config.yaml, job.json); returns it with the job's config.
     ``model_config``: the config for a model outside a run (its template, cutoff_len)."""
     if run_dir is not None:
@@ -91,7 +98,12 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
         base, parent = model_config, root
     else:
         raise JobError(_("give a run, or --model PATH"))
-    cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device)
+    cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
+    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, unresolved=True)
+    if problem is None and cfg.device == "cuda" and not gpu_present():
+        problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")
+    if problem:
+        raise JobError(problem)  # before the job's directory exists: a refused job leaves nothing behind
     job_dir = new_job_dir(parent, kind)
     cfg.save(job_dir / CONFIG_FILE, include_unsupported=False)
     spec = {"job": kind, "source": source, "source_label": source_label(source), "dataset": dataset,

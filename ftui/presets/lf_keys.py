@@ -29,7 +29,7 @@ def _keys(text: str) -> list[str]:
 NO_EFFECT = set(_keys("""
     plot_loss overwrite_output_dir ddp_timeout preprocessing_num_workers preprocessing_batch_size overwrite_cache
     cache_dir dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor
-    dataloader_drop_last logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter
+    logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter
     include_num_input_tokens_seen include_effective_tokens_per_second log_level log_level_replica disable_tqdm
     logging_dir save_only_model save_strategy save_on_each_node enable_jit_checkpoint skip_memory_metrics debug
     local_rank ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph ddp_backend
@@ -47,7 +47,7 @@ NO_EFFECT = set(_keys("""
     export_quantization_dataset export_quantization_nsamples export_quantization_maxlen export_legacy_format
     export_hub_model_id hub_token hf_hub_token ms_hub_token om_hub_token hub_private_repo hub_model_id hub_strategy
     hub_always_push hub_revision metric_for_best_model greater_is_better
-    restore_callback_states_from_checkpoint full_determinism data_seed master_addr master_port
+    restore_callback_states_from_checkpoint full_determinism master_addr master_port
     use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing
     flash_attn torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
     quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc

@@ -21,7 +21,7 @@ from ftui.config import RunConfig
 from ftui.i18n import _
 from ftui.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
 
-__all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler"]
+__all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
 IGNORE = -100
 PROGRESS_EVERY_S = 3.0  # how often build_datasets reports while it tokenizes
@@ -307,10 +307,11 @@ class EpochSampler:
     the middle of an epoch at an exact micro-batch, which that sampler cannot do.
     """
 
-    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int):
+    def __init__(self, n: int, batch_size: int, rank: int, world: int, seed: int, drop_last: bool = False):
         self.n, self.bs, self.rank, self.world, self.seed = n, batch_size, rank, world, seed
         self.per_rank = -(-n // world)
-        self.batches_per_epoch = -(-self.per_rank // batch_size)
+        # drop_last (transformers' dataloader_drop_last): a rank's short last micro batch is not trained on
+        self.batches_per_epoch = self.per_rank // batch_size if drop_last else -(-self.per_rank // batch_size)
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
         g = torch.Generator().manual_seed(self.seed + epoch)
@@ -319,3 +320,9 @@ class EpochSampler:
         mine = order[self.rank :: self.world]
         for b in range(start, self.batches_per_epoch):
             yield mine[b * self.bs : (b + 1) * self.bs]
+
+
+def run_sampler(cfg: Any, n: int, rank: int, world: int) -> EpochSampler:
+    """The run's sampler: its micro batch, data_seed (else seed) and dataloader_drop_last."""
+    seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
+    return EpochSampler(n, cfg.per_device_train_batch_size, rank, world, seed, drop_last=cfg.dataloader_drop_last)

@@ -120,7 +120,11 @@ def exception_chain(exc: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__
 
 
-def hint_for(exc: BaseException, cfg: RunConfig) -> str:
+def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train") -> str:
+    """What to do about ``exc``, in the options of the command that started ``job``: an eval or
+    predict job is not given training's batch or engine settings, but --batch-size, --cutoff-len."""
+    if job in ("eval", "predict") and isinstance(exc, (torch.OutOfMemoryError, DataFormatError)):
+        return _job_hint(exc, cfg, job)
     if isinstance(exc, torch.OutOfMemoryError):
         bs, accum = cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
         options = []
@@ -166,8 +170,22 @@ def hint_for(exc: BaseException, cfg: RunConfig) -> str:
                            "with no network use local files, set HF_ENDPOINT to a mirror, or HF_HUB_OFFLINE=1 for what is "
                            "cached").format(endpoint=hub_endpoint())
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
+        if job != "train":  # the job reads a run's final/ or checkpoint (or --model), not the config's model
+            return _("check the weights this job reads (its job.json's source: the run's final/, a checkpoint, or "
+                     "--model): a folder with config.json and weights that this user can read")
         return _("check model_name_or_path: a local directory with config.json, or a hub name this machine can reach")
     return _("the traceback is at the end of train.log")
+
+
+def _job_hint(exc: BaseException, cfg: RunConfig, job: str) -> str:
+    if isinstance(exc, DataFormatError):
+        return _("fix the dataset (or its dataset_info.json entry), or give another with --dataset; --cutoff-len N "
+                 "replaces the run's cutoff_len ({cutoff_len})").format(cutoff_len=cfg.cutoff_len)
+    if job == "predict":
+        return _("out of GPU memory while generating: lower --batch-size, --max-new-tokens or --cutoff-len "
+                 "(now {cutoff_len})").format(cutoff_len=cfg.cutoff_len)
+    return _("out of GPU memory while scoring: lower --batch-size (now {bs}) or --cutoff-len (now {cutoff_len})").format(
+        bs=cfg.per_device_eval_batch_size, cutoff_len=cfg.cutoff_len)
 
 
 # Translated where it is written (job.py), in the language of the run's process.

@@ -27,7 +27,7 @@ from ftui.events import EventWriter
 from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR
 from ftui.runner.checkpoint import load_checkpoint
-from ftui.runner.data import DataFormatError, EpochSampler
+from ftui.runner.data import DataFormatError, run_sampler
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo, make_engine, pick_device
 from ftui.runner.faults import Heartbeat, StopRequest
@@ -113,7 +113,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             torch.cuda.reset_peak_memory_stats(device)
 
         # --- Schedule
-        sampler = EpochSampler(len(data.train), cfg.per_device_train_batch_size, info.rank, info.world_size, cfg.seed)
+        sampler = run_sampler(cfg, len(data.train), info.rank, info.world_size)
         accum = cfg.gradient_accumulation_steps
         steps_per_epoch = sampler.batches_per_epoch // accum
         if steps_per_epoch == 0:
