@@ -22,8 +22,13 @@ try:  # nvidia-ml-py installs the module `pynvml`
 except ImportError:  # pragma: no cover - it is a dependency, but keep the app up without it
     pynvml = None
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _state = {"initialised": False, "ok": False}
+# The machine's GPUs, read from NVML once per process: which GPUs a machine has does not change
+# under a running app, while NVML answers in milliseconds per call (seconds on a GPU in a bad
+# state) and the launch form checks the GPUs on every keystroke. Live figures (utilization,
+# memory) are never cached.
+_inventory: dict[str, Any] = {}
 
 
 def _init() -> bool:
@@ -121,6 +126,36 @@ def _uuid(handle: Any) -> str:
     return u.decode() if isinstance(u, bytes) else str(u)
 
 
+def _physical() -> list[tuple[int, Any, str]]:
+    """(nvml index, handle, UUID) of every GPU of the machine, read once ([] without NVML)."""
+    if not _init():
+        return []
+    with _lock:
+        if "physical" not in _inventory:
+            try:
+                handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+            except Exception:
+                handles = []
+            _inventory["physical"] = [(i, h, _opt(_uuid, h) or "") for i, h in handles]
+        return _inventory["physical"]
+
+
+def _all_migs() -> list[tuple[int, Any, Any, str]]:
+    """Every MIG instance of the machine (see _mig_instances), read once."""
+    with _lock:
+        if "migs" not in _inventory:
+            _inventory["migs"] = _mig_instances([(i, h) for i, h, _u in _physical()])
+        return _inventory["migs"]
+
+
+def inventory_read() -> bool:
+    """Whether the machine's GPUs were read already (or NVML is known to be absent), so that
+    the checks that ask about them answer at once, without NVML: the app reads them in a
+    worker first and validates after."""
+    with _lock:
+        return _state["initialised"] and (not _state["ok"] or "physical" in _inventory)
+
+
 def _mig_instances(physical: list[tuple[int, Any]]) -> list[tuple[int, Any, Any, str]]:
     """(nvml index of the parent, parent handle, MIG handle, MIG UUID) of every MIG instance."""
     out = []
@@ -158,11 +193,8 @@ def visible_gpus(picked: str | None = None) -> list[VisibleGpu]:
 
 def gpus_named(devices: str | None) -> list[VisibleGpu]:
     """The GPUs CUDA_VISIBLE_DEVICES=``devices`` leaves visible (None: every GPU of the machine)."""
-    if not _init():
-        return []
-    try:
-        physical = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:
+    physical = _physical()
+    if not physical:
         return []
     wanted = parse_visible_devices(devices)
     chosen: list[tuple[int, Any, Any, str]] = []  # (nvml index, handle, physical handle, uuid)
@@ -170,13 +202,13 @@ def gpus_named(devices: str | None) -> list[VisibleGpu]:
         for n in wanted if wanted is not None else range(len(physical)):
             if n >= len(physical):  # CUDA stops at the first ordinal past the last GPU
                 break
-            i, h = physical[n]
-            chosen.append((i, h, h, _opt(_uuid, h) or ""))
+            i, h, u = physical[n]
+            chosen.append((i, h, h, u))
     elif wanted:
         if str(wanted[0]).startswith("MIG-"):
-            candidates = [(i, mig, parent, u) for i, parent, mig, u in _mig_instances(physical)]
+            candidates = [(i, mig, parent, u) for i, parent, mig, u in _all_migs()]
         else:
-            candidates = [(i, h, h, _opt(_uuid, h) or "") for i, h in physical]
+            candidates = [(i, h, h, u) for i, h, u in physical]
         taken: list[int] = []
         for w in wanted:
             k = _match_prefix(str(w), [c[3] for c in candidates])
@@ -211,7 +243,7 @@ def machine_gpus() -> list[tuple[str, str]]:
         free = _(", {free} of {total} GiB free").format(free=f"{(mem.total - mem.used) / (1 << 30):.0f}",
                                                           total=f"{mem.total / (1 << 30):.0f}") if mem is not None else ""
         out.append((str(g.nvml_index), f"{name_of(g.handle)}{free}"))
-        for i, _parent, mig, uuid in _mig_instances([(g.nvml_index, g.physical)]):
+        for i, _parent, mig, uuid in [m for m in _all_migs() if m[0] == g.nvml_index]:
             out.append((uuid, _("MIG of GPU {index}: {name}").format(index=i, name=name_of(mig))))
     return out
 
@@ -241,11 +273,17 @@ def compute_capabilities(count: int | None = None, picked: str | None = None) ->
     cannot tell are left out."""
     out = []
     for g in visible_gpus(picked)[:count]:
-        try:
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(g.physical)
-        except Exception:
-            continue
-        out.append((g, (int(major), int(minor))))
+        with _lock:
+            caps = _inventory.setdefault("capabilities", {})
+            if g.nvml_index not in caps:
+                try:
+                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(g.physical)
+                    caps[g.nvml_index] = (int(major), int(minor))
+                except Exception:
+                    caps[g.nvml_index] = None
+            cap = caps[g.nvml_index]
+        if cap is not None:
+            out.append((g, cap))
     return out
 
 

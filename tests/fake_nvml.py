@@ -80,6 +80,7 @@ def use_fake_nvml(monkeypatch, gpus: list[FakeGpu]) -> FakeNvml:
     fake = FakeNvml(gpus)
     monkeypatch.setattr(ftui.gpu, "pynvml", fake)
     monkeypatch.setattr(ftui.gpu, "_state", {"initialised": False, "ok": False})
+    monkeypatch.setattr(ftui.gpu, "_inventory", {})
     return fake
 
 

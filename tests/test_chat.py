@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from rich.markup import escape
 from rich.text import Text
 
 from conftest import wait_for
@@ -155,15 +156,15 @@ MARKUP = "[bold]not bold[/] and [red]not red[/red] [/]"
 
 
 class FakeWorker:
-    def __init__(self, answer_parts=("Hello", " ", MARKUP)):
-        self.parts = answer_parts
+    def __init__(self, answer_parts=("Hello", " ", MARKUP), label="run final"):
+        self.parts, self.label = answer_parts, label
         self.replies: queue.Queue = queue.Queue()
         self.sent: list = []
         self.next_id = 0
 
     def load(self, **spec):
         self.spec = spec
-        label = "base of run" if spec.get("base") else "run final"
+        label = "base of run" if spec.get("base") else self.label
         return {"type": "loaded", "label": label, "device": spec.get("device", "cpu"), "params": 1234}
 
     def generate(self, messages, settings):
@@ -187,6 +188,9 @@ class FakeWorker:
         pass
 
 
+TITLE = "exp[/]old [b]final"
+
+
 def fake_run(tmp_path: Path) -> Path:
     run = tmp_path / "run-1"
     (run / "final").mkdir(parents=True)
@@ -194,7 +198,7 @@ def fake_run(tmp_path: Path) -> Path:
     return run
 
 
-def chat_app(run: Path, workers: list):
+def chat_app(run: Path, workers: list, label: str = "run final"):
     from textual.app import App
 
     from ftui.tui.screens.chat import ChatScreen
@@ -204,7 +208,7 @@ def chat_app(run: Path, workers: list):
 
         def on_mount(self):
             def factory():
-                workers.append(FakeWorker())
+                workers.append(FakeWorker(label=label))
                 return workers[-1]
 
             self.push_screen(ChatScreen(run, worker_factory=factory))
@@ -218,7 +222,7 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
     run = fake_run(tmp_path)
     assert [v for _, v in chat_sources(run)] == ["final", "step-2", "base"]
     workers: list = []
-    app = chat_app(run, workers)
+    app = chat_app(run, workers, label=TITLE)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause(0.3)
         assert workers and workers[0].spec == {"run": str(run), "checkpoint": "final", "device": "cpu"}
@@ -248,6 +252,8 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         await pilot.pause(0.2)
         saved = list(run.glob("chat-*.json"))
         assert len(saved) == 1 and MARKUP in saved[0].read_text()
+        assert json.loads(saved[0].read_text())["model"] == TITLE  # the label as it is, not markup read back
+        assert screen.query_one("#pane-main", ChatPane).border_title == escape(TITLE)  # shown literally, no crash
         await pilot.press("ctrl+l")
         await pilot.pause(0.1)
         assert screen.conversations["main"].messages == []

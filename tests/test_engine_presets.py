@@ -4,6 +4,7 @@ refused with an alternative, and `ftui presets`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -71,6 +72,8 @@ def test_a_users_deepspeed_file_is_checked(tmp_path, monkeypatch):
 
     use_fake_nvml(monkeypatch, four_gpus())  # fp16 on device cuda needs a GPU
     assert "cannot read" in problems(deepspeed=str(tmp_path / "none.json"))["deepspeed"]
+    os.mkfifo(tmp_path / "fifo.json")  # the form checks per keystroke: a FIFO must not hang it
+    assert "FIFO" in problems(deepspeed=str(tmp_path / "fifo.json"))["deepspeed"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert "not valid JSON" in problems(deepspeed=str(bad))["deepspeed"]

@@ -507,6 +507,35 @@ async def test_form_counts_and_checks_only_the_gpus_cuda_visible_devices_leaves(
         assert not screen.query_one("#p-bf16", RadioButton).disabled
 
 
+async def test_the_form_never_calls_nvml_on_the_ui_thread(tmp_path, monkeypatch):
+    """The checks of bf16 and of the gpus field ask about the GPUs on every keystroke: they
+    read what a worker read once, and the UI thread makes no NVML call (one can take seconds)."""
+    import threading
+
+    from tests.fake_nvml import four_gpus, use_fake_nvml
+
+    fake = use_fake_nvml(monkeypatch, four_gpus())
+    on_ui: list[str] = []
+    ui_thread = threading.current_thread()
+    for name in [n for n in dir(fake) if n.startswith("nvml")]:
+        def counted(*args, _call=getattr(fake, name), _name=name):
+            if threading.current_thread() is ui_thread:
+                on_ui.append(_name)
+            return _call(*args)
+        monkeypatch.setattr(fake, name, counted)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen._ready)
+        screen.fill({"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "method": "full",
+                     "cutoff_len": "128", "precision": "bf16", "gpus": "1,2"})
+        await until(pilot, lambda: screen.config is not None and screen.config.gpus == "1,2" and screen.config.bf16)
+        for typed in ("0.0002", "0.00025"):  # as keystrokes change it: Input.Changed, then validation
+            screen.query_one("#f-learning_rate", Input).value = typed
+            await until(pilot, lambda: screen.config is not None and screen.config.learning_rate == float(typed))
+        assert on_ui == []
+
+
 async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(tmp_path, monkeypatch):
     """Issue 13, item 13: the gpus field offers the machine's GPUs (NVML, faked here);
     processes per node follow the GPUs picked until the user sets them; more processes

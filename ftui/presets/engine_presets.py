@@ -145,16 +145,26 @@ def describe(name: str) -> tuple[str, str]:
     return _(what), _(when)
 
 
+MAX_DEEPSPEED_BYTES = 1 << 20
+
+
 def read_user_deepspeed(path: str) -> dict[str, Any]:
     """A user's DeepSpeed JSON (LLaMA-Factory's ``deepspeed:`` key); raises ValueError with
     a message a user can act on."""
+    from ftui.events import UnreadableFile, read_at  # a regular file, a bounded read: the form checks it per keystroke
+
     p = Path(path).expanduser()
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ValueError(_("cannot read the DeepSpeed config: {error}").format(error=err.strerror or err)) from None
+        raw = read_at(p, 0, MAX_DEEPSPEED_BYTES + 1)
+    except UnreadableFile as err:
+        raise ValueError(_("cannot read the DeepSpeed config: {error}").format(error=err)) from None
+    if raw is None:
+        raise ValueError(_("cannot read the DeepSpeed config: {error}").format(error=_("no such file")))
+    if len(raw) > MAX_DEEPSPEED_BYTES:
+        raise ValueError(_("the DeepSpeed config is over {size} KiB; a DeepSpeed JSON is a few hundred bytes").format(
+            size=MAX_DEEPSPEED_BYTES >> 10))
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as err:
         raise ValueError(_("the DeepSpeed config is not valid JSON: {error}").format(error=err)) from None
     if not isinstance(data, dict):

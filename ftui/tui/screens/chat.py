@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Label, Select, Static
 
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
-from ftui.gpu import device_choices
+from ftui.gpu import device_choices, inventory_read
 from ftui.i18n import N_, _
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
@@ -58,7 +58,7 @@ class ChatPane(VerticalScroll):
         """``title``: marked with N_, shown translated until a model's own label replaces it."""
         super().__init__(**kwargs)
         self.default_title = title
-        self.model_titled = False  # the loaded model's label is the title (never translated)
+        self.model_label: str | None = None  # the loaded model's label is the title (never translated)
         self.border_title = _(title)
         self._answer: Static | None = None
         self._text = ""
@@ -125,7 +125,8 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         sources = chat_sources(self.run_dir) if self.run_dir else []
-        devices = [("CPU", "cpu"), *device_choices()]  # cuda:N is the Nth GPU CUDA_VISIBLE_DEVICES leaves
+        # cuda:N is the Nth GPU CUDA_VISIBLE_DEVICES leaves; NVML only once read (else a worker fills them in)
+        devices = [("CPU", "cpu"), *(device_choices() if inventory_read() else [])]
         with Horizontal(id="chat-controls"):
             if sources:
                 yield Select(sources, value=sources[0][1], allow_blank=False, id="chat-source")
@@ -147,15 +148,30 @@ class ChatScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#chat-prompt", Input).focus()
+        if not inventory_read():
+            self.find_devices()
         if self.run_dir is not None:
             self.load_pane("main", self._source_spec())
+
+    @work(thread=True, exclusive=True, group="devices")
+    def find_devices(self) -> None:
+        """The GPUs to offer, read through NVML off the UI thread."""
+        choices = device_choices()
+        if choices:
+            self.app.call_from_thread(self._offer_devices, choices)
+
+    def _offer_devices(self, choices: list[tuple[str, str]]) -> None:
+        select = self.query_one("#chat-device", Select)
+        chosen = select.value
+        select.set_options([("CPU", "cpu"), *choices])
+        select.value = chosen if chosen in {v for _label, v in choices} else "cpu"
 
     async def recompose(self) -> None:
         """The language changed: the screen's own words are relabelled in place, so the
         conversation, what is typed, the chosen source and the model workers all stay."""
         relabel(self, {**PLACEHOLDERS, **LABELS})
         for pane in self.query(ChatPane):
-            if not pane.model_titled:
+            if pane.model_label is None:
                 pane.border_title = _(pane.default_title)
         if self.run_dir is not None:
             # its Changed reloads nothing: the spec is the one loaded
@@ -258,7 +274,9 @@ class ChatScreen(Screen):
             widget.show_error(error)
             self._status(error, "red")
             return
-        widget.border_title, widget.model_titled = reply["label"], True
+        # Text, not str: a str title is parsed as markup, and a run directory may be named "exp[/]old"
+        widget.model_label = str(reply["label"])
+        widget.border_title = Text(widget.model_label)
         self.conversations[pane] = Conversation()
         self._status(_("{model} on {device} ({params} parameters)").format(
             model=reply["label"], device=reply["device"], params=f"{reply['params']:,}"))
@@ -380,11 +398,11 @@ class ChatScreen(Screen):
         if conv is None or not conv.messages:
             self.notify(_("nothing to save yet"), severity="warning")
             return
-        label = self.query_one("#pane-main", ChatPane).border_title or ""
+        label = self.query_one("#pane-main", ChatPane).model_label or ""
         base = self.conversations.get("base") if self.compare else None
         compared = None
         if base is not None:  # a comparison is saved whole: both sides, one file
-            compared = {"model": str(self.query_one("#pane-base", ChatPane).border_title or ""),
+            compared = {"model": self.query_one("#pane-base", ChatPane).model_label or "",
                         "messages": list(base.messages)}
         try:
             conv.save(str(path), self.settings(), str(label), compared_with=compared)

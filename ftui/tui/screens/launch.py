@@ -9,6 +9,7 @@ thread workers. Keys from a loaded YAML that ftui does not support are kept and 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -414,6 +415,14 @@ class LaunchScreen(Screen):
     def revalidate(self) -> None:
         if not self._ready:
             return
+        from ftui.gpu import inventory_read
+
+        if not inventory_read():
+            # The checks ask NVML about the GPUs; on the UI thread only once detect_hardware has
+            # read them (its _apply_hardware validates again): NVML can take seconds.
+            self.query_one("#start", Button).disabled = True
+            self.query_one("#status-line", Static).update(Text(_("checking the GPUs..."), style="dim"))
+            return
         from ftui.config import validate_config
 
         values = self.values()
@@ -608,8 +617,8 @@ class LaunchScreen(Screen):
         self._show_static("#preview", self._records_preview + (Text("\n") + self._rendered if self._rendered.plain else Text()))
 
     def on_unmount(self) -> None:
-        if self._render_job is not None:
-            self._render_job.stop()
+        if self._render_job is not None:  # kill and reap the child off the UI thread: quitting never waits on it
+            threading.Thread(target=self._render_job.stop, daemon=True, name="ftui-stop-render").start()
 
     def _show_static(self, selector: str, content: Text) -> None:
         """A worker's result, shown on the UI thread: the widget is looked up here, not in the
