@@ -71,6 +71,7 @@ def test_dump_is_what_the_sft_stage_trains_on(tmp_path, capsys):
     assert main(["data", str(config), "--dump", str(out), "--force"]) == 0 and read_jsonl(out) == dumped
 
 
+@pytest.mark.slow  # CI time: --dump of sft in the test above, pt's blocks in test_stage_pt.py
 def test_dump_of_a_pretraining_config(tmp_path, lf_data):
     config = write_config(tmp_path, stage="pt", dataset="wiki_demo", dataset_dir=str(lf_data), cutoff_len=64, max_samples=20)
     out = tmp_path / "pt.jsonl"

@@ -116,6 +116,7 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
             stop_run(run, force=True)
 
 
+@pytest.mark.slow  # CI time: the index of runs outside the root is tested without a terminal (test_runs_root.py)
 def test_a_run_put_elsewhere_by_output_dir_is_listed_attached_and_stopped_from_another_directory(tmp_path):
     """Issue 13, items 1, 2 and 5 as a user meets them. A config whose `output_dir` puts the run
     outside the runs root (LLaMA-Factory's `saves/...`) is started from its project directory;

@@ -26,9 +26,9 @@ SHARDS_PARAMS = {"fsdp", "fsdp_offload", "zero3", "zero3_offload"}
 SHARDS_OPTIMIZER = SHARDS_PARAMS | {"zero1", "zero2", "zero2_offload"}
 
 
-# CI time: on a CPU the offload presets move nothing beyond zero2 / zero3 / fsdp, and zero1 sits
-# between zero0 and zero2 (all run with -m slow)
-SLOW_PRESETS = {"zero2_offload", "fsdp_offload", "zero3_offload", "zero1"}
+# CI time: on a CPU the offload presets move nothing beyond zero2 / zero3 / fsdp, zero1 sits
+# between zero0 and zero2, and zero0 is DeepSpeed without sharding (all run with -m slow)
+SLOW_PRESETS = {"zero2_offload", "fsdp_offload", "zero3_offload", "zero1", "zero0"}  # zero0: DDP's replicas, in DeepSpeed
 
 
 def matrix():
@@ -125,6 +125,7 @@ def test_resume_refuses_a_changed_batch(engine_runs, tmp_path):
     assert end["status"] == "failed" and "micro batch 4" in end["reason"] and "--checkpoint" in end["hint"]
 
 
+@pytest.mark.slow  # CI time: the presets are DeepSpeed files read the same way; the checks of a user's file: test_engine_presets.py
 def test_a_users_deepspeed_file_trains(tmp_path):
     """LLaMA-Factory's ZeRO-2 file as users have it: every value 'auto', no engine key."""
     ds = {

@@ -107,19 +107,38 @@ def test_a_predict_job_outlives_its_cli_and_a_stopped_one_keeps_its_answers(demo
     assert all(r["label"] for r in rows)
 
 
-def test_llamafactorys_predict_yaml_runs_a_predict_job(demo_run, tmp_path):
-    data = {"model_name_or_path": str(demo_run / "final"), "stage": "sft", "do_predict": True, "predict_with_generate": True,
+def predict_yaml(demo_run: Path, tmp_path: Path) -> dict:
+    return {"model_name_or_path": str(demo_run / "final"), "stage": "sft", "do_predict": True, "predict_with_generate": True,
             "finetuning_type": "full", "eval_dataset": "ftui_demo", "cutoff_len": 256, "max_samples": 4,
             "output_dir": str(tmp_path / "out"), "per_device_eval_batch_size": 2, "do_sample": False, "max_new_tokens": 40}
+
+
+@pytest.mark.slow  # CI time: predict jobs run in the tests above, and the YAML's reading is tested below
+def test_llamafactorys_predict_yaml_runs_a_predict_job(demo_run, tmp_path):
     path = tmp_path / "predict.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(predict_yaml(demo_run, tmp_path)))
     proc = run_cli("train", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = job_dir_of(proc)
     assert job.parent == tmp_path / "out" / "predict" and len(predictions(job)) == 4
     assert json.loads((job / PREDICT_RESULTS_FILE).read_text())["predict_bleu-4"] > 80
-    no_generate = dict(data, predict_with_generate=False)
-    path.write_text(yaml.safe_dump(no_generate))
+
+
+def test_llamafactorys_predict_yaml_becomes_a_predict_job_and_without_generation_is_refused(demo_run, tmp_path, monkeypatch):
+    import ftui.jobs.offline as offline
+    from ftui.cli import main
+
+    started = []
+    monkeypatch.setattr(offline, "start_job", lambda kind, job_dir, cfg: started.append((kind, job_dir, cfg)))
+    path = tmp_path / "predict.yaml"
+    path.write_text(yaml.safe_dump(predict_yaml(demo_run, tmp_path)))
+    assert main(["train", str(path), "--detach"]) == 0
+    (kind, job_dir, cfg), = started
+    spec = json.loads((job_dir / "job.json").read_text())
+    assert kind == "predict" and job_dir.parent == tmp_path / "out" / "predict" and cfg.cutoff_len == 256
+    assert cfg.max_samples == 4 and spec["generation"]["batch_size"] == 2 and spec["generation"]["temperature"] == 0
+    assert spec["generation"]["max_new_tokens"] == 40 and spec["source"]["model"] == str(demo_run / "final")
+    path.write_text(yaml.safe_dump(predict_yaml(demo_run, tmp_path) | {"predict_with_generate": False}))
     refused = run_cli("train", str(path))
     assert refused.returncode == 2 and "predict_with_generate" in refused.stderr
 

@@ -95,6 +95,7 @@ def test_full_fine_tuning_trains_bf16_weights_sharded_by_fsdp(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.slow  # CI time: pure bf16 under FSDP in the full fine-tuning test above
 def test_a_reward_model_trains_purely_in_bf16_under_fsdp(tmp_path, lf_data):
     """The value head takes the trained weights' dtype: FSDP2 shards a group's trained
     parameters in one dtype (an fp32 head beside bf16 embeddings stopped the first step)."""

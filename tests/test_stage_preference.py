@@ -140,6 +140,7 @@ def test_preference_runs_resume_exactly(tmp_path, lf_data, stage, method):
     assert sorted(again) == [4, 5, 6] and all(again[k] == first[k] for k in again)
 
 
+@pytest.mark.slow  # CI time: DPO with LoRA trains in test_dpo_with_lora_..., the YAMLs parse in test_lf_examples.py
 @pytest.mark.parametrize("name", ["qwen3_lora_dpo.yaml", pytest.param("qwen3_lora_kto.yaml", marks=pytest.mark.slow),
                                   pytest.param("qwen3_lora_reward.yaml", marks=pytest.mark.slow)])  # CI time
 def test_llamafactory_preference_examples_train(name, tmp_path, lf_data, test_model):

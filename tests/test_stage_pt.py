@@ -51,6 +51,7 @@ def test_pt_on_jsonl_with_lora_unpacked(tmp_path, lf_data, pretrained_base):
 
 
 @pytest.mark.dist
+@pytest.mark.slow  # CI time: FSDP sharding is checked for sft (test_engines.py), pt's blocks in test_pt_on_txt_full_learns
 def test_pt_under_fsdp_shards_and_learns(tmp_path, lf_data):
     cfg = pt_config(tmp_path, lf_data, dataset="c4_demo", finetuning_type="full", engine="fsdp", nproc_per_node=2,
                     per_device_train_batch_size=2, max_steps=8)

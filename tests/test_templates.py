@@ -187,6 +187,7 @@ def test_every_llamafactory_official_template_name_used_is_known():
         assert name in TEMPLATES
 
 
+@pytest.mark.slow  # CI time: a run of its own for one template's added tokens
 def test_a_run_whose_template_added_tokens_loads_for_chat(tmp_path):
     """A base on disk without llama3's stop words: training grows its embeddings; the final
     adapter and a checkpoint load over that base with room for the added tokens. (The one
