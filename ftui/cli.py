@@ -445,7 +445,9 @@ def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:
     return kind(value)
 
 
-def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | None:
+def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool = True) -> RunConfig | None:
+    """The config of ftui train / data / plan, checked; ``data_needed`` False (plan): the
+    datasets need not be there, only a registry entry that names them must be sound."""
     from ftui.config import ConfigError, demo_config, load_config
 
     if args.preset and args.config:
@@ -475,7 +477,7 @@ def _load_train_config(args: argparse.Namespace, err: Console) -> RunConfig | No
             err.print(warning_line(w))
     from ftui.records import dataset_path_problem
 
-    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=True)
+    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=data_needed)
     if problem:
         err.print(error_line(problem))
         return None
@@ -943,7 +945,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None
-    cfg = _load_train_config(args, err)
+    from contextlib import nullcontext
+
+    from ftui.config import for_another_machine
+
+    # --gpu-memory: planned for GPUs that need not be here (a login node): this machine's GPUs
+    # and packages do not decide what is valid
+    with for_another_machine() if args.gpu_memory else nullcontext():
+        cfg = _load_train_config(args, err, data_needed=False)
     if cfg is None:
         return EXIT_USAGE
     try:

@@ -13,9 +13,11 @@ import importlib.util
 import math
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Iterator, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -432,7 +434,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out.append(FieldProblem("fp16", True, _("fp16 needs a CUDA GPU and none was found; for a CPU run use bf16 (CPU autocast "
                                                 "supports it) or fp32") if cfg.device == "auto" else
                                 _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
-    if cfg.precision == "bf16" and cfg.device != "cpu":  # no GPU seen: None (a CPU run does bf16 through autocast)
+    if cfg.precision == "bf16" and cfg.device != "cpu" and _THIS_MACHINE.get():  # no GPU seen: None (a CPU run does bf16 through autocast)
         from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
 
         reason = bf16_unsupported_reason(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
@@ -442,7 +444,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
     if cfg.enable_liger_kernel:
         if cfg.device == "cpu":
             out.append(FieldProblem("enable_liger_kernel", True, _("Liger's kernels are Triton GPU kernels; turn it off for a CPU run")))
-        elif importlib.util.find_spec("liger_kernel") is None:
+        elif importlib.util.find_spec("liger_kernel") is None and _THIS_MACHINE.get():
             out.append(FieldProblem("enable_liger_kernel", True, _("liger-kernel is not installed: pip install liger-kernel, or turn it off")))
     if cfg.torch_compile and cfg.uses_deepspeed:
         out.append(FieldProblem("torch_compile", True, _("ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed")))
@@ -763,8 +765,8 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
     from ftui.gpu import gpus_named, visible_gpus  # NVML, not torch: this runs in the dashboard too
 
     out = []
-    machine = gpus_named(None)
-    found = len(visible_gpus(cfg.gpus))
+    machine = gpus_named(None) if _THIS_MACHINE.get() else []
+    found = len(visible_gpus(cfg.gpus)) if machine else 0
     if machine and found < len(entries):
         numbers = f"0-{len(machine) - 1}" if len(machine) > 1 else "0"
         out.append(FieldProblem("gpus", cfg.gpus, _("GPU {gpu} is not on this machine (nvidia-smi numbers its {n} GPU(s) {numbers})").format(
@@ -777,13 +779,32 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
 
 
 def gpu_present(picked: str | None = None) -> bool:
+    if not _THIS_MACHINE.get():
+        return True
     from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
 
     return gpu_count(picked) > 0
 
 
+# Whether the checks that ask about this machine (its GPUs, bitsandbytes, liger-kernel) apply:
+# off while `ftui plan --gpu-memory` plans for GPUs elsewhere (from a login node or a laptop).
+_THIS_MACHINE: ContextVar[bool] = ContextVar("ftui_checks_this_machine", default=True)
+
+
+@contextmanager
+def for_another_machine() -> Iterator[None]:
+    """Validation within skips what only this machine's GPUs and packages decide."""
+    token = _THIS_MACHINE.set(False)
+    try:
+        yield
+    finally:
+        _THIS_MACHINE.reset(token)
+
+
 def qlora_unavailable_reason() -> str | None:
     """Why QLoRA cannot run on this machine (None when bitsandbytes and a CUDA GPU are there)."""
+    if not _THIS_MACHINE.get():
+        return None
     if importlib.util.find_spec("bitsandbytes") is None:
         return _("bitsandbytes is not installed (pip install 'ftui[qlora]')")
     from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too

@@ -288,3 +288,21 @@ def test_preference_stages_count_their_reference_copy_their_rows_and_their_logit
     assert estimate(shape, training_stage="kto", **lora).weights == estimate(shape, **lora).weights  # the adapter off
     rm = estimate(shape, training_stage="rm", **common)
     assert rm.weights == sft.weights and rm.activations < dpo.activations  # no logits, only one value a position
+
+
+def test_ftui_plan_for_gpus_elsewhere_does_not_ask_this_machine(llama7b, tmp_path, monkeypatch, capsys):
+    """From a login node without GPUs: fp16, device cuda and QLoRA are refused for a run here,
+    but `ftui plan --gpu-memory` plans for GPUs elsewhere and takes them."""
+    from ftui.cli import main
+    from tests.fake_nvml import use_fake_nvml
+
+    use_fake_nvml(monkeypatch, [])
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: x.json\nfinetuning_type: lora\nfp16: true\ndevice: cuda\n"
+                    "gpus: '0,1'\nnproc_per_node: 2\nengine: ddp\ncutoff_len: 512\n")
+    assert main(["plan", str(conf)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no CUDA GPU was found" in err
+    assert main(["plan", str(conf), "--gpu-memory", "80"]) == 0
+    assert "fits 80.0 GiB GPUs" in " ".join(capsys.readouterr().out.split())
+    assert main(["plan", str(conf), "--gpu-memory", "80", "--set", "quantization_bit=4"]) in (0, 1)  # a verdict, not a refusal
