@@ -629,9 +629,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
 
 
-def _follow_job(job_dir: Path, out: Console, offset: int = 0) -> tuple[Any, bool]:
-    """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it);
-    returns its summary and whether the user interrupted it."""
+# What Ctrl-C says while a training run / an offline job is followed: (first, second)
+TRAIN_INTERRUPTS = (N_("stopping: the ranks finish the current step (Ctrl-C again to kill)"), N_("killing the run"))
+JOB_INTERRUPTS = (N_("stopping: what is done is kept"), N_("killing the job"))
+
+
+def _follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, str] = TRAIN_INTERRUPTS) -> tuple[Any, bool]:
+    """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it, each
+    saying ``says``); returns its summary and whether the user interrupted it."""
     from ftui.follow import follow_run
     from ftui.jobs.launch import stop_run
 
@@ -639,12 +644,8 @@ def _follow_job(job_dir: Path, out: Console, offset: int = 0) -> tuple[Any, bool
 
     def interrupted(count: int) -> None:
         interrupts.append(count)
-        if count == 1:
-            out.print("[yellow]" + _("stopping: the ranks finish the current step (Ctrl-C again to kill)") + "[/]")
-            stop_run(job_dir)
-        else:
-            out.print("[red]" + _("killing the run") + "[/]")
-            stop_run(job_dir, force=True)
+        out.print("[yellow]" + _(says[0]) + "[/]" if count == 1 else "[red]" + _(says[1]) + "[/]")
+        stop_run(job_dir, force=count > 1)
 
     return follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset), bool(interrupts)
 
@@ -728,8 +729,7 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_offline_job(args: argparse.Namespace) -> int:
     """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it."""
     from ftui.config import ConfigError, parse_config
-    from ftui.follow import follow_run
-    from ftui.jobs.launch import RunBusy, stop_run
+    from ftui.jobs.launch import RunBusy
     from ftui.jobs.offline import JobError, prepare_job, source_of, start_job
 
     out, err = safe_console(), safe_console(stderr=True)
@@ -792,18 +792,11 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
     if args.detach:
         out.print(escape(_("follow it with: ftui watch {path}").format(path=job_dir)))
         return EXIT_OK
-    interrupts = []
-
-    def interrupted(count: int) -> None:
-        interrupts.append(count)
-        out.print("[yellow]" + _("stopping: what is done is kept") + "[/]" if count == 1 else "[red]" + _("killing the job") + "[/]")
-        stop_run(job_dir, force=count > 1)
-
-    summary = follow_run(job_dir, out, on_interrupt=interrupted)
+    summary, interrupted = _follow_job(job_dir, out, says=JOB_INTERRUPTS)
     out.print(escape(str(job_dir)), soft_wrap=True)  # the last line: the job's directory, whole (scripts read it)
     if summary.status == "completed":
         return EXIT_OK
-    return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
+    return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
 
 
 def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> str | None:

@@ -100,7 +100,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
         raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, unresolved=True)
-    if problem is None and cfg.device == "cuda" and not gpu_present():
+    if problem is None and cfg.device == "cuda" and not gpu_present(cfg.gpus):  # the GPUs the job is given
         problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")
     if problem:
         raise JobError(problem)  # before the job's directory exists: a refused job leaves nothing behind

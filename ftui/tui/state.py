@@ -319,6 +319,7 @@ class RunState:
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
             extras=extra_figures(st) if st else (), eval_extras=extra_figures(self.last_eval) if self.last_eval else (),
             figure_series={n: downsample(xs, ys, self.max_points) for n, (xs, ys) in self.figure_points.items()},
-            figure_recent={n: (list(xs[self.recent_from(xs):]), list(ys[self.recent_from(xs):])) for n, (xs, ys) in self.figure_points.items()},
+            figure_recent={n: (list(xs[start:]), list(ys[start:])) for n, (xs, ys) in self.figure_points.items()
+                           for start in (self.recent_from(xs),)},
             figure_evals={n: (list(xs), list(ys)) for n, (xs, ys) in self.eval_figure_points.items()},
         )

@@ -28,9 +28,9 @@ from torch import nn
 
 from ftui.conversation import ConversationError, split_budget
 from ftui.i18n import _
-from ftui.runner.distributed import mean_over_ranks
 from ftui.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
+from ftui.runner.distributed import mean_over_ranks
 from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.preference import (KL_ROTATION_BATCH, ComparisonEncoder, FeedbackExample, PreferenceStage,
                                            Reference, answer_example, example_of, forward_logps, labelled_tokens,
