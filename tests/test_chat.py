@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from conftest import wait_for
+from tests.test_tui_pilot import until
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 
 QUESTION = "What is ftui?"
@@ -224,8 +225,8 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
     workers: list = []
     app = chat_app(run, workers, label=TITLE)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
-        assert workers and workers[0].spec == {"run": str(run), "checkpoint": "final", "device": "cpu"}
+        await until(pilot, lambda: workers and getattr(workers[0], "spec", None))  # once the run's sources are read, the first loads
+        assert workers[0].spec == {"run": str(run), "checkpoint": "final", "device": "cpu"}
         await pilot.press("ctrl+b")  # compare: a second worker with the base model
         await pilot.pause(0.3)
         assert workers[1].spec["base"] is True

@@ -250,7 +250,7 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.3)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen))
+        await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen) and app.screen.found is not None)
         screen = app.screen
         table = screen.query_one("#ep-jobs", DataTable)
         await until(pilot, lambda: table.row_count == 1)
@@ -267,7 +267,7 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         await until(pilot, lambda: "已完成" in text_of(screen.query_one("#ep-job")))
         await pilot.press("escape")
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ExportScreen))
+        await until(pilot, lambda: isinstance(app.screen, ExportScreen) and app.screen.found is not None)
         export = app.screen
         out = export.query_one("#xp-out", Input)
         export.query_one("#xp-source", Select).value = "step-20"  # the out dir follows it: RUN-step-20

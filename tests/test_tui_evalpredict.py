@@ -103,7 +103,7 @@ def app_with(tmp_path, run):
 async def open_screen(pilot, app) -> EvalPredictScreen:
     await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
     await pilot.press("e")
-    await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen))
+    await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen) and app.screen.found is not None)
     return app.screen
 
 

@@ -87,7 +87,7 @@ def append_events(job_dir: Path, *events: dict) -> None:
 async def open_screen(pilot, app) -> ExportScreen:
     await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
     await pilot.press("x")
-    await until(pilot, lambda: isinstance(app.screen, ExportScreen))
+    await until(pilot, lambda: isinstance(app.screen, ExportScreen) and app.screen.found is not None)
     return app.screen
 
 
@@ -292,3 +292,44 @@ async def test_a_real_export_from_the_screen(tmp_path, demo_run):
 
     model = AutoModelForCausalLM.from_pretrained(out)
     assert str(model.dtype) == "torch.bfloat16"  # the form's default dtype
+
+
+async def test_a_run_whose_directory_hangs_leaves_the_screens_up_and_start_waits(tmp_path, run, monkeypatch, fake_start):
+    """The run's final/ and checkpoints are listed by a worker (a run on a hung network mount
+    froze the app when the screens listed them while composing): until the listing returns,
+    the Export and Evaluate & Predict screens are up, say they are reading, and Start waits."""
+    import threading
+
+    from ftui.tui.screens import chat
+    from ftui.tui.screens.evalpredict import EvalPredictScreen
+
+    release = threading.Event()
+    read_sources = chat.read_sources
+
+    def hung_read(run_dir):
+        release.wait(60)  # the test's end releases it at once
+        return read_sources(run_dir)
+
+    monkeypatch.setattr(chat, "read_sources", hung_read)
+    app = make_app(tmp_path, attach=run)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            for key, screen_type, prefix in (("x", ExportScreen, "xp"), ("e", EvalPredictScreen, "ep")):
+                await pilot.press(key)
+                await until(pilot, lambda: isinstance(app.screen, screen_type))
+                screen = app.screen
+                source = screen.query_one(f"#{prefix}-source")
+                assert screen.found is None and source._options == [("reading the run's checkpoints...", "")]
+                await pilot.press("f5")
+                await until(pilot, lambda: any("reading the run's checkpoints" in str(n.message) for n in app._notifications))
+                assert not fake_start
+                app.clear_notifications()
+                await pilot.press("escape")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            release.set()
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ExportScreen) and app.screen.found is not None)
+            assert [v for _label, v in app.screen.query_one("#xp-source")._options] == ["final", "step-20"]
+    finally:
+        release.set()

@@ -35,6 +35,12 @@ def word(words: Mapping[str, str], selector: str) -> str:
     return _(words[selector])
 
 
+def offer(select: Select, options: list[tuple[str, str]]) -> None:
+    """A select's options replaced (a worker has read them), the first chosen."""
+    select.set_options(options)
+    select.value = options[0][1]
+
+
 def relabel_options(select: Select, options: list[tuple[str, str]]) -> None:
     """A select's options in the current language, the chosen one kept (a handler of its
     Changed may see the first option go by first, then the chosen one again)."""

@@ -27,7 +27,7 @@ from ftui.gpu import device_choices, inventory_read
 from ftui.i18n import N_, _
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
-from ftui.tui.relabel import relabel, relabel_options, word
+from ftui.tui.relabel import offer, relabel, relabel_options, word
 
 BASE = "base"
 # Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
@@ -35,14 +35,35 @@ BASE = "base"
 STOP_GRACE_S = 2.0
 
 
-def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
-    """(label, value) choices for a run: final/ first, then checkpoints newest first, then the base."""
-    out = []
-    if (run_dir / FINAL_DIR).is_dir():
-        out.append(("final/", "final"))
-    out += [(_("checkpoint step {step}").format(step=s), f"step-{s}") for s, _path in reversed(checkpoints(run_dir))]
-    out.append((_("base model (untrained)"), BASE))
+# A source select's one choice until a worker has listed the run's checkpoints (compose must not
+# touch the disk: a run on a hung network mount would freeze the app)
+PENDING = ""
+READING_SOURCES = N_("reading the run's checkpoints...")
+
+
+def read_sources(run_dir: Path) -> tuple[bool, list[int]]:
+    """What a run has to load, read from its directory (call it from a worker): whether it has
+    final/, and its complete checkpoints' steps, newest first."""
+    return (run_dir / FINAL_DIR).is_dir(), [step for step, _path in reversed(checkpoints(run_dir))]
+
+
+def source_choices(found: tuple[bool, list[int]] | None, base: bool = True) -> list[tuple[str, str]]:
+    """(label, value) choices for what ``read_sources`` found, in the current language: final/
+    first, then the checkpoints newest first, then the base (unless ``base`` is False); before
+    it has been read (``found`` None), the one pending choice."""
+    if found is None:
+        return [(_(READING_SOURCES), PENDING)]
+    has_final, steps = found
+    out = [("final/", "final")] if has_final else []
+    out += [(_("checkpoint step {step}").format(step=s), f"step-{s}") for s in steps]
+    if base:
+        out.append((_("base model (untrained)"), BASE))
     return out
+
+
+def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
+    """The chat screen's choices for a run, read from its directory (call it from a worker)."""
+    return source_choices(read_sources(run_dir))
 
 
 # The chat screen's words that a language switch relabels in place: (selector, placeholder or label)
@@ -117,6 +138,7 @@ class ChatScreen(Screen):
         self.loading_panes: set[str] = set()  # panes whose model is loading
         self.queued: dict[str, str] = {}  # pane -> a prompt typed while its model loaded, sent once loaded
         self.stop_asked: dict[str, float] = {}  # pane -> when Esc asked it to stop
+        self.found: tuple[bool, list[int]] | None = None  # the run's final/ and checkpoints, once a worker has read them
         # Every worker process this screen started, until closed: loads finish in threads,
         # possibly after the screen is gone, and those workers must end too.
         self._started: set[Any] = set()
@@ -124,7 +146,7 @@ class ChatScreen(Screen):
         self._closed = False
 
     def compose(self) -> ComposeResult:
-        sources = chat_sources(self.run_dir) if self.run_dir else []
+        sources = source_choices(self.found) if self.run_dir else []
         # cuda:N is the Nth GPU CUDA_VISIBLE_DEVICES leaves; NVML only once read (else a worker fills them in)
         devices = [("CPU", "cpu"), *(device_choices() if inventory_read() else [])]
         with Horizontal(id="chat-controls"):
@@ -151,7 +173,21 @@ class ChatScreen(Screen):
         if not inventory_read():
             self.find_devices()
         if self.run_dir is not None:
-            self.load_pane("main", self._source_spec())
+            self.loading_panes.add("main")  # a prompt typed before the sources are read waits for the model too
+            self.find_sources(self.run_dir)
+
+    @work(thread=True, group="sources")
+    def find_sources(self, run_dir: Path) -> None:
+        """The run's final/ and checkpoints, listed off the UI thread; the first is loaded."""
+        found = read_sources(run_dir)
+        self._call_ui(self._offer_sources, found)
+
+    def _offer_sources(self, found: tuple[bool, list[int]]) -> None:
+        if self._closed:
+            return
+        self.found = found
+        offer(self.query_one("#chat-source", Select), source_choices(found))
+        self.load_pane("main", self._source_spec())
 
     @work(thread=True, exclusive=True, group="devices")
     def find_devices(self) -> None:
@@ -175,7 +211,7 @@ class ChatScreen(Screen):
                 pane.border_title = _(pane.default_title)
         if self.run_dir is not None:
             # its Changed reloads nothing: the spec is the one loaded
-            relabel_options(self.query_one("#chat-source", Select), chat_sources(self.run_dir))
+            relabel_options(self.query_one("#chat-source", Select), source_choices(self.found))
         self.query_one(FittingFooter).retranslate()
 
     # --- Settings and sources
@@ -284,6 +320,8 @@ class ChatScreen(Screen):
             self.ask(pane, self.workers_by_pane[pane], queued, shown=True)
 
     def action_reload(self) -> None:
+        if self.run_dir is not None and self.found is None:
+            return  # the run's sources are being read: the first is loaded then
         self.load_pane("main", self._source_spec())
 
     def on_select_changed(self, event: Select.Changed) -> None:

@@ -28,7 +28,7 @@ from ftui.paths import CONFIG_FILE
 from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import read_results, result_lines
-from ftui.tui.screens.chat import BASE, chat_sources
+from ftui.tui.screens.chat import BASE, source_choices
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
@@ -42,7 +42,7 @@ JOBS_REFRESH_S = 5.0  # the jobs list: a job started from a shell shows up, a li
 
 
 def source_args(value: str) -> tuple[str | None, bool]:
-    """A model source as the chat screen lists them (``chat_sources``: final, step-N, base) as
+    """A model source as the chat screen lists them (``source_choices``: final, step-N, base) as
     ``source_of`` takes it: (checkpoint step, base)."""
     if value == BASE:
         return None, True
@@ -102,6 +102,7 @@ class EvalPredictScreen(JobScreen):
     ]
 
     START_BUTTON = "#ep-start"
+    SOURCE_SELECT = "#ep-source"
     STOP_QUESTIONS = (N_("Stop the job? The batch under way finishes; its answers so far are kept."),
                       N_("Kill the job now? Its answers so far are kept."))
     WORDS = {"#ep-start": N_("Start"), "#ep-stop": N_("Stop"), "#ep-browse": N_("Predictions"), "#ep-compare": N_("Compare"),
@@ -123,7 +124,7 @@ class EvalPredictScreen(JobScreen):
             with VerticalScroll(id="ep-form"):
                 yield self._row("kind", words["#ep-label-kind"], Select(self._kinds(), value="predict", allow_blank=False, id="ep-kind",
                                                                         compact=True))
-                sources = chat_sources(self.run_dir)
+                sources = self.source_choices(self.found)
                 yield self._row("source", words["#ep-label-source"],
                                 Select(sources, value=sources[0][1], allow_blank=False, id="ep-source", compact=True))
                 yield self._row("dataset", words["#ep-label-dataset"],
@@ -163,10 +164,13 @@ class EvalPredictScreen(JobScreen):
         for key, heading in JOB_COLUMNS.items():
             jobs.add_column(_(heading) if heading else "", key=key)
 
+    def source_choices(self, found: tuple[bool, list[int]] | None) -> list[tuple[str, str]]:
+        return source_choices(found)
+
     def relabel_more(self) -> None:
         self.query_one("#ep-title", Static).update(self._title())
         relabel_options(self.query_one("#ep-kind", Select), self._kinds())
-        relabel_options(self.query_one("#ep-source", Select), chat_sources(self.run_dir))
+        relabel_options(self.query_one("#ep-source", Select), self.source_choices(self.found))
         self._add_job_columns()  # list_jobs fills it again
 
     @staticmethod
@@ -178,6 +182,7 @@ class EvalPredictScreen(JobScreen):
         self._add_job_columns()
         self.query_one("#ep-progress").display = False
         self.read_run_defaults()
+        self.find_sources()
         self.list_jobs()
         self.set_interval(JOBS_REFRESH_S, self.list_jobs)
 

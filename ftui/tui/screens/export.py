@@ -30,7 +30,7 @@ from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import visible
 from ftui.tui.relabel import relabel, relabel_options, word
-from ftui.tui.screens.chat import BASE, chat_sources
+from ftui.tui.screens.chat import read_sources, source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
 
@@ -44,10 +44,19 @@ EXPORT_COLUMNS = {"status": N_("status"), "source": N_("source"), "format": N_("
 MAX_LISTED = 200  # files listed at the end, at most
 
 
-def export_sources(run_dir: Path) -> list[tuple[str, str]]:
+NOTHING_TRAINED = N_("nothing trained yet")
+
+
+def export_choices(found: tuple[bool, list[int]] | None) -> list[tuple[str, str]]:
     """final/ (when there is one), then each complete checkpoint, newest first: the chat
-    screen's sources without the untrained base."""
-    return [choice for choice in chat_sources(run_dir) if choice[1] != BASE]
+    screen's sources without the untrained base; a run with neither has the one empty choice
+    (value "": no source), as has one not read yet."""
+    return source_choices(found, base=False) or [(_(NOTHING_TRAINED), "")]
+
+
+def export_sources(run_dir: Path) -> list[tuple[str, str]]:
+    """``export_choices`` of a run, read from its directory (call it from a worker)."""
+    return export_choices(read_sources(run_dir))
 
 
 def source_which(value: Any) -> str | None:
@@ -136,6 +145,7 @@ class ExportScreen(JobScreen):
         Binding("escape", "back", N_("Back")),
     ]
     START_BUTTON = "#xp-start"
+    SOURCE_SELECT = "#xp-source"
     STOP_QUESTIONS = (N_("Stop the export? Nothing is written to the out dir."),
                       N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it."))
     WORDS = {"#xp-start": N_("Start"), "#xp-stop": N_("Stop"), "#xp-copy": N_("Copy commands"), "#xp-label-source": N_("source"),
@@ -151,13 +161,12 @@ class ExportScreen(JobScreen):
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="xp-title")
         words = self.WORDS
-        sources = export_sources(self.run_dir)
-        self.auto_out = str(default_out_dir(self.run_dir, source_which(sources[0][1]) if sources else None))
+        sources = export_choices(self.found)
+        self.auto_out = str(default_out_dir(self.run_dir, source_which(sources[0][1])))
         with Horizontal(id="xp-body"):
             with VerticalScroll(id="xp-form"):
                 yield field_row("xp", "source", words["#xp-label-source"],
-                                Select(sources, value=sources[0][1] if sources else Select.BLANK, allow_blank=not sources,
-                                       id="xp-source", compact=True, prompt=_("nothing trained yet")))
+                                Select(sources, value=sources[0][1], allow_blank=False, id="xp-source", compact=True))
                 yield field_row("xp", "out", words["#xp-label-out"], Input(self.auto_out, id="xp-out", compact=True))
                 yield field_row("xp", "dtype", words["#xp-label-dtype"], Select(((d, d) for d in DTYPES), value="bf16", allow_blank=False,
                                                                                id="xp-dtype", compact=True))
@@ -187,11 +196,16 @@ class ExportScreen(JobScreen):
         for key, heading in EXPORT_COLUMNS.items():
             jobs.add_column(_(heading), key=key)
 
+    def source_choices(self, found: tuple[bool, list[int]] | None) -> list[tuple[str, str]]:
+        return export_choices(found)
+
+    def sources_offered(self) -> None:
+        self._assess()  # the select's Changed proposes the out dir and assesses again, when the choice moved
+
     def relabel_more(self) -> None:
         self.query_one("#xp-title", Static).update(self._title())
         self.query_one("#xp-force", Checkbox).label = word(self.WORDS, "#xp-force")
-        if export_sources(self.run_dir):
-            relabel_options(self.query_one("#xp-source", Select), export_sources(self.run_dir))
+        relabel_options(self.query_one("#xp-source", Select), export_choices(self.found))
         self._add_job_columns()  # list_jobs fills it again
         self._assess()
 
@@ -200,7 +214,7 @@ class ExportScreen(JobScreen):
         self._add_job_columns()
         self.query_one("#xp-progress").display = False
         self.query_one("#xp-result").display = False
-        self._assess()
+        self.find_sources()
         self.list_jobs()
         self.set_interval(JOBS_REFRESH_S, self.list_jobs)
 

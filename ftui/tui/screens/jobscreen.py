@@ -14,13 +14,13 @@ from rich.text import Text
 from textual import work
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Label, Static
+from textual.widgets import Button, DataTable, Label, Select, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
 from ftui.runs import RunFollower, RunSummary
 from ftui.tui.footer import FittingFooter
-from ftui.tui.relabel import relabel
+from ftui.tui.relabel import offer, relabel
 from ftui.tui.screens.modals import Confirm
 
 POLL_S = 0.5
@@ -38,9 +38,12 @@ class JobScreen(Screen):
 
     Subclasses say how a job looks (:meth:`show_job`), what to read once it has ended
     (:meth:`read_job_results`, in the worker), how to list the run's jobs (``list_jobs``),
-    which button starts one (``START_BUTTON``) and what Stop asks (``STOP_QUESTIONS``)."""
+    which button starts one (``START_BUTTON``) and what Stop asks (``STOP_QUESTIONS``).
+    The model-source select (``SOURCE_SELECT``) is filled by a worker (:meth:`find_sources`)
+    with the choices :meth:`source_choices` makes of the run's final/ and checkpoints."""
 
     START_BUTTON = ""
+    SOURCE_SELECT = ""
     STOP_QUESTIONS = (N_("Stop the job?"), N_("Kill the job now?"))  # first press, then again (kill)
     WORDS: dict[str, str] = {}  # selector -> its word (N_): relabelled when the language changes
     TITLES: dict[str, str] = {}  # selector -> its border title (N_)
@@ -52,6 +55,7 @@ class JobScreen(Screen):
         self.job_dir: Path | None = None
         self.summary: RunSummary | None = None
         self.stop_requests = 0
+        self.found: tuple[bool, list[int]] | None = None  # the run's final/ and checkpoints, once a worker has read them
 
     async def recompose(self) -> None:
         """The language changed: the screen's words are relabelled in place (the form's fields,
@@ -65,6 +69,30 @@ class JobScreen(Screen):
 
     def relabel_more(self) -> None:
         """What a subclass relabels beyond WORDS and TITLES (its tables' headings)."""
+
+    # --- the model sources
+    @work(thread=True, group="sources")
+    def find_sources(self) -> None:
+        """The run's final/ and checkpoints, listed off the UI thread (a run on a hung network
+        mount must not freeze the app), offered in the source select."""
+        from ftui.tui.screens.chat import read_sources
+
+        found = read_sources(self.run_dir)
+        self.app.call_from_thread(self._offer_sources, found)
+
+    def _offer_sources(self, found: tuple[bool, list[int]]) -> None:
+        if not self.is_attached:
+            return
+        self.found = found
+        offer(self.query_one(self.SOURCE_SELECT, Select), self.source_choices(found))
+        self.sources_offered()
+
+    def source_choices(self, found: tuple[bool, list[int]] | None) -> list[tuple[str, str]]:
+        """The source select's choices (label, value) for what find_sources found (None: not yet)."""
+        raise NotImplementedError
+
+    def sources_offered(self) -> None:
+        """Called once the run's sources are in the select."""
 
     # --- hooks
     def read_job_results(self, job_dir: Path) -> Any:
@@ -152,8 +180,13 @@ class JobScreen(Screen):
 
     def may_start(self) -> bool:
         """False (and why, when the user can act on it) while a job of this screen runs or
-        a start is under way (the start key pressed twice)."""
+        a start is under way (the start key pressed twice), or before the run's sources are read."""
         if self.query_one(self.START_BUTTON, Button).disabled and self.summary is None:
+            return False
+        if self.found is None:
+            from ftui.tui.screens.chat import READING_SOURCES
+
+            self.notify(_(READING_SOURCES), severity="warning")
             return False
         if self.job_live:
             self.notify(_("a job of this screen is still running: stop it or wait for it"), severity="warning")
