@@ -34,13 +34,15 @@ _inventory: dict[str, Any] = {}
 def _init() -> bool:
     with _lock:
         if not _state["initialised"]:
-            _state["initialised"] = True
+            ok = False
             if pynvml is not None:
                 try:
                     pynvml.nvmlInit()
-                    _state["ok"] = True
+                    ok = True
                 except Exception:  # NVMLError: no driver, no GPU, no permission
-                    _state["ok"] = False
+                    ok = False
+            _state["ok"] = ok
+            _state["initialised"] = True  # after ok: inventory_read reads them without the lock
         return _state["ok"]
 
 
@@ -127,7 +129,9 @@ def _uuid(handle: Any) -> str:
 
 
 def _physical() -> list[tuple[int, Any, str]]:
-    """(nvml index, handle, UUID) of every GPU of the machine, read once ([] without NVML)."""
+    """(nvml index, handle, UUID) of every GPU of the machine, read once ([] without NVML),
+    with what the checks ask of them beside (their compute capabilities, their MIG instances):
+    once this has run, those checks make no NVML call."""
     if not _init():
         return []
     with _lock:
@@ -136,24 +140,32 @@ def _physical() -> list[tuple[int, Any, str]]:
                 handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
             except Exception:
                 handles = []
-            _inventory["physical"] = [(i, h, _opt(_uuid, h) or "") for i, h in handles]
+            _inventory["capabilities"] = {i: _capability(h) for i, h in handles}
+            _inventory["migs"] = _mig_instances(handles)
+            _inventory["physical"] = [(i, h, _opt(_uuid, h) or "") for i, h in handles]  # last: inventory_read() looks for it
         return _inventory["physical"]
+
+
+def _capability(handle: Any) -> tuple[int, int] | None:
+    try:
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return int(major), int(minor)
+    except Exception:
+        return None
 
 
 def _all_migs() -> list[tuple[int, Any, Any, str]]:
     """Every MIG instance of the machine (see _mig_instances), read once."""
-    with _lock:
-        if "migs" not in _inventory:
-            _inventory["migs"] = _mig_instances([(i, h) for i, h, _u in _physical()])
-        return _inventory["migs"]
+    _physical()
+    return _inventory.get("migs", [])
 
 
 def inventory_read() -> bool:
     """Whether the machine's GPUs were read already (or NVML is known to be absent), so that
     the checks that ask about them answer at once, without NVML: the app reads them in a
-    worker first and validates after."""
-    with _lock:
-        return _state["initialised"] and (not _state["ok"] or "physical" in _inventory)
+    worker first and validates after. It takes no lock: the UI thread asks it while a worker
+    holds the lock through a slow nvmlInit."""
+    return _state["initialised"] and (not _state["ok"] or "physical" in _inventory)
 
 
 def _mig_instances(physical: list[tuple[int, Any]]) -> list[tuple[int, Any, Any, str]]:
@@ -272,16 +284,8 @@ def compute_capabilities(count: int | None = None, picked: str | None = None) ->
     ones a run of ``count`` processes per node uses (``picked``: its ``gpus``). GPUs NVML
     cannot tell are left out."""
     out = []
-    for g in visible_gpus(picked)[:count]:
-        with _lock:
-            caps = _inventory.setdefault("capabilities", {})
-            if g.nvml_index not in caps:
-                try:
-                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(g.physical)
-                    caps[g.nvml_index] = (int(major), int(minor))
-                except Exception:
-                    caps[g.nvml_index] = None
-            cap = caps[g.nvml_index]
+    for g in visible_gpus(picked)[:count]:  # read with the inventory (_physical)
+        cap = _inventory.get("capabilities", {}).get(g.nvml_index)
         if cap is not None:
             out.append((g, cap))
     return out

@@ -176,3 +176,43 @@ def test_the_machine_list_names_gpus_as_nvidia_smi_does(monkeypatch):
     listed = gpu.machine_gpus()
     assert [key for key, _ in listed] == ["0", "1", "2", "3"]
     assert listed[2][1] == "GPU model 2, 41 of 42 GiB free"
+
+
+def test_the_inventory_is_asked_without_waiting_and_answers_the_checks_without_nvml(monkeypatch):
+    """inventory_read() is what the UI thread asks before a check: it must not wait while a
+    worker is inside a slow nvmlInit (it took the lock the worker held). Once the inventory is
+    read, the bf16 check and a MIG pick ask NVML nothing more (they ran on every keystroke)."""
+    import threading
+
+    mig = FakeGpu(name="NVIDIA A100 MIG 3g.40gb", uuid="MIG-1234-5678")
+    fake = use_fake_nvml(monkeypatch, [FakeGpu(uuid="GPU-aaaa", capability=(7, 0)), FakeGpu(uuid="GPU-bbbb", migs=[mig])])
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_init():
+        entered.set()
+        release.wait(30)
+
+    monkeypatch.setattr(fake, "nvmlInit", slow_init, raising=False)
+    worker = threading.Thread(target=gpu.gpu_count)
+    worker.start()
+    try:
+        assert entered.wait(30)
+        asked = threading.Thread(target=gpu.inventory_read)
+        asked.start()
+        asked.join(5)
+        assert not asked.is_alive(), "inventory_read waited for nvmlInit"
+        assert gpu.inventory_read() is False  # not read yet: the form waits for the worker
+    finally:
+        release.set()
+        worker.join(30)
+    assert gpu.inventory_read() is True
+
+    def no_nvml(*_args):
+        raise AssertionError("an NVML call after the inventory was read")
+
+    for name in ("nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
+                 "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetCount", "nvmlDeviceGetUUID"):
+        monkeypatch.setattr(fake, name, no_nvml, raising=False)
+    assert "7.0" in gpu.bf16_unsupported_reason()
+    assert gpu.bf16_unsupported_reason(picked="MIG-1234") is None
+    assert [g.nvml_index for g in gpu.visible_gpus("MIG-1234")] == [1]
