@@ -1,10 +1,11 @@
 """The launch screen: a form grouped as Model, Data, Method, Engine, Precision, Training,
 Output, validated as it is edited with the RunConfig's own rules.
 
-Every change rebuilds the config mapping from the widgets and runs ``validate_config``;
-each problem is shown under its field and Start stays disabled while there is any. File
-reads (model family, dataset preview, YAML load/save) and process control (Start) run in
-thread workers. Keys from a loaded YAML that ftui does not support are kept and saved back.
+Every change rebuilds the config mapping from the widgets and a worker runs
+``validate_config`` on it (its checks read the model's files); the newest result is shown,
+each problem under its field, and Start stays disabled while there is any (pressed, it waits
+for the newest values' result). File reads (model family, dataset preview, YAML load/save)
+and process control (Start) run in thread workers too. Keys from a loaded YAML that ftui does not support are kept and saved back.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import yaml
 from rich.text import Text
@@ -249,6 +250,12 @@ class LaunchScreen(Screen):
         self._loaded_keys: set[str] = set()  # keys a YAML set: the model family never overwrites them
         self._shown_errors: dict[str, str] = {}
         self._validation_pending = False
+        # Validation reads files (the model's config.json, a DeepSpeed file, the hub cache), so a
+        # worker makes it: each request is numbered and only the newest one's result is shown;
+        # what waits for a fresh result (Start, Save, Command) runs once it is shown.
+        self._validation_seq = 0
+        self._shown_seq = 0  # the validation shown last
+        self._after_validation: Callable[[], None] | None = None
         self._ready = False
         self._recomposing = False  # the language switch is rebuilding the widgets
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
@@ -412,27 +419,62 @@ class LaunchScreen(Screen):
         return {**self.extra, **form_to_config(self.values())}
 
     # --- validation
-    def revalidate(self) -> None:
+    @property
+    def validated(self) -> bool:
+        """Whether what the form shows (its problems, ``config``) is the newest validation's."""
+        return self._ready and not self._validation_pending and self._shown_seq == self._validation_seq > 0
+
+    def revalidate(self, then: Callable[[], None] | None = None) -> None:
+        """Validates the form as it stands in a worker and shows the result; ``then`` runs once
+        this (or a newer) validation is shown, with ``config`` and ``problems`` fresh (Start
+        reads the datasets' registry again first)."""
+        if then is not None:
+            self._after_validation = then
         if not self._ready:
             return
         from ftui.gpu import inventory_read
 
         if not inventory_read():
-            # The checks ask NVML about the GPUs; on the UI thread only once detect_hardware has
-            # read them (its _apply_hardware validates again): NVML can take seconds.
+            # The checks ask NVML about the GPUs; only once detect_hardware has read them (its
+            # _apply_hardware validates again): NVML can take seconds.
             self.query_one("#start", Button).disabled = True
             self.query_one("#status-line", Static).update(Text(_("checking the GPUs..."), style="dim"))
             return
-        from ftui.config import validate_config
-
+        self._validation_seq += 1
         values = self.values()
-        cfg, problems = validate_config(self.current_config_dict())
-        dataset_problem = self._dataset_problem or self._stage_fit_problem(values)
-        if dataset_problem:
-            from ftui.config import FieldProblem
+        self.check_form(self._validation_seq, values, self.current_config_dict(), self._dataset_problem, self._stage_fit_problem(values),
+                        recheck_datasets=self._after_validation is not None)
 
-            problems = [*problems, FieldProblem("dataset", values.get("dataset"), dataset_problem)]
+    @work(thread=True, exclusive=True, group="validate")
+    def check_form(self, seq: int, values: dict[str, Any], data: dict[str, Any], dataset_problem: str | None,
+                   fit_problem: str | None, recheck_datasets: bool) -> None:
+        """The config's checks (they read the model's files, a DeepSpeed file, the hub cache)
+        and the model's download warning, off the UI thread, with the preview's findings
+        (``dataset_problem``: the datasets' registry; ``fit_problem``: the records' format).
+        ``recheck_datasets``: the registry is read again (the preview may not have read the
+        latest dataset_info.json)."""
+        from ftui.config import FieldProblem, validate_config
+        from ftui.model_files import download_warning
+        from ftui.records import dataset_path_problem
+
+        cfg, problems = validate_config(data)
+        rechecked = None
+        if recheck_datasets and cfg is not None:
+            dataset_problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage)
+            rechecked = (dataset_problem,)
+        if dataset_problem or fit_problem:
+            problems = [*problems, FieldProblem("dataset", values.get("dataset"), dataset_problem or fit_problem)]
             cfg = None
+        warning = download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
+        self.app.call_from_thread(self._show_validation, seq, values, cfg, problems, warning, rechecked)
+
+    def _show_validation(self, seq: int, values: dict[str, Any], cfg: "RunConfig | None", problems: list["FieldProblem"],
+                         warning: str | None, rechecked: tuple[str | None] | None) -> None:
+        if not self.is_attached or self._recomposing or seq != self._validation_seq:
+            return  # a newer validation is on its way (or the widgets are being rebuilt)
+        if rechecked is not None:
+            self._dataset_problem = rechecked[0]
+        self._shown_seq = seq
         self.config, self.problems = cfg, problems
         by_field: dict[str, list[str]] = {}
         general = []
@@ -461,7 +503,7 @@ class LaunchScreen(Screen):
                     continue
                 label.display = bool(msgs)
                 row.set_class(bool(msgs), "-invalid")
-        self._show_model_warning(values, bool(by_field.get("model_name_or_path")))
+        self._show_model_warning(None if by_field.get("model_name_or_path") else warning)
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
             if f.only_for or f.stages or key == "rdzv_endpoint":
@@ -490,13 +532,13 @@ class LaunchScreen(Screen):
         if ignored:  # the full list is under Output and in the notification shown at load
             status += " · " + _("{n} unsupported key(s) kept, no effect").format(n=len(ignored))
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
+        then, self._after_validation = self._after_validation, None
+        if then is not None:
+            then()
 
-    def _show_model_warning(self, values: dict[str, Any], has_error: bool) -> None:
+    def _show_model_warning(self, warning: str | None) -> None:
         """A hub model this machine does not have: Start stays possible (the run downloads
         it), but with no network the run fails (within seconds), so say it here."""
-        from ftui.model_files import download_warning
-
-        warning = None if has_error else download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
         if self._shown_errors.get("model-warning") == (warning or ""):
             return
         self._shown_errors["model-warning"] = warning or ""
@@ -721,15 +763,26 @@ class LaunchScreen(Screen):
             self.request_validation()
 
     def action_demo(self) -> None:
+        self.read_demo()
+
+    @work(thread=True, exclusive=True, group="demo")
+    def read_demo(self) -> None:
+        """The demo preset, validated off the UI thread (its checks stat the shipped files)."""
         from ftui.config import demo_config
 
+        self.app.call_from_thread(self._fill_demo, demo_config().to_dict(False))
+
+    def _fill_demo(self, demo: dict[str, Any]) -> None:
+        if not self.is_attached:
+            return
         self.extra = {}
         self._loaded_keys = set()
         self.query_one("#kept-keys", Static).update("")
+        demo = demo | {"output_dir": self._defaults()["output_dir"]}
         if not self._ready:  # pressed during the first moment: apply once the form is complete
-            self._initial = demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}
+            self._initial = demo
             return
-        self.fill(config_to_form(demo_config().to_dict(False) | {"output_dir": self._defaults()["output_dir"]}))
+        self.fill(config_to_form(demo))
         self.notify(_("demo preset loaded: F5 starts it"))
 
     def action_load(self) -> None:
@@ -792,8 +845,7 @@ class LaunchScreen(Screen):
     def action_save(self) -> None:
         def chosen(path: str | None) -> None:
             if path:
-                self.revalidate()
-                self.save_yaml(path, self.current_config_dict())
+                self.revalidate(then=lambda: self.save_yaml(path, self.current_config_dict()))
 
         self.app.push_screen(AskPath(_("Save the form as YAML to:"), "ftui_config.yaml"), chosen)
 
@@ -814,7 +866,9 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self.notify, saved, markup=False)
 
     def action_command(self) -> None:
-        self.revalidate()
+        self.revalidate(then=self._command_validated)
+
+    def _command_validated(self) -> None:
         if self.config is None:
             self.notify(_("fix the form first: the command depends on it"), severity="warning")
             return
@@ -835,11 +889,9 @@ class LaunchScreen(Screen):
         self.app.call_from_thread(self.app.push_screen, ShowText(_("Run this form from a shell"), command_text(cfg, yaml_path, saved)))
 
     def action_start(self) -> None:
-        from ftui.records import dataset_path_problem
+        self.revalidate(then=self._start_validated)  # the latest keystrokes and dataset_info.json, checked
 
-        if self.config is not None:  # the preview may not have read the latest dataset_info.json yet
-            self._dataset_problem = dataset_path_problem(self.config.dataset, self.config.dataset_dir, self.config.stage)
-        self.revalidate()  # the latest keystrokes may not be validated yet
+    def _start_validated(self) -> None:
         if self.config is None:
             self.notify(_("the form has problems: fix the fields marked in red"), severity="error")
             return
