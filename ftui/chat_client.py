@@ -76,6 +76,7 @@ class ChatWorker:
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.next_id = 0
+        self._send_lock = threading.Lock()  # a stop (its own thread) and a prompt (the stream's) must not interleave
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
@@ -98,8 +99,9 @@ class ChatWorker:
 
     def send(self, op: str, **fields: Any) -> None:
         try:
-            self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
-            self.proc.stdin.flush()
+            with self._send_lock:
+                self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+                self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass  # the exit reply tells the reader
 

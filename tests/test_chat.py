@@ -250,7 +250,7 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         await pilot.pause(0.5)
         assert [m["content"] for m in workers[0].sent[-1][0]] == ["hi", "Hello " + MARKUP, "ok"]
         await pilot.press("ctrl+s")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: any(str(n.message).startswith("saved ") for n in app._notifications))  # written by a worker
         saved = list(run.glob("chat-*.json"))
         assert len(saved) == 1 and MARKUP in saved[0].read_text()
         assert json.loads(saved[0].read_text())["model"] == TITLE  # the label as it is, not markup read back
@@ -462,7 +462,7 @@ async def test_ctrl_s_saves_both_sides_of_a_comparison(tmp_path):
         await pilot.press("enter")
         await until(pilot, lambda: not app.screen.busy and len(app.screen.conversations["base"].messages) == 2)
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: bool(list(run.glob("chat-*.json"))))
+        await until(pilot, lambda: any(str(n.message).startswith("saved ") for n in app._notifications))  # written by a worker
     saved = json.loads(next(run.glob("chat-*.json")).read_text())
     assert saved["model"] == "run final" and [m["content"] for m in saved["messages"]] == ["hi", "Hello " + MARKUP]
     assert saved["compared_with"]["model"] == "base of run"

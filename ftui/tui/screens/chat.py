@@ -419,7 +419,8 @@ class ChatScreen(Screen):
     def action_stop_or_back(self) -> None:
         if self.busy:
             for pane in self.busy:
-                self.workers_by_pane[pane].stop()
+                # a thread: the stream's thread may be writing a long prompt into a full pipe
+                threading.Thread(target=self.workers_by_pane[pane].stop, daemon=True).start()
                 self.stop_asked.setdefault(pane, time.monotonic())
             return
         self.app.pop_screen()
@@ -442,8 +443,16 @@ class ChatScreen(Screen):
         if base is not None:  # a comparison is saved whole: both sides, one file
             compared = {"model": self.query_one("#pane-base", ChatPane).model_label or "",
                         "messages": list(base.messages)}
+        saved = Conversation(list(conv.messages))  # as it stands now: an answer may still be streaming into it
+        self.save_conversation(saved, path, self.settings(), str(label), compared)
+
+    @work(thread=True, group="io")
+    def save_conversation(self, conv: Conversation, path: Path, settings: GenerationSettings, label: str,
+                          compared: dict[str, Any] | None) -> None:
+        """The file is written off the UI thread (the run's directory may be on a slow mount);
+        notify is thread-safe."""
         try:
-            conv.save(str(path), self.settings(), str(label), compared_with=compared)
+            conv.save(str(path), settings, label, compared_with=compared)
         except OSError as err:
             self.notify(_("cannot save: {error}").format(error=err), severity="error", markup=False)
             return
