@@ -75,6 +75,7 @@ def test_run_summaries_bench_runs():
     assert result["steps"] == 20000 and all(r["seconds"] > 0 for r in result["results"].values())
 
 
+@pytest.mark.slow  # a bench's smoke run (CI time): test_chunked_loss.py checks the same parity on runs
 def test_loss_parity_bench_runs():
     result = run("loss_parity.py")
     assert len(result["single-full"]["loss"]) == 2 and len(result["single-full"]["eval_loss"]) == 2

@@ -167,6 +167,7 @@ def test_a_run_put_elsewhere_by_output_dir_is_listed_attached_and_stopped_from_a
             stop_run(run, force=True)
 
 
+@pytest.mark.slow  # CI time: the switch is tested with the pilot (test_i18n_screens.py, test_i18n_form.py), the real terminal by test_launch_quit_and_reattach_in_tmux
 def test_the_app_in_chinese_and_switched_to_english_in_tmux(tmp_path):
     """`FTUI_LANG=zh ftui` in a real terminal shows the form in Chinese; Ctrl+T switches it to
     English keeping what the form holds (the demo loaded with F2)."""
