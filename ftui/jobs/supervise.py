@@ -20,7 +20,10 @@ the node's jobs ended.
 
 It also watches for a hung job: every rank touches ``heartbeat/rank-N`` as it makes
 progress; when none has for ``hang_timeout`` seconds, the supervisor names the rank (a
-stopped process, else the one that fell behind), kills the tree and records the hang.
+stopped process, else the one that fell behind), kills the tree and records the hang. Every
+node's ranks beat in the run directory's ``heartbeat/``, and every node's supervisor watches
+it: node K ends its own ranks too (a stopped rank there, or node 0 gone), counting only beats
+made since it started (a resumed run's old beats are node 0's to clear).
 """
 
 from __future__ import annotations
@@ -120,8 +123,10 @@ def rank_processes(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
     return out
 
 
-def find_hang(run_dir: Path, timeout: int, launcher: subprocess.Popen, now: float | None = None) -> str | None:
-    """A message naming the hung rank when no rank has made progress for ``timeout`` seconds."""
+def find_hang(run_dir: Path, timeout: int, launcher: subprocess.Popen, now: float | None = None,
+              since: float | None = None) -> str | None:
+    """A message naming the hung rank when no rank has made progress for ``timeout`` seconds
+    (``since``: beats older than this are not counted, nor is a hang armed by them)."""
     beats: dict[int, float] = {}
     try:
         for f in (run_dir / HEARTBEAT_DIR).iterdir():
@@ -129,6 +134,8 @@ def find_hang(run_dir: Path, timeout: int, launcher: subprocess.Popen, now: floa
                 beats[int(f.name[5:])] = f.stat().st_mtime
     except OSError:
         return None
+    if since is not None:
+        beats = {rank: t for rank, t in beats.items() if t >= since}
     if not beats:
         return None  # not armed before the first step
     now = time.time() if now is None else now
@@ -172,14 +179,15 @@ def kill_tree(launcher: subprocess.Popen) -> None:
     launcher.kill()
 
 
-def wait_watching(proc: subprocess.Popen, run_dir: Path) -> tuple[int, str | None]:
-    """Waits for the launcher; ends a hung job. Returns (exit code, hang message or None)."""
+def wait_watching(proc: subprocess.Popen, run_dir: Path, since: float | None = None) -> tuple[int, str | None]:
+    """Waits for the launcher; ends a hung job. Returns (exit code, hang message or None).
+    ``run_dir``: the run's directory (its config and its ranks' heartbeats)."""
     timeout = read_hang_timeout(run_dir)
     while True:
         try:
             return proc.wait(timeout=POLL_S if timeout > 0 else None), None
         except subprocess.TimeoutExpired:
-            hang = find_hang(run_dir, timeout, proc)
+            hang = find_hang(run_dir, timeout, proc, since=since)
             if hang is not None:
                 say(f"[ftui] {hang}")
                 kill_tree(proc)
@@ -200,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir, cmd = Path(argv[0]), argv[2:]
     if hasattr(signal, "SIGXFSZ"):  # a file-size limit (ulimit -f) fails a write with EFBIG instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed
+    started = time.time()
+    shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # a resumed run starts unarmed (node 0's directory)
     if not reserve_room(run_dir):
         return 1
     proc = subprocess.Popen(cmd)
@@ -209,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     # itself, and the launcher with it: the run reads `stopped` from stop_requested.)
     signal.signal(signal.SIGTERM, lambda s, f: None)
     signal.signal(signal.SIGINT, lambda s, f: None)
-    code, hang = wait_watching(proc, run_dir)
+    # node K's records are in RUN/nodes/node-K; its ranks beat in RUN/heartbeat with node 0's
+    run_root = run_dir.parent.parent if node_rank > 0 else run_dir
+    code, hang = wait_watching(proc, run_root, since=started if node_rank > 0 else None)
     if hang is not None and not has_run_end(run_dir):
         write_run_end(run_dir, status="failed", reason=hang, error_type="Hang", error_message=hang,
                       hint=_("if steps, evals or checkpoint saves really take this long, raise hang_timeout (0 turns the "

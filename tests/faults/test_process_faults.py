@@ -60,6 +60,41 @@ def test_a_stopped_rank_ends_the_job_after_hang_timeout_naming_it(tmp_path):
     assert summarize_run(run).status == "failed"
 
 
+def test_a_node_k_supervisor_ends_its_hung_ranks_watching_the_runs_heartbeats(tmp_path):
+    """Node K's supervisor keeps its records in RUN/nodes/node-K, but its ranks beat in the
+    run's heartbeat/ beside node 0's: it watches those (it watched its own empty directory and
+    a stopped rank on node K was never ended), counting only beats made since it started (a
+    resumed run's old beats must not end it at once)."""
+    import time
+
+    run = tmp_path / "run"
+    run.mkdir()
+    tiny_config(tmp_path, hang_timeout=2).save(run / "config.yaml")
+    node = run / "nodes" / "node-1"
+    node.mkdir(parents=True)
+    (run / "heartbeat").mkdir()
+    stale = run / "heartbeat" / "rank-0"
+    stale.touch()
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))  # a beat of an earlier attempt
+    pid_file = tmp_path / "rank.pid"
+    # the launcher: one rank (RANK=1) that beats once, after a moment, and then makes no progress
+    rank = (f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(1); "
+            f"pathlib.Path({str(run / 'heartbeat' / 'rank-1')!r}).touch(); time.sleep(600)")
+    launcher = f"import os, subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {rank!r}], env={{**os.environ, 'RANK': '1'}}))"
+    sup = subprocess.Popen([sys.executable, "-m", "ftui.jobs.supervise", str(node), "--node-rank", "1", "--",
+                            sys.executable, "-c", launcher], start_new_session=True)
+    try:
+        sup.wait(timeout=120)
+    finally:
+        if sup.poll() is None:
+            os.killpg(sup.pid, signal.SIGKILL)
+    end = read_all(node / EVENTS_FILE)[-1]
+    assert end["event"] == "run_end" and end["status"] == "failed" and end["error_type"] == "Hang", end
+    assert "rank 1" in end["reason"] and "hang_timeout=2" in end["reason"]
+    assert wait_for(lambda: not psutil.pid_exists(int(pid_file.read_text())), timeout=30)
+    assert stale.exists()  # node 0's to clear
+
+
 @pytest.mark.dist
 def test_kill_9_at_a_random_point_tells_the_truth_and_the_newest_checkpoint_resumes(tmp_path):
     seed = int(os.environ.get("FTUI_FAULT_SEED", random.randrange(10**6)))
