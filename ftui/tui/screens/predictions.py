@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
@@ -28,6 +29,9 @@ from ftui.tui.predictions import (SCORES, Example, Pair, clip, metric_deltas, pa
                                   score_examples, shown, visible)
 
 MAX_ROWS = 2000  # table rows at once: a search narrows a larger set
+# The table is filled again once typing pauses this long, not on every keystroke: a refill of
+# tens of thousands of examples (casefolded, matched, up to MAX_ROWS rows) made typing lag.
+SEARCH_DELAY_S = 0.15
 SCORE_WIDTH = 8
 NAMES = {"bleu-4": "BLEU-4", "rouge-l": "ROUGE-L"}
 N_("prompt"), N_("label"), N_("prediction")  # the text columns' headings (TEXT_COLUMNS), translated where shown
@@ -61,6 +65,7 @@ class ExamplesScreen(Screen):
         self.sort_index = 0
         self.status = Text(_("reading..."), style="dim")
         self.problem: str | None = None
+        self._search_timer: Timer | None = None  # the refill after the typing pauses
 
     @property
     def sort_metric(self) -> str | None:
@@ -190,7 +195,9 @@ class ExamplesScreen(Screen):
 
     @on(Input.Changed, "#ex-search")
     def _search_changed(self, _event) -> None:
-        self.fill_table()
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        self._search_timer = self.set_timer(SEARCH_DELAY_S, self.fill_table)
 
     @on(Input.Submitted, "#ex-search")
     def _search_done(self, _event) -> None:
