@@ -31,19 +31,7 @@ from ftui.presets.lf_keys import NO_EFFECT, REFUSED, STAGE_REFUSED, classify
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
-
-
-def gpus_as_text(value: Any) -> Any:
-    """``gpus`` as CUDA_VISIBLE_DEVICES text: YAML's ``gpus: 1`` and ``gpus: [0, 1]`` mean "1"
-    and "0,1"; blanks around commas go; an empty value means unset (an empty
-    CUDA_VISIBLE_DEVICES would hide every GPU). Anything else is left for validation to refuse."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
-        value = ",".join(str(v) for v in value)
-    if isinstance(value, str):
-        return ",".join(part.strip() for part in value.split(",")) if value.strip() else None
-    return value
+from ftui.gpu_picks import GPU_LIST, gpus_as_text
 
 
 # optim values ftui builds (LLaMA-Factory / transformers' names); the bitsandbytes ones need it and a CUDA GPU
@@ -743,9 +731,6 @@ def engine_problems(cfg: RunConfig) -> list[FieldProblem]:
                 out.append(FieldProblem("deepspeed", cfg.deepspeed, _("the file turns {fixed} on but the run is {precision}; set {fixed}: true or set the file's value to \"auto\"").format(
                     fixed=fixed, precision=cfg.precision)))
     return out
-
-
-GPU_LIST = re.compile(r"\d+(,\d+)*|(GPU|MIG)-[\w-]+(,(GPU|MIG)-[\w-]+)*")
 
 
 def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:

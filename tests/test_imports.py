@@ -56,3 +56,32 @@ def test_the_first_frame_of_ftui_builds_no_pydantic_model():
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp, timeout=120)
     assert "LOADED []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_the_form_builds_ftui_configs_model_off_the_ui_thread():
+    """Importing ftui.config (its pydantic model) took a fifth of a second or more; the form
+    imports it in its validation worker, never on the UI thread, until the form is ready."""
+    probe = (
+        "import sys, threading\n"
+        "importers = []\n"
+        "def audit(event, args):\n"
+        "    if event == 'import' and args[0] == 'ftui.config':\n"
+        "        importers.append(threading.current_thread() is threading.main_thread())\n"
+        "sys.addaudithook(audit)\n"
+        "from ftui.tui.app import FtuiApp\n"
+        "class Probe(FtuiApp):\n"
+        "    def on_mount(self):\n"
+        "        super().on_mount()\n"
+        "        self.set_interval(0.2, self.check)\n"
+        "    def check(self):\n"
+        "        screen = self.screen\n"
+        "        if getattr(screen, 'validated', False):\n"
+        "            self.exit()\n"
+        "Probe('runs', offer_live=False).run(headless=True, size=(100, 40))\n"
+        "print('IMPORTED ON THE UI THREAD', importers[:1])\n"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp, timeout=300)
+    assert "IMPORTED ON THE UI THREAD [False]" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

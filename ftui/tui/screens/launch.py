@@ -711,7 +711,7 @@ class LaunchScreen(Screen):
     def _gpus_changed(self, value: str, always: bool = False) -> None:
         """GPUs picked (or unpicked): count and check those once the value reads as a list
         (not while "1," is being typed); ``always``: else those the environment leaves."""
-        from ftui.config import GPU_LIST, gpus_as_text
+        from ftui.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config: its model is built in a worker
 
         picked = gpus_as_text(value)
         valid = picked is None or GPU_LIST.fullmatch(picked) is not None
