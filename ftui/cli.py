@@ -55,8 +55,9 @@ PLAN_PARTS = (("weights", N_("weights")), ("gradients", N_("gradients")), ("opti
 def safe_console(stderr: bool = False) -> Console:
     """Every console here prints untrusted text (dataset records, run names, model output):
     callers escape markup, and emoji codes (``:x:``), which rich.markup.escape leaves alone,
-    are never replaced."""
-    return Console(stderr=stderr, emoji=False)
+    are never replaced. Lines are not broken at the console's width (80 columns when the output
+    is not a terminal): a path or a command printed whole can be copied (the terminal wraps it)."""
+    return Console(stderr=stderr, emoji=False, soft_wrap=True)
 
 
 # Babel (on Python 3.11) cannot see a _() call inside an f-string: the labels are translated outside one.
@@ -492,7 +493,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.runs import reason_text, summarize_run
+    from ftui.runs import FINAL_DIR, reason_text, summarize_run
 
     if args.config or args.preset:
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
@@ -505,6 +506,13 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
         return None
     if summary.status == "unreadable":
         err.print(error_line(_("{run} is unreadable: {reason}").format(run=run_dir.name, reason=reason_text(summary.reason))))
+        return None
+    if summary.status == "completed" and not args.checkpoint and not args.overrides:
+        # it would run no step and start the run's record again (its start, its duration)
+        err.print(error_line(_("{run} has completed ({step} steps): there is nothing to resume. To train it further, raise "
+                               "max_steps or num_train_epochs: ftui train --resume {run} --set max_steps=N; to fine-tune its "
+                               "result anew, start a run with model_name_or_path: {final}").format(
+            run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
         return None
     try:
         lock = lock_run_dir(run_dir)

@@ -80,7 +80,7 @@ def follow_run(
 
     ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
     the old part ends with the previous run_end)."""
-    console = console or Console(emoji=False)  # untrusted text: no `:x:` -> emoji
+    console = console or Console(emoji=False, soft_wrap=True)  # untrusted text: no `:x:` -> emoji; paths unbroken
     if on_interrupt is not None and threading.current_thread() is threading.main_thread():
         # Ctrl-C must reach us even when started with SIGINT ignored (e.g. from a background
         # job of a non-interactive shell, where Python inherits SIG_IGN).

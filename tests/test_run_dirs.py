@@ -107,6 +107,20 @@ def _resumable_run(tmp_path: Path) -> Path:
     return run
 
 
+def test_resuming_a_completed_run_is_refused_saying_how_to_train_further(tmp_path, capsys):
+    """A completed run has nothing to resume: a resume ran no step and started the run's record
+    again (its start, its duration). Refused, saying how to go on; --set (max_steps) and an
+    explicit --checkpoint still resume."""
+    run = _resumable_run(tmp_path)
+    before = (run / "events.jsonl").read_text().replace('"stopped"', '"completed"')
+    (run / "events.jsonl").write_text(before)
+    assert summarize_run(run).status == "completed"
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "has completed" in err and "nothing to resume" in err and "--set max_steps=N" in err and str(run / "final") in err
+    assert (run / "events.jsonl").read_text() == before and not (run / "launch.json").exists()
+
+
 @pytest.mark.dist
 def test_two_resumes_at_the_same_moment_start_one_job(tmp_path):
     run = _resumable_run(tmp_path)
