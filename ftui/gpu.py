@@ -140,18 +140,15 @@ def _physical() -> list[tuple[int, Any, str]]:
                 handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
             except Exception:
                 handles = []
-            _inventory["capabilities"] = {i: _capability(h) for i, h in handles}
+            _inventory["capabilities"] = {i: _opt(_capability, h) for i, h in handles}
             _inventory["migs"] = _mig_instances(handles)
             _inventory["physical"] = [(i, h, _opt(_uuid, h) or "") for i, h in handles]  # last: inventory_read() looks for it
         return _inventory["physical"]
 
 
-def _capability(handle: Any) -> tuple[int, int] | None:
-    try:
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return int(major), int(minor)
-    except Exception:
-        return None
+def _capability(handle: Any) -> tuple[int, int]:
+    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+    return int(major), int(minor)
 
 
 def _all_migs() -> list[tuple[int, Any, Any, str]]:

@@ -218,10 +218,10 @@ def chat_app(run: Path, workers: list, label: str = "run final"):
 
 
 async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
-    from ftui.tui.screens.chat import ChatPane, chat_sources
+    from ftui.tui.screens.chat import ChatPane, read_sources, source_choices
 
     run = fake_run(tmp_path)
-    assert [v for _, v in chat_sources(run)] == ["final", "step-2", "base"]
+    assert [v for _, v in source_choices(read_sources(run))] == ["final", "step-2", "base"]
     workers: list = []
     app = chat_app(run, workers, label=TITLE)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -16,7 +16,8 @@ from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Tex
 
 from ftui.events import SCHEMA_VERSION, make_event
 from ftui.tui.screens.dashboard import DashboardScreen
-from ftui.tui.screens.export import ExportScreen, export_sources
+from ftui.tui.screens.chat import read_sources
+from ftui.tui.screens.export import ExportScreen, export_choices
 from ftui.tui.screens.runs import RunsScreen
 from tests.fixtures_runs import T0, write_run
 from tests.test_tui_evalpredict import LOCKS, release_locks, start_event
@@ -125,7 +126,7 @@ async def test_out_dir_follows_the_source_until_edited(tmp_path, run):
         screen = await open_screen(pilot, app)
         out = screen.query_one("#xp-out", Input)
         assert out.value == str(tmp_path / "exports" / f"{RUN_NAME}-final")  # FTUI_HOME/exports
-        assert export_sources(run) == [("final/", "final"), ("checkpoint step 20", "step-20")]
+        assert export_choices(read_sources(run)) == [("final/", "final"), ("checkpoint step 20", "step-20")]
         screen.query_one("#xp-source").value = "step-20"
         await until(pilot, lambda: out.value.endswith(f"{RUN_NAME}-step-20"))
         out.value = str(tmp_path / "mine")

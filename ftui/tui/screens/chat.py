@@ -61,11 +61,6 @@ def source_choices(found: tuple[bool, list[int]] | None, base: bool = True) -> l
     return out
 
 
-def chat_sources(run_dir: Path) -> list[tuple[str, str]]:
-    """The chat screen's choices for a run, read from its directory (call it from a worker)."""
-    return source_choices(read_sources(run_dir))
-
-
 # The chat screen's words that a language switch relabels in place: (selector, placeholder or label)
 PLACEHOLDERS = {"#chat-model": N_("model directory (or ftui-demo)"), "#chat-system": N_("system prompt (optional)"),
                 "#chat-prompt": N_("ask something; Enter sends, Esc stops the answer")}

@@ -30,7 +30,7 @@ from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import visible
 from ftui.tui.relabel import relabel, relabel_options, word
-from ftui.tui.screens.chat import read_sources, source_choices
+from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
 
@@ -52,11 +52,6 @@ def export_choices(found: tuple[bool, list[int]] | None) -> list[tuple[str, str]
     screen's sources without the untrained base; a run with neither has the one empty choice
     (value "": no source), as has one not read yet."""
     return source_choices(found, base=False) or [(_(NOTHING_TRAINED), "")]
-
-
-def export_sources(run_dir: Path) -> list[tuple[str, str]]:
-    """``export_choices`` of a run, read from its directory (call it from a worker)."""
-    return export_choices(read_sources(run_dir))
 
 
 def source_which(value: Any) -> str | None:

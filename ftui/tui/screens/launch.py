@@ -5,7 +5,8 @@ Every change rebuilds the config mapping from the widgets and a worker runs
 ``validate_config`` on it (its checks read the model's files); the newest result is shown,
 each problem under its field, and Start stays disabled while there is any (pressed, it waits
 for the newest values' result). File reads (model family, dataset preview, YAML load/save)
-and process control (Start) run in thread workers too. Keys from a loaded YAML that ftui does not support are kept and saved back.
+and process control (Start) run in thread workers too. Keys from a loaded YAML that ftui
+does not support are kept and saved back.
 """
 
 from __future__ import annotations
