@@ -9,6 +9,7 @@ its field. No torch here: the dashboard validates forms with these same rules.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import math
 import os
@@ -27,7 +28,7 @@ from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
-from ftui.presets.lf_keys import NO_EFFECT, REFUSED, STAGE_REFUSED, classify
+from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
 from ftui.presets.templates import TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
@@ -258,10 +259,6 @@ class RunConfig(BaseModel):
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
-    @property
-    def unsupported_keys(self) -> list[str]:
-        return sorted(self.model_extra or {})
-
     def to_dict(self, include_unsupported: bool = True) -> dict[str, Any]:
         data = self.model_dump(exclude=set(self.model_extra or {}))
         if include_unsupported:
@@ -296,22 +293,40 @@ class ConfigError(ValueError):
         super().__init__(_("{source} has {n} invalid setting(s):").format(source=source, n=len(problems)) + f"\n{lines}")
 
 
-def unsupported_warning(keys: list[str]) -> str | None:
-    """One line for the keys ftui has no field for and does not refuse: those that do not change
-    what is trained (LLaMA-Factory's logging, worker and generation keys, or a refused key left
-    at its no-op default), and those neither ftui nor LLaMA-Factory knows (a typo?)."""
-    if not keys:
+def unsupported_warning(extra: dict[str, Any]) -> str | None:
+    """One line for the keys ftui has no field for that do not change what is trained
+    (LLaMA-Factory's logging, worker and generation keys, or a refused key left at its no-op
+    default): kept in the file, listed once. Keys nobody knows are not here: they are refused
+    (``unknown_key_problems``)."""
+    ignored = sorted(k for k, v in extra.items() if classify(k, v) == "no-effect")
+    if not ignored:
         return None
-    ignored = [k for k in keys if k in NO_EFFECT or k in REFUSED]
-    unknown = [k for k in keys if k not in ignored]
-    parts = []
-    if ignored:
-        parts.append(_("{n} key(s) kept in the file with no effect on what is trained: {keys}").format(
-            n=len(ignored), keys=", ".join(ignored)))
-    if unknown:
-        parts.append(_("{n} key(s) that neither ftui nor LLaMA-Factory knows (a typo?), kept with no effect: {keys}").format(
-            n=len(unknown), keys=", ".join(unknown)))
-    return "; ".join(parts)
+    return _("{n} key(s) kept in the file with no effect on what is trained: {keys}").format(
+        n=len(ignored), keys=", ".join(ignored))
+
+
+def known_key_names() -> set[str]:
+    """Every key a config may hold: ftui's fields and every key LLaMA-Factory 0.9.5 reads."""
+    return set(RunConfig.model_fields) | set(LF_DEFAULTS) | NO_EFFECT | set(REFUSED)
+
+
+def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """Keys neither ftui nor LLaMA-Factory knows: refused, as LLaMA-Factory's argument parser
+    refuses them, because a misspelt key (``learnig_rate``) was meant to change the result and
+    training without it would quietly train something else. The closest known name is offered."""
+    out = []
+    for key, value in sorted((cfg.model_extra or {}).items()):
+        if classify(key, value) != "unknown":
+            continue
+        close = difflib.get_close_matches(key, sorted(known_key_names()), n=1, cutoff=0.75)
+        if close:
+            message = _("unknown key: neither ftui nor LLaMA-Factory has it; did you mean {name}? "
+                        "Correct the name or remove the key").format(name=close[0])
+        else:
+            message = _("unknown key: neither ftui nor LLaMA-Factory has it (another tool's key?); remove it "
+                        "(the README's section \"The config\" says which keys ftui reads)")
+        out.append(FieldProblem(key, value, message))
+    return out
 
 
 # What an empty required field says (a new form opens with both empty), instead of
@@ -451,6 +466,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out += cutoff_problems(cfg)
         out += multimodal_model_problems(cfg)
     out += refused_key_problems(cfg)
+    out += unknown_key_problems(cfg)
     out += method_option_problems(cfg)
     out += data_option_problems(cfg)
     out += stage_problems(cfg)
@@ -829,7 +845,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> tuple[RunConfi
     cfg, problems = validate_config(data)
     if cfg is None:
         raise ConfigError(problems, source)
-    warning = unsupported_warning(cfg.unsupported_keys)
+    warning = unsupported_warning(cfg.model_extra or {})
     return cfg, [warning] if warning else []
 
 

@@ -59,13 +59,31 @@ def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_sta
     assert config_to_form(DEMO | {"neat_packing": True, "stage": "pt"}).get("packing") != "on"
 
 
-def test_keys_without_effect_are_one_warning_and_unknown_keys_are_called_so():
+def test_keys_without_effect_are_one_warning():
     from ftui.config import parse_config
 
-    _cfg, warnings = parse_config(DEMO | {"plot_loss": True, "ddp_timeout": 9, "dataloader_num_workers": 4, "lerning_rate": 1})
-    assert len(warnings) == 1
-    assert "no effect on what is trained: dataloader_num_workers, ddp_timeout, plot_loss" in warnings[0]
-    assert "neither ftui nor LLaMA-Factory knows (a typo?)" in warnings[0] and "lerning_rate" in warnings[0]
+    _cfg, warnings = parse_config(DEMO | {"plot_loss": True, "ddp_timeout": 9, "dataloader_num_workers": 4, "use_galore": False})
+    assert warnings == ["4 key(s) kept in the file with no effect on what is trained: "
+                        "dataloader_num_workers, ddp_timeout, plot_loss, use_galore"]
+
+
+def test_a_key_nobody_knows_is_refused_with_the_closest_name():
+    """As LLaMA-Factory's parser refuses it: a misspelt learning_rate was meant to change the
+    result, and training at the default instead would be a silent surprise."""
+    problems = problems_of(learnig_rate=1e-4, num_train_epoch=3, micro_batch_size=4, plot_loss=True)
+    assert set(problems) == {"learnig_rate", "num_train_epoch", "micro_batch_size"}
+    assert "did you mean learning_rate?" in problems["learnig_rate"]
+    assert "did you mean num_train_epochs?" in problems["num_train_epoch"]
+    assert "unknown key" in problems["micro_batch_size"] and "did you mean" not in problems["micro_batch_size"]
+
+
+def test_a_misspelt_set_stops_ftui_train_before_anything_is_made(tmp_path, capsys):
+    from ftui import cli
+
+    code = cli.main(["train", "--root", str(tmp_path / "runs"), "--preset", "demo", "--set", "lerning_rate=1e-3"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "lerning_rate" in err and "did you mean learning_rate?" in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_the_stage_ftui_lacks_is_refused_saying_so():

@@ -226,6 +226,18 @@ async def test_ftui_config_opens_the_form_with_the_yaml_as_it_is(tmp_path, monke
         await assert_loaded_yaml_kept(pilot, app, screen, tmp_path / "saved.yaml")
 
 
+async def test_a_misspelt_key_in_a_loaded_yaml_is_an_error_naming_the_key_it_meant(tmp_path):
+    """Not kept as a key without effect: the form says which key was meant and Start stays off."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await load_in_form(pilot, app, tmp_path / "lf.yaml", LF_LORA_SFT + "learnig_rate: 1.0e-3\n")
+        await until(pilot, lambda: "learnig_rate" in text_of(screen.query_one("#form-errors")))
+        assert "did you mean learning_rate?" in " ".join(text_of(screen.query_one("#form-errors")).split())
+        assert screen.query_one("#start", Button).disabled and screen.config is None
+        assert "learnig_rate" not in text_of(screen.query_one("#kept-keys"))
+        assert f"{len(UNSUPPORTED)} unsupported key(s) kept" in text_of(screen.query_one("#status-line"))
+
+
 async def test_untrusted_text_is_shown_literally(tmp_path):
     nasty = "[bold red]not markup[/] [link=file:///etc/passwd]x[/link] [/]"
     run = write_run(tmp_path / "runs", "nasty", steps=10, max_steps=100, end="failed",

@@ -528,8 +528,9 @@ class LaunchScreen(Screen):
         if values.get("trust_remote_code"):
             status += " · " + _("trust_remote_code is ON: Python code from the model's repository will run")
         from ftui.config import RunConfig
+        from ftui.presets.lf_keys import classify
 
-        ignored = [k for k in self.extra if k not in RunConfig.model_fields]
+        ignored = [k for k, v in self.extra.items() if k not in RunConfig.model_fields and classify(k, v) == "no-effect"]
         if ignored:  # the full list is under Output and in the notification shown at load
             status += " · " + _("{n} unsupported key(s) kept, no effect").format(n=len(ignored))
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
@@ -839,7 +840,7 @@ class LaunchScreen(Screen):
         notification); returns that warning."""
         from ftui.config import RunConfig, unsupported_warning
 
-        warning = unsupported_warning(sorted(k for k in self.extra if k not in RunConfig.model_fields))
+        warning = unsupported_warning({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))
         return warning
 
