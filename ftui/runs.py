@@ -732,6 +732,12 @@ def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
     if "/" in ref or ref in (".", ".."):
         if _is_run(direct):
             return direct
+        within = _job_of_run(ref, root_path) if not direct.is_absolute() else None
+        if within is not None:
+            return within
+        if not os.path.exists(direct):
+            raise LookupError(_("{ref}: no such directory (a path under a run may start with the run's id, "
+                                "RUN_ID/predict/ID; ftui runs lists the ids)").format(ref=repr(ref)))
         raise LookupError(_("{ref} is not a run directory (it has no config.yaml)").format(ref=repr(ref)))
     if _is_run(direct):
         try:
@@ -739,6 +745,20 @@ def resolve_run(ref: str, root: str | os.PathLike[str]) -> Path:
         except LookupError:
             return direct  # no run of that name under the root: the directory here
     return _run_under_root(ref, root_path)
+
+
+def _job_of_run(ref: str, root_path: Path) -> Path | None:
+    """``RUN_ID/predict/ID`` (the README's spelling, and what ``ftui predict`` prints) where
+    RUN_ID is a run under the root rather than a directory here: the job directory it names,
+    or None."""
+    head, _sep, rest = ref.partition("/")
+    if not head or head in (".", "..") or not rest.strip("/"):
+        return None
+    try:
+        run = _run_under_root(head, root_path)
+    except LookupError:
+        return None
+    return run / rest if _is_run(run / rest) else None
 
 
 def _run_under_root(ref: str, root_path: Path) -> Path:

@@ -94,6 +94,28 @@ def test_a_bare_name_is_the_run_under_the_root_before_a_look_alike_directory_her
     assert not run.exists() and (here / run.name / "config.yaml").read_text() == "mine: true\n"
 
 
+def test_a_job_under_a_run_is_found_by_the_runs_id_from_any_directory(tmp_path, monkeypatch):
+    """`ftui watch RUN_ID/predict/ID` as the README writes it, run from a directory that is not
+    the runs root: RUN_ID is the run's id. A path that does not exist says so (it was called
+    'not a run directory'); one that exists but is no run keeps that message."""
+    import pytest
+
+    root = tmp_path / "root"
+    run = prepare_run(tiny_config(tmp_path, output_dir=str(root), run_name="base"))
+    job = run / "predict" / "p1"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("x: 1\n")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert resolve_run(f"{run.name}/predict/p1", root) == job
+    assert resolve_run(f"{run.name[:-2]}/predict/p1", root) == job  # a unique prefix, as for the run
+    with pytest.raises(LookupError, match="no such directory"):
+        resolve_run(f"{run.name}/predict/p2", root)
+    (tmp_path / "here" / "plain").mkdir()
+    with pytest.raises(LookupError, match="not a run directory"):
+        resolve_run("plain/", root)
+
+
 def test_the_apps_root_reaches_the_command_and_config_stays_with_the_app(tmp_path, monkeypatch, capsys):
     """`ftui --root R delete RUN` deletes RUN under R (it once acted on the default root)."""
     root = tmp_path / "elsewhere"
