@@ -467,6 +467,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out += multimodal_model_problems(cfg)
     out += refused_key_problems(cfg)
     out += unknown_key_problems(cfg)
+    out += output_dir_problems(cfg)
     out += method_option_problems(cfg)
     out += data_option_problems(cfg)
     out += stage_problems(cfg)
@@ -474,6 +475,19 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
     if cfg.run_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", cfg.run_name):
         out.append(FieldProblem("run_name", cfg.run_name, _("letters, digits, '.', '_' and '-' only, starting with a letter or digit, at most 81 characters")))
     return out
+
+
+def output_dir_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """The runs root must be, or be able to become, a directory: a file there (or above it)
+    would stop the start with the system's bare "File exists" / "Not a directory"."""
+    path = Path(cfg.output_dir).expanduser()
+    for above in (path, *path.parents):
+        if os.path.isdir(above):
+            break
+        if os.path.lexists(above):
+            return [FieldProblem("output_dir", cfg.output_dir, _("{path} is a file, not a directory: give a directory for the runs "
+                                                                 "(it is made when missing)").format(path=above))]
+    return []
 
 
 def refused_key_problems(cfg: RunConfig) -> list[FieldProblem]:

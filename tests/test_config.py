@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from ftui.config import ConfigError, RunConfig, load_config, parse_config
+from ftui.config import ConfigError, RunConfig, load_config, parse_config, validate_config
 
 LF_LORA_SFT = """\
 ### model
@@ -183,3 +183,12 @@ def test_cli_train_with_bad_config_exits_2_with_messages(tmp_path):
     assert proc.returncode == 2
     assert "learning_rate = -1" in proc.stderr and "fp16 = 'maybe'" in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_runs_root_that_is_a_file_is_a_problem_of_output_dir_not_a_bare_errno(tmp_path):
+    (tmp_path / "afile").write_text("")
+    base = yaml.safe_load(LF_LORA_SFT)
+    for out in ("afile", "afile/deeper/runs"):
+        _cfg, problems = validate_config(base | {"output_dir": str(tmp_path / out)})
+        assert [(p.field, "is a file, not a directory" in p.message) for p in problems] == [("output_dir", True)]
+    assert validate_config(base | {"output_dir": str(tmp_path / "new" / "runs")})[1] == []  # made when missing
