@@ -10,6 +10,7 @@ No torch here: the launch form previews and checks datasets with this same code.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -103,6 +104,30 @@ def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
     return data
 
 
+def unknown_dataset_message(name: str, registry: dict[str, Any], dataset_dir: str) -> str:
+    """What a dataset name that is neither registered nor a file says: the registry names
+    closest to it; or, when dataset_info.json is not there at all, that (with the directory
+    a relative dataset_dir was read from: a run started elsewhere reads it from here)."""
+    where = Path(dataset_dir).expanduser() / "dataset_info.json"
+    shown = repr(_clip(name, 200))
+    if not _exists(where):
+        relative = "" if where.is_absolute() else " " + _("(dataset_dir {dir} is read from the current directory, {cwd})").format(
+            dir=repr(_clip(dataset_dir, 200)), cwd=_clip(os.getcwd(), 200))
+        return _("dataset {name} is not a file, and there is no {registry}{relative}; give a dataset_dir (--dataset-dir) that "
+                 "holds dataset_info.json, a .json/.jsonl/.parquet/.txt path or a hub name").format(
+                     name=shown, registry=_clip(str(where), 200), relative=relative)
+    close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.6)
+    if close:
+        known = _("did you mean {names}?").format(names=", ".join(_clip(k, 40) for k in close))
+    else:
+        names = sorted(registry)
+        known = _("known: {names}").format(names=", ".join(_clip(k, 40) for k in names[:8]) or _("none"))
+        if len(names) > 8:
+            known += " " + _("... {n} in all").format(n=len(names))
+    return _("dataset {name} is neither in {registry} ({known}) nor a file; give a registry name, a "
+             ".json/.jsonl/.parquet/.txt path or a hub name").format(name=shown, registry=_clip(str(where), 200), known=known)
+
+
 def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
     """The comma-separated ``dataset`` setting as specs: registry names first, then file paths."""
     registry = load_registry(dataset_dir)
@@ -120,12 +145,7 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
         elif "/" in name and not name.startswith((".", "/", "~")) and len(name) < 200:
             specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
         else:
-            known = ", ".join(_clip(k, 40) for k in sorted(registry)[:8]) or _("none")
-            raise DataFormatError(
-                _("dataset {name} is neither in {registry} (known: {known}) nor a file; give a registry name, a "
-                  ".json/.jsonl/.parquet/.txt path or a hub name").format(
-                    name=repr(_clip(name, 200)), registry=_clip(str(Path(dataset_dir) / "dataset_info.json"), 200), known=known)
-            )
+            raise DataFormatError(unknown_dataset_message(name, registry, dataset_dir))
     return specs
 
 

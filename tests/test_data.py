@@ -67,8 +67,19 @@ def test_unknown_format_bad_json_lines_empty_and_non_utf8(tmp_path, demo_tokeniz
     (tmp_path / "latin1.json").write_bytes('[{"instruction": "caf\xe9", "output": "x"}]'.encode("latin-1"))
     with pytest.raises(DataFormatError, match="not UTF-8"):
         build_datasets(tiny_config(tmp_path, dataset=str(tmp_path / "latin1.json")), demo_tokenizer)
-    with pytest.raises(DataFormatError, match="neither in"):
+    with pytest.raises(DataFormatError, match="there is no data/dataset_info.json"):
         build_datasets(tiny_config(tmp_path, dataset="no_such_dataset"), demo_tokenizer)
+
+
+def test_an_unknown_dataset_name_offers_the_closest_registered_names(tmp_path):
+    from ftui.records import resolve_datasets
+
+    names = ["alpaca_en_demo", "alpaca_zh_demo", "identity"] + [f"set{i:02d}" for i in range(20)]
+    (tmp_path / "dataset_info.json").write_text(json.dumps({n: {"file_name": f"{n}.json"} for n in names}))
+    with pytest.raises(DataFormatError, match="did you mean alpaca_en_demo, alpaca_zh_demo"):
+        resolve_datasets("alpaca_en_dem", str(tmp_path))
+    with pytest.raises(DataFormatError, match=r"known: alpaca_en_demo, .* set04 \.\.\. 23 in all"):
+        resolve_datasets("qqqq", str(tmp_path))
 
 
 def test_sharegpt_jsonl_and_parquet_files_are_detected(tmp_path, demo_tokenizer):

@@ -148,7 +148,7 @@ def test_llamafactorys_predict_yaml_becomes_a_predict_job_and_without_generation
     (["--model", "/nonexistent"], "give a run"),
     (["--base", "--checkpoint", "1"], "not both"),
     (["--batch-size", "0"], "--batch-size must be 1 or more"),
-    (["--dataset", "nosuch", "--dataset-dir", "/nonexistent"], "'nosuch' is neither in /nonexistent/dataset_info.json"),
+    (["--dataset", "nosuch", "--dataset-dir", "/nonexistent"], "'nosuch' is not a file, and there is no /nonexistent/dataset_info.json"),
     (["--dataset", ","], "no dataset given"),
     (["--device", "cuda:1"], "invalid choice"),
     pytest.param(["--device", "cuda"], "no CUDA GPU was found",
