@@ -860,7 +860,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         spec: dict[str, Any] = {"run": str(run_dir), "checkpoint": args.checkpoint, "base": args.base}
     else:
+        run_dir = None
         spec = {"model": args.model, "adapter": args.adapter}
+    problem = _offline_source_problem(run_dir, args)  # said before a model is loaded, as predict does (exit 2)
+    if problem:
+        err.print(error_line(problem))
+        return EXIT_USAGE
     settings = GenerationSettings(args.temperature, args.top_p, args.max_new_tokens, args.system)
     worker = ChatWorker()
     try:

@@ -107,6 +107,23 @@ def test_cli_chat_refuses_options_of_the_other_source(capsys):
         assert says in capsys.readouterr().err, argv
 
 
+def test_cli_chat_refuses_a_source_that_is_not_there_before_loading_a_model(tmp_path, monkeypatch, capsys):
+    """A missing checkpoint or a run with no weights yet: exit 2 and what to give, as ftui
+    predict says it (it was exit 1, after starting the model's process)."""
+    import ftui.chat_client
+    from conftest import tiny_config
+    from ftui.cli import main
+    from ftui.jobs.launch import prepare_run
+
+    monkeypatch.setattr(ftui.chat_client, "ChatWorker", lambda: pytest.fail("no model is loaded for a refused source"))
+    run = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "runs")))
+    for argv, says in ((["--run", str(run), "--checkpoint", "999"], "999"),
+                       (["--run", str(run)], "no final/ and no checkpoint yet"),
+                       (["--model", str(tmp_path)], "not a model directory")):
+        assert main(["chat", *argv]) == 2, argv
+        assert says in " ".join(capsys.readouterr().err.split()), argv
+
+
 class FakeChatWorker:
     """The REPL's side of the worker protocol: loads at once, answers "hi" to everything."""
 
@@ -144,7 +161,9 @@ def test_the_chat_repl_saves_and_a_failed_save_keeps_the_conversation(tmp_path, 
         except StopIteration:
             raise EOFError from None
     monkeypatch.setattr(builtins, "input", typed)
-    assert main(["chat", "--model", "m"]) == 0
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    assert main(["chat", "--model", str(tmp_path / "m")]) == 0
     err = capsys.readouterr().err
     assert "could not save the conversation" in err and "missing" in err
     assert [m["content"] for m in json.loads(good.read_text())["messages"]] == ["hello", "hi"]
