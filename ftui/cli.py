@@ -1117,9 +1117,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
-    for r in runs:
-        if r.status == "unreadable":  # the others are listed; this one says why it is not
-            line = _("{run}: unreadable: {reason}").format(run=r.run_id, reason=reason_text(r.reason))
+    for r in runs:  # why a run failed, died or cannot be read: one line each, under the table
+        if r.status in ("failed", "died", "unreadable") and r.reason:
+            why = " ".join(reason_text(r.reason).split())
+            line = _("{run}: {status}: {reason}").format(run=r.run_id, status=r.status, reason=why[:300])
+            if r.hint:
+                line += " (" + " ".join(_(r.hint).split())[:300] + ")"
             if console.is_terminal:
                 console.print(Text(line))
             else:

@@ -225,6 +225,17 @@ MALFORMED = {
 }
 
 
+def test_runs_says_why_a_run_failed_under_the_table(tmp_path, capsys):
+    root = tmp_path / "runs"
+    write_run(root, "oom", steps=3, max_steps=10, end="failed")
+    write_run(root, "fine", steps=5, max_steps=5, end="completed")
+    assert cli.main(["runs", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert ("oom: failed: OutOfMemoryError: CUDA out of memory (halve per_device_train_batch_size and double "
+            "gradient_accumulation_steps, or use preset zero3)") in out
+    assert "fine: completed" not in out
+
+
 @pytest.mark.parametrize("line", list(MALFORMED))
 def test_an_event_of_the_wrong_shape_is_skipped(tmp_path, capsys, line):
     root = tmp_path / "runs"
