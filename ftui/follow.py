@@ -88,18 +88,18 @@ def follow_run(
     summary = RunSummary(run_id=run_dir.name, path=run_dir)
     eta = EtaWindow()
     interrupts = 0
-    stats = {"loss": "-", "tps": "-", "eta": "--:--"}
+    stats = {"loss": "-", "tps": "-", "eta": "--:--", "job": "train"}
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn(_("loss {task.fields[loss]}  {task.fields[tps]} tok/s  ETA {task.fields[eta]}")),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), console=console, transient=False,
     )
-    task = progress.add_task(escape(run_dir.name), total=None, **stats)
+    task = progress.add_task(escape(run_dir.name), total=None, figures=figures_text(stats))
+    after: list[str] = []  # a job's results: printed under the finished bar, not above it
 
     def show(events: list) -> None:
         for event in events:
             summary.apply(event)
-            _show(event, summary, progress, task, eta, stats, console)
+            _show(event, summary, progress, task, eta, stats, console, after)
 
     follower = RunFollower(run_dir, summary, show, offset=start_offset)
     with progress:
@@ -113,15 +113,36 @@ def follow_run(
                 interrupts += 1
                 if on_interrupt is not None:
                     on_interrupt(interrupts)
+    for line in after:
+        console.print(line)
     _print_end(summary, console)
     return summary
 
 
-def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console) -> None:
+def figures_text(stats: dict[str, str]) -> str:
+    """The bar's figures for what is followed: a training run's loss, tokens/s and ETA; a
+    predict job's tokens/s and ETA (it has no loss); an eval job's ETA."""
+    if stats["job"] == "eval":
+        return _("ETA {eta}").format(**stats)
+    if stats["job"] == "predict":
+        return _("{tps} tok/s  ETA {eta}").format(**stats)
+    return _("loss {loss}  {tps} tok/s  ETA {eta}").format(**stats)
+
+
+def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console, after: list[str]) -> None:
     kind = event["event"]
     if kind == "run_start" and event.get("job") == "export":
         line = _("exporting {source} as {precision} to {out}").format(
             source=event.get("source"), precision=event.get("precision"), out=event.get("out"))
+        console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
+    elif kind == "run_start" and event.get("job") in ("predict", "eval"):
+        stats["job"] = event["job"]
+        examples = event.get("examples") if isinstance(event.get("examples"), int) else None
+        progress.update(task, total=examples, figures=figures_text(stats))
+        eta.start(event)
+        line = _("{job}: {source} on {dataset}, {examples} examples · {device} · {precision} · {world_size} process(es)").format(
+            job=event["job"], source=event.get("source"), dataset=event.get("dataset"), examples=examples,
+            device=event.get("device"), precision=event.get("precision"), world_size=event.get("world_size"))
         console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
     elif kind == "run_start":
         progress.update(task, total=event.get("max_steps"))
@@ -138,7 +159,9 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         stats["loss"] = _num(loss)
         stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
         stats["eta"] = fmt_duration(eta.eta(event["step"], summary.max_steps))
-        progress.update(task, completed=event["step"], **stats)
+        progress.update(task, completed=event["step"], figures=figures_text(stats))
+    elif kind == "eval" and stats["job"] == "eval":
+        pass  # an eval job's scores are its end line (its reason), said once
     elif kind == "eval":
         console.print(_("step {step}: eval_loss {loss}").format(step=event["step"], loss=_num(event.get("eval_loss"))))
     elif kind == "log" and event.get("level") in ("warning", "error"):
@@ -156,9 +179,9 @@ def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, 
         eta.add(event["t"], event["done"])
         stats["tps"] = f"{event.get('tokens_per_s') or 0:,.0f}"
         stats["eta"] = fmt_duration(eta.eta(event["done"], event["total"]))
-        progress.update(task, total=event["total"], completed=event["done"], **stats)
+        progress.update(task, total=event["total"], completed=event["done"], figures=figures_text(stats))
     elif kind == "predict":
-        console.print(fmt_predict(event))
+        after.append(fmt_predict(event))
     elif kind == "export":
         console.print(escape(fmt_export(event)))
 
@@ -210,7 +233,8 @@ def _num(value: float | None) -> str:
 def _print_end(summary: RunSummary, console: Console) -> None:
     colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
     loss = _(", last loss {loss}").format(loss=f"{summary.last_loss:.4f}") if summary.last_loss is not None else ""
-    where = "" if summary.engine == "export" else _(" (step {step}{loss})").format(step=summary.step, loss=loss)  # an export has no steps
+    # an export, a predict or an eval job has no steps (its reason says what it did)
+    where = "" if summary.engine in ("export", "predict", "eval") else _(" (step {step}{loss})").format(step=summary.step, loss=loss)
     style = f"bold {colour}"
     # the status word stays English, as in ftui watch and ftui runs (scripts read it); the rest is translated
     console.print(f"[{style}]{summary.status}[/]: {escape(reason_text(summary.reason))}{where}")

@@ -100,7 +100,8 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
         if not follower.catching_up:  # a long backlog is read on without a pause
             time.sleep(interval)
     # the status word stays English (scripts read it); the words around it are translated
-    print(f"{summary.status}: {reason_text(summary.reason)}" + _(" (step {step})").format(step=summary.step), file=out, flush=True)
+    where = "" if summary.engine in ("export", "predict", "eval") else _(" (step {step})").format(step=summary.step)  # jobs have no steps
+    print(f"{summary.status}: {reason_text(summary.reason)}" + where, file=out, flush=True)
     if summary.error_detail:
         print(summary.error_detail, file=out, flush=True)
     if summary.hint:

@@ -172,3 +172,34 @@ def test_runs_in_a_terminal_shows_each_run_id_whole_at_80_columns(tmp_path, monk
     assert cli.main(["runs", "--root", str(root)]) == 0
     text = out.getvalue()
     assert all(run_id in text for run_id in ids), text
+
+
+def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_the_bar(tmp_path):
+    """A predict job has examples, not steps: the follower (ftui predict) shows its source and
+    dataset instead of '0 of N parameters train', no loss, its results after the finished bar,
+    and no '(step 0)' at the end; ftui watch ends without '(step 0)' too."""
+    import io
+
+    from rich.console import Console
+
+    from ftui.events import EventWriter
+    from ftui.follow import follow_run
+
+    job = tmp_path / "runs" / "base-1" / "predict" / "p1"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("model_name_or_path: m\ndataset: d\n")
+    with EventWriter(job / "events.jsonl") as w:
+        w.write("run_start", run_id="p1", job="predict", engine="predict", precision="float32", method="generate",
+                world_size=1, nodes=1, model="m", total_params=1000, trainable_params=0, max_steps=3,
+                planned_tokens_per_step=0, examples=3, source="base-1 final", dataset="alpaca_en_demo", device="cpu")
+        w.write("progress", done=3, total=3, examples_per_s=1.5, tokens_per_s=42.0)
+        w.write("predict", predict_samples=3, predict_bleu_4=12.5, predict_rouge_l=30.25)
+        w.write("run_end", status="completed", reason="3 examples: generated_predictions.jsonl")
+    buffer = io.StringIO()
+    assert follow_run(job, console=Console(file=buffer, width=200), poll_s=0.05).status == "completed"
+    out = buffer.getvalue()
+    assert "predict: base-1 final on alpaca_en_demo, 3 examples · cpu · float32 · 1 process(es)" in out
+    assert "parameters train" not in out and "loss" not in out and "(step" not in out
+    assert out.index("3/3") < out.index("results: BLEU-4 12.50, ROUGE-L 30.25") < out.index("completed: 3 examples")
+    watched = subprocess.run([*FTUI, "watch", str(job)], capture_output=True, text=True, timeout=60).stdout
+    assert watched.splitlines()[-1] == "completed: 3 examples: generated_predictions.jsonl"
