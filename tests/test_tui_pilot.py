@@ -944,6 +944,21 @@ async def test_the_dashboards_footer_keeps_stop_back_and_quit_at_80_columns(tmp_
             else:
                 await pilot.press("w")  # a key left out of the footer still works
                 assert dash.query_one("LossPlot").recent_only
+            assert not {"evalpredict", "export"} & set(keys)  # a live run's footer offers Stop, not these
+
+
+async def test_an_ended_runs_footer_offers_eval_predict_and_export_in_place_of_stop(tmp_path):
+    run = write_run(tmp_path / "runs", "ended", steps=20, max_steps=20, end="completed")
+    for width in (80, 120):
+        app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
+        async with app.run_test(size=(width, 24)) as pilot:
+            dash = app.screen
+            await until(pilot, lambda: dash.view is not None and dash.view.ended)
+            await pilot.pause(0.3)
+            keys = await footer_keys_in_sight(pilot, dash)
+            assert "stop" not in keys and {"back", "quit", "evalpredict", "export"} <= set(keys), (width, sorted(keys))
+            if width == 120:
+                assert {"runs", "chat", "log_scale", "lr"} <= set(keys), sorted(keys)
 
 
 async def test_the_launch_forms_footer_keeps_start_and_quit_at_80_columns(tmp_path):

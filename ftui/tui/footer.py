@@ -23,6 +23,14 @@ class FittingFooter(Footer):
     def __init__(self, drop_first: tuple[str, ...] = (), **kwargs) -> None:
         super().__init__(**kwargs)
         self.drop_first = drop_first
+        self.hidden: frozenset[str] = frozenset()  # actions kept out of the footer for now (their keys still work)
+
+    def hide(self, actions: frozenset[str]) -> None:
+        """Keeps these actions' keys out of the footer (their keys still work), e.g. what only
+        an ended run's dashboard offers; the others are fitted again."""
+        if actions != self.hidden:
+            self.hidden = actions
+            self.fit()
 
     def compose(self) -> ComposeResult:
         for widget in super().compose():
@@ -46,7 +54,8 @@ class FittingFooter(Footer):
     def fit(self) -> None:
         keys = list(self.query("FooterKey"))  # Textual's own key widgets (not exported by name)
         palette = [k for k in keys if k.has_class("-command-palette")]  # docked right: always shown
-        keys = [k for k in keys if k not in palette]
+        hidden = [k for k in keys if k.action in self.hidden]
+        keys = [k for k in keys if k not in palette and k not in hidden]
         room = self.size.width - sum(map(_key_width, palette))
         need = sum(map(_key_width, keys))
         dropped = set()
@@ -57,6 +66,8 @@ class FittingFooter(Footer):
                     need -= _key_width(key)
         for key in keys:
             key.display = key not in dropped
+        for key in hidden:
+            key.display = False
 
 
 def _key_width(key: Widget) -> int:

@@ -55,11 +55,14 @@ class DashboardScreen(Screen):
         Binding("escape", "back", N_("Back")),
         Binding("r", "runs", N_("Runs")),
         Binding("c", "chat", N_("Chat")),
-        Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
-        Binding("x", "export", N_("Export"), show=False),  # the same
+        Binding("e", "evalpredict", N_("Eval/Predict")),  # in the footer once the run has ended (ENDED_KEYS)
+        Binding("x", "export", N_("Export")),
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
-    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale")
+    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale", "export", "evalpredict")
+    # Shown in the footer only once the run has ended, in Stop's place (their keys work throughout:
+    # a live run's checkpoints can be scored or exported too, the palette lists them).
+    ENDED_KEYS = frozenset({"evalpredict", "export"})
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
         super().__init__()
@@ -86,7 +89,9 @@ class DashboardScreen(Screen):
         with Horizontal(id="bottom"):
             yield GpuPanel(id="gpu-panel")
             yield LogTail(id="log-tail", max_lines=2000, wrap=False, highlight=False, markup=False)
-        yield FittingFooter(self.FOOTER_DROP_FIRST)
+        footer = FittingFooter(self.FOOTER_DROP_FIRST)
+        footer.hidden = self.ENDED_KEYS  # until the run is known to have ended
+        yield footer
 
     def on_mount(self) -> None:
         self.query_one(EndBanner).display = False
@@ -252,6 +257,7 @@ class DashboardScreen(Screen):
             self.workers.cancel_group(self, "devices")
         else:
             self.sample_devices()
+        self.query_one(FittingFooter).hide(frozenset() if ended else self.ENDED_KEYS)
         self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
