@@ -29,7 +29,7 @@ from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
-from ftui.presets.templates import TEMPLATES
+from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
 
 from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
 from ftui.gpu_picks import GPU_LIST, gpus_as_text
@@ -412,7 +412,10 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out.append(FieldProblem("fp16", True, _("bf16 and fp16 are both on; choose one precision")))
     if cfg.pure_bf16 and cfg.fp16:
         out.append(FieldProblem("fp16", True, _("pure_bf16 trains in bf16 and fp16 is on too; choose one precision")))
-    if cfg.template is not None and cfg.template not in TEMPLATES:
+    if cfg.template in MULTIMODAL_TEMPLATES:
+        out.append(FieldProblem("template", cfg.template, _("LLaMA-Factory's template for a vision, video or audio model: "
+                                                            "ftui trains text-only language models, multimodal ones are not supported")))
+    elif cfg.template is not None and cfg.template not in TEMPLATES:
         out.append(FieldProblem("template", cfg.template, _("unknown template; allowed: {templates} or empty for the tokenizer's own").format(templates=", ".join(TEMPLATES))))
     out += encoding_problems(cfg)
     if cfg.lora_target != "all" and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.lora_target):

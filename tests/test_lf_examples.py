@@ -24,10 +24,10 @@ EXAMPLES = LLAMAFACTORY_DATA / "examples"
 TRAINS = "trains"
 # YAML -> TRAINS, or the words the refusal must name (any one of them, for YAMLs with several problems)
 EXPECTED: dict[str, str | tuple[str, ...]] = {
-    "train_full/mossvl_full_sft.yaml": ("mllm_demo", "moss_vl"),  # multimodal data (and a multimodal template)
+    "train_full/mossvl_full_sft.yaml": ("multimodal",),  # multimodal data and a multimodal template, each refused as such
     "train_full/qwen3_full_sft.yaml": TRAINS,
-    "train_full/qwen3vl_full_sft.yaml": ("mllm_demo", "qwen3_vl_nothink"),
-    "train_lora/mossvl_lora_sft.yaml": ("mllm_demo", "moss_vl"),
+    "train_full/qwen3vl_full_sft.yaml": ("multimodal",),
+    "train_lora/mossvl_lora_sft.yaml": ("multimodal",),
     "train_lora/qwen3_lora_dpo.yaml": TRAINS,
     "train_lora/qwen3_lora_kto.yaml": TRAINS,
     "train_lora/qwen3_lora_pretrain.yaml": TRAINS,
@@ -36,8 +36,8 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "train_lora/qwen3_lora_sft_ds3.yaml": TRAINS,
     "train_lora/qwen3_lora_sft_ray.yaml": ("ray_num_workers",),
     "train_lora/qwen3_preprocess.yaml": TRAINS,
-    "train_lora/qwen3vl_lora_dpo.yaml": ("rlhf_v", "qwen3_vl_nothink"),  # multimodal preference data
-    "train_lora/qwen3vl_lora_sft.yaml": ("mllm_demo", "qwen3_vl_nothink"),
+    "train_lora/qwen3vl_lora_dpo.yaml": ("multimodal",),  # multimodal preference data
+    "train_lora/qwen3vl_lora_sft.yaml": ("multimodal",),
     "train_qlora/llama3_lora_sft_aqlm.yaml": TRAINS,  # the pre-quantized model is swapped for a plain one
     "train_qlora/llama3_lora_sft_awq.yaml": TRAINS,
     "train_qlora/llama3_lora_sft_gptq.yaml": TRAINS,

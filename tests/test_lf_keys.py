@@ -225,3 +225,11 @@ async def test_a_yaml_with_neat_packing_shows_packing_on_in_the_form_and_saves_i
         await until(pilot, lambda: screen.values().get("packing") == "on")
         saved = screen.current_config_dict()
         assert saved["packing"] is True and "neat_packing" not in saved
+
+
+def test_a_multimodal_template_of_llamafactory_is_refused_as_multimodal_not_as_unknown():
+    for name in ("qwen2_vl", "llava", "qwen2_audio"):
+        message = problems_of(template=name)["template"]
+        assert "vision, video or audio model" in message and "allowed:" not in message
+    assert "allowed:" in problems_of(template="qwen99")["template"]
+    assert "template" not in problems_of(template="gemma3")  # a text template in ftui, multimodal in LLaMA-Factory

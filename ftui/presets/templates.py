@@ -226,3 +226,14 @@ TEMPLATES: dict[str, Template] = {
         efficient_eos=True, reasoning=True,
     ),
 }
+
+# LLaMA-Factory's templates for vision, video and audio models (those with an mm_plugin), less
+# the ones ftui has as text templates: a YAML naming one is a multimodal run, refused as such
+# rather than as an unknown template name.
+MULTIMODAL_TEMPLATES = frozenset("""
+    dots_ocr ernie_vl gemma3n gemma4 gemma4n glm4v glm4_5v glm_ocr granite3_vision intern_vl intern_s1 keye_vl kimi_vl
+    lfm2_vl mllama moss_vl llava llava_next llava_next_llama3 llava_next_mistral llava_next_qwen llava_next_yi
+    llava_next_video llava_next_video_mistral llava_next_video_yi mimo_vl minicpm_v minicpm_v_4_6 minicpm_o ministral3
+    paligemma paligemma_chat pixtral qwen2_audio qwen2_omni qwen3_omni qwen3_omni_nothink qwen2_vl qwen3_vl
+    qwen3_vl_nothink qwen3_6 video_llava yi_vl youtu_vl
+""".split()) - set(TEMPLATES)
