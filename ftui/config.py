@@ -325,7 +325,7 @@ def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
         else:
             message = _("unknown key: neither ftui nor LLaMA-Factory has it (another tool's key?); remove it "
                         "(the README's section \"The config\" says which keys ftui reads)")
-        out.append(FieldProblem(key, value, message))
+        out.append(FieldProblem(key if key.strip() else repr(key), value, message))  # an empty key is named ''
     return out
 
 
