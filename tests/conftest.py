@@ -65,13 +65,24 @@ def pretrained_base(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory) -> Path:
-    """The built-in demo, trained as `ftui train --preset demo` does (about half a minute);
-    shared by the chat and the predict / eval tests, which only read it (copy it to write)."""
-    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("demo")))
-    run_dir, _events, proc = train_sync(cfg, timeout=600)
-    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
-    return run_dir
+def demo_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The built-in demo trained by the README's first command, `ftui train --preset demo`
+    (about half a minute), followed to its end: (the run, the CLI's output). Trained once per
+    session: test_launch checks the command's output and listing, the chat, predict, eval and
+    export tests read the run (copy it to write). CUDA_DEVICE_ORDER is left unset, so the test
+    of launch.json sees ftui set it."""
+    folder = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_ORDER"}
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", "--preset", "demo", "--set", f"output_dir={folder / 'runs'}"],
+                          cwd=folder, capture_output=True, text=True, timeout=600, env=env)
+    runs = sorted(p for p in (folder / "runs").iterdir() if p.is_dir()) if (folder / "runs").is_dir() else []
+    assert proc.returncode == 0 and len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return runs[0].resolve(), proc
+
+
+@pytest.fixture(scope="session")
+def demo_run(demo_train) -> Path:
+    return demo_train[0]
 
 
 ENGINE_MAX_STEPS, ENGINE_SAVE_STEPS = 8, 4

@@ -35,17 +35,16 @@ def gone(run: Path) -> bool:
 
 
 @pytest.mark.dist
-def test_completed_run_exits_0_and_is_listed(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_ORDER"}
-    proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--set", "max_steps=6", "--set", "max_samples=16"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    launch = json.loads((only_run(tmp_path) / "launch.json").read_text())
+def test_completed_run_exits_0_and_is_listed(demo_train):
+    """`ftui train --preset demo` (the session's demo run: conftest.demo_train) follows the run
+    to its end, exits 0, and the run is listed as completed."""
+    run, proc = demo_train
+    launch = json.loads((run / "launch.json").read_text())
     assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.gpu do
-    assert "completed" in proc.stdout and "6/6" in proc.stdout
-    (summary,) = list_runs(tmp_path / "runs")
-    assert summary.status == "completed" and summary.step == 6 and summary.method == "full"
-    listing = subprocess.run([*FTUI, "runs", "--root", str(tmp_path / "runs")], capture_output=True, text=True)
+    (summary,) = list_runs(run.parent)
+    assert summary.status == "completed" and summary.method == "full" and summary.step == summary.max_steps > 0
+    assert proc.stdout.splitlines()[-1].startswith(f"completed: {summary.step} steps (step {summary.step}, last loss ")
+    listing = subprocess.run([*FTUI, "runs", "--root", str(run.parent)], capture_output=True, text=True)
     assert summary.run_id[:12] in listing.stdout and "completed" in listing.stdout
 
 
