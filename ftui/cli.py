@@ -768,6 +768,12 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     else:
         data = getattr(args, "model_data", None) or {"model_name_or_path": args.model, "template": args.template}
+        if cutoff_len is not None:
+            data = {**data, "cutoff_len": cutoff_len}
+        elif "cutoff_len" not in data:  # none given: the default, or the model's limit below it
+            from ftui.config import RunConfig, fitting_cutoff_len
+
+            data = {**data, "cutoff_len": fitting_cutoff_len(str(args.model), RunConfig.model_fields["cutoff_len"].default)}
         try:
             model_config, _warnings = parse_config({**data, "dataset": args.dataset, "dataset_dir": args.dataset_dir or data.get("dataset_dir", "data"),
                                             "output_dir": str(root)}, getattr(args, "model_source", "--model"))

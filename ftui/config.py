@@ -681,6 +681,19 @@ def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
                              cutoff_len=cfg.cutoff_len, why=why, most=most, stretch=stretch))]
 
 
+def fitting_cutoff_len(model_name_or_path: str, wanted: int) -> int:
+    """``wanted``, lowered to the positions the model allows (cutoff_problems' limit): the
+    cutoff_len for a model scored outside a run (ftui predict / eval --model), whose user set
+    none, so that the default (2048) does not refuse a model made for fewer."""
+    from ftui.plan import read_model_config
+
+    try:
+        limit = position_limit(read_model_config(model_name_or_path))
+    except ValueError:
+        return wanted
+    return min(wanted, limit[0]) if limit is not None else wanted
+
+
 # config.json keys of vision / audio towers: a multimodal model, which ftui does not train
 MULTIMODAL_CONFIG_KEYS = ("vision_config", "audio_config", "visual", "vision_tower", "mm_vision_tower", "speech_config")
 

@@ -202,3 +202,16 @@ def test_a_jobs_failure_hint_names_the_jobs_options_not_trainings(tmp_path):
     unreadable = PermissionError(13, "Permission denied", "/runs/x/final/model.safetensors")
     assert "final/" in hint_for(unreadable, cfg, "export") and "model_name_or_path" not in hint_for(unreadable, cfg, "export")
     assert "model_name_or_path" in hint_for(unreadable, cfg, "train")
+
+
+@pytest.mark.parametrize("given,expected", [([], 512), (["--cutoff-len", "256"], 256)])
+def test_a_model_outside_a_run_gets_a_cutoff_len_it_allows_or_the_one_given(demo_run, tmp_path, monkeypatch, given, expected):
+    """`ftui predict --model DIR` of a model made for 512 positions (the demo's, exported): the
+    default 2048 refused it, and --cutoff-len was not read before that refusal."""
+    import ftui.jobs.offline
+    from ftui import cli
+    started = []
+    monkeypatch.setattr(ftui.jobs.offline, "start_job", lambda kind, job_dir, cfg: started.append(cfg) or {})
+    monkeypatch.setattr(cli, "_follow_job", lambda *a, **k: (type("S", (), {"status": "completed"})(), False))
+    code = cli.main(["predict", "--model", str(demo_run / "final"), "--dataset", "ftui_demo", "--root", str(tmp_path), *given])
+    assert code == 0 and [cfg.cutoff_len for cfg in started] == [expected]
