@@ -113,8 +113,9 @@ def unknown_dataset_message(name: str, registry: dict[str, Any], dataset_dir: st
     if not _exists(where):
         relative = "" if where.is_absolute() else " " + _("(dataset_dir {dir} is read from the current directory, {cwd})").format(
             dir=repr(_clip(dataset_dir, 200)), cwd=_clip(os.getcwd(), 200))
-        return _("dataset {name} is not a file, and there is no {registry}{relative}; give a dataset_dir (--dataset-dir) that "
-                 "holds dataset_info.json, a .json/.jsonl/.parquet/.txt path or a hub name").format(
+        return _("dataset {name} is not a file, and there is no {registry}{relative}; point dataset_dir at the folder that holds "
+                 "dataset_info.json (--set dataset_dir=PATH; ftui predict / eval: --dataset-dir PATH), or give a "
+                 ".json/.jsonl/.parquet/.txt path or a hub name").format(
                      name=shown, registry=_clip(str(where), 200), relative=relative)
     close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.6)
     if close:
