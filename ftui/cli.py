@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not raise it again
         return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C where a command has nothing to stop (chat, data, plan): no traceback
+        print("\n" + _("interrupted"), file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _positive(text: str) -> float:

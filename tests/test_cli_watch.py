@@ -203,3 +203,16 @@ def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_th
     assert out.index("3/3") < out.index("results: BLEU-4 12.50, ROUGE-L 30.25") < out.index("completed: 3 examples")
     watched = subprocess.run([*FTUI, "watch", str(job)], capture_output=True, text=True, timeout=60).stdout
     assert watched.splitlines()[-1] == "completed: 3 examples: generated_predictions.jsonl"
+
+
+def test_ctrl_c_in_a_command_with_nothing_to_stop_exits_130_without_a_traceback(monkeypatch, capsys):
+    """ftui chat / data / plan had no handler: Ctrl-C printed Python's traceback."""
+    from ftui import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_data", interrupted)
+    assert cli.main(["data", "--preset", "demo", "--show", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
