@@ -450,8 +450,9 @@ def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:
 
 
 def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool = True) -> RunConfig | None:
-    """The config of ftui train / data / plan, checked; ``data_needed`` False (plan): the
-    datasets need not be there, only a registry entry that names them must be sound."""
+    """The config of ftui train / data / plan, checked; ``data_needed`` False (plan --gpu-memory,
+    for another machine): the datasets need not be here, only a registry entry that names them
+    must be sound."""
     from ftui.config import ConfigError, demo_config, load_config
 
     if args.preset and args.config:
@@ -469,7 +470,7 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
         elif args.config:
             cfg, warnings = load_config(args.config, overrides)
         else:
-            err.print(_("ftui train: give a CONFIG.yaml or --preset demo"))
+            err.print(_("ftui {command}: give a CONFIG.yaml or --preset demo").format(command=args.command))
             return None
     except ConfigError as e:
         err.print(error_line(str(e)))
@@ -967,7 +968,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # --gpu-memory: planned for GPUs that need not be here (a login node): this machine's GPUs
     # and packages do not decide what is valid
     with for_another_machine() if args.gpu_memory else nullcontext():
-        cfg = _load_train_config(args, err, data_needed=False)
+        cfg = _load_train_config(args, err, data_needed=not args.gpu_memory)  # --gpu-memory: the data may be elsewhere
     if cfg is None:
         return EXIT_USAGE
     try:

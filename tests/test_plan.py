@@ -167,7 +167,8 @@ def test_demo_and_hub_cache_configs_are_found(tmp_path, monkeypatch):
 
 def test_ftui_plan_cli(llama7b, tmp_path):
     conf = tmp_path / "c.yaml"
-    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: x.json\nfinetuning_type: full\nbf16: true\ncutoff_len: 2048\n")
+    (tmp_path / "x.json").write_text('[{"instruction": "q", "output": "a"}]')
+    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: {tmp_path / 'x.json'}\nfinetuning_type: full\nbf16: true\ncutoff_len: 2048\n")
     run = lambda *a: subprocess.run([sys.executable, "-m", "ftui.cli", "plan", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
     no_fit = run(str(conf), "--gpu-memory", "80")
     assert no_fit.returncode == 1, no_fit.stderr
@@ -177,6 +178,10 @@ def test_ftui_plan_cli(llama7b, tmp_path):
     assert "CUDA context 0.8 GiB (assumed)" in fits.stdout  # one process: no NCCL
     missing = run(str(conf), "--set", "model_name_or_path=org/not-downloaded")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
+    # the datasets must be here, as for ftui train; with --gpu-memory (for another machine) they need not be
+    no_data = run(str(conf), "--set", "dataset=no_such_dataset")
+    assert no_data.returncode == 2 and "no_such_dataset" in no_data.stderr
+    assert run(str(conf), "--set", "dataset=no_such_dataset", "--gpu-memory", "80", "--set", "finetuning_type=lora").returncode == 0
 
 
 def test_peak_counts_gradients_and_activations_together_only_where_both_persist():
@@ -231,7 +236,8 @@ def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(l
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     conf = tmp_path / "c.yaml"
-    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: x.json\nfinetuning_type: lora\nbf16: true\n"
+    (tmp_path / "x.json").write_text('[{"instruction": "q", "output": "a"}]')
+    conf.write_text(f"model_name_or_path: {llama7b}\ndataset: {tmp_path / 'x.json'}\nfinetuning_type: lora\nbf16: true\n"
                     "engine: zero2\nnproc_per_node: 8\ncutoff_len: 512\n")
     assert main(["plan", str(conf)]) == 0
     out = " ".join(capsys.readouterr().out.split())
