@@ -215,3 +215,16 @@ def test_a_model_outside_a_run_gets_a_cutoff_len_it_allows_or_the_one_given(demo
     monkeypatch.setattr(cli, "_follow_job", lambda *a, **k: (type("S", (), {"status": "completed"})(), False))
     code = cli.main(["predict", "--model", str(demo_run / "final"), "--dataset", "ftui_demo", "--root", str(tmp_path), *given])
     assert code == 0 and [cfg.cutoff_len for cfg in started] == [expected]
+
+
+def test_a_dataset_of_another_stage_is_refused_before_the_job_starts(demo_run, tmp_path):
+    """A ranking set for the demo (an sft run): refused with exit 2 before any job, as ftui train
+    refuses it (the job started and failed with exit 1)."""
+    from ftui.jobs.offline import list_jobs
+
+    (tmp_path / "pairs.json").write_text('[{"instruction": "q", "chosen": "a", "rejected": "b"}]')
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"pairs": {"file_name": "pairs.json", "ranking": True}}))
+    before = list_jobs(demo_run, "predict")
+    proc = run_cli("predict", str(demo_run), "--dataset", "pairs", "--dataset-dir", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "fits stage dpo or rm" in " ".join(proc.stderr.split()), proc.stderr
+    assert list_jobs(demo_run, "predict") == before

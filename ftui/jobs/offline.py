@@ -99,7 +99,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
     else:
         raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
-    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, unresolved=True)
+    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage, unresolved=True)  # the job reads it with the run's stage
     if problem is None and cfg.device == "cuda" and not gpu_present(cfg.gpus):  # the GPUs the job is given
         problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")
     if problem:
