@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--temperature", type=float, default=0.7, help=_("0 means greedy (default 0.7)"))
     c.add_argument("--top-p", type=float, default=0.9)
     c.add_argument("--max-new-tokens", type=int, default=256)
-    c.add_argument("--device", default="auto", help=_("cpu, cuda, cuda:1 ... (default: a GPU if there is one)"))
+    c.add_argument("--device", default="auto", type=_chat_device, help=_("auto, cpu, cuda, cuda:1 ... (default: auto, a GPU if there is one)"))
     c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
 
     for kind, what in (("predict", _("generate a model's answers to a dataset's prompts and score them (BLEU-4, ROUGE) as LLaMA-Factory does")),
@@ -217,6 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C where a command has nothing to stop (chat, data, plan): no traceback
         print("\n" + _("interrupted"), file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _chat_device(text: str) -> str:
+    """An argparse type: auto, cpu, cuda or cuda:N (a torch device string would fail later,
+    inside the model's process, in torch's words)."""
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d{1,2}", text):
+        return text
+    raise argparse.ArgumentTypeError(_("{value}: use auto, cpu, cuda or cuda:N").format(value=repr(text)))
 
 
 def _positive(text: str) -> float:
@@ -873,6 +882,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
         run_dir = None
         spec = {"model": args.model, "adapter": args.adapter}
     problem = _offline_source_problem(run_dir, args)  # said before a model is loaded, as predict does (exit 2)
+    if problem is None and args.device.startswith("cuda"):
+        from ftui.gpu import gpu_count
+
+        count, wanted = gpu_count(), int(args.device.partition(":")[2] or 0)
+        if wanted >= count:
+            problem = (_("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu") if count == 0 else
+                       _("--device {device}: this machine lets ftui use {n} GPU(s), cuda:0 to cuda:{last}").format(
+                           device=args.device, n=count, last=count - 1))
     if problem:
         err.print(error_line(problem))
         return EXIT_USAGE

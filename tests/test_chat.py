@@ -108,20 +108,28 @@ def test_cli_chat_refuses_options_of_the_other_source(capsys):
 
 
 def test_cli_chat_refuses_a_source_that_is_not_there_before_loading_a_model(tmp_path, monkeypatch, capsys):
-    """A missing checkpoint or a run with no weights yet: exit 2 and what to give, as ftui
-    predict says it (it was exit 1, after starting the model's process)."""
+    """A missing checkpoint, a run with no weights yet or a device this machine lacks: exit 2
+    and what to give, as ftui predict says it (it was exit 1, after starting the model's process,
+    and a device torch does not know was said in torch's words)."""
     import ftui.chat_client
     from conftest import tiny_config
     from ftui.cli import main
+    from ftui.gpu import gpu_count
     from ftui.jobs.launch import prepare_run
 
     monkeypatch.setattr(ftui.chat_client, "ChatWorker", lambda: pytest.fail("no model is loaded for a refused source"))
     run = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "runs")))
-    for argv, says in ((["--run", str(run), "--checkpoint", "999"], "999"),
-                       (["--run", str(run)], "no final/ and no checkpoint yet"),
-                       (["--model", str(tmp_path)], "not a model directory")):
+    cases = [(["--run", str(run), "--checkpoint", "999"], "999"),
+             (["--run", str(run)], "no final/ and no checkpoint yet"),
+             (["--model", str(tmp_path)], "not a model directory")]
+    if gpu_count() < 8:
+        cases.append((["--run", str(run), "--base", "--device", "cuda:7"], "cuda:7" if gpu_count() else "no CUDA GPU was found"))
+    for argv, says in cases:
         assert main(["chat", *argv]) == 2, argv
         assert says in " ".join(capsys.readouterr().err.split()), argv
+    with pytest.raises(SystemExit) as info:
+        main(["chat", "--run", str(run), "--device", "gpu"])
+    assert info.value.code == 2 and "use auto, cpu, cuda or cuda:N" in capsys.readouterr().err
 
 
 class FakeChatWorker:
