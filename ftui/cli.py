@@ -873,6 +873,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not _sampling_ok(args.temperature, args.top_p) or args.max_new_tokens < 1:
         err.print(error_line(_("--temperature must be 0 or more, --top-p in (0, 1] and --max-new-tokens 1 or more")))
         return EXIT_USAGE
+    if args.prompt is not None and not args.prompt.strip():
+        err.print(error_line(_("--prompt is empty: give the message to answer (or leave --prompt out for a conversation)")))
+        return EXIT_USAGE
     if args.run:
         run_dir = _resolve(args.run, args.root, err)
         if run_dir is None:

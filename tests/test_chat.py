@@ -102,7 +102,8 @@ def test_cli_chat_refuses_options_of_the_other_source(capsys):
     for argv, says in ((["--model", "m", "--base"], "--checkpoint and --base go with --run"),
                        (["--model", "m", "--checkpoint", "4"], "--checkpoint and --base go with --run"),
                        (["--run", "r", "--adapter", "a"], "--adapter goes with --model"),
-                       (["--run", "r", "--checkpoint", "4", "--base"], "--checkpoint or --base, not both")):
+                       (["--run", "r", "--checkpoint", "4", "--base"], "--checkpoint or --base, not both"),
+                       (["--run", "r", "--prompt", " "], "--prompt is empty")):
         assert main(["chat", *argv]) == 2, argv
         assert says in capsys.readouterr().err, argv
 
