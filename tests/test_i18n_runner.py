@@ -31,14 +31,18 @@ def zh_env() -> dict[str, str]:
     return dict(os.environ, FTUI_LANG="zh", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
 
 
-def test_failure_hints_are_in_chinese_with_the_yaml_keys_kept(chinese):
+def test_failure_hints_are_in_chinese_with_the_yaml_keys_kept(chinese, tmp_path):
     from ftui.runner.faults import NonFiniteLoss, hint_for
 
     # fp16 needs a GPU to validate: the hint only reads the settings
     cfg = tiny_config(Path("/tmp")).model_copy(update={"fp16": True, "bf16": False, "max_grad_norm": 0.0})
-    hint = hint_for(NonFiniteLoss("the loss was NaN/inf"), cfg)
+    run = tmp_path / "run-1"
+    for step in (4, 8):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    hint = hint_for(NonFiniteLoss("the loss was NaN/inf", first_step=6), cfg, run_dir=run)
     assert "调低 learning_rate" in hint and "bf16" in hint and "max_grad_norm: 1.0" in hint
-    assert "ftui train --resume RUN --checkpoint N" in hint  # commands stay as they are typed
+    assert "ftui train --resume run-1 --checkpoint 4" in hint  # commands stay as they are typed; the checkpoint before the NaNs
+    assert "--checkpoint" not in hint_for(NonFiniteLoss("x", first_step=3), cfg, run_dir=run)  # none saved before step 3
     assert "lower learning_rate" not in hint
 
     import torch

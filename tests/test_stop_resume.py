@@ -156,6 +156,9 @@ def test_nan_losses_are_reported_then_stop_the_run(tmp_path):
     end = events[-1]
     assert end["status"] == "failed" and end["error_type"] == "NonFiniteLoss"
     assert "learning_rate" in end["hint"] and "max_grad_norm" in end["hint"]
+    first_nan = int(warnings[0].split(" at step ")[1].split()[0])
+    before = max(step for step, _path in checkpoints(run_dir) if step < first_nan)
+    assert f"ftui train --resume {run_dir.name} --checkpoint {before} " in end["hint"]  # the one saved before the NaNs
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 

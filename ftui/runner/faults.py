@@ -27,7 +27,11 @@ from ftui.runs import CheckpointError
 
 
 class NonFiniteLoss(RuntimeError):
-    """The loss was NaN or inf for too many steps in a row."""
+    """The loss was NaN or inf for too many steps in a row, the first of them ``first_step``."""
+
+    def __init__(self, message: str, first_step: int | None = None):
+        super().__init__(message)
+        self.first_step = first_step
 
 
 def developer_note(text: str) -> None:
@@ -120,9 +124,10 @@ def exception_chain(exc: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__
 
 
-def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train") -> str:
+def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Path | None = None) -> str:
     """What to do about ``exc``, in the options of the command that started ``job``: an eval or
-    predict job is not given training's batch or engine settings, but --batch-size, --cutoff-len."""
+    predict job is not given training's batch or engine settings, but --batch-size, --cutoff-len.
+    ``run_dir``: the run, whose checkpoints a NaN loss can resume from."""
     if job in ("eval", "predict") and isinstance(exc, (torch.OutOfMemoryError, DataFormatError)):
         return _job_hint(exc, cfg, job)
     if isinstance(exc, torch.OutOfMemoryError):
@@ -147,7 +152,12 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train") -> str:
             fixes.append(_("use bf16 instead of fp16 (no overflow)"))
         if cfg.max_grad_norm == 0:
             fixes.append(_("turn clipping on (max_grad_norm: 1.0)"))
-        fixes.append(_("resume from the last checkpoint before the NaNs (ftui train --resume RUN --checkpoint N)"))
+        before = _checkpoint_before(run_dir, exc.first_step)
+        if before is not None:
+            fixes.append(_("then resume from checkpoint {step}, saved before the NaNs (ftui train --resume {run} --checkpoint {step} "
+                           "--set learning_rate=...)").format(step=before, run=run_dir.name))
+        else:
+            fixes.append(_("then start the run again (no checkpoint was saved before the NaNs)"))
         return _("; ").join(fixes)
     if isinstance(exc, CheckpointError):
         return _("pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)")
@@ -175,6 +185,19 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train") -> str:
                      "--model): a folder with config.json and weights that this user can read")
         return _("check model_name_or_path: a local directory with config.json, or a hub name this machine can reach")
     return _("the traceback is at the end of train.log")
+
+
+def _checkpoint_before(run_dir: Path | None, step: int | None) -> int | None:
+    """The newest complete checkpoint's step below ``step`` (the first NaN), or None."""
+    if run_dir is None or step is None:
+        return None
+    from ftui.runs import checkpoints
+
+    try:
+        steps = [s for s, _path in checkpoints(run_dir) if s < step]
+    except OSError:
+        return None
+    return steps[-1] if steps else None
 
 
 def _job_hint(exc: BaseException, cfg: RunConfig, job: str) -> str:

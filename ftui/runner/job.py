@@ -63,7 +63,7 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
             full = writer.disk_full or disk_full(exc)
             write_end(writer, status="failed", reason=_("disk full: {reason}").format(reason=reason) if full else reason,
                       error_type=type(exc).__name__, error_message=str(exc)[:4000],
-                      hint=_(DISK_FULL_HINT) if writer.disk_full else hint_for(exc, cfg, job) if cfg is not None
+                      hint=_(DISK_FULL_HINT) if writer.disk_full else hint_for(exc, cfg, job, run_dir) if cfg is not None
                       else _("the config could not be read"))
         return 1
     if reporters is not None:

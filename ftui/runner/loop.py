@@ -188,7 +188,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
                     step=step - 1, streak=streak, limit=cfg.nonfinite_loss_limit))
             if streak >= cfg.nonfinite_loss_limit:
                 raise NonFiniteLoss(_("the loss was NaN/inf for {streak} steps in a row (last at step {step})").format(
-                    streak=streak, step=step - 1))
+                    streak=streak, step=step - 1), first_step=step - streak)
         else:
             streak = 0
         ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now
