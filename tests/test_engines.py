@@ -106,6 +106,7 @@ def test_resume_continues_exactly(engine_runs, tmp_path, preset):
     resumed, proc = resume_sync(copy, copy / "checkpoints" / "step-4")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert resumed[0]["resumed_from_step"] == 4
+    assert resumed[0]["model"] == next(e for e in events if e["event"] == "run_start")["model"] == "ftui-demo"  # not base_model/
     reference = {s["step"]: s["loss"] for s in steps_of(events)}
     again = {s["step"]: s["loss"] for s in steps_of(resumed)}
     assert sorted(again) == [5, 6, 7, 8]

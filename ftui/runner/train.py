@@ -86,6 +86,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
 
         # --- Model, method, the stage's loss path
         base_dir = run_dir / BASE_MODEL_DIR
+        model_label = cfg.model_name_or_path  # as configured: run_start names it so, resumed or not
         if resume is not None and cfg.model_init == "random" and base_dir.is_dir():
             # the random base this run started from, so a resumed adapter sits on the same weights
             cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
@@ -147,7 +148,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         if writer is not None:
             writer.write(
                 "run_start", run_id=run_dir.name, stage=cfg.stage, engine=engine.name, precision=cfg.precision_label,
-                method=cfg.method, world_size=info.world_size, nodes=cfg.nnodes, model=cfg.model_name_or_path,
+                method=cfg.method, world_size=info.world_size, nodes=cfg.nnodes, model=model_label,
                 total_params=total, trainable_params=trainable, max_steps=max_steps,
                 planned_tokens_per_step=cfg.per_device_train_batch_size * accum * info.world_size * cfg.cutoff_len,
                 device=str(device.type), device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
