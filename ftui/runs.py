@@ -248,6 +248,11 @@ class RunSummary:
         """Whether the status is final (``ended`` is the time the run_end gives)."""
         return self.status in END_STATUSES
 
+    def start_again(self) -> None:
+        """The run was resumed: starting again, its previous end no longer its state."""
+        self.status = "starting"
+        self.ended = self.reason = self.hint = self.error = None
+
     def mark_died(self) -> None:
         """The job is gone without run_end: say why as well as the files can tell."""
         _launch, problem = read_launch_record(self.path)
@@ -373,7 +378,10 @@ class RunFollower:
     def settle(self) -> bool:
         """Decides whether the run has ended, after a read (see the class); True when it has."""
         if self.ended:
-            return True
+            if not self._started_again():
+                return True
+            self.summary.start_again()  # a resume whose run_start is not written yet
+            return False
         if self.reader.problem is not None:
             self.summary.mark_unreadable(self.reader.problem)
             return True
@@ -385,6 +393,16 @@ class RunFollower:
                 self.summary.mark_died()
             return True
         return False
+
+    def _started_again(self) -> bool:
+        """An ended run's job started again (a resume): launch.json was written after the last
+        run_end and its job lives. Until the resumed job writes its run_start (seconds: it loads
+        the model first) the events still end with the previous run_end."""
+        launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
+        start, end = launch.get("start_time"), self.summary.ended
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or start <= end:
+            return False
+        return not launcher_gone(self.run_dir, launch)
 
     def poll(self) -> list[Any]:
         """One round of following: read, fold and, unless more is waiting, settle."""

@@ -225,6 +225,23 @@ MALFORMED = {
 }
 
 
+def test_a_resumed_run_reads_as_starting_until_its_run_start_is_written(tmp_path):
+    """`ftui train --resume RUN --detach` then at once `ftui runs` / `ftui watch RUN`: the events
+    still end with the previous run_end while the resumed job loads its model; launch.json,
+    written after that end by a job that lives, says the run is starting again (it read as
+    stopped, and watch printed the old end and exited 1)."""
+    run = write_run(tmp_path / "runs", "again", steps=5, max_steps=10, end="stopped")
+    fd = lock_run_dir(run)  # the resumed job's supervisor holds the run's lock while it lives
+    try:
+        local_launch(run, start_time=time.time())
+        summary = summarize_run(run)
+        assert (summary.status, summary.reason) == ("starting", None)
+        assert [r.status for r in list_runs(tmp_path / "runs")] == ["starting"]
+    finally:
+        os.close(fd)
+    assert summarize_run(run).status == "stopped"  # its job gone before its run_start: the previous end stands
+
+
 def test_runs_says_why_a_run_failed_under_the_table(tmp_path, capsys):
     root = tmp_path / "runs"
     write_run(root, "oom", steps=3, max_steps=10, end="failed")
