@@ -122,6 +122,8 @@ def follow_run(
 def figures_text(stats: dict[str, str]) -> str:
     """The bar's figures for what is followed: a training run's loss, tokens/s and ETA; a
     predict job's tokens/s and ETA (it has no loss); an eval job's ETA."""
+    if stats["job"] == "export":
+        return ""  # its phases are lines of their own; the bar counts the current one's parts
     if stats["job"] == "eval":
         return _("ETA {eta}").format(**stats)
     if stats["job"] == "predict":
@@ -132,6 +134,8 @@ def figures_text(stats: dict[str, str]) -> str:
 def _show(event, summary: RunSummary, progress: Progress, task, eta: EtaWindow, stats, console: Console, after: list[str]) -> None:
     kind = event["event"]
     if kind == "run_start" and event.get("job") == "export":
+        stats["job"] = "export"
+        progress.update(task, figures=figures_text(stats))
         line = _("exporting {source} as {precision} to {out}").format(
             source=event.get("source"), precision=event.get("precision"), out=event.get("out"))
         console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
@@ -211,8 +215,13 @@ def fmt_export(event: dict) -> str:
     """An export job's result as plain text (escape it before markup)."""
     files = event.get("files") if isinstance(event.get("files"), list) else []
     size = event.get("bytes")
-    size_text = f", {size / 2**30:.2f} GiB" if isinstance(size, (int, float)) and not isinstance(size, bool) else ""
+    size_text = f", {fmt_bytes(size)}" if isinstance(size, (int, float)) and not isinstance(size, bool) else ""
     return _("exported to {out}: {count} files{size}").format(out=event.get("out"), count=len(files), size=size_text)
+
+
+def fmt_bytes(size: float) -> str:
+    """A size in GiB, or MiB below one GiB (a small model's export read as 0.00 GiB)."""
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def fmt_predict(event: dict) -> str:

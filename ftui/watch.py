@@ -48,8 +48,12 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
         elif e["event"] == "run_start":
             eta.start(e)
             # key names as events.jsonl and the config spell them: the same in every language
-            head = (f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
-                    f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}")
+            if e.get("job") in ("predict", "eval", "export"):  # a job has a source, not steps
+                where = f"out={e.get('out')}" if e["job"] == "export" else f"dataset={e.get('dataset')} examples={e.get('examples')}"
+                head = f"{summary.run_id}: {e['job']} {e.get('source')} {e.get('precision')} {where}"
+            else:
+                head = (f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
+                        f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}")
             print(head, file=out, flush=True)
         elif e["event"] == "eval":
             print(_("step {step} eval_loss {loss}").format(step=e["step"], loss=_fmt(e.get("eval_loss"), ".4f")) + _extras(e),
@@ -59,7 +63,8 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
         elif e["event"] == "prepare":
             print(fmt_prepare(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e) and "phase" in e:
-            print(fmt_phase(e), file=out, flush=True)
+            if e["done"] == 0 or (e["done"] == e["total"] > 1):  # a phase's start (and a long one's end), once each
+                print(fmt_phase(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e):
             eta.add(e["t"], e["done"])
             print(_("examples {done}/{total} examples/s {rate} eta {eta}").format(

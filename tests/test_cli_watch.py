@@ -216,3 +216,35 @@ def test_ctrl_c_in_a_command_with_nothing_to_stop_exits_130_without_a_traceback(
     assert cli.main(["data", "--preset", "demo", "--show", "1"]) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_path):
+    """ftui watch RUN/export/ID: a job header (no world_size / max_steps), each phase once (they
+    printed at their start and again at their end), a small export's size in MiB (not 0.00 GiB);
+    the follower shows no loss or tokens/s figures for it."""
+    import io
+
+    from rich.console import Console
+
+    from ftui.events import EventWriter
+    from ftui.follow import follow_run
+
+    job = tmp_path / "runs" / "base-1" / "export" / "x1"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("model_name_or_path: m\ndataset: d\n")
+    with EventWriter(job / "events.jsonl") as w:
+        w.write("run_start", run_id="x1", job="export", engine="export", precision="bf16", method="full", world_size=1, nodes=1,
+                model="m", total_params=1000, trainable_params=0, max_steps=None, planned_tokens_per_step=0,
+                source="base-1 final", out="/models/out")
+        for phase in ("load", "save"):
+            w.write("progress", phase=phase, done=0, total=1)
+            w.write("progress", phase=phase, done=1, total=1)
+        w.write("export", out="/models/out", files=["config.json", "model.safetensors"], bytes=5 * 2**20)
+        w.write("run_end", status="completed", reason="exported base-1 final to /models/out")
+    lines = subprocess.run([*FTUI, "watch", str(job)], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert lines[0] == "x1: export base-1 final bf16 out=/models/out"
+    assert lines.count("loading the weights") == 1 and lines.count("writing safetensors") == 1
+    assert "exported to /models/out: 2 files, 5.0 MiB" in lines and lines[-1] == "completed: exported base-1 final to /models/out"
+    buffer = io.StringIO()
+    follow_run(job, console=Console(file=buffer, width=200), poll_s=0.05)
+    assert "tok/s" not in buffer.getvalue() and "loss" not in buffer.getvalue()

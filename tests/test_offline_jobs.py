@@ -66,6 +66,8 @@ def test_eval_reports_loss_and_perplexity_and_marks_the_run(demo_run, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((job_dir_of(proc) / EVAL_RESULTS_FILE).read_text())
     assert results["examples"] == 16 and results["eval_loss"] < 0.5 and results["eval_perplexity"] < 1.7
+    assert [(e["done"], e["total"]) for e in events_of(job_dir_of(proc)) if e["event"] == "progress"][-1] == (16, 16)
+    assert "16/16" in proc.stdout  # the bar ends full (it stayed at 0/16 when the scoring took under a few seconds)
     last = events_of(run)[-1]  # the run's own events: the dashboard draws the point at the model's step
     steps = [e["step"] for e in events_of(run) if e["event"] == "step"]
     assert last["event"] == "eval" and last["step"] == steps[-1] and last["eval_loss"] == results["eval_loss"]

@@ -105,6 +105,8 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
                          source=spec.get("source_label", loaded.label), dataset=cfg.dataset, device=device)
         share = data.train[info.rank :: info.world_size]
         fields = stage.evaluate(engine, share, stage.collator(), progress_beat(heartbeat, writer, cfg, info, len(data.train)))
+        if writer is not None:  # the count complete (the beats say it every few seconds, not at the end)
+            writer.write("progress", done=len(data.train), total=len(data.train))
     if writer is None:
         return "completed", ""
     if not fields:

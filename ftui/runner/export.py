@@ -129,13 +129,13 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     emit.progress("load", 1, 1)
     _check(stop)
 
-    emit.progress("merge", 0, 1)
     if hasattr(model, "merge_and_unload"):  # a peft model: LoRA / DoRA / PiSSA, merged into the base
+        emit.progress("merge", 0, 1)  # a phase only where there is an adapter to merge
         emit.log(_("merging the adapter into the base weights"))
         model = model.merge_and_unload()
+        emit.progress("merge", 1, 1)
     model = model.to(dtype=dtype).eval()
     model.config.torch_dtype = dtype
-    emit.progress("merge", 1, 1)
     _check(stop)
 
     emit.progress("save", 0, 1)
