@@ -796,7 +796,7 @@ def _run_under_root(ref: str, root_path: Path) -> Path:
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
-        names = ", ".join(m.name for m in matches[:5])
+        names = ", ".join(m.name for m in sorted(matches, key=lambda m: m.name, reverse=True)[:5])  # the newest first
         raise LookupError(_("{ref} matches {count} runs under {root}: {names}; give more of the name").format(
             ref=repr(ref), count=len(matches), root=root_path, names=names))
     raise LookupError(_("no run {ref} under {root} (ftui runs lists them)").format(ref=repr(ref), root=root_path))

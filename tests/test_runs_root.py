@@ -135,3 +135,14 @@ def test_a_runs_root_that_is_not_there_is_an_error_not_no_runs(tmp_path, capsys)
     assert "is not a directory" in " ".join(capsys.readouterr().err.split())
     (tmp_path / "empty").mkdir()
     assert cli.main(["runs", "--root", str(tmp_path / "empty")]) == 0 and "no runs" in capsys.readouterr().out
+
+
+def test_a_prefix_of_several_runs_is_refused_naming_the_newest_first(tmp_path):
+    import pytest
+
+    for stamp in ("20260101-000000", "20260202-000000"):
+        (tmp_path / f"demo-{stamp}").mkdir()
+        (tmp_path / f"demo-{stamp}" / "config.yaml").write_text("x: 1\n")
+    with pytest.raises(LookupError, match="matches 2 runs .*: demo-20260202-000000, demo-20260101-000000; give more of the name"):
+        resolve_run("demo", tmp_path)
+    assert resolve_run("demo-202602", tmp_path) == tmp_path / "demo-20260202-000000"
