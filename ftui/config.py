@@ -289,6 +289,9 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[FieldProblem], source: str = "config"):
         self.problems = problems
+        if len(problems) == 1 and problems[0].field == "config":  # the file itself (missing, unreadable, not YAML)
+            super().__init__(f"{problems[0].value}: {problems[0].message}")
+            return
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(_("{source} has {n} invalid setting(s):").format(source=source, n=len(problems)) + f"\n{lines}")
 
@@ -352,14 +355,17 @@ PYDANTIC_MESSAGES = {
     "float_type": N_("Input should be a valid number"),
     "bool_type": N_("Input should be a valid boolean"),
     "string_type": N_("Input should be a valid string"),
-    "value_error": N_("Value error, {error}"),
     "finite_number": N_("Input should be a finite number"),
     "bool_for_number": N_("Input should be a number, not true or false"),
 }
 
 
 def pydantic_message(error: dict[str, Any]) -> str:
-    """One pydantic error's message in the current language (English: pydantic's own)."""
+    """One pydantic error's message in the current language (English: pydantic's own). A
+    ValueError of ftui's own validators is its text alone (pydantic prefixes "Value error, ")."""
+    raised = (error.get("ctx") or {}).get("error")
+    if error["type"] == "value_error" and raised is not None:
+        return str(raised)
     template = PYDANTIC_MESSAGES.get(error["type"])
     if template is None or current_language() == "en":
         return error["msg"]
@@ -886,6 +892,8 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError([FieldProblem("config", str(p), _("no such file"))], str(p)) from None
+    except IsADirectoryError:
+        raise ConfigError([FieldProblem("config", str(p), _("a directory, not a YAML file"))], str(p)) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError([FieldProblem("config", str(p), _("cannot read it: {error}").format(error=err))], str(p)) from None
     try:

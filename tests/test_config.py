@@ -192,3 +192,17 @@ def test_a_runs_root_that_is_a_file_is_a_problem_of_output_dir_not_a_bare_errno(
         _cfg, problems = validate_config(base | {"output_dir": str(tmp_path / out)})
         assert [(p.field, "is a file, not a directory" in p.message) for p in problems] == [("output_dir", True)]
     assert validate_config(base | {"output_dir": str(tmp_path / "new" / "runs")})[1] == []  # made when missing
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line_naming_it(tmp_path):
+    """Not '<file> has 1 invalid setting(s): - config = <file>: ...' for a file that is not there."""
+    for path, says in ((tmp_path / "nosuch.yaml", "no such file"), (tmp_path, "a directory, not a YAML file")):
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert str(info.value) == f"{path}: {says}"
+
+
+def test_a_validators_own_words_come_without_pydantics_value_error_prefix():
+    _cfg, problems = validate_config(yaml.safe_load(LF_LORA_SFT) | {"stage": "ppo"})
+    (stage,) = [p for p in problems if p.field == "stage"]
+    assert stage.message.startswith("PPO (stage: ppo) is not supported")

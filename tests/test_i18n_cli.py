@@ -72,7 +72,8 @@ def test_runs_list_has_chinese_headings_aligned_by_cells(tmp_path):
     write_run(root, "oom-1", steps=2, max_steps=3, end="failed")
     proc = ftui("runs", "--root", str(root), lang="zh")
     assert proc.returncode == 0
-    header, *rows = proc.stdout.splitlines()
+    header, *rows, why = proc.stdout.splitlines()
+    assert why.startswith("oom-1：failed：OutOfMemoryError")  # under the table: why it failed
     assert header.split() == ["运行", "状态", "模型", "微调方法", "引擎", "步", "损失", "开始于", "用时"]
     assert {row.split()[1] for row in rows} == {"completed", "failed"}  # statuses as the run says them
     # the model column starts at the same cell in every line (a CJK heading takes two cells a character)
