@@ -110,6 +110,11 @@ def unknown_dataset_message(name: str, registry: dict[str, Any], dataset_dir: st
     a relative dataset_dir was read from: a run started elsewhere reads it from here)."""
     where = Path(dataset_dir).expanduser() / "dataset_info.json"
     shown = repr(_clip(name, 200))
+    if name.startswith(("/", "./", "../", "~")) or Path(name).suffix.lower() in (".json", ".jsonl", ".parquet", ".txt", ".csv"):
+        if Path(name).expanduser().is_absolute():
+            return _("dataset {name}: no such file").format(name=shown)
+        return _("dataset {name}: no such file here ({cwd}) or in dataset_dir ({dir})").format(
+            name=shown, cwd=_clip(os.getcwd(), 200), dir=_clip(dataset_dir, 200))
     if not _exists(where):
         relative = "" if where.is_absolute() else " " + _("(dataset_dir {dir} is read from the current directory, {cwd})").format(
             dir=repr(_clip(dataset_dir, 200)), cwd=_clip(os.getcwd(), 200))

@@ -80,6 +80,10 @@ def test_an_unknown_dataset_name_offers_the_closest_registered_names(tmp_path):
         resolve_datasets("alpaca_en_dem", str(tmp_path))
     with pytest.raises(DataFormatError, match=r"known: alpaca_en_demo, .* set04 \.\.\. 23 in all"):
         resolve_datasets("qqqq", str(tmp_path))
+    with pytest.raises(DataFormatError, match="dataset '/nowhere/mine.json': no such file$"):  # a path: said as one
+        resolve_datasets("/nowhere/mine.json", str(tmp_path))
+    with pytest.raises(DataFormatError, match=r"dataset 'mine.jsonl': no such file here \(.*\) or in dataset_dir"):
+        resolve_datasets("mine.jsonl", str(tmp_path))
 
 
 def test_sharegpt_jsonl_and_parquet_files_are_detected(tmp_path, demo_tokenizer):
