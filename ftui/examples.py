@@ -56,7 +56,7 @@ class EncodedExamples:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="ftui-data-") as tmp:
             config = Path(tmp) / "config.yaml"
-            self.cfg.save(config)
+            self.readonly_config().save(config)
             with open(Path(tmp) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
                 self.proc = subprocess.Popen(self.command(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
                                              text=True, encoding="utf-8", env=self.environment())
@@ -74,6 +74,18 @@ class EncodedExamples:
         if code:
             raise ExamplesFailed(code, "\n".join(own or said[-15:] or [_("the encoding process exited with {code}").format(code=code)]).removeprefix("ftui data: "))
         self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
+
+    def readonly_config(self) -> "RunConfig":
+        """The config as the child gets it: a tokenized_path that holds no encoded data yet is
+        left out, so that showing the examples (ftui data, the form's preview) never writes it:
+        the first training run does (and a later one with another template or cutoff must not
+        find ids a preview saved). One that holds data is read, as the run would read it."""
+        from ftui.records import TOKENIZED_MARKER
+
+        path = self.cfg.tokenized_path
+        if path and not (Path(path).expanduser() / TOKENIZED_MARKER).is_file():
+            return self.cfg.model_copy(update={"tokenized_path": None})
+        return self.cfg
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ, TOKENIZERS_PARALLELISM="false")

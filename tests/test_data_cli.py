@@ -142,3 +142,18 @@ def test_a_hub_that_cannot_be_reached_fails_at_once_with_the_hint(tmp_path):
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 1, proc.stderr
     assert "could not be reached and someorg/somemodel is not in the hub cache" in said and "HF_ENDPOINT to a mirror" in said
+
+
+def test_showing_examples_never_writes_tokenized_path_but_reads_it_once_written(tmp_path):
+    """ftui data and the form's preview encode in a child; a tokenized_path not written yet is
+    left to the first training run (a preview saved ids that later runs with another template
+    or cutoff_len read instead of their data)."""
+    from conftest import tiny_config
+    from ftui.examples import EncodedExamples
+
+    enc = tmp_path / "enc"
+    cfg = tiny_config(tmp_path, tokenized_path=str(enc))
+    assert EncodedExamples(cfg).readonly_config().tokenized_path is None
+    enc.mkdir()
+    (enc / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    assert EncodedExamples(cfg).readonly_config().tokenized_path == str(enc)
