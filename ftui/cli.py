@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT",
                    help=_("runs root for the app, and for a command that takes --root (default: {root})").format(root=default_runs_root()))
     p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help=_("open the launch form filled from this YAML"))
+    from ftui import __version__
+
+    p.add_argument("--version", action="version", version=f"ftui {__version__}", help=_("print ftui's version and exit"))
     use_cell_width(p)
     return p
 

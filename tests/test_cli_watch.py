@@ -248,3 +248,11 @@ def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_pat
     buffer = io.StringIO()
     follow_run(job, console=Console(file=buffer, width=200), poll_s=0.05)
     assert "tok/s" not in buffer.getvalue() and "loss" not in buffer.getvalue()
+
+
+def test_version_prints_the_packages_version(capsys):
+    from ftui import __version__, cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"ftui {__version__}"
