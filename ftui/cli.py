@@ -649,6 +649,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if summary.status != "completed" and checkpoints(run_dir):
         out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
     if summary.status == "completed":
+        from ftui.paths import FINAL_DIR
+
+        if (run_dir / FINAL_DIR).is_dir():  # where the result is, and what uses it
+            out.print(escape(_("the trained model: {path} (ftui chat --run {run}; ftui predict {run} --dataset ...; "
+                               "ftui export {run} --out DIR)").format(path=run_dir / FINAL_DIR, run=run_dir.name)), soft_wrap=True)
         return EXIT_OK
     return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
 

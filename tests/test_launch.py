@@ -43,7 +43,9 @@ def test_completed_run_exits_0_and_is_listed(demo_train):
     assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.gpu do
     (summary,) = list_runs(run.parent)
     assert summary.status == "completed" and summary.method == "full" and summary.step == summary.max_steps > 0
-    assert proc.stdout.splitlines()[-1].startswith(f"completed: {summary.step} steps (step {summary.step}, last loss ")
+    *_lines, end, model = proc.stdout.splitlines()
+    assert end.startswith(f"completed: {summary.step} steps (step {summary.step}, last loss ")
+    assert model.startswith(f"the trained model: {run / 'final'} (ftui chat --run {run.name};")  # where the result is
     listing = subprocess.run([*FTUI, "runs", "--root", str(run.parent)], capture_output=True, text=True)
     assert summary.run_id[:12] in listing.stdout and "completed" in listing.stdout
 
