@@ -673,8 +673,12 @@ def _follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, s
 
     def interrupted(count: int) -> None:
         interrupts.append(count)
-        out.print("[yellow]" + _(says[0]) + "[/]" if count == 1 else "[red]" + _(says[1]) + "[/]")
-        stop_run(job_dir, force=count > 1)
+        if count == 1:
+            out.print("[yellow]" + _(says[0]) + "[/]")
+            stop_run(job_dir)
+            return
+        said = stop_run(job_dir, force=True)  # said before: it may have ended gracefully meanwhile
+        out.print("[red]" + _(says[1]) + "[/]" if said == _("killed") else "[dim]" + escape(said) + "[/]")
 
     return follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset), bool(interrupts)
 
