@@ -134,8 +134,8 @@ def test_runs_root_that_cannot_be_written_is_a_clear_error(tmp_path):
     blocker.write_text("a file where the runs root should be")
     proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--runs-root", str(blocker / "runs")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    assert "cannot create a run directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2  # a config error, said before anything starts
+    assert "is a file, not a directory" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
     proc = subprocess.run([*FTUI, "train", "--preset", "demo", "--runs-root", "/proc/ftui-runs"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "cannot create a run directory" in proc.stderr  # a read-only filesystem
     assert blocker.read_text() == "a file where the runs root should be"
