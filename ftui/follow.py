@@ -69,6 +69,9 @@ def fmt_prepare(event: dict) -> str:
     return _("preparing data: {done} / {total} records").format(done=f"{event['done']:,}", total=f"{event['total']:,}")
 
 
+NOT_A_TERMINAL_WIDTH = 160  # the bar's columns (a long run id, N/N, figures, time) fit without an ellipsis
+
+
 def follow_run(
     run_dir: Path,
     console: Console | None = None,
@@ -81,6 +84,8 @@ def follow_run(
     ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
     the old part ends with the previous run_end)."""
     console = console or Console(emoji=False, soft_wrap=True)  # untrusted text: no `:x:` -> emoji; paths unbroken
+    if not console.is_terminal and console.width < NOT_A_TERMINAL_WIDTH:
+        console.width = NOT_A_TERMINAL_WIDTH  # a log or a pipe: the bar's one line whole, not cut at 80 columns
     if on_interrupt is not None and threading.current_thread() is threading.main_thread():
         # Ctrl-C must reach us even when started with SIGINT ignored (e.g. from a background
         # job of a non-interactive shell, where Python inherits SIG_IGN).
