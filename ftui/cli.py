@@ -1014,20 +1014,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
         model=cfg.model_name_or_path, params=count(e.params), trainable=count(e.trainable), method=cfg.method,
         precision=cfg.precision_label, engine=cfg.engine_name, world_size=cfg.world_size, batch=cfg.per_device_train_batch_size,
         cutoff_len=cfg.cutoff_len, checkpointing=_(", gradient checkpointing") if cfg.gradient_checkpointing else "")))
+    on_cpu = cfg.device == "cpu" and not args.gpu_memory  # host memory per process: no CUDA context, NCCL, GPU
     table = Table(show_header=True, box=None, pad_edge=False)
-    table.add_column(_("per GPU"))
+    table.add_column(_("per process (host memory)") if on_cpu else _("per GPU"))
     table.add_column(_("estimate"), justify="right")
     for name, label in PLAN_PARTS:
         table.add_row(_(label), gib(getattr(e, name)))
     overlap = _(" (gradients replace activations in backward)") if e.gradients_overlap_activations else ""
     table.add_row("[bold]" + _("peak") + "[/]" + overlap, f"[bold]{gib(e.total)}[/]")
-    table.add_row(escape(e.overhead.describe()), gib(e.overhead.total))
-    table.add_row(_("needed (peak x {slack} for the allocator + the above)").format(slack=SLACK), gib(e.needed))
+    if not on_cpu:
+        table.add_row(escape(e.overhead.describe()), gib(e.overhead.total))
+        table.add_row(_("needed (peak x {slack} for the allocator + the above)").format(slack=SLACK), gib(e.needed))
     if e.host_bytes:
         table.add_row(_("host memory (offload)"), gib(e.host_bytes))
     out.print(table)
     for note in e.notes:
         out.print(note_line(note))
+    if on_cpu:
+        out.print(_("a CPU run (device: cpu): nothing to compare with a GPU"))
+        return EXIT_OK
     if verdict.fits is None:
         out.print(_("no GPU seen (give --gpu-memory GIB to compare)"))
         return EXIT_OK

@@ -312,3 +312,17 @@ def test_ftui_plan_for_gpus_elsewhere_does_not_ask_this_machine(llama7b, tmp_pat
     assert main(["plan", str(conf), "--gpu-memory", "80"]) == 0
     assert "fits 80.0 GiB GPUs" in " ".join(capsys.readouterr().out.split())
     assert main(["plan", str(conf), "--gpu-memory", "80", "--set", "quantization_bit=4"]) in (0, 1)  # a verdict, not a refusal
+
+
+def test_a_cpu_runs_plan_is_host_memory_without_gpu_overheads(capsys):
+    """device: cpu (the demo): no CUDA context or NCCL rows, no 'no GPU seen' advice; with
+    --gpu-memory the user asks about a GPU, and gets the GPU's view."""
+    from ftui.cli import main
+
+    assert main(["plan", "--preset", "demo"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "per process (host memory)" in out and "CUDA context" not in out and "no GPU seen" not in out
+    assert "a CPU run (device: cpu)" in out
+    assert main(["plan", "--preset", "demo", "--gpu-memory", "24"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "per GPU" in out and "CUDA context" in out and "fits 24.0 GiB GPUs" in out
