@@ -301,11 +301,16 @@ def unsupported_warning(extra: dict[str, Any]) -> str | None:
     (LLaMA-Factory's logging, worker and generation keys, or a refused key left at its no-op
     default): kept in the file, listed once. Keys nobody knows are not here: they are refused
     (``unknown_key_problems``)."""
-    ignored = sorted(k for k, v in extra.items() if classify(k, v) == "no-effect")
+    ignored = kept_without_effect(extra)
     if not ignored:
         return None
     return _("{n} key(s) kept in the file with no effect on what is trained: {keys}").format(
         n=len(ignored), keys=", ".join(ignored))
+
+
+def kept_without_effect(extra: dict[str, Any]) -> list[str]:
+    """The keys of ``extra`` (keys ftui has no field for) that are kept without effect, sorted."""
+    return sorted(k for k, v in extra.items() if classify(k, v) == "no-effect")
 
 
 def known_key_names() -> set[str]:
@@ -318,10 +323,12 @@ def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
     refuses them, because a misspelt key (``learnig_rate``) was meant to change the result and
     training without it would quietly train something else. The closest known name is offered."""
     out = []
+    known: list[str] = []  # every known name, listed once the first unknown key needs them
     for key, value in sorted((cfg.model_extra or {}).items()):
         if classify(key, value) != "unknown":
             continue
-        close = difflib.get_close_matches(key, sorted(known_key_names()), n=1, cutoff=0.75)
+        known = known or sorted(known_key_names())
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
         if close:
             message = _("unknown key: neither ftui nor LLaMA-Factory has it; did you mean {name}? "
                         "Correct the name or remove the key").format(name=close[0])

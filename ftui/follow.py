@@ -69,6 +69,7 @@ def fmt_prepare(event: dict) -> str:
     return _("preparing data: {done} / {total} records").format(done=f"{event['done']:,}", total=f"{event['total']:,}")
 
 
+JOB_ENGINES = ("export", "predict", "eval")  # run_start's engine for a job: it has no steps (its reason says what it did)
 NOT_A_TERMINAL_WIDTH = 160  # the bar's columns (a long run id, N/N, figures, time) fit without an ellipsis
 
 
@@ -247,8 +248,7 @@ def _num(value: float | None) -> str:
 def _print_end(summary: RunSummary, console: Console) -> None:
     colour = {"completed": "green", "stopped": "yellow"}.get(summary.status, "red")
     loss = _(", last loss {loss}").format(loss=f"{summary.last_loss:.4f}") if summary.last_loss is not None else ""
-    # an export, a predict or an eval job has no steps (its reason says what it did)
-    where = "" if summary.engine in ("export", "predict", "eval") else _(" (step {step}{loss})").format(step=summary.step, loss=loss)
+    where = "" if summary.engine in JOB_ENGINES else _(" (step {step}{loss})").format(step=summary.step, loss=loss)
     style = f"bold {colour}"
     # the status word stays English, as in ftui watch and ftui runs (scripts read it); the rest is translated
     console.print(f"[{style}]{summary.status}[/]: {escape(reason_text(summary.reason))}{where}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ftui.events import StepColumns, extra_figures, fmt_figure
-from ftui.follow import EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
+from ftui.follow import JOB_ENGINES, EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
 from ftui.i18n import _
 from ftui.runs import RunFollower, RunSummary, reason_text
 
@@ -48,7 +48,7 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
         elif e["event"] == "run_start":
             eta.start(e)
             # key names as events.jsonl and the config spell them: the same in every language
-            if e.get("job") in ("predict", "eval", "export"):  # a job has a source, not steps
+            if e.get("job") in JOB_ENGINES:  # a job has a source, not steps
                 where = f"out={e.get('out')}" if e["job"] == "export" else f"dataset={e.get('dataset')} examples={e.get('examples')}"
                 head = f"{summary.run_id}: {e['job']} {e.get('source')} {e.get('precision')} {where}"
             else:
@@ -105,7 +105,7 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
         if not follower.catching_up:  # a long backlog is read on without a pause
             time.sleep(interval)
     # the status word stays English (scripts read it); the words around it are translated
-    where = "" if summary.engine in ("export", "predict", "eval") else _(" (step {step})").format(step=summary.step)  # jobs have no steps
+    where = "" if summary.engine in JOB_ENGINES else _(" (step {step})").format(step=summary.step)
     print(f"{summary.status}: {reason_text(summary.reason)}" + where, file=out, flush=True)
     if summary.error_detail:
         print(summary.error_detail, file=out, flush=True)

@@ -536,10 +536,9 @@ class LaunchScreen(Screen):
         status = _("{n} problem(s) to fix").format(n=len(problems)) if problems else _("ready")
         if values.get("trust_remote_code"):
             status += " · " + _("trust_remote_code is ON: Python code from the model's repository will run")
-        from ftui.config import RunConfig
-        from ftui.presets.lf_keys import classify
+        from ftui.config import RunConfig, kept_without_effect
 
-        ignored = [k for k, v in self.extra.items() if k not in RunConfig.model_fields and classify(k, v) == "no-effect"]
+        ignored = kept_without_effect({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         if ignored:  # the full list is under Output and in the notification shown at load
             status += " · " + _("{n} unsupported key(s) kept, no effect").format(n=len(ignored))
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))
