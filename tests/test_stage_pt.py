@@ -40,7 +40,9 @@ def test_pt_on_txt_full_learns(tmp_path, lf_data):
 
 def test_pt_on_jsonl_with_lora_unpacked(tmp_path, lf_data, pretrained_base):
     cfg = pt_config(tmp_path, lf_data, dataset="c4_demo", model_name_or_path=str(pretrained_base), model_init="pretrained",
-                    finetuning_type="lora", lora_rank=16, learning_rate=1e-2, packing=False, val_size=0.1, eval_steps=8)
+                    finetuning_type="lora", lora_rank=16, packing=False, val_size=0.1, eval_steps=8)
+    # lr 5e-3 (pt_config's): at 1e-2 the loss spikes in the second half and the eval loss at step 16
+    # came out 0.02 above step 8's on one machine (it improves by about 0.16 at 5e-3)
     run_dir, events, proc = train_sync(cfg)
     start, steps = check_pt_run(events, proc, run_dir)
     assert start["trainable_params"] < start["total_params"] / 5  # adapters only
