@@ -9,7 +9,6 @@ worker's last stderr lines.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftui.i18n import _
+from ftui.jobs.torch_env import torch_process_env
 
 
 @dataclass
@@ -70,8 +70,7 @@ class ChatWorker:
             [python or sys.executable, "-m", "ftui.runner", "chat"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, encoding="utf-8", bufsize=1,
-            # PCI order unless the user chose one: the app's cuda:N (ftui.gpu) is the worker's
-            env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"},
+            env=torch_process_env(),  # PCI order unless the user chose one: the app's cuda:N (ftui.gpu) is the worker's
         )
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)

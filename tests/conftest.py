@@ -15,6 +15,12 @@ from ftui.events import EVENTS_FILE, read_all
 from ftui.config import demo_config
 from ftui.jobs.launch import prepare_run, launch_command
 
+# One intra-op thread for every torch in the suite (this process and the runs it starts, which
+# honour a user's OMP_NUM_THREADS): the suite runs on 2 cores beside other work, and a CPU run
+# with more threads than free cores waits on descheduled threads at every op (the demo's steps
+# took 25x longer beside one busy process). Set before torch is imported anywhere.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 LLAMAFACTORY_DATA = ROOT.parent / "shared" / "data" / "llamafactory"
@@ -69,10 +75,10 @@ def demo_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The built-in demo trained by the README's first command, `ftui train --preset demo`
     (about half a minute), followed to its end: (the run, the CLI's output). Trained once per
     session: test_launch checks the command's output and listing, the chat, predict, eval and
-    export tests read the run (copy it to write). CUDA_DEVICE_ORDER is left unset, so the test
-    of launch.json sees ftui set it."""
+    export tests read the run (copy it to write). CUDA_DEVICE_ORDER and OMP_WAIT_POLICY are left
+    unset, so the test of launch.json sees ftui set them."""
     folder = tmp_path_factory.mktemp("demo")
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_ORDER"}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_DEVICE_ORDER", "OMP_WAIT_POLICY")}
     proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", "--preset", "demo", "--set", f"output_dir={folder / 'runs'}"],
                           cwd=folder, capture_output=True, text=True, timeout=600, env=env)
     runs = sorted(p for p in (folder / "runs").iterdir() if p.is_dir()) if (folder / "runs").is_dir() else []

@@ -41,6 +41,9 @@ def test_completed_run_exits_0_and_is_listed(demo_train):
     run, proc = demo_train
     launch = json.loads((run / "launch.json").read_text())
     assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.gpu do
+    assert launch["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # idle OpenMP threads sleep (ftui.jobs.torch_env)
+    start = next(e for e in read_all(run / EVENTS_FILE) if e["event"] == "run_start")
+    assert start["cpu_threads"] == int(os.environ["OMP_NUM_THREADS"])  # the user's number (conftest's), not the cores'
     (summary,) = list_runs(run.parent)
     assert summary.status == "completed" and summary.method == "full" and summary.step == summary.max_steps > 0
     *_lines, end, model = proc.stdout.splitlines()
@@ -186,6 +189,32 @@ def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_p
         assert "MASTER_PORT" not in env and "TORCHELASTIC_USE_AGENT_STORE" not in env and env[STORE_ENV] == str(store)
         assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == loopback_interface()
     assert new_store_file(tmp_path) != store  # unique per launch
+
+
+def test_a_cpu_rank_computes_with_the_users_threads_or_its_share_of_the_cores(tmp_path):
+    from ftui.jobs.spawn import THREADS_DEFAULTED_ENV, new_store_file, rank_environments
+    from ftui.runner.distributed import cpu_threads
+
+    cores = len(os.sched_getaffinity(0))
+    store = new_store_file(tmp_path)
+    two = rank_environments(2, store, {})  # the launcher's OMP_NUM_THREADS=1 (as torchrun's) is not the user's
+    assert two[0]["OMP_NUM_THREADS"] == "1" and cpu_threads(2, two[0]) == max(1, cores // 2)
+    one = rank_environments(1, store, {})
+    assert "OMP_NUM_THREADS" not in one[0] and cpu_threads(1, one[0]) == cores
+    for nproc in (1, 2):  # the user's number wins, whatever a parent launch left in the environment
+        env = rank_environments(nproc, store, {"OMP_NUM_THREADS": "3", THREADS_DEFAULTED_ENV: "1"})[0]
+        assert THREADS_DEFAULTED_ENV not in env and cpu_threads(nproc, env) == 3
+    assert cpu_threads(1, {"OMP_NUM_THREADS": "lots"}) == cpu_threads(1, {"OMP_NUM_THREADS": "0"}) == cores
+
+
+def test_torch_processes_get_ftuis_defaults_under_the_users_own_settings():
+    from ftui.jobs.torch_env import torch_process_env
+
+    env = torch_process_env({"CUDA_VISIBLE_DEVICES": "1"}, base={"PYTHONUNBUFFERED": "0", "HOME": "/h"})
+    assert env == {"HOME": "/h", "CUDA_VISIBLE_DEVICES": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "OMP_WAIT_POLICY": "PASSIVE"}
+    mine = {"TOKENIZERS_PARALLELISM": "true", "CUDA_DEVICE_ORDER": "FASTEST_FIRST", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert torch_process_env(base=mine) == {**mine, "PYTHONUNBUFFERED": "1"}
 
 
 def test_a_failing_rank_makes_the_launcher_end_the_others_and_fail():

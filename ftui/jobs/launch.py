@@ -34,6 +34,7 @@ import psutil
 
 from ftui.config import RunConfig
 from ftui.i18n import _
+from ftui.jobs.torch_env import torch_process_env
 from ftui.paths import LAUNCH_FILE, node_dir
 from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
@@ -146,11 +147,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         sup += ["--node-rank", str(cfg.node_rank)]
     full = [*sup, "--", *cmd]
-    env = dict(os.environ)
-    env.update(extra_env or {})
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do
+    env = torch_process_env(extra_env)
     if cfg.gpus is not None:  # the GPUs picked in the form or the config: they replace the environment's
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
     lock = lock_run_dir(home) if lock is None else lock

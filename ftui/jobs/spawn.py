@@ -35,6 +35,9 @@ from ftui.i18n import _
 from ftui.paths import STORE_PREFIX
 
 STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
+# Set beside OMP_NUM_THREADS=1 when that is the launcher's default, not the user's: a rank that
+# computes on the CPU then takes its share of the cores (ftui.runner.distributed.cpu_threads)
+THREADS_DEFAULTED_ENV = "FTUI_OMP_DEFAULTED"
 POLL_S = 0.2
 FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
 
@@ -52,10 +55,11 @@ def rank_environments(nproc: int, store: Path, base: dict[str, str] | None = Non
     LOCAL_WORLD_SIZE; the supervisor finds ranks by RANK) plus the store file and loopback-only
     sockets. No MASTER_PORT: nothing is to listen for the rendezvous."""
     base = dict(os.environ if base is None else base)
-    for key in ("MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", STORE_ENV):
+    for key in ("MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", STORE_ENV, THREADS_DEFAULTED_ENV):
         base.pop(key, None)
-    if nproc > 1:
-        base.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: ranks that compute on the CPU set their share
+    if nproc > 1 and "OMP_NUM_THREADS" not in base:
+        # as torchrun: one thread each (a GPU rank's CPU work), ranks that compute on the CPU set their share
+        base.update({"OMP_NUM_THREADS": "1", THREADS_DEFAULTED_ENV: "1"})
     lo = loopback_interface()
     base.update({"MASTER_ADDR": "127.0.0.1", STORE_ENV: str(store), "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo})
     return [dict(base, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),

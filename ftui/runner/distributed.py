@@ -11,8 +11,26 @@ import torch
 import torch.distributed as dist
 
 from ftui.config import RunConfig
-from ftui.jobs.spawn import STORE_ENV
+from ftui.jobs.spawn import STORE_ENV, THREADS_DEFAULTED_ENV
 from ftui.runner.engines.base import DistInfo
+
+
+def cpu_threads(local_world_size: int, env: dict[str, str] | None = None) -> int:
+    """Intra-op threads for a rank that computes on the CPU (a CPU run, or an offload preset's
+    optimizer step): the user's ``OMP_NUM_THREADS`` when they set it, else the rank's share of
+    the cores this process may run on (its CPU affinity: taskset, a cgroup's cpuset).
+
+    The user's number wins because more threads than free cores is ruinous for small ops: each
+    parallel region waits for its slowest thread, and a thread that shares its core with another
+    busy process is descheduled for whole time slices (the demo's steps took 25x longer on a
+    2-core machine with one other busy process). On a shared machine ``OMP_NUM_THREADS=1`` is
+    the cure, so it must not be overridden."""
+    env = os.environ if env is None else env
+    asked = env.get("OMP_NUM_THREADS", "").strip()
+    if asked.isdigit() and int(asked) > 0 and not env.get(THREADS_DEFAULTED_ENV):
+        return int(asked)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_world_size))
 
 
 def needs_process_group(cfg: RunConfig, info: DistInfo) -> bool:

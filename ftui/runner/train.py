@@ -15,7 +15,6 @@ is spread over devices is the engine (``ftui.runner.engines``).
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR
 from ftui.runner.checkpoint import load_checkpoint
 from ftui.runner.data import DataFormatError, run_sampler
-from ftui.runner.distributed import process_group
+from ftui.runner.distributed import cpu_threads, process_group
 from ftui.runner.engines import DistInfo, make_engine, pick_device
 from ftui.runner.faults import Heartbeat, StopRequest
 from ftui.runner.job import run_job
@@ -67,9 +66,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
           resume: Path | None = None) -> tuple[str, str]:
     device = pick_device(cfg, info)
     if device.type == "cpu" or cfg.engine_spec.host_optimizer:
-        # the launcher sets OMP_NUM_THREADS=1 for several ranks; a rank that computes on the CPU
-        # (a CPU run, or the offload presets' optimizer step) gets its share of the cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
+        torch.set_num_threads(cpu_threads(info.local_world_size))
     mode = matmul_mode(cfg.precision, cfg.tf32, torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0))
     if device.type == "cuda":
         set_matmul_precision(mode)
@@ -155,6 +152,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 steps_per_epoch=steps_per_epoch, train_examples=len(data.train), eval_examples=len(data.eval),
                 warmup_steps=warmup, peak_flops=peak, matmul_mode=mode, flops_per_token=fpt, save_steps=cfg.save_steps,
                 memory_peak_window="training: peaks are reset after the model is loaded and the engine is set up",
+                cpu_threads=torch.get_num_threads(),  # intra-op threads: what a slow CPU run is first asked about
                 load_peak=load_peak,
                 **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
