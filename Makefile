@@ -31,8 +31,13 @@ app: install
 lint: install-test
 	$(BIN)/lint-imports
 
+# Two test processes (pytest-xdist) use both cores of the CI machine: alone, the suite keeps one
+# core busy about 80 % of the time (tests wait on runs they started); the tests that share a
+# session-wide run stay on one worker (tests/conftest.py: GROUPED_FIXTURES)
+PYTEST_WORKERS ?= 2
+
 test: install-test lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The message catalog: extract the marked strings, update ftui/locale/zh_CN/.../ftui.po, compile ftui.mo
 i18n: install-test

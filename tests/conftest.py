@@ -3,7 +3,9 @@ that trains a tiny model through the real launcher (ftui.jobs.spawn)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,14 +62,54 @@ def demo_tokenizer():
     return load_tokenizer(demo_config())
 
 
+# --- Several test processes (`make test` runs pytest-xdist's two workers): a session-wide run
+# is trained once, not once per worker. The runs the tests write into (each adds its predict /
+# export jobs to the demo run; the engine runs are shared by the engine and export tests) keep
+# their tests on one worker (an xdist_group per fixture, `--dist loadgroup`); the read-only
+# pre-trained base is built once under a lock and read by every worker.
+GROUPED_FIXTURES = ("demo_train", "engine_runs")  # demo_run uses demo_train
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in GROUPED_FIXTURES:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
+                break
+
+
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)``'s result (a string), computed once per test session however many
+    xdist workers ask: the first builds under a lock in the session's shared temporary folder,
+    the others wait for it and read what it recorded."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # above each worker's own basetemp
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = shared / f"{name}.done"
+        if done.is_file():
+            return done.read_text()
+        folder = shared / name
+        shutil.rmtree(folder, ignore_errors=True)  # a build that failed in another worker
+        folder.mkdir()
+        result = build(folder)
+        done.write_text(result)
+        return result
+
+
 @pytest.fixture(scope="session")
 def pretrained_base(tmp_path_factory) -> Path:
     """A demo model given some pre-training (full fine-tuning on the demo set), to fine-tune
-    with LoRA as users do: LoRA over random frozen weights can barely move the loss."""
-    cfg = demo_config(output_dir=str(tmp_path_factory.mktemp("base")), max_steps=150, logging_steps=10)
-    run_dir, _events, proc = train_sync(cfg)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir / "final"
+    with LoRA as users do: LoRA over random frozen weights can barely move the loss. Read only
+    (every test trains into its own run), so the workers share one."""
+    def build(folder: Path) -> str:
+        cfg = demo_config(output_dir=str(folder), max_steps=150, logging_steps=10)
+        run_dir, _events, proc = train_sync(cfg)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return str(run_dir / "final")
+
+    return Path(built_once(tmp_path_factory, "base", build))
 
 
 @pytest.fixture(scope="session")
