@@ -65,9 +65,12 @@ def demo_tokenizer():
 # --- Several test processes (`make test` runs pytest-xdist's two workers): a session-wide run
 # is trained once, not once per worker. The runs the tests write into (each adds its predict /
 # export jobs to the demo run; the engine runs are shared by the engine and export tests) keep
-# their tests on one worker (an xdist_group per fixture, `--dist loadgroup`); the read-only
-# pre-trained base is built once under a lock and read by every worker.
-GROUPED_FIXTURES = ("demo_train", "engine_runs")  # demo_run uses demo_train
+# their tests on one worker (an xdist_group per fixture, `--dist loadgroup`), and so do the
+# tests of a module-scoped fixture that starts training processes (else each worker that drew
+# one of its tests would start them); the read-only pre-trained base is built once under a
+# lock and read by every worker.
+GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo_train
+                    "four_step_run", "mirrored_run", "two_fsdp_ranks")
 
 
 def pytest_collection_modifyitems(config, items):

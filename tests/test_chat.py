@@ -78,14 +78,7 @@ def test_worker_stops_mid_answer_and_survives_a_bad_model_path(demo_run):
         worker.close()
 
 
-@pytest.mark.dist
-def test_cli_prompt_prints_the_answer(demo_run):
-    out = subprocess.run(
-        [sys.executable, "-m", "ftui.cli", "chat", "--run", str(demo_run), "--prompt", QUESTION, "--temperature", "0", "--device", "cpu"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == ANSWER
+# `ftui chat --run R --prompt Q` printing the trained answer: tests/test_export.py::test_cli_export_of_the_demo_chats_as_the_run
 
 
 def test_cli_chat_with_a_missing_run_exits_2(tmp_path):

@@ -90,8 +90,10 @@ def test_preset_trains_engages_and_saves(engine_runs, preset, method):
 
 
 def test_engines_agree_with_each_other(engine_runs):
-    """fp32 full fine-tuning on 2 ranks: FSDP, ZeRO-0/2 and ZeRO-3 with offload give one curve."""
-    curves = {p: [s["loss"] for s in steps_of(engine_runs(p, "full")[1])] for p in ("fsdp", "zero0", "zero2", "zero3_offload")}
+    """fp32 full fine-tuning on 2 ranks: FSDP, ZeRO-2 and ZeRO-3 with offload give one curve.
+    (ZeRO-0, DeepSpeed without sharding, trains in test_preset_trains_engages_and_saves with
+    -m slow; it left this comparison for CI time.)"""
+    curves = {p: [s["loss"] for s in steps_of(engine_runs(p, "full")[1])] for p in ("fsdp", "zero2", "zero3_offload")}
     reference = curves.pop("fsdp")
     for preset, curve in curves.items():
         assert curve == pytest.approx(reference, rel=1e-5), preset

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ENGINE_MAX_STEPS
+from tests.test_chat import ANSWER, QUESTION
 
 IDS = [[1, 5, 9, 13, 17, 21, 25, 29]]
 
@@ -217,7 +218,7 @@ def test_memory_and_disk_are_checked_before_the_job(demo_copy, tmp_path):
 @pytest.mark.dist
 def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     """`ftui export` runs as a job (events, watchable) and `ftui chat --model` on its result
-    answers what `ftui chat --run` answers (greedy)."""
+    answers what `ftui chat --run --prompt` answers (greedy): the trained answer."""
     run = demo_copy
     out = tmp_path / "exported"
     proc = subprocess.run([sys.executable, "-m", "ftui.cli", "export", str(run), "--out", str(out), "--dtype", "fp32", "--gguf", "q8_0"],
@@ -250,13 +251,14 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     assert f"FROM ./{result['gguf']}" in (out / "Modelfile").read_text()
 
     def answer(*source: str) -> str:
-        p = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", *source, "--prompt", "What is ftui?", "--temperature", "0",
-                            "--max-new-tokens", "24", "--device", "cpu"], capture_output=True, text=True, timeout=600)
+        p = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", *source, "--prompt", QUESTION, "--temperature", "0",
+                            "--device", "cpu"], capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr
         return p.stdout
 
     trained = answer("--run", str(run))
-    assert trained.strip() and answer("--model", str(out)) == trained
+    assert trained.strip() == ANSWER
+    assert answer("--model", str(out)) == trained
 
 
 def test_modelfile_follows_the_template():

@@ -75,53 +75,64 @@ def test_sharding_engines_build_the_model_on_the_cpu():
 # --- 3 and 12: FSDP2 on 2 gloo ranks
 
 
-def _fsdp_rank(rank: int, world: int, store: str, case: str, out: str) -> None:
+def _fsdp_rank(rank: int, world: int, store: str, cases: tuple[str, ...], out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        model = tiny_llama(layers=2)
-        precision = {"fp16": True} if case == "fp16" else {}
-        cfg = unchecked(engine="fsdp", nproc_per_node=world, bf16=False, **precision)
-        engine = make_engine(cfg, DistInfo.from_env(), torch.device("cpu"))
-        engine.prepare(model)
-        ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(rank))
-        lines = []
-        if case == "accumulate":
-            with engine.accumulating(last=False):
-                loss = engine.model(input_ids=ids, labels=ids).loss
-                engine.backward(loss)
-            for name, p in engine.model.named_parameters():
-                local = p.grad.to_local().numel() if p.grad is not None else -1
-                lines.append(f"{name} {p.numel()} {local}")
-        else:
-            with engine.accumulating(last=True):
-                loss = engine.model(input_ids=ids, labels=ids).loss
-                engine.backward(loss)
-            if rank == 1:  # an overflow in one rank's gradient shard only
-                p = next(q for q in engine.model.parameters() if q.grad is not None and q.grad.to_local().numel())
-                p.grad.to_local().view(-1)[0] = float("inf")
-            before = [p.detach().to_local().clone() for p in engine.model.parameters()]
-            outcome = engine.step()
-            changed = any(not torch.equal(b, p.detach().to_local()) for b, p in zip(before, engine.model.parameters()))
-            lines.append(f"skipped={outcome.skipped} changed={changed} scale={outcome.loss_scale}")
-        Path(f"{out}.{rank}").write_text("\n".join(lines))
+        for case in cases:  # one pair of processes for every case (CI time: their start-up is most of the cost)
+            Path(f"{out}.{case}.{rank}").write_text(_fsdp_case(rank, world, case))
     finally:
         dist.destroy_process_group()
 
 
-def run_two_fsdp_ranks(case: str, tmp_path: Path) -> list[str]:
-    store = tmp_path / "store"
+def _fsdp_case(rank: int, world: int, case: str) -> str:
+    """What one rank saw of ``case`` (a fresh model and engine for each)."""
+    torch.manual_seed(0)
+    model = tiny_llama(layers=2)
+    precision = {"fp16": True} if case == "fp16" else {}
+    cfg = unchecked(engine="fsdp", nproc_per_node=world, bf16=False, **precision)
+    engine = make_engine(cfg, DistInfo.from_env(), torch.device("cpu"))
+    engine.prepare(model)
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(rank))
+    lines = []
+    if case == "accumulate":
+        with engine.accumulating(last=False):
+            loss = engine.model(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+        for name, p in engine.model.named_parameters():
+            local = p.grad.to_local().numel() if p.grad is not None else -1
+            lines.append(f"{name} {p.numel()} {local}")
+    else:
+        with engine.accumulating(last=True):
+            loss = engine.model(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+        if rank == 1:  # an overflow in one rank's gradient shard only
+            p = next(q for q in engine.model.parameters() if q.grad is not None and q.grad.to_local().numel())
+            p.grad.to_local().view(-1)[0] = float("inf")
+        before = [p.detach().to_local().clone() for p in engine.model.parameters()]
+        outcome = engine.step()
+        changed = any(not torch.equal(b, p.detach().to_local()) for b, p in zip(before, engine.model.parameters()))
+        lines.append(f"skipped={outcome.skipped} changed={changed} scale={outcome.loss_scale}")
+    return "\n".join(lines)
+
+
+FSDP_CASES = ("accumulate", "fp16")
+
+
+@pytest.fixture(scope="module")
+def two_fsdp_ranks(tmp_path_factory) -> dict[str, list[str]]:
+    """{case: [what rank 0 saw, what rank 1 saw]} of each FSDP_CASES, run by one pair of ranks."""
+    tmp_path = tmp_path_factory.mktemp("fsdp")
     out = tmp_path / "out"
-    mp.start_processes(_fsdp_rank, args=(2, str(store), case, str(out)), nprocs=2, join=True, start_method="spawn")
-    return [(tmp_path / f"out.{r}").read_text() for r in range(2)]
+    mp.start_processes(_fsdp_rank, args=(2, str(tmp_path / "store"), FSDP_CASES, str(out)), nprocs=2, join=True, start_method="spawn")
+    return {case: [Path(f"{out}.{case}.{r}").read_text() for r in range(2)] for case in FSDP_CASES}
 
 
 @pytest.mark.dist
-def test_fsdp_keeps_gradients_sharded_between_micro_batches(tmp_path):
+def test_fsdp_keeps_gradients_sharded_between_micro_batches(two_fsdp_ranks):
     """A micro batch before the last leaves each rank its 1/N shard of the gradients, not a
     full unsharded fp32 copy (FSDP2 with gradient sync off keeps those)."""
-    for text in run_two_fsdp_ranks("accumulate", tmp_path):
+    for text in two_fsdp_ranks["accumulate"]:
         rows = [line.split() for line in text.splitlines()]
         assert rows
         for name, full, local in rows:
@@ -130,8 +141,8 @@ def test_fsdp_keeps_gradients_sharded_between_micro_batches(tmp_path):
 
 
 @pytest.mark.dist
-def test_fsdp_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(tmp_path):
-    results = run_two_fsdp_ranks("fp16", tmp_path)
+def test_fsdp_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(two_fsdp_ranks):
+    results = two_fsdp_ranks["fp16"]
     for text in results:
         assert "skipped=True" in text and "changed=False" in text, results
     scales = {text.split("scale=")[1] for text in results}

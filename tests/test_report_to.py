@@ -67,12 +67,25 @@ def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
     assert "report_to broken failed" in events[1]["message"] and not reporters.sinks
 
 
-@pytest.mark.dist
-def test_tensorboard_event_files_hold_the_step_and_eval_figures(tmp_path):
+@pytest.fixture(scope="module")
+def mirrored_run(tmp_path_factory):
+    """One run mirrored to both reporters (W&B offline), 4 steps with an eval every 2: (the
+    run, its events). One run for both tests (CI time: a run's start-up is most of its cost)."""
     pytest.importorskip("tensorboard")
-    cfg = tiny_config(tmp_path, report_to="tensorboard", max_steps=4, val_size=0.25, eval_steps=2)
-    run_dir, events, proc = train_sync(cfg)
+    pytest.importorskip("wandb")
+    tmp_path = tmp_path_factory.mktemp("mirrored")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WANDB_MODE", "offline")
+        env.setenv("WANDB_SILENT", "true")
+        run_dir, events, proc = train_sync(tiny_config(tmp_path, report_to="tensorboard,wandb", max_steps=4, val_size=0.25, eval_steps=2))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [e for e in events if e["event"] == "log" and "report_to" in e.get("message", "")]  # neither switched off
+    return run_dir, events
+
+
+@pytest.mark.dist
+def test_tensorboard_event_files_hold_the_step_and_eval_figures(mirrored_run):
+    run_dir, events = mirrored_run
     steps = steps_of(events)
     evals = [e for e in events if e["event"] == "eval"]
     assert len(steps) == 4 and len(evals) == 2
@@ -113,22 +126,18 @@ def wandb_history(run_file: Path) -> dict[int, dict[str, float]]:
 
 
 @pytest.mark.dist
-def test_wandb_offline_writes_the_run_with_its_history(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    cfg = tiny_config(tmp_path, report_to="wandb", max_steps=3, val_size=0.25, eval_steps=3)
-    run_dir, events, proc = train_sync(cfg)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not [e for e in events if e["event"] == "log" and "report_to" in e.get("message", "")]
+def test_wandb_offline_writes_the_run_with_its_history(mirrored_run):
+    run_dir, events = mirrored_run
     (folder,) = (run_dir / "wandb").glob("offline-run-*")
     (run_file,) = folder.glob("run-*.wandb")
     history = wandb_history(run_file)
     for e in steps_of(events):
         assert history[e["step"]]["train/loss"] == pytest.approx(e["loss"])
         assert history[e["step"]]["train/learning_rate"] == pytest.approx(e["lr"])
-    (ev,) = [e for e in events if e["event"] == "eval"]
-    assert history[ev["step"]]["eval/loss"] == pytest.approx(ev["eval_loss"])
+    evals = [e for e in events if e["event"] == "eval"]
+    assert len(evals) == 2
+    for ev in evals:
+        assert history[ev["step"]]["eval/loss"] == pytest.approx(ev["eval_loss"])
 
 
 def test_the_launch_form_keeps_report_to():

@@ -294,7 +294,7 @@ async def test_the_app_lists_and_attaches_unreadable_runs(tmp_path):
     (bad_launch / "launch.json").write_text("null")
     (bad_launch / "train.log").unlink()
     os.mkfifo(bad_launch / "train.log")  # the log tail must not hang either
-    app = FtuiApp(root, sampler=fixed_sampler)  # offers live runs at start: reads every run
+    app = FtuiApp(root, sampler=fixed_sampler, render_examples=False)  # offers live runs at start: reads every run
     async with app.run_test(size=(120, 30)) as pilot:
         app.action_show_runs()
         deadline = time.monotonic() + 60
@@ -323,7 +323,7 @@ async def test_the_app_starts_and_says_so_when_the_runs_root_is_unreadable(tmp_p
     real = os.scandir
     monkeypatch.setattr(os, "scandir", lambda p=".": (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
                         if "home" in os.fspath(p) else real(p))
-    app = FtuiApp(root, sampler=fixed_sampler)  # offers live runs at start: lists the root
+    app = FtuiApp(root, sampler=fixed_sampler, render_examples=False)  # offers live runs at start: lists the root
     async with app.run_test(size=(120, 30)) as pilot:
         app.action_show_runs()
         deadline = time.monotonic() + 60

@@ -377,7 +377,7 @@ async def test_live_run_is_offered_on_start(tmp_path):
 
     me = psutil.Process()  # stands in for the run's supervisor: pid and start time both match
     (run / "launch.json").write_text('{"pid": %d, "create_time": %f, "start_time": %f}' % (me.pid, me.create_time(), T0))
-    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, render_examples=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
         await pilot.press("y")
@@ -387,7 +387,7 @@ async def test_live_run_is_offered_on_start(tmp_path):
 
 async def test_enter_in_the_attach_dialog_attaches(tmp_path):
     run = write_run(tmp_path / "runs", "live", steps=3, max_steps=10)  # another host's run: counts as live
-    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler)
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, render_examples=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
         dialog = app.screen

@@ -75,7 +75,7 @@ def test_runs_screen(snap_compare, tmp_path):
     write_run(root, "qwen-lora-20231114-221320", steps=600, max_steps=600, end="completed")
     write_run(root, "llama-full-20231114-231000", steps=80, max_steps=600, end="failed", model="meta-llama/Llama-3.2-1B")
     write_run(root, "demo-20231115-090000", steps=30, max_steps=390, end="stopped", model="ftui-demo")
-    app = FtuiApp(root, sampler=fixed_sampler, offer_live=False)
+    app = FtuiApp(root, sampler=fixed_sampler, offer_live=False, render_examples=False)  # the form under it renders no example (a child process)
 
     async def before(pilot):
         pilot.app.action_show_runs()

@@ -21,9 +21,21 @@ from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summar
 FTUI = [sys.executable, "-m", "ftui.cli"]
 
 
-def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(tmp_path):
-    run, _events, proc = train_sync(tiny_config(tmp_path, finetuning_type="full", max_steps=4, save_steps=2))
+@pytest.fixture(scope="module")
+def four_step_run(tmp_path_factory) -> Path:
+    """A finished 4-step full fine-tuning run with checkpoints at steps 2 and 4, trained once
+    for the tests below, which each damage a copy (CI time: a run's start-up is most of its cost)."""
+    run, _events, proc = train_sync(tiny_config(tmp_path_factory.mktemp("four-steps"), finetuning_type="full", max_steps=4, save_steps=2))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return run
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(run, tmp_path / run.name))
+
+
+def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(four_step_run, tmp_path):
+    run = copy_of(four_step_run, tmp_path)
     before = {p.name: sorted((f.name, f.stat().st_size) for f in p.rglob("*")) for _, p in checkpoints(run)}
     assert set(before) == {"step-2", "step-4"}
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -49,9 +61,8 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     assert resolve_checkpoint(run, None).name == "step-4" and checkpoint_damage(run / "checkpoints" / "step-4") is None
 
 
-def test_a_damaged_newest_checkpoint_is_noticed_and_the_previous_one_offered(tmp_path):
-    run, _events, proc = train_sync(tiny_config(tmp_path, finetuning_type="full", max_steps=4, save_steps=2))
-    assert proc.returncode == 0
+def test_a_damaged_newest_checkpoint_is_noticed_and_the_previous_one_offered(four_step_run, tmp_path):
+    run = copy_of(four_step_run, tmp_path)
     newest = run / "checkpoints" / "step-4"
     biggest = max((f for f in newest.rglob("*") if f.is_file() and f.name != "trainer_state.json"), key=lambda f: f.stat().st_size)
     with open(biggest, "r+b") as fh:  # a truncated copy

@@ -102,7 +102,7 @@ async def test_the_form_says_when_remote_code_is_on(tmp_path):
 
     from ftui.tui.app import FtuiApp
 
-    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False)
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False, render_examples=False)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen
         for _ in range(100):
@@ -173,7 +173,7 @@ async def test_untrusted_text_is_literal_in_every_widget(tmp_path):
         table = app.screen.query_one("DataTable")
         cells = " ".join(str(c) for row in range(table.row_count) for c in table.get_row_at(row))
         assert "[bold red]boom[/]" in cells
-    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False)
+    app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False, render_examples=False)
     async with app.run_test(size=(160, 50)) as pilot:
         screen = app.screen
         await until(pilot, lambda: screen._ready)
