@@ -73,6 +73,7 @@ GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo
                     "four_step_run", "mirrored_run", "two_fsdp_ranks")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marks into the groups it schedules by
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in GROUPED_FIXTURES:
