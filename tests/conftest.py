@@ -144,7 +144,9 @@ ENGINE_MAX_STEPS, ENGINE_SAVE_STEPS = 8, 4
 def engine_runs(tmp_path_factory):
     """(preset, method) -> (run_dir, events), each trained once per session: 8 steps on 2
     processes (1 for single) with checkpoints at steps 4 and 8. Shared by the engine tests and
-    the export tests (which export these runs' checkpoints: no training of their own)."""
+    the export tests (which export these runs' checkpoints: no training of their own). DDP
+    computes under bf16 autocast, the default suite's run of it (CI time: test_train.py's
+    precision matrix is marked slow); the others in fp32, where every engine gives one curve."""
     cache: dict[tuple[str, str], tuple[Path, list[dict]]] = {}
 
     def get(preset: str, method: str):
@@ -153,7 +155,7 @@ def engine_runs(tmp_path_factory):
             cfg = tiny_config(
                 root, engine=preset, finetuning_type=method, nproc_per_node=1 if preset == "single" else 2,
                 max_steps=ENGINE_MAX_STEPS, save_steps=ENGINE_SAVE_STEPS, learning_rate=5e-3 if method == "full" else 2e-2,
-                run_name=f"{preset}-{method}",
+                run_name=f"{preset}-{method}", bf16=preset == "ddp",
             )
             run_dir, events, proc = train_sync(cfg)
             assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]

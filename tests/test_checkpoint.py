@@ -100,6 +100,7 @@ def test_resolve_checkpoint_messages(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.slow  # CI time: test_interrupted_save_keeps_the_previous_checkpoint (in one process) and faults/test_process_faults.py's kill -9 at a random point
 def test_kill_during_checkpoint_write_leaves_the_previous_one(tmp_path):
     """kill -9 of the whole job while it writes step-N: step-(N-k) stays and resumes."""
     from ftui.jobs.launch import prepare_run, start_run, stop_run

@@ -15,6 +15,7 @@ import shutil
 import pytest
 
 from conftest import ENGINE_MAX_STEPS as MAX_STEPS, resume_sync, steps_of, tiny_config, train_sync
+from ftui.events import validate_event
 
 pytestmark = pytest.mark.dist
 
@@ -41,8 +42,10 @@ def matrix():
 @pytest.mark.parametrize("preset,method", list(matrix()))
 def test_preset_trains_engages_and_saves(engine_runs, preset, method):
     run_dir, events = engine_runs(preset, method)
+    assert all(validate_event(e) == [] for e in events)
     start = next(e for e in events if e["event"] == "run_start")
     assert start["engine"] == preset and start["world_size"] == (1 if preset == "single" else 2)
+    assert start["precision"] == ("bf16" if preset == "ddp" else "fp32")
     end = events[-1]
     assert end["event"] == "run_end" and end["status"] == "completed", end
 
@@ -99,7 +102,9 @@ def test_engines_agree_with_each_other(engine_runs):
         assert curve == pytest.approx(reference, rel=1e-5), preset
 
 
-@pytest.mark.parametrize("preset", ["single", pytest.param("ddp", marks=pytest.mark.slow), "fsdp",
+# CI time: single and ddp (the exact resume of one process: test_preference_runs_resume_exactly;
+# of DDP: test_stop_resume.py's SIGTERM test) and zero2 (DeepSpeed's checkpoint: zero3) run with -m slow
+@pytest.mark.parametrize("preset", [pytest.param("single", marks=pytest.mark.slow), pytest.param("ddp", marks=pytest.mark.slow), "fsdp",
                                     pytest.param("zero2", marks=pytest.mark.slow), "zero3"])
 def test_resume_continues_exactly(engine_runs, tmp_path, preset):
     run_dir, events = engine_runs(preset, DEFAULT_METHOD[preset])

@@ -10,13 +10,13 @@ from ftui.events import validate_event
 from ftui.runs import summarize_run
 from tests.conftest import lora_config, steps_of, tiny_config, train_sync
 
-# ddp full bf16 (autocast) in the default suite; the other combinations are marked slow (CI
-# time: DDP LoRA trains, engages and loads with peft in test_engines.py, fp32 DDP in
-# test_ddp_gradients_are_normalised_by_the_tokens_of_all_ranks; test_engines.py trains single
-# full, and single LoRA trains in test_lf_methods.py, test_stage_pt.py and test_stage_preference.py).
+# The whole matrix runs with -m slow (CI time): in the default suite DDP LoRA under bf16
+# autocast trains, engages and loads with peft in test_engines.py (conftest.engine_runs), fp32
+# DDP full fine-tuning in test_ddp_gradients_are_normalised_by_the_tokens_of_all_ranks, single
+# full in test_engines.py, and single LoRA in test_lf_methods.py, test_stage_pt.py and
+# test_stage_preference.py.
 MATRIX = [
-    pytest.param(engine, method, precision, id=f"{engine}-{method}-{precision}",
-                 marks=() if (engine, method, precision) == ("ddp", "full", "bf16") else pytest.mark.slow)
+    pytest.param(engine, method, precision, id=f"{engine}-{method}-{precision}", marks=pytest.mark.slow)
     for engine in ("single", "ddp")
     for method in ("full", "lora")
     for precision in ("bf16", "fp32")
