@@ -16,6 +16,7 @@ import pytest
 from ftui.events import EVENTS_FILE, read_all
 from ftui.config import demo_config
 from ftui.jobs.launch import prepare_run, launch_command
+from ftui.jobs.torch_env import torch_process_env
 
 # One intra-op thread for every torch in the suite (this process and the runs it starts, which
 # honour a user's OMP_NUM_THREADS): the suite runs on 2 cores beside other work, and a CPU run
@@ -187,7 +188,7 @@ def tiny_config(tmp_path: Path, **overrides):
 def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.CompletedProcess]:
     """Runs the launch command in the foreground (not detached) and returns the run's events."""
     run_dir = prepare_run(cfg).resolve()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    env = torch_process_env()  # what a job's processes get (launch.start_run)
     proc = subprocess.run(launch_command(cfg, run_dir, sys.executable), env=env, capture_output=True, text=True, timeout=timeout)
     (run_dir / "train.log").write_text(proc.stdout + proc.stderr)
     return run_dir, read_all(run_dir / EVENTS_FILE), proc
@@ -198,7 +199,7 @@ def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[li
     from ftui.config import load_config
 
     cfg, _ = load_config(run_dir / "config.yaml")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    env = torch_process_env()  # what a job's processes get (launch.start_run)
     cmd = launch_command(cfg, run_dir, sys.executable, resume=checkpoint)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     with open(run_dir / "train.log", "a") as fh:

@@ -16,6 +16,7 @@ import yaml
 from conftest import tiny_config, train_sync, wait_for
 from ftui.events import EVENTS_FILE, RESERVE_FILE, read_all
 from ftui.jobs.launch import launch_command, prepare_run
+from ftui.jobs.torch_env import torch_process_env
 from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
@@ -49,7 +50,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
 
     rc, _ = load_config(run / "config.yaml")
     cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = torch_process_env()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
     assert proc.returncode != 0
     end = read_all(run / EVENTS_FILE)[-1]
@@ -151,7 +152,7 @@ def fill_disk(where: Path, leave: int = 0) -> None:
 
 def supervise(cfg, run: Path) -> subprocess.Popen:
     """The supervisor + launcher as `ftui train --detach` starts them (train.log in the run directory)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    env = torch_process_env()
     cmd = [sys.executable, "-m", "ftui.jobs.supervise", str(run), "--", *launch_command(cfg, run, sys.executable)]
     with open(run / "train.log", "ab", buffering=0) as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
