@@ -151,7 +151,7 @@ def main() -> int:
         common = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=args.cutoff,
                       per_device_train_batch_size=args.batch, gradient_accumulation_steps=1, learning_rate=1e-4,
                       max_steps=args.steps, lr_scheduler_type="constant", warmup_ratio=0.0, logging_steps=1,
-                      save_steps=10**6, seed=42, device=args.device, packing=bool(args.packing), lora_rank=16,
+                      save_strategy="no", seed=42, device=args.device, packing=bool(args.packing), lora_rank=16,
                       output_dir=str(tmp / "runs"))
         for preset, precision, method in cases(args.presets.split(","), args.precisions.split(","),
                                                args.methods.split(","), gpus):

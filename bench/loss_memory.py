@@ -52,7 +52,7 @@ def main() -> None:
             for chunked in (True, False):
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
                            cutoff_len=cutoff, per_device_train_batch_size=micro, packing=True, learning_rate=1e-4,
-                           max_steps=steps, logging_steps=1, save_steps=10**6, seed=42, device=args.device,
+                           max_steps=steps, logging_steps=1, save_strategy="no", seed=42, device=args.device,
                            chunked_loss=chunked, output_dir=str(tmp / "runs"), run_name=f"chunked-{chunked}-{rep}")
                 run = run_ftui(write_config(tmp / f"c{chunked}{rep}.yaml", cfg))
                 times, tokens, events = ftui_steps(run)

@@ -50,7 +50,7 @@ def main() -> None:
             for label, logging in (("every_step", 1), ("first_and_last_only", steps)):
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
                            cutoff_len=256, packing=True, per_device_train_batch_size=4, max_steps=steps, logging_steps=logging,
-                           save_steps=10**6, learning_rate=1e-4, device="auto", output_dir=str(tmp / "runs"),
+                           save_strategy="no", learning_rate=1e-4, device="auto", output_dir=str(tmp / "runs"),
                            nproc_per_node=args.world, engine="ddp" if args.world > 1 else "single", run_name=f"{label}-{rep}")
                 row[f"{label}_step_s"] = mean_step_s(run_ftui(write_config(tmp / f"{label}.yaml", cfg), env))
             row["overhead"] = row["every_step_step_s"] / row["first_and_last_only_step_s"] - 1

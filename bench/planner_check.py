@@ -90,7 +90,7 @@ def main() -> None:
             row["model"], row["cutoff_len"] = (LARGE_VOCAB, 1024) if vocab_case else (model, cutoff)
             for label, mdir in (("model", large_vocab if vocab_case else big), ("floor", small)):
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=row["cutoff_len"], packing=True,
-                           per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_steps=10**6, learning_rate=1e-4,
+                           per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_strategy="no", learning_rate=1e-4,
                            device="auto" if args.shape else "cpu", output_dir=str(tmp / "runs"), run_name=f"{label}-{name.replace(' ', '-')}", **over)
                 run = run_ftui(write_config(tmp / f"{label}.yaml", cfg), env)
                 row[f"{label}_peak_bytes"] = peak_per_rank(run)

@@ -51,7 +51,7 @@ def main() -> None:
         data = varied_dataset(tmp / "varied.json", 200 if args.quick else 2000, max_words=cutoff // 2 if args.quick else max(700, cutoff))
         common = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
                       cutoff_len=cutoff, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-                      learning_rate=1e-4, max_steps=steps, lr_scheduler_type="cosine", logging_steps=1, save_steps=10**6,
+                      learning_rate=1e-4, max_steps=steps, lr_scheduler_type="cosine", logging_steps=1, save_strategy="no",
                       seed=42, device="auto", output_dir=str(tmp / "runs"),
                       bf16=args.precision == "bf16", fp16=args.precision == "fp16")
         results = {"machine": machine(), "model": args.shape or (MODEL if not args.quick else "demo"), "cutoff_len": cutoff,

@@ -126,6 +126,10 @@ class RunConfig(BaseModel):
                                                   "steps, but an update smaller than bf16 can hold is lost; LoRA's adapters stay fp32"))
     logging_steps: int = Field(10, ge=1)
     save_steps: int = Field(500, ge=1, description=N_("write a resumable checkpoint every N steps (and always at the end)"))
+    save_strategy: Literal["steps", "epoch", "no"] = Field(
+        "steps", description=N_("when resumable checkpoints are written: steps (every save_steps and at the end), epoch (at each epoch's end "
+                                "and at the end) or no (none while training: a crash loses the run, though a stop still saves one); "
+                                "final/ is written either way"))
     save_total_limit: int | None = Field(None, ge=1, description=N_("keep only the newest N checkpoints; empty: keep all"))
     eval_steps: int | None = Field(None, ge=1, description=N_("default: logging_steps x 10"))
     seed: int = Field(42, ge=0)
@@ -214,6 +218,12 @@ class RunConfig(BaseModel):
     @classmethod
     def _resume_off(cls, value: Any) -> Any:
         return None if value is False else value
+
+    @field_validator("save_strategy", mode="before")
+    @classmethod
+    def _save_strategy_no(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``save_strategy: no`` as false: it means "no" (HF's value)."""
+        return "no" if value is False else value
 
     @field_validator("gpus", mode="before")
     @classmethod

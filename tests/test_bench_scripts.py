@@ -82,12 +82,14 @@ def test_loss_parity_bench_runs():
 
 
 @pytest.mark.slow  # a bench's smoke run (CI time): the GPU set is run on a GPU by hand
-def test_gpu_set_bench_runs_the_trainer_and_ftui():
-    out = run("gpu_set.py")
+def test_gpu_set_bench_runs_the_trainer_and_ftui(tmp_path):
+    out = run("gpu_set.py", "--out", str(tmp_path))
     cases = out["cases"]
     assert set(cases) == {"trainer_fp32_padded", "fp32_packed"}
     assert all(c["status"] == "completed" and c["tokens_per_s"] > 0 for c in cases.values())
     assert cases["fp32_packed"]["vs_trainer"] > 0 and cases["fp32_packed"]["planned_bytes"] > 0
+    [written] = tmp_path.glob("gpu_set_*_demo.json")  # --out: what a device call brings back
+    assert json.loads(written.read_text()) == out and out["finished"] is True
 
 
 def test_the_profile_table_names_the_operators_a_call_spends_its_time_in():
@@ -100,3 +102,18 @@ def test_the_profile_table_names_the_operators_a_call_spends_its_time_in():
     rows = profile_table(lambda: [a @ a for _ in range(20)], top=5)
     assert rows and len(rows) <= 5 and rows[0]["self_ms"] >= rows[-1]["self_ms"]
     assert any(r["name"] in ("aten::mm", "aten::matmul") and r["calls"] >= 20 for r in rows), rows
+
+
+def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
+    """bench/gpu_session.sh is run on a lent GPU only: here, its shell must parse and every case it
+    asks gpu_set.py for must exist (a renamed case would cost a device call)."""
+    import re
+
+    script = BENCH / "gpu_session.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    cases = re.search(r"CASES=\$\{CASES:-([\w,]+)\}", script.read_text()).group(1).split(",")
+    sys.path.insert(0, str(BENCH))
+    from gpu_set import CASES, TRAINER
+
+    assert cases[0] == TRAINER and len(cases) > 3
+    assert [c for c in cases[1:] if c not in CASES] == []

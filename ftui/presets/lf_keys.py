@@ -31,7 +31,7 @@ NO_EFFECT = set(_keys("""
     cache_dir dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers dataloader_prefetch_factor
     logging_strategy logging_first_step log_on_each_node logging_nan_inf_filter
     include_num_input_tokens_seen include_effective_tokens_per_second log_level log_level_replica disable_tqdm
-    logging_dir save_only_model save_strategy save_on_each_node enable_jit_checkpoint skip_memory_metrics debug
+    logging_dir save_only_model save_on_each_node enable_jit_checkpoint skip_memory_metrics debug
     local_rank ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph ddp_backend
     print_param_status low_cpu_mem_usage use_fast_tokenizer data_shared_file_system remove_unused_columns label_names
     length_column_name project trackio_space_id trackio_bucket_id trackio_static_space_id enable_torch_profiler

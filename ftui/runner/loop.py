@@ -7,6 +7,7 @@
         engine.step(): clip, (unscale), optimizer step, zero grads; scheduler.step()
         heartbeat; a `step` event every `logging_steps` (with the stage's figures)
         eval every `eval_steps` (stage.evaluate); checkpoints/step-N every `save_steps`
+        (save_strategy epoch: at each epoch's end; no: none) and at the end; always on a stop
 
 Every rank reaches the same decisions (stop, give up after NaNs, save) from the same
 all-reduced numbers, so no rank is ever left waiting in a collective. The loop returns the
@@ -195,7 +196,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         if step % cfg.logging_steps == 0 or step == t.max_steps or stopping or ranks:
             total_tokens = log_step(t, window, last_counts, last_outcome, step, total_tokens, ranks)
         evaluating = bool(t.data.eval) and (step % eval_every == 0 or step == t.max_steps)
-        saving = step % cfg.save_steps == 0 or step == t.max_steps or stopping  # every way out of the loop saves
+        saving = checkpoint_due(cfg.save_strategy, cfg.save_steps, t.steps_per_epoch, step, t.max_steps, stopping)
         if evaluating or saving:
             with window.excluded():  # tokens/s, step time and MFU count training only
                 if evaluating:
@@ -207,6 +208,17 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         if stopping:
             break
     return step
+
+
+def checkpoint_due(strategy: str, save_steps: int, steps_per_epoch: int, step: int, max_steps: int, stopping: bool) -> bool:
+    """Whether ``step`` writes a checkpoint: every ``save_steps`` (save_strategy steps) or at
+    each epoch's end (epoch), and at the last step; none while training with "no". A stop
+    always saves, whatever the strategy: the stopped run is resumed from there, and stopping
+    must not lose what was trained."""
+    if stopping:
+        return True
+    every = {"steps": save_steps, "epoch": steps_per_epoch}.get(strategy)
+    return every is not None and (step % every == 0 or step == max_steps)
 
 
 def log_step(t: Training, window: Window, last_counts: torch.Tensor, outcome: Any, step: int, total_tokens: float,

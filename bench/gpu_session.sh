@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, as one device call (issue 18's H100 figures), after bench/gpu_wheels.sh
+# here; the call carries .whl and gives timeout_s 600:
+#
+#     bash bench/gpu_session.sh            # results under $OUT (or ./gpu_out without a device tool)
+#
+# In the order that matters if the call is cut: the Trainer script and ftui's fastest settings
+# at the Qwen2.5-1.5B shape (MFU and the ratio, pure bf16 with torch.compile and Liger, micro batch
+# 4 and 8), the defaults, then packed_attention.py's profile of where a step's time goes.
+# gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished. Every part
+# has its own time limit (GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
+# A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
+#     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+SHAPE=${SHAPE:-qwen2.5-1.5b}
+if [ -z "${NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    "$PY" -c "import torch, transformers, peft, pydantic, datasets; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'pydantic', pydantic.__version__, 'datasets', datasets.__version__)"
+    "$PY" -c "import liger_kernel, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'))"
+    df -h /tmp | tail -1
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+CASES=${CASES:-trainer_bf16_padded,pure_bf16_packed_compile_liger,pure_bf16_packed_compile_liger_mb8,bf16_packed_compile_liger,bf16_packed,pure_bf16_packed}
+timeout "${GPU_SET_S:-400}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$CASES" \
+    --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
+tail -n 20 "$OUT/gpu_set.log"
+timeout "${PROFILE_S:-150}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn sdpa_packed,flex_packed \
+    > "$OUT/packed_attention.json" 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
+tail -n 12 "$OUT/packed_attention.log"
+ls -la "$OUT"
