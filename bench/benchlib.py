@@ -110,13 +110,15 @@ def write_config(path: Path, cfg: dict[str, Any]) -> Path:
     return path
 
 
-def run_ftui(config: Path, env: dict[str, str] | None = None, timeout: float = 3600) -> Path:
-    """``ftui train CONFIG`` to the end; returns the run directory."""
+def run_ftui(config: Path, env: dict[str, str] | None = None, timeout: float = 3600, cwd: Path | None = None) -> Path:
+    """``ftui train CONFIG`` to the end; returns the run directory. ``cwd``: another ftui
+    checkout to run (its directory comes first on the path of the command and of the ranks it
+    starts, ahead of PYTHONPATH and the installed ftui)."""
     cfg = yaml.safe_load(config.read_text())
     root = Path(cfg["output_dir"])
     before = set(root.iterdir()) if root.exists() else set()
     proc = subprocess.run([sys.executable, "-c", "import sys; from ftui.cli import main; sys.exit(main())", "train", str(config)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     new = sorted(set(root.iterdir()) - before) if root.exists() else []
     if proc.returncode != 0 or not new:
         log = (new[0] / "train.log").read_text()[-3000:] if new and (new[0] / "train.log").exists() else ""

@@ -7,7 +7,11 @@ tokens x 151,936 x 4 bytes = 2.5 GB per copy) are almost all of the memory. Runs
 ``mem[].peak`` (RSS on the CPU, ``max_memory_allocated`` on a GPU), tokens/s as in
 throughput.py. The planner's estimate is recorded beside each.
 
-Run: python bench/loss_memory.py [--quick] [--reps N] [--steps N] [--device cpu|cuda]
+``--against DIR`` compares the chunked loss of this checkout with that of another (the code
+before a change, e.g. a ``git worktree``), alternating, instead of chunks against full logits;
+recorded as ``loss_memory_<device>_against.json``.
+
+Run: python bench/loss_memory.py [--quick] [--reps N] [--steps N] [--device cpu|cuda] [--against DIR]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--against", type=Path, default=None, help="another ftui checkout: its chunked loss against this one's")
     args = ap.parse_args()
     from ftui.plan import ModelShape, estimate_for
     from ftui.config import parse_config
@@ -47,28 +52,33 @@ def main() -> None:
         mdir = model_dir(tmp / "model", **model)
         data = varied_dataset(tmp / "varied.json", 1500, max_words=cutoff)
         shape = ModelShape.from_config(json.loads((mdir / "config.json").read_text()))
+        # (name, chunked_loss, the checkout whose ftui runs: None for this one)
+        paths = [("chunked", True, None), ("full_logits", False, None)]
+        if args.against is not None:
+            paths = [("chunked", True, None), ("against_chunked", True, args.against.resolve())]
+            out["against"] = str(args.against)
         for rep in range(reps):
             row = {}
-            for chunked in (True, False):
+            for name, chunked, tree in paths:
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", finetuning_type="full", dataset=str(data),
                            cutoff_len=cutoff, per_device_train_batch_size=micro, packing=True, learning_rate=1e-4,
                            max_steps=steps, logging_steps=1, save_strategy="no", seed=42, device=args.device,
-                           chunked_loss=chunked, output_dir=str(tmp / "runs"), run_name=f"chunked-{chunked}-{rep}")
-                run = run_ftui(write_config(tmp / f"c{chunked}{rep}.yaml", cfg))
+                           chunked_loss=chunked, output_dir=str(tmp / "runs"), run_name=f"{name}-{rep}")
+                run = run_ftui(write_config(tmp / f"{name}{rep}.yaml", cfg), cwd=tree)
                 times, tokens, events = ftui_steps(run)
-                name = "chunked" if chunked else "full_logits"
                 row[f"{name}_peak_bytes"] = max(m["peak"] for e in events for m in e["mem"])
                 row[f"{name}_tokens_per_s"] = tokens_per_s(times, tokens, warmup)
                 row[f"{name}_planned_bytes"] = estimate_for(parse_config(cfg)[0], shape).total
                 shutil.rmtree(run)  # its checkpoint and final/ are not needed: keep the disk small
-            row["peak_ratio"] = row["chunked_peak_bytes"] / row["full_logits_peak_bytes"]
-            row["speed_ratio"] = row["chunked_tokens_per_s"] / row["full_logits_tokens_per_s"]
+            other = paths[1][0]
+            row["peak_ratio"] = row["chunked_peak_bytes"] / row[f"{other}_peak_bytes"]
+            row["speed_ratio"] = row["chunked_tokens_per_s"] / row[f"{other}_tokens_per_s"]
             out["reps"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     out["median"] = {k: median([r[k] for r in out["reps"]]) for k in out["reps"][0]}
     print(json.dumps(out, indent=1))
     if not args.quick:
-        record(f"loss_memory_{'cpu' if args.device == 'cpu' else 'gpu'}", out)
+        record(f"loss_memory_{'cpu' if args.device == 'cpu' else 'gpu'}{'_against' if args.against else ''}", out)
 
 
 if __name__ == "__main__":

@@ -152,3 +152,23 @@ def test_an_eval_forward_computes_no_gradient():
         loss_mod._add_chunk_grads = original
     expected = loss_mod.token_loss_sum(nn.functional.linear(hidden, head.weight), labels)
     assert torch.allclose(value, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,bias", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True)])
+def test_every_chunk_reuses_one_pair_of_buffers_and_gets_f_linears_logits(dtype, bias):
+    """ChunkBuffers: the product in the compute type and its fp32 copy, written again by each
+    chunk (a fresh chunk-sized tensor per chunk cost more than its matrix product on the CPU)."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(300, 16, generator=gen).to(dtype)
+    b = torch.randn(300, generator=gen).to(dtype) if bias else None
+    buffers = L.ChunkBuffers(8, 300, dtype, torch.device("cpu"))
+    seen = set()
+    for rows in (8, 8, 5):  # the last chunk is shorter
+        h = torch.randn(rows, 16, generator=gen).to(dtype)
+        logits = buffers.logits(h, w, b)
+        assert logits.dtype == torch.float32 and torch.equal(logits, torch.nn.functional.linear(h, w, b).float())
+        assert logits.data_ptr() == buffers.fp32.data_ptr()
+        back = buffers.in_compute_type(logits)
+        assert back.dtype == dtype and back.data_ptr() == buffers.product.data_ptr()
+        seen.add(buffers.product.data_ptr())
+    assert len(seen) == 1
