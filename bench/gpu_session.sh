@@ -7,7 +7,8 @@
 # In the order that matters if the call is cut: the Trainer script and ftui's fastest settings
 # at the Qwen2.5-1.5B shape (MFU and the ratio, pure bf16 with torch.compile and Liger, micro batch
 # 4 and 8), the defaults, then packed_attention.py's profile of where a step's time goes.
-# gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished. Every part
+# gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
+# the job of the case its time limit cut, which would train on under the profile). Every part
 # has its own time limit (GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
 # A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
 #     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh

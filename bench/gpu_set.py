@@ -22,15 +22,18 @@ run, same data, same steps). The result goes to ``results/gpu_set_<gpu>_<shape>.
 
 The runs write no checkpoint (``save_strategy: no``; a 1.5 B full fine-tune's is 18 GB, most
 of a case's time on the first H100), and the result file is rewritten after every case, so
-a device call cut by its time limit keeps the cases it finished (``"finished": false``).
+a device call cut by its time limit keeps the cases it finished (``"finished": false``); a
+SIGTERM (``timeout``) also kills the job of the case in progress.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,6 +70,17 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
 }
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]
+
+
+def stop_live_runs(root: Path) -> None:
+    """Kills the job of a case cut short (``timeout``'s SIGTERM, the device call's limit): an
+    ftui job runs in a session of its own and would otherwise go on training on the GPU after
+    this script is gone, under whatever runs next."""
+    from ftui.jobs.launch import stop_run
+
+    for run in root.glob("*/*"):
+        with contextlib.suppress(Exception):
+            stop_run(run, force=True)
 
 
 def save_random_weights(mdir: Path) -> None:
@@ -138,6 +152,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+
+        def cut(signum: int, _frame: Any) -> None:
+            stop_live_runs(tmp / "runs")
+            sys.exit(128 + signum)
+        signal.signal(signal.SIGTERM, cut)
         mdir = model_dir(tmp / "model", **SHAPES[shape])
         save_random_weights(mdir)
         data = varied_dataset(tmp / "varied.json", 200 if args.quick else 4000, max_words=cutoff)

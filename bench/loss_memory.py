@@ -69,7 +69,7 @@ def main() -> None:
                 row[f"{name}_peak_bytes"] = max(m["peak"] for e in events for m in e["mem"])
                 row[f"{name}_tokens_per_s"] = tokens_per_s(times, tokens, warmup)
                 row[f"{name}_planned_bytes"] = estimate_for(parse_config(cfg)[0], shape).total
-                shutil.rmtree(run)  # its checkpoint and final/ are not needed: keep the disk small
+                shutil.rmtree(run)  # its final/ is not needed: keep the disk small
             other = paths[1][0]
             row["peak_ratio"] = row["chunked_peak_bytes"] / row[f"{other}_peak_bytes"]
             row["speed_ratio"] = row["chunked_tokens_per_s"] / row[f"{other}_tokens_per_s"]

@@ -509,7 +509,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.runs import FINAL_DIR, reason_text, summarize_run
+    from ftui.runs import FINAL_DIR, checkpoints, reason_text, summarize_run
 
     if args.config or args.preset:
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
@@ -522,6 +522,12 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
         return None
     if summary.status == "unreadable":
         err.print(error_line(_("{run} is unreadable: {reason}").format(run=run_dir.name, reason=reason_text(summary.reason))))
+        return None
+    if summary.status == "completed" and not args.checkpoint and not checkpoints(run_dir):
+        # save_strategy: no kept none: a raised max_steps would fail on the missing checkpoint
+        err.print(error_line(_("{run} has completed ({step} steps) and kept no checkpoint (save_strategy: no), so it cannot "
+                               "be trained further; to fine-tune its result anew, start a run with model_name_or_path: {final}").format(
+            run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
         return None
     if summary.status == "completed" and not args.checkpoint and not args.overrides:
         # it would run no step and start the run's record again (its start, its duration)

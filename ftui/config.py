@@ -125,11 +125,11 @@ class RunConfig(BaseModel):
                                                   "compute type pure_bf16): about half the memory of weights, gradients and optimizer states and faster "
                                                   "steps, but an update smaller than bf16 can hold is lost; LoRA's adapters stay fp32"))
     logging_steps: int = Field(10, ge=1)
-    save_steps: int = Field(500, ge=1, description=N_("write a resumable checkpoint every N steps (and always at the end)"))
+    save_steps: int = Field(500, ge=1, description=N_("with save_strategy steps (the default): a resumable checkpoint every N steps and at the end"))
     save_strategy: Literal["steps", "epoch", "no"] = Field(
-        "steps", description=N_("when resumable checkpoints are written: steps (every save_steps and at the end), epoch (at each epoch's end "
-                                "and at the end) or no (none while training: a crash loses the run, though a stop still saves one); "
-                                "final/ is written either way"))
+        "steps", description=N_("when resumable checkpoints are written: steps (every save_steps and at the end), epoch (every epoch's "
+                                "worth of optimizer steps, as the epoch figure counts them, and at the end) or no (none while training: "
+                                "a crash loses the run, though a stop still saves one); final/ is written either way"))
     save_total_limit: int | None = Field(None, ge=1, description=N_("keep only the newest N checkpoints; empty: keep all"))
     eval_steps: int | None = Field(None, ge=1, description=N_("default: logging_steps x 10"))
     seed: int = Field(42, ge=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,6 +120,12 @@ def test_resuming_a_completed_run_is_refused_saying_how_to_train_further(tmp_pat
     err = " ".join(capsys.readouterr().err.split())
     assert "has completed" in err and "nothing to resume" in err and "--set max_steps=N" in err and str(run / "final") in err
     assert (run / "events.jsonl").read_text() == before and not (run / "launch.json").exists()
+    # save_strategy: no kept no checkpoint: raising max_steps cannot help, so it is not offered
+    shutil.rmtree(run / "checkpoints")
+    assert cli.main(["train", "--resume", str(run), "--set", "max_steps=50"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "kept no checkpoint (save_strategy: no)" in err and "--set max_steps" not in err and str(run / "final") in err
+    assert (run / "events.jsonl").read_text() == before
 
 
 @pytest.mark.dist

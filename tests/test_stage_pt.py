@@ -38,6 +38,8 @@ def test_pt_on_txt_full_learns(tmp_path, lf_data):
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.5
 
 
+@pytest.mark.slow  # CI time: pt on c4_demo with LoRA trains in test_llamafactory_pretrain_example_trains_through_the_cli,
+# unpacked rows are built token for token in test_pretrain_text.py, evals are stage-independent (test_lf_methods.py)
 def test_pt_on_jsonl_with_lora_unpacked(tmp_path, lf_data, pretrained_base):
     cfg = pt_config(tmp_path, lf_data, dataset="c4_demo", model_name_or_path=str(pretrained_base), model_init="pretrained",
                     finetuning_type="lora", lora_rank=16, packing=False, val_size=0.1, eval_steps=8)
