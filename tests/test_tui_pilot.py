@@ -614,8 +614,9 @@ async def test_form_picks_gpus_from_the_nvml_list_and_counts_processes_by_them(t
         assert screen.query_one("#f-engine", Select).value == "ddp"
         gpus.value = "1, 3"
         await until(pilot, lambda: nproc.value == "2")
-        await until(pilot, lambda: screen.config is not None)
-        assert screen.current_config_dict()["gpus"] == "1, 3" and screen.config.gpus == "1,3"
+        # the config of the last validation (a worker's): wait for the one that saw the new gpus
+        await until(pilot, lambda: screen.config is not None and screen.config.gpus == "1,3")
+        assert screen.current_config_dict()["gpus"] == "1, 3"
         assert "gpus 1,3: the run's CUDA_VISIBLE_DEVICES (2 GPU(s))" in text_of(screen.query_one("#precision-help"))
         nproc.value = "3"  # the user's own number: no longer follows the GPUs
         # the label may be there already, emptied (nproc 4 > 2 GPUs for a moment): wait for its text

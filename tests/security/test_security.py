@@ -102,18 +102,17 @@ async def test_the_form_says_when_remote_code_is_on(tmp_path):
     from textual.widgets import Switch
 
     from ftui.tui.app import FtuiApp
+    from tests.test_tui_pilot import until
 
     app = FtuiApp(tmp_path / "runs", sampler=fixed_sampler, offer_live=False, render_examples=False)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen
-        for _ in range(100):
-            if screen._ready:
-                break
-            await pilot.pause(0.1)
+        await until(pilot, lambda: screen._ready)
         screen.fill({"model_name_or_path": "ftui-demo", "dataset": "ftui_demo"})
         screen.query_one("#f-trust_remote_code", Switch).value = True
-        await pilot.pause(0.5)
-        assert "trust_remote_code is ON" in str(screen.query_one("#status-line").render())
+        # the form validates in a worker: wait for its verdict (a loaded machine took over 0.5 s)
+        status = screen.query_one("#status-line")
+        await until(pilot, lambda: "trust_remote_code is ON" in str(status.render()))
 
 
 def _calls(tree):
