@@ -523,19 +523,19 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     if summary.status == "unreadable":
         err.print(error_line(_("{run} is unreadable: {reason}").format(run=run_dir.name, reason=reason_text(summary.reason))))
         return None
-    if summary.status == "completed" and not args.checkpoint and not checkpoints(run_dir):
-        # save_strategy: no kept none: a raised max_steps would fail on the missing checkpoint
-        err.print(error_line(_("{run} has completed ({step} steps) and kept no checkpoint (save_strategy: no), so it cannot "
-                               "be trained further; to fine-tune its result anew, start a run with model_name_or_path: {final}").format(
-            run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
-        return None
-    if summary.status == "completed" and not args.checkpoint and not args.overrides:
-        # it would run no step and start the run's record again (its start, its duration)
-        err.print(error_line(_("{run} has completed ({step} steps): there is nothing to resume. To train it further, raise "
-                               "max_steps or num_train_epochs: ftui train --resume {run} --set max_steps=N; to fine-tune its "
-                               "result anew, start a run with model_name_or_path: {final}").format(
-            run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
-        return None
+    if summary.status == "completed" and not args.checkpoint:
+        if not checkpoints(run_dir):  # save_strategy: no kept none: a raised max_steps would fail on it
+            message = _("{run} has completed ({step} steps) and kept no checkpoint (save_strategy: no), so it cannot "
+                        "be trained further; to fine-tune its result anew, start a run with model_name_or_path: {final}")
+        elif not args.overrides:  # it would run no step and start the run's record again (its start, its duration)
+            message = _("{run} has completed ({step} steps): there is nothing to resume. To train it further, raise "
+                        "max_steps or num_train_epochs: ftui train --resume {run} --set max_steps=N; to fine-tune its "
+                        "result anew, start a run with model_name_or_path: {final}")
+        else:
+            message = None
+        if message is not None:
+            err.print(error_line(message.format(run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
+            return None
     try:
         lock = lock_run_dir(run_dir)
     except RunBusy as e:

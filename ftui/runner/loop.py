@@ -6,8 +6,8 @@
         forward/backward each micro batch: stage.loss(...).total / (global loss tokens / dp ranks)
         engine.step(): clip, (unscale), optimizer step, zero grads; scheduler.step()
         heartbeat; a `step` event every `logging_steps` (with the stage's figures)
-        eval every `eval_steps` (stage.evaluate); checkpoints/step-N every `save_steps`
-        (save_strategy epoch: at each epoch's end; no: none) and at the end; always on a stop
+        eval every `eval_steps` (stage.evaluate); checkpoints/step-N every `save_steps` and at
+        the end (save_strategy epoch: every steps_per_epoch instead; no: none); always on a stop
 
 Every rank reaches the same decisions (stop, give up after NaNs, save) from the same
 all-reduced numbers, so no rank is ever left waiting in a collective. The loop returns the
@@ -211,8 +211,8 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
 
 
 def checkpoint_due(strategy: str, save_steps: int, steps_per_epoch: int, step: int, max_steps: int, stopping: bool) -> bool:
-    """Whether ``step`` writes a checkpoint: every ``save_steps`` (save_strategy steps) or at
-    each epoch's end (epoch), and at the last step; none while training with "no". A stop
+    """Whether ``step`` writes a checkpoint: every ``save_steps`` (save_strategy steps) or every
+    ``steps_per_epoch`` (epoch), and at the last step; none while training with "no". A stop
     always saves, whatever the strategy: the stopped run is resumed from there, and stopping
     must not lose what was trained."""
     if stopping:
