@@ -68,6 +68,11 @@ def write_launch_info(run_dir: Path, info: dict[str, Any]) -> None:
 LAUNCH_MAX = 1 << 20  # launch.json is a few KB; more is not one ftui wrote
 
 
+def _a_time(v: Any) -> bool:
+    """A plausible unix time (a NaN or a year-5000 float would break the runs list's dates)."""
+    return type(v) in (int, float) and 0 < v < 1e11
+
+
 def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     """launch.json's fields that have their types, and what is wrong with it (None when it is
     sound or absent). Only a dict with an int pid, a number start_time, a string host is
@@ -88,7 +93,8 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     if not isinstance(info, dict):
         return {}, _("{name} holds {type}, not a launch record").format(name=name, type=type(info).__name__)
     checks = {"pid": lambda v: type(v) is int and 0 < v < 1 << 31, "pgid": lambda v: type(v) is int and 0 < v < 1 << 31,
-              "start_time": lambda v: type(v) in (int, float), "create_time": lambda v: type(v) in (int, float),
+              "start_time": _a_time, "create_time": _a_time, "first_start_time": _a_time,
+              "earlier_s": lambda v: type(v) in (int, float) and 0 <= v < 1e10,
               "host": lambda v: isinstance(v, str)}
     bad = [k for k, ok in checks.items() if k in info and info[k] is not None and not ok(info[k])]
     for k in bad:
@@ -210,8 +216,11 @@ class RunSummary:
     step: int = 0
     max_steps: int | None = None
     last_loss: float | None = None
-    started: float | None = None
+    started: float | None = None  # this segment's start (a resumed run: its last resume)
     ended: float | None = None
+    first_started: float | None = None  # a resumed run: when it was first started
+    earlier_s: float = 0.0  # a resumed run: the seconds its segments before this one ran
+    last_t: float | None = None  # the newest event's time: where a run that died stopped
     reason: str | None = None
     hint: str | None = None
     error: str | None = None
@@ -223,10 +232,33 @@ class RunSummary:
 
     @property
     def duration(self) -> float | None:
+        return self.duration_at(time.time())
+
+    def duration_at(self, now: float) -> float | None:
+        """The seconds the run has run: every segment of a resumed run (not the time between
+        them), up to ``now`` while it lives, to its last event when it died without run_end."""
         if self.started is None:
             return None
-        end = self.ended if self.ended is not None else time.time()
-        return max(0.0, end - self.started)
+        if self.ended is not None:
+            end = self.ended
+        elif self.live:
+            end = now
+        else:  # died or unreadable: it stopped writing at its last event (else it never started)
+            end = self.last_t if self.last_t is not None else self.started
+        return self.earlier_s + max(0.0, end - self.started)
+
+    @property
+    def first_start(self) -> float | None:
+        """When the run was first started (what the runs list shows and sorts by)."""
+        return self.first_started or self.started
+
+    def take_launch(self, launch: dict[str, Any]) -> None:
+        """What launch.json says of this segment and those before it (a resume's)."""
+        self.started = launch.get("start_time")
+        self.host = launch.get("host")
+        self.launcher_pid = launch.get("pid")
+        self.first_started = launch.get("first_start_time")  # read_launch_record checked both
+        self.earlier_s = float(launch.get("earlier_s") or 0.0)
 
     @property
     def error_detail(self) -> str | None:
@@ -248,10 +280,12 @@ class RunSummary:
         """Whether the status is final (``ended`` is the time the run_end gives)."""
         return self.status in END_STATUSES
 
-    def start_again(self) -> None:
-        """The run was resumed: starting again, its previous end no longer its state."""
+    def start_again(self, launch: dict[str, Any]) -> None:
+        """The run was resumed (``launch``: the resume's launch.json): starting again, its
+        previous end no longer its state."""
         self.status = "starting"
         self.ended = self.reason = self.hint = self.error = None
+        self.take_launch(launch)
 
     def mark_died(self) -> None:
         """The job is gone without run_end: say why as well as the files can tell."""
@@ -276,6 +310,9 @@ class RunSummary:
     def apply(self, event: dict[str, Any]) -> None:
         """Folds one event into the summary (events arrive in file order)."""
         kind = event["event"]
+        t = event.get("t")
+        if type(t) in (int, float) and (self.last_t is None or t > self.last_t):
+            self.last_t = t
         if kind == "run_start":
             self.status = "running"
             self.ended = self.reason = self.hint = self.error = None
@@ -378,9 +415,10 @@ class RunFollower:
     def settle(self) -> bool:
         """Decides whether the run has ended, after a read (see the class); True when it has."""
         if self.ended:
-            if not self._started_again():
+            launch = self._started_again()
+            if launch is None:
                 return True
-            self.summary.start_again()  # a resume whose run_start is not written yet
+            self.summary.start_again(launch)  # a resume whose run_start is not written yet
             return False
         if self.reader.problem is not None:
             self.summary.mark_unreadable(self.reader.problem)
@@ -394,15 +432,16 @@ class RunFollower:
             return True
         return False
 
-    def _started_again(self) -> bool:
-        """An ended run's job started again (a resume): launch.json was written after the last
-        run_end and its job lives. Until the resumed job writes its run_start (seconds: it loads
-        the model first) the events still end with the previous run_end."""
+    def _started_again(self) -> dict[str, Any] | None:
+        """The resume's launch record when an ended run's job started again: launch.json was
+        written after the last run_end and its job lives (else None). Until the resumed job
+        writes its run_start (seconds: it loads the model first) the events still end with
+        the previous run_end."""
         launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
         start, end = launch.get("start_time"), self.summary.ended
         if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or start <= end:
-            return False
-        return not launcher_gone(self.run_dir, launch)
+            return None
+        return None if launcher_gone(self.run_dir, launch) else launch
 
     def poll(self) -> list[Any]:
         """One round of following: read, fold and, unless more is waiting, settle."""
@@ -427,9 +466,7 @@ def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSum
     path = Path(run_dir)
     summary = RunSummary(run_id=path.name, path=path)
     launch = read_launch_info(path)
-    summary.started = launch.get("start_time")
-    summary.host = launch.get("host")
-    summary.launcher_pid = launch.get("pid")
+    summary.take_launch(launch)
     follower = RunFollower(path, summary, launch=launch)
     skipped = None if full else follower.start_at_tail(SUMMARY_HEAD, SUMMARY_TAIL, head_kinds=None)
     follower.read(None if skipped is None else SUMMARY_TAIL + MAX_TAIL_LINE)
@@ -446,6 +483,22 @@ def summarize_run(run_dir: str | os.PathLike[str], full: bool = False) -> RunSum
             deepspeed = config.get("deepspeed")
             summary.engine = f"deepspeed:{Path(str(deepspeed)).name}" if deepspeed else config.get("engine")
     return summary
+
+
+def earlier_segments(run_dir: Path) -> dict[str, float]:
+    """What a resume's launch.json carries over from the run so far: when it was first
+    started and the seconds its segments ran (each from its launch to its run_end, or to its
+    last event when it died), so the runs list shows the run's whole time, not the last
+    segment's or the days it sat stopped. Read before the resume's launch.json replaces the
+    previous one."""
+    before = summarize_run(run_dir)
+    if before.started is None:
+        return {}
+    out = {"first_start_time": before.first_start}
+    ran = before.duration_at(before.started)  # never "now": the previous job is not running
+    if ran is not None:
+        out["earlier_s"] = ran
+    return out
 
 
 MAX_TAIL_LINE = 64 << 10  # slack for the line that straddles the tail's end while the run writes
@@ -478,7 +531,7 @@ def list_row(r: RunSummary) -> dict[str, str]:
         "model": reason_text(r.reason) if r.status == "unreadable" else str(r.model or "-"),
         "method": r.method or "-", "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
         "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
-        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started)) if r.started else "-",
+        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.first_start)) if r.first_start else "-",
         "duration": fmt_duration(r.duration),
     }
 
@@ -640,7 +693,7 @@ def list_runs(root: str | os.PathLike[str]) -> list[RunSummary]:
     dirs = _run_dirs(root_path)
     runs = [r for d in dirs if (r := _summarize_listed(d)) is not None]
     runs += [r for d in _extra_run_dirs(root_path, dirs) if (r := _summarize_indexed(d)) is not None]
-    runs.sort(key=lambda r: (r.started or 0.0, r.run_id), reverse=True)
+    runs.sort(key=lambda r: (r.first_start or 0.0, r.run_id), reverse=True)
     return runs
 
 

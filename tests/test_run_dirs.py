@@ -22,7 +22,7 @@ from ftui import cli, watch
 from ftui.events import make_event
 from ftui.jobs import supervise
 from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
-from ftui.runs import RunsRootError, launcher_gone, list_runs, summarize_run, write_launch_info
+from ftui.runs import RunsRootError, earlier_segments, launcher_gone, list_runs, summarize_run, write_launch_info
 
 FTUI = [sys.executable, "-m", "ftui.cli"]
 
@@ -182,6 +182,8 @@ UNREADABLE = {
     "launch.json null": (lambda run, mp: (run / "launch.json").write_text("null"), "launch.json"),
     "launch.json a list": (lambda run, mp: (run / "launch.json").write_text("[1, 2]"), "launch.json"),
     "launch.json string pid": (lambda run, mp: (run / "launch.json").write_text('{"pid": "123"}'), "pid"),
+    "launch.json NaN first start": (lambda run, mp: (run / "launch.json").write_text('{"start_time": 1e9, "first_start_time": NaN}'),
+                                    "first_start_time"),
     "events.jsonl a directory": (lambda run, mp: _events_dir(run / "events.jsonl"), "directory"),
     "events.jsonl a FIFO": (lambda run, mp: _fifo(run / "events.jsonl"), "FIFO"),
     "events.jsonl -> /dev/zero": (lambda run, mp: _dev_zero(run / "events.jsonl"), "not a regular file"),
@@ -478,3 +480,29 @@ def test_a_nodes_supervisor_records_how_each_of_its_jobs_ended(tmp_path):
             signal.signal(sig, handler)
     ends = [e for e in read_all(home / "events.jsonl") if e["event"] == "run_end"]
     assert [e["status"] for e in ends] == ["completed", "failed"] and "node 1" in ends[1]["reason"]
+
+
+def test_a_died_run_lasted_to_its_last_event_and_a_resumed_run_counts_its_segments(tmp_path, capsys):
+    """A run that died without run_end stopped at its last event: its duration stays there (it
+    grew with the clock, to days for a run dead since). A resumed run is listed from its first
+    start and for the time its segments ran, not the day it sat stopped between them."""
+    root = tmp_path / "runs"
+    dead = write_run(root, "dead", steps=10, max_steps=20)  # no run_end
+    local_launch(dead)  # on this machine, with no launcher alive
+    dead = summarize_run(dead)
+    assert dead.status == "died" and dead.duration == 20 + 10 * 1.5
+    run = write_run(root, "again", steps=10, max_steps=20, end="stopped")  # ran from T0 to T0 + 36
+    carried = earlier_segments(run)
+    assert carried == {"first_start_time": T0, "earlier_s": 36.0}
+    later = T0 + 86400
+    local_launch(run, start_time=later, **carried)  # the resume's launch.json
+    append(run, json.dumps(make_event("run_start", t=later + 5, run_id="again", engine="ddp", precision="bf16", method="lora",
+                                      world_size=2, nodes=1, model="m", max_steps=20, resumed_from_step=10, total_params=1,
+                                      trainable_params=1, planned_tokens_per_step=1)),
+           json.dumps(make_event("run_end", t=later + 30, status="completed", reason="20 steps")))
+    summary = summarize_run(run)
+    assert summary.first_start == T0 and summary.started == later and summary.duration == 36 + 30
+    assert cli.main(["runs", "--root", str(root)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("again"))
+    assert row.split()[-3:] == [*time.strftime("%Y-%m-%d %H:%M", time.localtime(T0)).split(), "01:06"]
+    assert earlier_segments(run) == {"first_start_time": T0, "earlier_s": 66.0}  # a second resume adds this segment

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import steps_of, tiny_config, train_sync, wait_for
 from ftui.events import EVENTS_FILE, read_all
-from ftui.runs import checkpoints, summarize_run
+from ftui.runs import checkpoints, read_launch_info, summarize_run
 
 
 def wait_for_exit(pid: int, timeout=180.0) -> None:
@@ -60,6 +60,12 @@ def test_sigterm_to_the_group_stops_saves_and_resumes_exactly(tmp_path):
     assert sorted(resumed) == [last + 1, last + 2, last + 3]
     summary = summarize_run(run_dir)
     assert list(summary.loss_steps) == list(range(1, last + 4))  # the history has no gaps or doubles
+    # The run's start is its first launch and its duration both segments, not the time between.
+    first_end = next(e for e in events if e["event"] == "run_end")
+    relaunch = read_launch_info(run_dir)
+    assert relaunch["first_start_time"] == info["start_time"] == summary.first_start
+    assert relaunch["earlier_s"] == pytest.approx(first_end["t"] - info["start_time"])
+    assert summary.duration == pytest.approx(relaunch["earlier_s"] + events[-1]["t"] - relaunch["start_time"])
 
     ref_cfg = tiny_config(tmp_path / "ref", engine="ddp", nproc_per_node=2, max_steps=last + 3, save_steps=1000, run_name="ref")
     _, ref_events, proc = train_sync(ref_cfg)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ftui.events import read_all
+from ftui.events import EventReader, StepColumns, read_all
 from ftui.follow import EtaWindow
 from ftui.runs import RunSummary
 from ftui.tui.state import RunState, downsample, ema
@@ -45,6 +45,22 @@ def test_run_state_view_matches_the_events(tmp_path):
     assert v.rank_peaks == (14 << 30, 15 << 30)
     assert v.evals == ([50, 100], [v.evals[1][0], v.evals[1][1]]) and len(v.series[0]) == 120
     assert v.avg_tokens_per_s == (120 - 1) * 30_000 / (119 * 1.5)
+
+
+def test_elapsed_counts_a_resumed_runs_earlier_segments_and_stops_where_a_died_run_stopped(tmp_path):
+    """The header's elapsed is the runs list's duration: a resumed run's earlier segments
+    (launch.json's earlier_s) count; a run that died stopped at its last step (read as
+    columns, the long-run path), it does not go on with the clock."""
+    run = write_run(tmp_path, "r", steps=120, max_steps=300, as_written=True)
+    summary = RunSummary(run_id="r", path=run)
+    summary.take_launch({"start_time": T0, "first_start_time": T0 - 9000, "earlier_s": 100.0})
+    state = RunState(summary, clock=lambda: T0 + 500)
+    batch = EventReader(run / "events.jsonl").read_new(compact=True)
+    assert any(type(e) is StepColumns for e in batch)
+    state.apply(batch)
+    assert state.view().elapsed == 100 + 500 and summary.first_start == T0 - 9000
+    summary.mark_died()
+    assert state.view().elapsed == 100 + 20 + 120 * 1.5
 
 
 def test_the_recent_view_is_the_last_200_steps_whatever_the_logging_interval(tmp_path):

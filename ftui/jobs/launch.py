@@ -36,7 +36,7 @@ from ftui.config import RunConfig
 from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 from ftui.paths import LAUNCH_FILE, node_dir
-from ftui.runs import (CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
+from ftui.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
@@ -150,6 +150,8 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     env = torch_process_env(extra_env)
     if cfg.gpus is not None:  # the GPUs picked in the form or the config: they replace the environment's
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
+    # Read before the new job can write its run_start (and before launch.json is replaced).
+    carried = earlier_segments(home) if resume is not None else {}
     lock = lock_run_dir(home) if lock is None else lock
     try:
         log = open(home / LOG_FILE, "ab", buffering=0)
@@ -175,7 +177,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
         "cwd": os.getcwd(),
         "python": sys.executable,
         "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
-        **({"resumed_from": str(resume)} if resume is not None else {}),
+        **({"resumed_from": str(resume), **carried} if resume is not None else {}),
     }
     write_launch_info(home, info)
     return info

@@ -205,6 +205,7 @@ class RunState:
                 extend_finite(steps, values, e.step, e.loss)
                 extend_finite(self.lr_steps, self.lr_values, e.step, e.lr)
                 summary.step = e.step[-1]
+                summary.last_t = max(summary.last_t or 0.0, e.t[-1])
                 for t, s in zip(e.t[-eta.points.maxlen :], e.step[-eta.points.maxlen :]):
                     eta.add(t, s)
                 continue
@@ -285,9 +286,7 @@ class RunState:
         self.loading = None
 
     def view_elapsed(self) -> float | None:
-        s = self.summary
-        end = s.ended if s.ended is not None else self.clock()
-        return (end - s.started) if s.started else None
+        return self.summary.duration_at(self.clock())
 
     def recent_from(self, steps: Sequence[int]) -> int:
         """Where the last ``recent_steps`` steps begin in an ascending list of steps (the `w`

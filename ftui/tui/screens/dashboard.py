@@ -122,7 +122,9 @@ class DashboardScreen(Screen):
     def tail_run(self) -> None:
         worker = get_current_worker()
         launch = read_launch_info(self.run_dir)
-        state = RunState(RunSummary(run_id=self.run_dir.name, path=self.run_dir, started=launch.get("start_time")), clock=self.clock)
+        summary = RunSummary(run_id=self.run_dir.name, path=self.run_dir)
+        summary.take_launch(launch)
+        state = RunState(summary, clock=self.clock)
         events = RunFollower(self.run_dir, state.summary, state.apply, chunk=CHUNK, compact=True)
         # A long run: show its head (run_start) and its tail at once, then read the stretch
         # between in the background and splice it in front.
@@ -137,7 +139,8 @@ class DashboardScreen(Screen):
             lines = log.read_new()
             if not launch:
                 launch = read_launch_info(self.run_dir)
-                state.summary.started = state.summary.started or launch.get("start_time")
+                if launch and state.summary.started is None:
+                    state.summary.take_launch(launch)
             if batch or lines or first or state.summary.live:
                 view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
                 last_view = view
