@@ -641,8 +641,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             run=f"[bold]{escape(run_dir.name)}[/]", checkpoint=escape(resume.name), path=escape(str(run_dir))))
     else:
         out.print(_("run {run} started in {path}").format(run=f"[bold]{escape(run_dir.name)}[/]", path=escape(str(run_dir))))
-    out.print(f"[dim]{escape(info['command_line'])}[/]")
-    if cfg.nnodes > 1:
+    if cfg.nnodes > 1:  # the launcher's rendezvous arguments, for when the nodes do not meet (launch.json has it always)
+        out.print(f"[dim]{escape(info['command_line'])}[/]")
         out.print(_("on each other node, run:"))
         for line in other_node_commands(cfg, run_dir, resume):
             out.print(f"  {escape(line)}")

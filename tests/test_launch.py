@@ -50,6 +50,7 @@ def test_completed_run_exits_0_and_is_listed(demo_train):
     assert end.startswith(f"completed: {summary.step} steps (step {summary.step}, last loss ")
     assert f"{summary.step}/{summary.step}" in proc.stdout  # the bar's last line whole in a pipe, not cut at 80 columns
     assert model.startswith(f"the trained model: {run / 'final'} (ftui chat --run {run.name};")  # where the result is
+    assert launch["command_line"] not in proc.stdout  # the launcher's command line is launch.json's, not the user's
     listing = subprocess.run([*FTUI, "runs", "--root", str(run.parent)], capture_output=True, text=True)
     assert summary.run_id[:12] in listing.stdout and "completed" in listing.stdout
 
