@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.cli_help import use_cell_width
+from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
 
@@ -100,7 +100,7 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     root_help = _("runs root (default: {root})").format(root=default_runs_root())
     run_help = _("a run id (a unique prefix is enough) or a run directory")
-    p = argparse.ArgumentParser(prog="ftui", description=_("Fine-tune language models from a terminal dashboard. "
+    p = SuggestingParser(prog="ftui", description=_("Fine-tune language models from a terminal dashboard. "
                                 "With no COMMAND: the app (launch form, dashboards, runs)."), epilog=_(EXIT_CODES))
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -1,14 +1,18 @@
 """``ftui --help`` wrapped by terminal cells: argparse wraps with textwrap, which counts a
 CJK character as one column (it takes two) and breaks only at spaces (Chinese has none), so a
 Chinese help line would run past the terminal's edge. Text without wide characters is left
-to argparse, so the English help is exactly what it was."""
+to argparse, so the English help is exactly what it was. And a mistyped command or choice
+names the one meant (Python 3.14's argparse does; the 3.10-3.13 ftui supports do not)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 
 from rich.cells import cell_len
+
+from ftui.i18n import _
 
 # No line starts with closing punctuation (，。；：）、！？ and their ASCII forms) or ends with an opening one.
 _NO_LINE_START = set("，。；：）】」』、！？,.;:)]!?%")
@@ -66,3 +70,17 @@ def use_cell_width(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 use_cell_width(sub)
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose "invalid choice" names the closest choice (``ftui tarin``: did
+    you mean train?); a subcommand's parser is one too (add_subparsers makes its own class)."""
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        choices = action.choices
+        if choices is not None and value not in choices and isinstance(value, str):
+            match = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.6)
+            if match:
+                raise argparse.ArgumentError(action, _("invalid choice: {value}; did you mean {match}?").format(
+                    value=repr(value), match=repr(match[0])))
+        super()._check_value(action, value)

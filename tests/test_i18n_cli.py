@@ -50,6 +50,19 @@ def test_usage_errors_of_predict_and_export_are_chinese_with_exit_2(tmp_path):
     assert english.returncode == 2 and "give a run (id or directory) or --model PATH, not both" in english.stderr
 
 
+def test_a_mistyped_command_or_choice_names_the_one_meant():
+    """`ftui tarin` says train was meant (argparse before 3.14 only lists the choices), in the
+    interface's language; a word like none of them still gets the list."""
+    en = ftui("tarin", lang="en")
+    assert en.returncode == 2 and "invalid choice: 'tarin'; did you mean 'train'?" in en.stderr
+    zh = ftui("tarin", lang="zh")
+    assert zh.returncode == 2 and "您是想输入 'train' 吗" in zh.stderr
+    dtype = ftui("export", "r", "--out", "o", "--dtype", "bf61", lang="en")
+    assert dtype.returncode == 2 and "did you mean 'bf16'?" in dtype.stderr
+    far = ftui("zzz", lang="en")
+    assert far.returncode == 2 and "did you mean" not in far.stderr and "'train', 'plan'" in far.stderr
+
+
 def test_watch_of_a_finished_run_prints_chinese_lines(tmp_path):
     root = tmp_path / "runs"
     write_run(root, "done-1", steps=100, max_steps=100, end="completed", every=10)
