@@ -18,8 +18,8 @@ import torch
 
 from ftui.config import RunConfig
 from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
-from ftui.i18n import N_, _
-from ftui.paths import HEARTBEAT_DIR
+from ftui.i18n import _
+from ftui.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.records import DataFormatError
 from ftui.runner.hub import HubProblem
@@ -166,9 +166,7 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Pa
     if isinstance(exc, HubProblem):
         return exc.hint
     if disk_full(exc):
-        return _("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
-                 "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
-                 "ftui train --resume RUN once there is room")
+        return disk_full_hint(cfg, job, run_dir)
     # The hub could not be reached (no network, a firewall, a wrong HF_ENDPOINT): transformers
     # wraps huggingface_hub's error, which wraps httpx's; say what to do instead of its text.
     unreachable = ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
@@ -211,6 +209,25 @@ def _job_hint(exc: BaseException, cfg: RunConfig, job: str) -> str:
         bs=cfg.per_device_eval_batch_size, cutoff_len=cfg.cutoff_len)
 
 
-# Translated where it is written (job.py), in the language of the run's process.
-DISK_FULL_HINT = N_("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
-                  "ftui train --resume RUN continues from the newest checkpoint; train.log may be cut short for the same reason")
+def disk_full_hint(cfg: RunConfig, job: str, run_dir: Path | None, events_cut: bool = False) -> str:
+    """What to do on a full disk. Resuming is offered only where a checkpoint is there to resume
+    from: a run that had saved none yet (save_strategy no, or fewer steps than save_steps) starts
+    again, and an eval, predict or export job runs again. ``events_cut``: the events themselves
+    could not be written (the run's end took the room kept for it)."""
+    if job != "train":
+        hint = _("the disk is full (or a quota or file-size limit was hit) where the job's directory is: free space, "
+                 "then run the job again")
+    elif run_dir is not None and _checkpoint_before(run_dir, sys.maxsize) is not None:  # any complete checkpoint
+        if events_cut:
+            return _("the disk is full (or a quota or file-size limit was hit) where the run directory is: free space, then "
+                     "ftui train --resume RUN continues from the newest checkpoint; train.log may be cut short for the same reason")
+        return _("the disk is full (or a quota or file-size limit was hit) while writing: free space where the run "
+                 "directory is, or lower save_total_limit; checkpoints written before are intact, so resume with "
+                 "ftui train --resume RUN once there is room")
+    else:
+        hint = _("the disk is full (or a quota or file-size limit was hit) where the run directory is, and the run had "
+                 "saved no checkpoint to resume from (save_strategy {strategy}, save_steps {save_steps}): free space, then "
+                 "start it again with ftui train {config}").format(
+                     strategy=cfg.save_strategy, save_steps=cfg.save_steps,
+                     config=(run_dir / CONFIG_FILE) if run_dir is not None else "CONFIG.yaml")
+    return _("; ").join([hint, _("train.log may be cut short for the same reason")]) if events_cut else hint

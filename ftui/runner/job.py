@@ -20,7 +20,7 @@ from ftui.events import EventWriter
 from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
-from ftui.runner.faults import DISK_FULL_HINT, StopRequest, die_with_parent, disk_full, hint_for
+from ftui.runner.faults import StopRequest, die_with_parent, disk_full, disk_full_hint, hint_for
 from ftui.runner.report import Reporters, open_reporters
 
 # body(run_dir, cfg, info, writer, stop, resume) -> (status, reason)
@@ -63,8 +63,8 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
             full = writer.disk_full or disk_full(exc)
             write_end(writer, status="failed", reason=_("disk full: {reason}").format(reason=reason) if full else reason,
                       error_type=type(exc).__name__, error_message=str(exc)[:4000],
-                      hint=_(DISK_FULL_HINT) if writer.disk_full else hint_for(exc, cfg, job, run_dir) if cfg is not None
-                      else _("the config could not be read"))
+                      hint=_("the config could not be read") if cfg is None
+                      else disk_full_hint(cfg, job, run_dir, events_cut=True) if writer.disk_full else hint_for(exc, cfg, job, run_dir))
         return 1
     if reporters is not None:
         reporters.close(failed=status == "failed")  # a stopped run resumes into the same W&B run

@@ -62,6 +62,28 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     assert resolve_checkpoint(run, None).name == "step-4" and checkpoint_damage(run / "checkpoints" / "step-4") is None
 
 
+def test_the_disk_full_hint_offers_a_resume_only_where_a_checkpoint_is(tmp_path):
+    """A run that had saved no checkpoint yet (save_strategy no, or fewer steps than save_steps)
+    cannot resume: it is told to start again with its config; an eval or predict job, to run
+    again; a run with checkpoints, that they are intact and to resume."""
+    import errno
+
+    from ftui.runner.faults import disk_full_hint, hint_for
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    cfg = tiny_config(tmp_path, save_strategy="no")
+    run = tmp_path / "run-1"
+    run.mkdir()
+    fresh = hint_for(full, cfg, "train", run)
+    assert "saved no checkpoint to resume from (save_strategy no, save_steps" in fresh and "--resume" not in fresh
+    assert f"ftui train {run / 'config.yaml'}" in fresh
+    assert "cut short" in disk_full_hint(cfg, "train", run, events_cut=True)
+    predict = hint_for(full, cfg, "predict", run)
+    assert "run the job again" in predict and "ftui train" not in predict
+    (run / "checkpoints" / "step-4").mkdir(parents=True)
+    assert "intact" in hint_for(full, cfg, "train", run) and "--resume" in disk_full_hint(cfg, "train", run, events_cut=True)
+
+
 def test_a_damaged_newest_checkpoint_is_noticed_and_the_previous_one_offered(four_step_run, tmp_path):
     run = copy_of(four_step_run, tmp_path)
     newest = run / "checkpoints" / "step-4"
@@ -172,6 +194,7 @@ def test_disk_full_while_events_are_written_ends_the_run_saying_disk_full(small_
     end = read_all(run / EVENTS_FILE)[-1]
     assert end["event"] == "run_end" and end["status"] == "failed", end
     assert "disk full" in end["reason"] and "disk is full" in end["hint"]
+    assert "saved no checkpoint" in end["hint"] and "--resume" not in end["hint"]  # save_steps 100000: none to resume
     summary = summarize_run(run)
     assert summary.status == "failed" and "disk full" in summary.reason
     assert not (run / RESERVE_FILE).exists()
