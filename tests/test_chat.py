@@ -249,14 +249,15 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         await until(pilot, lambda: workers and getattr(workers[0], "spec", None))  # once the run's sources are read, the first loads
         assert workers[0].spec == {"run": str(run), "checkpoint": "final", "device": "cpu"}
         await pilot.press("ctrl+b")  # compare: a second worker with the base model
-        await pilot.pause(0.3)
+        await until(pilot, lambda: len(workers) > 1 and getattr(workers[1], "spec", None) and not app.screen.loading_panes)
         assert workers[1].spec["base"] is True
         await pilot.click("#chat-prompt")
         for ch in "hi":
             await pilot.press(ch)
         await pilot.press("enter")
-        await pilot.pause(0.5)
         screen = app.screen
+        await until(pilot, lambda: not screen.busy and all(  # both answers streamed in (thread workers)
+            len(screen.conversations.get(pane, Conversation()).messages) == 2 for pane in ("main", "base")))
         for pane_id in ("#pane-main", "#pane-base"):
             pane = screen.query_one(pane_id, ChatPane)
             rendered = [w.render() for w in pane.query(".answer")]
@@ -268,7 +269,7 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         for ch in "ok":
             await pilot.press(ch)
         await pilot.press("enter")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: not screen.busy and len(screen.conversations["main"].messages) == 4)  # both panes answered
         assert [m["content"] for m in workers[0].sent[-1][0]] == ["hi", "Hello " + MARKUP, "ok"]
         await pilot.press("ctrl+s")
         await until(pilot, lambda: any(str(n.message).startswith("saved ") for n in app._notifications))  # written by a worker
@@ -277,7 +278,7 @@ async def test_chat_screen_streams_literal_text_and_compares(tmp_path):
         assert json.loads(saved[0].read_text())["model"] == TITLE  # the label as it is, not markup read back
         assert screen.query_one("#pane-main", ChatPane).border_title == escape(TITLE)  # shown literally, no crash
         await pilot.press("ctrl+l")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: screen.conversations["main"].messages == [])
         assert screen.conversations["main"].messages == []
 
 
@@ -368,12 +369,13 @@ def test_chat_screen_snapshot(snap_compare, tmp_path):
     run = fake_run(tmp_path)
 
     async def ask(pilot):
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "main" in getattr(pilot.app.screen, "conversations", {}))  # the model has loaded (a thread worker)
+        screen = pilot.app.screen
         await pilot.click("#chat-prompt")
         for ch in "What is ftui?":
             await pilot.press(ch if ch != " " else "space")
         await pilot.press("enter")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: not screen.busy and len(screen.conversations["main"].messages) == 2)  # answered
         pilot.app.screen.query_one("#chat-prompt").cursor_blink = False  # a blinking cursor made the picture flaky
         await pilot.pause(0.1)
 
@@ -389,9 +391,14 @@ async def test_chat_screen_offers_the_visible_gpus_numbered_as_the_worker_sees_t
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-dddd")  # CUDA stops at the UUID: one GPU
     app = chat_app(fake_run(tmp_path), [])
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
-        options = app.screen.query_one("#chat-device", Select)._options
-        assert [(str(label), value) for label, value in options] == [("CPU", "cpu"), ("GPU 0 (nvidia-smi 2)", "cuda:0")]
+
+        def offered() -> list | None:
+            selects = app.screen.query("#chat-device")
+            return [(str(label), value) for label, value in selects.first(Select)._options] if selects else None
+
+        expected = [("CPU", "cpu"), ("GPU 0 (nvidia-smi 2)", "cuda:0")]
+        await until(pilot, lambda: offered() == expected)  # NVML is read by a thread worker
+        assert offered() == expected
 
 
 def test_worker_refuses_a_gpu_the_process_cannot_see(monkeypatch):
@@ -460,9 +467,13 @@ async def test_a_prompt_typed_while_the_model_loads_is_sent_once_it_has_loaded(t
         await until(pilot, lambda: bool(workers))  # loading
         screen.query_one("#chat-prompt").value = "hi"
         await pilot.press("enter")
-        await pilot.pause(0.2)
+
+        def turns() -> str:
+            return "".join(str(w.render()) for w in screen.query_one("#pane-main", ChatPane).query(".turn"))
+
+        await until(pilot, lambda: screen.query_one("#chat-prompt").value == "" and "hi" in turns())
         assert screen.query_one("#chat-prompt").value == ""  # taken, not thrown away
-        assert "hi" in "".join(str(w.render()) for w in screen.query_one("#pane-main", ChatPane).query(".turn"))
+        assert "hi" in turns()
         SlowLoadingWorker.loaded.set()
         await until(pilot, lambda: len(screen.conversations.get("main", Conversation()).messages) == 2)
         assert screen.conversations["main"].messages[0] == {"role": "user", "content": "hi"}
@@ -493,9 +504,13 @@ async def test_ctrl_s_saves_both_sides_of_a_comparison(tmp_path):
 async def test_chat_controls_fit_80_columns(tmp_path):
     app = chat_app(fake_run(tmp_path), [])
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.3)
-        region = app.screen.query_one("#chat-max").region
-        assert region.width >= 7 and region.right <= 80  # the max-tokens field is whole
+
+        def region():
+            fields = app.screen.query("#chat-max")
+            return fields.first().region if fields else None
+
+        await until(pilot, lambda: region() is not None and region().width >= 7 and region().right <= 80)  # laid out
+        assert region().width >= 7 and region().right <= 80  # the max-tokens field is whole
 
 
 async def test_the_chat_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
@@ -507,5 +522,12 @@ async def test_the_chat_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
 
     app = WithQuit()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.5)
+
+        def fitted() -> bool:  # what footer_keys_in_sight asserts, once the footer has been fitted to 80 columns
+            keys = {k.action: k for k in app.screen.query("FooterKey") if k.display and k.region.width}
+            palette = keys.pop("command_palette", None)
+            return (palette is not None and {"stop_or_back", "quit"} <= set(keys)
+                    and all(k.region.right <= palette.region.x for k in keys.values()))
+
+        await until(pilot, fitted)
         assert {"stop_or_back", "quit"} <= set(await footer_keys_in_sight(pilot, app.screen))

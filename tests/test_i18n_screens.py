@@ -39,8 +39,25 @@ def zh():
 
 
 async def settle(pilot):
-    await pilot.pause(1.0)
+    """Lets what is on screen render; callers first wait for their workers' results (no fixed pause)."""
+    await pilot.pause()
     await pilot.wait_for_scheduled_animations()
+
+
+def gpu_panel_shown(screen) -> bool:
+    return "612 W" in text_of(screen.query_one("#gpu-panel"))  # fixed_sampler's GPUs, sampled by a thread worker
+
+
+async def dashboard_shown(pilot, step: int, log_lines: int) -> None:
+    """Until the dashboard's workers have shown the run (its step and log tail) and a device sample."""
+    from ftui.tui.screens.dashboard import DashboardScreen
+
+    def shown() -> bool:
+        screen = pilot.app.screen
+        return (isinstance(screen, DashboardScreen) and screen.view is not None and screen.view.step == step
+                and len(screen.query_one("#log-tail").lines) == log_lines and gpu_panel_shown(screen))
+
+    await until(pilot, shown)
 
 
 def footer_text(screen) -> str:
@@ -91,7 +108,12 @@ def test_dashboard_in_chinese(snap_compare, tmp_path, zh, size):
     run = write_run(tmp_path / "runs", "qwen-lora-20231114-221320", steps=240, max_steps=600,
                     log_lines=("[rank0] step 240 done", "[rank1] step 240 done"))
     app = FtuiApp(tmp_path / "runs", attach=run, clock=lambda: T0 + 400, sampler=fixed_sampler, offer_live=False)
-    assert snap_compare(app, terminal_size=size, run_before=settle)
+
+    async def before(pilot):
+        await dashboard_shown(pilot, step=240, log_lines=2)
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=size, run_before=before)
 
 
 @SIZES
@@ -100,8 +122,11 @@ def test_runs_screen_in_chinese(snap_compare, zh, size):
 
     async def before(pilot):
         pilot.app.action_show_runs()
+        screen = pilot.app.screen
+        await until(pilot, lambda: len(screen.runs) == 3)  # listed by a thread worker
         await settle(pilot)
         await pilot.press("space", "down", "space", "o")
+        await until(pilot, lambda: len(screen.overlaid) == 2)  # the two marked runs' curves, read by a thread worker
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=before)
@@ -132,7 +157,7 @@ async def test_switch_on_a_dashboard_keeps_the_run_and_its_plot_settings(tmp_pat
         await pilot.press("m")  # smoothing off: a setting the switch must keep
         assert "elapsed" in text_of(screen.query_one(RunHeader)) and "Stop" in footer_text(screen)
         await pilot.press("ctrl+t")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "已用" in text_of(screen.query_one(RunHeader)) and "停止" in footer_text(screen))
         assert current_language() == "zh"
         assert app.screen is screen and screen.view.step == 240  # the same dashboard, on the same run
         header = text_of(screen.query_one(RunHeader))
@@ -142,7 +167,7 @@ async def test_switch_on_a_dashboard_keeps_the_run_and_its_plot_settings(tmp_pat
         assert screen.query_one(LossPlot).smoothing is False
         assert "step 240 done" in "".join(str(line.text) for line in screen.query_one("#log-tail").lines)
         await pilot.press("ctrl+t")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "elapsed" in text_of(screen.query_one(RunHeader)) and "Stop" in footer_text(screen))
         assert current_language() == "en" and "elapsed" in text_of(screen.query_one(RunHeader))
         assert "Stop" in footer_text(screen)
 
@@ -150,12 +175,13 @@ async def test_switch_on_a_dashboard_keeps_the_run_and_its_plot_settings(tmp_pat
 async def test_switch_on_the_runs_screen_keeps_selection_and_marks():
     from textual.widgets import DataTable
 
+    from ftui.tui.screens.dashboard import DashboardScreen
     from ftui.tui.screens.runs import RunsScreen
 
     root = runs_root()  # over a dashboard (the launch form is area A's: its switch is tested there)
     app = FtuiApp(root, attach=root / "demo-20231115-090000", sampler=fixed_sampler, offer_live=False)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         app.action_show_runs()
         screen = app.screen
         assert isinstance(screen, RunsScreen)
@@ -165,13 +191,13 @@ async def test_switch_on_the_runs_screen_keeps_selection_and_marks():
         selected, marked = table.cursor_row, set(screen.marked)
         assert selected == 2 and len(marked) == 1
         await pilot.press("ctrl+t")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "状态" in [str(column.label) for column in table.columns.values()])
         headings = [str(column.label) for column in table.columns.values()]
         assert "状态" in headings and "status" not in headings
         assert "中的运行" in text_of(screen.query_one("#runs-title"))
         assert table.cursor_row == selected and screen.marked == marked
         await pilot.press("ctrl+t")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "status" in [str(column.label) for column in table.columns.values()])
         assert "status" in [str(column.label) for column in table.columns.values()]
         assert table.cursor_row == selected and screen.marked == marked
 
@@ -191,7 +217,8 @@ async def test_switch_in_chat_keeps_the_conversation_and_the_model(tmp_path):
         screen.query_one("#chat-system", Input).value = "be brief"
         screen.query_one("#chat-prompt", Input).value = "half typed"
         await pilot.press("ctrl+t")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: screen.query_one("#chat-prompt", Input).placeholder.startswith("输入问题")
+                    and "清空" in footer_text(screen))
         assert screen.query_one("#chat-prompt", Input).placeholder.startswith("输入问题")
         assert screen.query_one("#chat-label-temperature").render().plain == "温度"
         assert screen.query_one("#pane-main", ChatPane) is pane and len(pane.children) == turns  # the conversation stays
@@ -201,12 +228,15 @@ async def test_switch_in_chat_keeps_the_conversation_and_the_model(tmp_path):
         assert str(screen.query_one("#chat-source").value) == "final"
         assert "清空" in footer_text(screen)
         await pilot.press("ctrl+t")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: screen.query_one("#chat-prompt", Input).placeholder.startswith("ask something"))
         assert screen.query_one("#chat-prompt", Input).placeholder.startswith("ask something")
         assert len(workers) == 1 and len(pane.children) == turns
 
 
 async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp_path):
+    from textual.command import CommandList, CommandPalette
+
+    from ftui.tui.screens.dashboard import DashboardScreen
     from ftui.tui.screens.modals import Confirm
 
     run = write_run(tmp_path / "runs", "qwen-lora-20231114-221320", steps=20, max_steps=600)
@@ -215,19 +245,32 @@ async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert "Language: English / 中文" in titles
         await pilot.press("ctrl+p")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, CommandPalette))
         await pilot.press(*"Language: English")
-        await pilot.pause(0.5)
+
+        def highlighted() -> str:  # the palette's highlighted hit (its search runs in an async worker)
+            hits = app.screen.query(CommandList)
+            if not hits or hits.first().highlighted is None:
+                return ""
+            return str(hits.first().get_option_at_index(hits.first().highlighted).prompt)
+
+        await until(pilot, lambda: "Language: English" in highlighted())
         await pilot.press("enter")
         await until(pilot, lambda: current_language() == "zh")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.query_one("#gpu-panel").border_title == "设备")
         assert "设备" == app.screen.query_one("#gpu-panel").border_title
         await pilot.press("ctrl+t")
         await until(pilot, lambda: current_language() == "en")
         await pilot.press("s")  # Stop asks first
         await until(pilot, lambda: isinstance(app.screen, Confirm))
         await pilot.press("ctrl+t")
-        await pilot.pause(0.3)
+
+        def relabelled() -> bool:  # the dialog composed again in Chinese, its yes button focused again
+            dialog = app.screen
+            return (isinstance(dialog, Confirm) and any("[n] 否" in str(button.label) for button in dialog.query("#no"))
+                    and any(button is dialog.focused for button in dialog.query("#yes")))
+
+        await until(pilot, relabelled)
         dialog = app.screen
         assert isinstance(dialog, Confirm) and "[n] 否" in str(dialog.query_one("#no").label)
         assert dialog.focused is dialog.query_one("#yes")  # Enter still answers what the button says
@@ -237,6 +280,7 @@ async def test_the_palette_offers_the_switch_and_a_confirm_dialog_follows_it(tmp
 async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
     from textual.widgets import Button, Checkbox, DataTable, Input, Select
 
+    from ftui.tui.screens.dashboard import DashboardScreen
     from ftui.tui.screens.evalpredict import EvalPredictScreen
     from ftui.tui.screens.export import ExportScreen
     from tests.test_tui_evalpredict import write_job
@@ -248,7 +292,7 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
     job = write_job(run, "20231115-100000", [{"prompt": "1+1=", "predict": "2", "label": "2"}])
     app = FtuiApp(tmp_path / "runs", attach=run, sampler=fixed_sampler, offer_live=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.3)
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, EvalPredictScreen) and app.screen.found is not None)
         screen = app.screen
@@ -257,7 +301,8 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         screen.open_job(job)
         screen.query_one("#ep-dataset", Input).value = "my_data"
         await pilot.press("ctrl+t")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: str(screen.query_one("#ep-start", Button).label) == "启动"
+                    and screen.query_one("#ep-form").border_title == "新任务" and "评估与预测" in text_of(screen.query_one("#ep-title")))
         assert str(screen.query_one("#ep-start", Button).label) == "启动"
         assert screen.query_one("#ep-form").border_title == "新任务"
         assert "评估与预测" in text_of(screen.query_one("#ep-title"))
@@ -273,12 +318,15 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         export.query_one("#xp-source", Select).value = "step-20"  # the out dir follows it: RUN-step-20
         await until(pilot, lambda: out.value.endswith("step-20"))
         await pilot.press("ctrl+t")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: export.query_one("#xp-form").border_title == "new export"  # and the source's Changed handled
+                    and str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
+                    and export.query_one("#xp-source", Select).value == "step-20" and out.value.endswith("step-20"))
         assert export.query_one("#xp-form").border_title == "new export"
         assert str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
         assert export.query_one("#xp-source", Select).value == "step-20" and out.value.endswith("step-20")
         out.value = str(tmp_path / "my-export")
         await pilot.press("ctrl+t")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: str(export.query_one("#xp-force", Checkbox).label) == "覆盖"
+                    and export.query_one("#xp-source", Select).value == "step-20" and out.value == str(tmp_path / "my-export"))
         assert str(export.query_one("#xp-force", Checkbox).label) == "覆盖"
         assert export.query_one("#xp-source", Select).value == "step-20" and out.value == str(tmp_path / "my-export")
