@@ -2,7 +2,7 @@
 CJK character as one column (it takes two) and breaks only at spaces (Chinese has none), so a
 Chinese help line would run past the terminal's edge. Text without wide characters is left
 to argparse, so the English help is exactly what it was. And a mistyped command or choice
-names the one meant (Python 3.14's argparse does; the 3.10-3.13 ftui supports do not)."""
+names the one meant (Python 3.14's argparse can, with suggest_on_error; 3.10-3.13 cannot)."""
 
 from __future__ import annotations
 

@@ -311,7 +311,8 @@ class RunSummary:
         """Folds one event into the summary (events arrive in file order)."""
         kind = event["event"]
         t = event.get("t")
-        if type(t) in (int, float) and (self.last_t is None or t > self.last_t):
+        t = t if _a_time(t) else None  # an untrusted file: an infinite time would break the durations
+        if t is not None and (self.last_t is None or t > self.last_t):
             self.last_t = t
         if kind == "run_start":
             self.status = "running"
@@ -325,7 +326,7 @@ class RunSummary:
             self.precision = event.get("precision")
             self.world_size = event.get("world_size")
             self.max_steps = event.get("max_steps")
-            self.started = self.started or event.get("t")
+            self.started = self.started or t
         elif kind == "step":
             self.step = event.get("step", self.step)
             if event.get("loss") is not None:
@@ -338,7 +339,7 @@ class RunSummary:
                 self.step = done
         elif kind == "run_end":
             self.status = event.get("status", "failed")
-            self.ended = event.get("t")
+            self.ended = t
             self.reason = event.get("reason")
             self.hint = event.get("hint")
             if event.get("error_type"):
@@ -494,11 +495,11 @@ def earlier_segments(run_dir: Path) -> dict[str, float]:
     before = summarize_run(run_dir)
     if before.started is None:
         return {}
-    out = {"first_start_time": before.first_start}
-    ran = before.duration_at(before.started)  # never "now": the previous job is not running
-    if ran is not None:
-        out["earlier_s"] = ran
-    return out
+    # Not duration_at: the resume holds the run's lock already, so a run that died reads as
+    # running here; the previous job is gone either way and ran to its end or its last event.
+    end = before.ended if before.ended is not None else before.last_t
+    ran = max(0.0, end - before.started) if end is not None else 0.0
+    return {"first_start_time": before.first_start, "earlier_s": before.earlier_s + ran}
 
 
 MAX_TAIL_LINE = 64 << 10  # slack for the line that straddles the tail's end while the run writes

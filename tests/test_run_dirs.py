@@ -489,6 +489,12 @@ def test_a_died_run_lasted_to_its_last_event_and_a_resumed_run_counts_its_segmen
     root = tmp_path / "runs"
     dead = write_run(root, "dead", steps=10, max_steps=20)  # no run_end
     local_launch(dead)  # on this machine, with no launcher alive
+    fd = lock_run_dir(dead)  # as `ftui train --resume` holds it while it starts the job: the run reads as running
+    try:
+        assert earlier_segments(dead) == {"first_start_time": T0, "earlier_s": 20 + 10 * 1.5}
+    finally:
+        os.close(fd)
+    append(dead, '{"v":1,"t":1e400,"event":"log","level":"info","message":"an infinite time"}')  # an untrusted file
     dead = summarize_run(dead)
     assert dead.status == "died" and dead.duration == 20 + 10 * 1.5
     run = write_run(root, "again", steps=10, max_steps=20, end="stopped")  # ran from T0 to T0 + 36

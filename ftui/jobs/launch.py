@@ -151,7 +151,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
     if cfg.gpus is not None:  # the GPUs picked in the form or the config: they replace the environment's
         env["CUDA_VISIBLE_DEVICES"] = cfg.gpus
     # Read before the new job can write its run_start (and before launch.json is replaced).
-    carried = earlier_segments(home) if resume is not None else {}
+    carried = earlier_segments(home) if resume is not None and cfg.node_rank == 0 else {}  # node K's records are not listed
     lock = lock_run_dir(home) if lock is None else lock
     try:
         log = open(home / LOG_FILE, "ab", buffering=0)
