@@ -1075,7 +1075,8 @@ async def test_a_dpo_yaml_shows_its_keys_in_the_form_and_keeps_them_saved_back(t
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = await load_in_form(pilot, app, tmp_path / "dpo.yaml", DPO_YAML)
-        await until(pilot, lambda: screen.query_one("#f-pref_beta", Input).value == "0.25")
+        # the values are set at once; the rows follow the stage select's Changed message
+        await until(pilot, lambda: screen.query_one("#f-pref_beta", Input).value == "0.25" and screen.query_one("#row-pref_beta").display)
         assert screen.query_one("#f-pref_loss").value == "simpo" and screen.query_one("#f-simpo_gamma", Input).value == "0.7"
         assert screen.query_one("#row-pref_beta").display and not screen.query_one("#row-kto_chosen_weight").display
         expected = {"stage": "dpo", "pref_beta": 0.25, "pref_loss": "simpo", "simpo_gamma": 0.7, "pref_ftx": 0.1, "kto_chosen_weight": 2.0}
