@@ -529,5 +529,7 @@ async def test_the_chat_footer_keeps_stop_back_and_quit_at_80_columns(tmp_path):
             return (palette is not None and {"stop_or_back", "quit"} <= set(keys)
                     and all(k.region.right <= palette.region.x for k in keys.values()))
 
+        # the model loaded (a thread worker): the bindings, and so the footer, change no more
+        await until(pilot, lambda: "main" in getattr(app.screen, "conversations", {}) and not app.screen.loading_panes)
         await until(pilot, fitted)
         assert {"stop_or_back", "quit"} <= set(await footer_keys_in_sight(pilot, app.screen))

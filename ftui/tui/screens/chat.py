@@ -28,6 +28,7 @@ from ftui.i18n import N_, _
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel, relabel_options, word
+from ftui.tui.ui_thread import to_ui
 
 BASE = "base"
 # Esc asks the worker to stop; one still busy after this long (a 100k-character prompt is
@@ -189,7 +190,7 @@ class ChatScreen(Screen):
         """The GPUs to offer, read through NVML off the UI thread."""
         choices = device_choices()
         if choices:
-            self.app.call_from_thread(self._offer_devices, choices)
+            to_ui(self, self._offer_devices, choices)
 
     def _offer_devices(self, choices: list[tuple[str, str]]) -> None:
         select = self.query_one("#chat-device", Select)
@@ -286,7 +287,7 @@ class ChatScreen(Screen):
     def _call_ui(self, fn, *args: Any) -> None:
         """call_from_thread, dropped once the screen is closed (its widgets are gone)."""
         if not self._closed:
-            self.app.call_from_thread(fn, *args)
+            to_ui(self, fn, *args)
 
     def _loaded(self, pane: str, reply: dict[str, Any] | None, error: str | None) -> None:
         if self._closed:

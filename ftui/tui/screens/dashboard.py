@@ -31,6 +31,7 @@ from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
 from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader, status_label
+from ftui.tui.ui_thread import to_ui
 
 POLL_S = 1.0  # the header shows whole seconds; new events show within a second
 PLOT_EVERY_S = 1.0
@@ -144,7 +145,7 @@ class DashboardScreen(Screen):
             if batch or lines or first or state.summary.live:
                 view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
                 last_view = view
-                self.app.call_from_thread(self.show, view, lines, first)
+                to_ui(self, self.show, view, lines, first)
             first = False
             if history is not None:
                 self._read_history(state, history, worker)
@@ -152,7 +153,7 @@ class DashboardScreen(Screen):
                 # The next polls of a live run build on this view, not on the one from before
                 # the history (which would show the plot without it until the next event).
                 last_view = state.view()
-                self.app.call_from_thread(self.show, last_view, [], False)
+                to_ui(self, self.show, last_view, [], False)
                 continue
             if events.catching_up:
                 continue  # no sleep
@@ -167,7 +168,7 @@ class DashboardScreen(Screen):
                         if not (isinstance(e, dict) and e["event"] in ("run_start", "run_end"))])
             state.loading = (reader.offset - start) / max(1, end - start)
             if time.monotonic() % 1 < 0.1:
-                self.app.call_from_thread(self.show, state.view(), [], False)
+                to_ui(self, self.show, state.view(), [], False)
         state.prepend(past)
 
     @work(thread=True, exclusive=True, group="devices")
@@ -177,7 +178,7 @@ class DashboardScreen(Screen):
         worker = get_current_worker()
         while not worker.is_cancelled:
             gpus, host = self.sampler()
-            self.app.call_from_thread(self.show_devices, gpus, host)
+            to_ui(self, self.show_devices, gpus, host)
             time.sleep(GPU_POLL_S)
 
     # --- rendering (UI thread)

@@ -32,6 +32,7 @@ from ftui.tui.screens.chat import BASE, source_choices
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
+from ftui.tui.ui_thread import to_ui
 
 KINDS = ((N_("predict: generate answers, BLEU / ROUGE"), "predict"), (N_("eval: loss and perplexity"), "eval"))
 GENERATION_FIELDS = (("max_new_tokens", N_("max new tokens"), int), ("temperature", N_("temperature"), float),
@@ -198,7 +199,7 @@ class EvalPredictScreen(JobScreen):
         dataset = data.get("eval_dataset") or data.get("dataset") or ""
         dataset_dir = data.get("dataset_dir") or "data"
         self.stage = str(data.get("stage") or "sft")
-        self.app.call_from_thread(self._fill_defaults, ",".join(dataset) if isinstance(dataset, list) else str(dataset), str(dataset_dir))
+        to_ui(self, self._fill_defaults, ",".join(dataset) if isinstance(dataset, list) else str(dataset), str(dataset_dir))
 
     def _fill_defaults(self, dataset: str, dataset_dir: str) -> None:
         if not self.is_attached:
@@ -217,7 +218,7 @@ class EvalPredictScreen(JobScreen):
             for job_dir in list_jobs(self.run_dir, kind):
                 rows.append((job_dir, kind, read_job_spec(job_dir), summarize_run(job_dir), read_results(job_dir, kind)))
         rows.sort(key=lambda r: r[0].name)
-        self.app.call_from_thread(self._show_jobs, rows)
+        to_ui(self, self._show_jobs, rows)
 
     def _show_jobs(self, rows: list[tuple[Path, str, dict, RunSummary, dict]]) -> None:
         if not self.is_attached:
@@ -241,7 +242,7 @@ class EvalPredictScreen(JobScreen):
 
         text, _fit = records_preview(dataset, dataset_dir, self.stage)
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self.show, "#ep-preview", text)
+            to_ui(self, self.show, "#ep-preview", text)
 
     @work(thread=True, exclusive=True, group="start")
     def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
@@ -254,7 +255,7 @@ class EvalPredictScreen(JobScreen):
 
         problem = dataset_path_problem(dataset, dataset_dir)
         if problem:
-            self.app.call_from_thread(self.start_failed, problem)
+            to_ui(self, self.start_failed, problem)
             return
         checkpoint, base = source_args(source_value)
         try:
@@ -263,9 +264,9 @@ class EvalPredictScreen(JobScreen):
                                                generation=generation if kind == "predict" else None, nproc=nproc)
             offline.start_job(kind, job_dir, cfg)
         except (offline.JobError, ConfigError, RunBusy, OSError, ValueError) as err:
-            self.app.call_from_thread(self.start_failed, _("{kind} job not started: {error}").format(kind=kind, error=err))
+            to_ui(self, self.start_failed, _("{kind} job not started: {error}").format(kind=kind, error=err))
             return
-        self.app.call_from_thread(self.open_job, job_dir)
+        to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:
         return read_results(job_dir, job_kind(job_dir))

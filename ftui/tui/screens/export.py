@@ -33,6 +33,7 @@ from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
 from ftui.tui.widgets import STATUS_STYLE, status_label
+from ftui.tui.ui_thread import to_ui
 
 NO_GGUF = "none"
 GGUF_CHOICES = ((NO_GGUF, NO_GGUF),) + tuple((t, t) for t in GGUF_TYPES)
@@ -247,7 +248,7 @@ class ExportScreen(JobScreen):
         except Exception as err:  # noqa: BLE001 - advice only: a surprise in a run's files must not end the app (Start checks again)
             text = Text(_("cannot tell what the export needs: {error}").format(error=visible(str(err))), style="red")
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self.show, "#xp-needs", text)
+            to_ui(self, self.show, "#xp-needs", text)
 
     @work(thread=True, exclusive=True, group="jobs")
     def list_jobs(self) -> None:
@@ -255,7 +256,7 @@ class ExportScreen(JobScreen):
         from ftui.jobs.offline import read_job_spec
 
         rows = [(job_dir, read_job_spec(job_dir), summarize_run(job_dir)) for job_dir in list_exports(self.run_dir)]
-        self.app.call_from_thread(self._show_jobs, rows)
+        to_ui(self, self._show_jobs, rows)
 
     def _show_jobs(self, rows: list[tuple[Path, dict[str, Any], RunSummary]]) -> None:
         if not self.is_attached:
@@ -284,9 +285,9 @@ class ExportScreen(JobScreen):
                                                          runs_root=getattr(self.app, "runs_root", None))
             export.start_export(job_dir, cfg)
         except (export.ExportError, ConfigError, RunBusy, OSError, ValueError) as err:
-            self.app.call_from_thread(self.start_failed, _("export not started: {error}").format(error=err))
+            to_ui(self, self.start_failed, _("export not started: {error}").format(error=err))
             return
-        self.app.call_from_thread(self.open_job, job_dir)
+        to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:
         """job.json, and the out dir's files (for a job that wrote no export event)."""

@@ -22,6 +22,7 @@ from ftui.runs import RunFollower, RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel
 from ftui.tui.screens.modals import Confirm
+from ftui.tui.ui_thread import to_ui
 
 POLL_S = 0.5
 
@@ -78,7 +79,7 @@ class JobScreen(Screen):
         from ftui.tui.screens.chat import read_sources
 
         found = read_sources(self.run_dir)
-        self.app.call_from_thread(self._offer_sources, found)
+        to_ui(self, self._offer_sources, found)
 
     def _offer_sources(self, found: tuple[bool, list[int]]) -> None:
         if not self.is_attached:
@@ -135,7 +136,7 @@ class JobScreen(Screen):
             follower.poll()
             ended = summary.has_ended
             results = self.read_job_results(job_dir) if ended else None
-            self.app.call_from_thread(self._show_followed, job_dir, summary, {k: dict(v) for k, v in latest.items()}, results)
+            to_ui(self, self._show_followed, job_dir, summary, {k: dict(v) for k, v in latest.items()}, results)
             if ended:
                 self.list_jobs()
                 return

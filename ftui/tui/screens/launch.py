@@ -32,6 +32,7 @@ from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import AskPath, ShowText
+from ftui.tui.ui_thread import to_ui
 
 if TYPE_CHECKING:
     from ftui.config import FieldProblem, RunConfig
@@ -472,11 +473,7 @@ class LaunchScreen(Screen):
     def _to_ui(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """A worker's result to the UI thread, dropped there if the screen is being taken down
         (the app quits while a validation or a preview is on its way: its widgets are gone)."""
-        def run() -> None:
-            if self.is_attached and self.app.is_running:
-                fn(*args, **kwargs)
-
-        self.app.call_from_thread(run)
+        to_ui(self, fn, *args, **kwargs)
 
     def _show_validation(self, seq: int, values: dict[str, Any], cfg: "RunConfig | None", problems: list["FieldProblem"],
                          warning: str | None, rechecked: tuple[str | None] | None) -> None:
@@ -872,7 +869,7 @@ class LaunchScreen(Screen):
                                       markup=False)
             return
         saved = _("saved {path}").format(path=path) if not self.problems else _("saved {path} (it still has problems to fix)").format(path=path)
-        self.app.call_from_thread(setattr, self, "yaml_path", path)
+        to_ui(self, setattr, self, "yaml_path", path)
         self.app.call_from_thread(self.notify, saved, markup=False)
 
     def action_command(self) -> None:
@@ -924,10 +921,10 @@ class LaunchScreen(Screen):
             start_run(run_dir, cfg)
         except OSError as err:
             self.app.call_from_thread(self.notify, _("cannot start: {error}").format(error=err), severity="error", markup=False)
-            self.app.call_from_thread(self.revalidate)
+            to_ui(self, self.revalidate)
             return
         self.app.call_from_thread(self.app.open_dashboard, run_dir)
-        self.app.call_from_thread(self.revalidate)
+        to_ui(self, self.revalidate)
 
     @on(Button.Pressed)
     def _button(self, event: Button.Pressed) -> None:

@@ -27,6 +27,7 @@ from ftui.i18n import N_, _
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import (SCORES, Example, Pair, clip, metric_deltas, pair_examples, read_predictions, read_results,
                                   score_examples, shown, visible)
+from ftui.tui.ui_thread import to_ui
 
 MAX_ROWS = 2000  # table rows at once: a search narrows a larger set
 # The table is filled again once typing pauses this long, not on every keystroke: a refill of
@@ -130,10 +131,10 @@ class ExamplesScreen(Screen):
 
     def show_and_score(self, items: list[Any], examples: list[Example]) -> None:
         """(In the loading worker) shows the items, then scores their examples and shows that."""
-        self.app.call_from_thread(self.show_items, items, scored_status(0, len(examples)))
+        to_ui(self, self.show_items, items, scored_status(0, len(examples)))
         scores = score_all(self, examples)
         if scores is not None:
-            self.app.call_from_thread(self._scored, examples, scores)
+            to_ui(self, self._scored, examples, scores)
 
     # --- rendering (UI thread)
     def _scored(self, examples: list[Example], scores: list[dict[str, float]] | str) -> None:
@@ -254,7 +255,7 @@ class PredictionsScreen(ExamplesScreen):
         try:
             rows = read_predictions(self.job_dir)
         except (OSError, ValueError) as err:
-            self.app.call_from_thread(self.fail, _("cannot read the predictions: {error}").format(error=err))
+            to_ui(self, self.fail, _("cannot read the predictions: {error}").format(error=err))
             return
         self.show_and_score(rows, rows)
 
@@ -281,7 +282,7 @@ def score_all(screen: ExamplesScreen, rows: list[Example]) -> list[dict[str, flo
     worker = get_current_worker()
     copies = [Example(r.index, r.prompt, r.predict, r.label) for r in rows]
     done = score_examples(copies, cancelled=lambda: worker.is_cancelled,
-                          progress=lambda n: screen.app.call_from_thread(screen.set_status, scored_status(n, len(rows))))
+                          progress=lambda n: to_ui(screen, screen.set_status, scored_status(n, len(rows))))
     return [c.scores for c in copies] if done else None
 
 
@@ -319,18 +320,18 @@ class CompareScreen(ExamplesScreen):
         specs = [read_job_spec(j) for j in self.jobs]
         self.labels = tuple(f"{s.get('source_label') or j.name} · {j.name}" for s, j in zip(specs, self.jobs))
         if specs[0].get("dataset") != specs[1].get("dataset"):
-            self.app.call_from_thread(self.fail, _("not the same dataset: A has {a}, B has {b}; compare two jobs of one dataset").format(
+            to_ui(self, self.fail, _("not the same dataset: A has {a}, B has {b}; compare two jobs of one dataset").format(
                 a=repr(specs[0].get("dataset")), b=repr(specs[1].get("dataset"))))
             return
         try:
             a, b = read_predictions(self.jobs[0]), read_predictions(self.jobs[1])
         except (OSError, ValueError) as err:
-            self.app.call_from_thread(self.fail, _("cannot read the predictions: {error}").format(error=err))
+            to_ui(self, self.fail, _("cannot read the predictions: {error}").format(error=err))
             return
         pairs, mismatched = pair_examples(a, b)
         self.deltas = metric_deltas(read_results(self.jobs[0], "predict"), read_results(self.jobs[1], "predict"))
         if mismatched:
-            self.app.call_from_thread(self.fail, _("{count} of {total} examples have different labels in A and B: "
+            to_ui(self, self.fail, _("{count} of {total} examples have different labels in A and B: "
                                                    "not the same examples (different data or max samples)").format(
                 count=mismatched, total=len(pairs)))
             return

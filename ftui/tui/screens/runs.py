@@ -22,6 +22,7 @@ from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.widgets import STATUS_STYLE, LossPlot, status_label
+from ftui.tui.ui_thread import to_ui
 
 REFRESH_S = 2.0
 # The order the table's columns give way in on a narrow terminal: the run, its state, progress,
@@ -197,7 +198,7 @@ class RunsScreen(Screen):
                 runs, problem = list_runs(self.root), None
             except RunsRootError as err:
                 runs, problem = [], str(err)
-            self.app.call_from_thread(self.show_runs, runs, problem)
+            to_ui(self, self.show_runs, runs, problem)
             time.sleep(REFRESH_S)
 
     def show_runs(self, runs: list[RunSummary], problem: str | None = None) -> None:
@@ -277,7 +278,7 @@ class RunsScreen(Screen):
             state = RunState(RunSummary(run_id=r.run_id, path=r.path), max_points=OVERLAY_POINTS)
             RunFollower(r.path, state.summary, state.apply, compact=True).read()
             views.append(state.view())
-        self.app.call_from_thread(self._show_curves, views)
+        to_ui(self, self._show_curves, views)
 
     def overlay_metrics(self) -> list[str]:
         """What the overlay can compare: the loss, then the extra figures any of its runs has."""
@@ -346,7 +347,7 @@ class RunsScreen(Screen):
         except (RunDeleteError, OSError) as err:
             self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=err), severity="error", markup=False)
             return
-        self.app.call_from_thread(self._deleted, run)
+        to_ui(self, self._deleted, run)
 
     def _deleted(self, run: RunSummary) -> None:
         self.marked.discard(run.run_id)
