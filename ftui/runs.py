@@ -234,14 +234,16 @@ class RunSummary:
     def duration(self) -> float | None:
         return self.duration_at(time.time())
 
-    def duration_at(self, now: float) -> float | None:
+    def duration_at(self, now: float | None) -> float | None:
         """The seconds the run has run: every segment of a resumed run (not the time between
-        them), up to ``now`` while it lives, to its last event when it died without run_end."""
+        them), up to ``now`` while it lives, to its last event when it died without run_end.
+        ``now`` None: its job is known to be gone whatever the status says (a resume holds the
+        run's lock, so a run that died reads as running to it)."""
         if self.started is None:
             return None
         if self.ended is not None:
             end = self.ended
-        elif self.live:
+        elif self.live and now is not None:
             end = now
         else:  # died or unreadable: it stopped writing at its last event (else it never started)
             end = self.last_t if self.last_t is not None else self.started
@@ -493,13 +495,8 @@ def earlier_segments(run_dir: Path) -> dict[str, float]:
     segment's or the days it sat stopped. Read before the resume's launch.json replaces the
     previous one."""
     before = summarize_run(run_dir)
-    if before.started is None:
-        return {}
-    # Not duration_at: the resume holds the run's lock already, so a run that died reads as
-    # running here; the previous job is gone either way and ran to its end or its last event.
-    end = before.ended if before.ended is not None else before.last_t
-    ran = max(0.0, end - before.started) if end is not None else 0.0
-    return {"first_start_time": before.first_start, "earlier_s": before.earlier_s + ran}
+    ran = before.duration_at(None)  # the previous job is gone: it ran to its end or its last event
+    return {} if ran is None else {"first_start_time": before.first_start, "earlier_s": ran}
 
 
 MAX_TAIL_LINE = 64 << 10  # slack for the line that straddles the tail's end while the run writes
