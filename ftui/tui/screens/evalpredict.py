@@ -202,8 +202,6 @@ class EvalPredictScreen(JobScreen):
         to_ui(self, self._fill_defaults, ",".join(dataset) if isinstance(dataset, list) else str(dataset), str(dataset_dir))
 
     def _fill_defaults(self, dataset: str, dataset_dir: str) -> None:
-        if not self.is_attached:
-            return
         if not self.query_one("#ep-dataset", Input).value:
             self.query_one("#ep-dataset", Input).value = dataset
             self.query_one("#ep-dataset_dir", Input).value = dataset_dir
@@ -221,8 +219,6 @@ class EvalPredictScreen(JobScreen):
         to_ui(self, self._show_jobs, rows)
 
     def _show_jobs(self, rows: list[tuple[Path, str, dict, RunSummary, dict]]) -> None:
-        if not self.is_attached:
-            return
         self.fill_jobs_table(self.query_one("#ep-jobs", DataTable),
                              [(r[0], self._job_cells(*r)) for r in rows])
 

@@ -259,8 +259,6 @@ class ExportScreen(JobScreen):
         to_ui(self, self._show_jobs, rows)
 
     def _show_jobs(self, rows: list[tuple[Path, dict[str, Any], RunSummary]]) -> None:
-        if not self.is_attached:
-            return
         self.fill_jobs_table(self.query_one("#xp-jobs", DataTable),
                              [(job_dir, self._job_cells(job_dir, spec, summary)) for job_dir, spec, summary in rows])
 

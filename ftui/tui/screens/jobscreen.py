@@ -82,8 +82,6 @@ class JobScreen(Screen):
         to_ui(self, self._offer_sources, found)
 
     def _offer_sources(self, found: tuple[bool, list[int]]) -> None:
-        if not self.is_attached:
-            return
         self.found = found
         offer(self.query_one(self.SOURCE_SELECT, Select), self.source_choices(found))
         self.sources_offered()
@@ -143,7 +141,7 @@ class JobScreen(Screen):
             time.sleep(POLL_S)
 
     def _show_followed(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: Any) -> None:
-        if not self.is_attached or job_dir != self.job_dir:
+        if job_dir != self.job_dir:
             return  # a job the user has left for another
         self.summary = summary
         self.show_job(job_dir, summary, latest, results)

@@ -468,16 +468,11 @@ class LaunchScreen(Screen):
             problems = [*problems, FieldProblem("dataset", values.get("dataset"), dataset_problem or fit_problem)]
             cfg = None
         warning = download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
-        self._to_ui(self._show_validation, seq, values, cfg, problems, warning, rechecked)
-
-    def _to_ui(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """A worker's result to the UI thread, dropped there if the screen is being taken down
-        (the app quits while a validation or a preview is on its way: its widgets are gone)."""
-        to_ui(self, fn, *args, **kwargs)
+        to_ui(self, self._show_validation, seq, values, cfg, problems, warning, rechecked)
 
     def _show_validation(self, seq: int, values: dict[str, Any], cfg: "RunConfig | None", problems: list["FieldProblem"],
                          warning: str | None, rechecked: tuple[str | None] | None) -> None:
-        if not self.is_attached or self._recomposing or seq != self._validation_seq:
+        if self._recomposing or seq != self._validation_seq:
             return  # a newer validation is on its way (or the widgets are being rebuilt)
         if rechecked is not None:
             self._dataset_problem = rechecked[0]
@@ -592,7 +587,7 @@ class LaunchScreen(Screen):
     @work(thread=True, exclusive=True, group="family")
     def detect_model(self, name: str) -> None:
         fam = detect_family(name.strip()) if name.strip() else None
-        self._to_ui(self._show_family, name, fam)
+        to_ui(self, self._show_family, name, fam)
 
     def _show_family(self, name: str, fam) -> None:
         if self._recomposing:  # the widgets are being rebuilt; recompose detects again
@@ -622,11 +617,11 @@ class LaunchScreen(Screen):
 
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
         if problem != self._dataset_problem:
-            self._to_ui(self._set_dataset_problem, problem)
+            to_ui(self, self._set_dataset_problem, problem)
         text, fit_problem = records_preview(dataset, dataset_dir, stage)
         if not get_current_worker().is_cancelled:  # a newer preview was asked for: a thread cannot be stopped, so skip showing this one
-            self._to_ui(self._set_fit_problem, (dataset, dataset_dir, stage), fit_problem)
-            self._to_ui(self._show_preview, records=text)
+            to_ui(self, self._set_fit_problem, (dataset, dataset_dir, stage), fit_problem)
+            to_ui(self, self._show_preview, records=text)
 
     def _render_if_changed(self, cfg: "RunConfig") -> None:
         """Renders the first example again when what it depends on changed (not per keystroke
@@ -658,7 +653,7 @@ class LaunchScreen(Screen):
         except (OSError, ValueError) as err:  # the child could not start, or was stopped for a newer one
             text = Text(_("not rendered: {error}").format(error=err), style="dim")
         if not get_current_worker().is_cancelled:
-            self._to_ui(self._show_preview, rendered=text)
+            to_ui(self, self._show_preview, rendered=text)
 
     def _show_preview(self, records: Text | None = None, rendered: Text | None = None) -> None:
         self._records_preview = self._records_preview if records is None else records
@@ -713,7 +708,7 @@ class LaunchScreen(Screen):
                 text.append("\n" + result, style="green" if verdict.fits else "bold red")
         except (UnknownModel, ValueError) as err:
             text = Text(_("memory: no estimate ({error})").format(error=err), style="dim")
-        self._to_ui(self._show_static, "#plan-verdict", text)
+        to_ui(self, self._show_static, "#plan-verdict", text)
 
     def _gpus_changed(self, value: str, always: bool = False) -> None:
         """GPUs picked (or unpicked): count and check those once the value reads as a list
@@ -735,7 +730,7 @@ class LaunchScreen(Screen):
         note = visibility_note() if picked is None else _("gpus {picked}: the run's CUDA_VISIBLE_DEVICES ({n} GPU(s))").format(
             picked=picked, n=n)
         if not get_current_worker().is_cancelled:  # a newer pick was made meanwhile
-            self._to_ui(self._apply_hardware, n, reason, note, listed)
+            to_ui(self, self._apply_hardware, n, reason, note, listed)
 
     def _apply_hardware(self, n: int, bf16_reason: str | None, visibility: str | None = None,
                         listed: list[tuple[str, str]] | None = None) -> None:
@@ -777,11 +772,9 @@ class LaunchScreen(Screen):
         """The demo preset, validated off the UI thread (its checks stat the shipped files)."""
         from ftui.config import demo_config
 
-        self._to_ui(self._fill_demo, demo_config().to_dict(False))
+        to_ui(self, self._fill_demo, demo_config().to_dict(False))
 
     def _fill_demo(self, demo: dict[str, Any]) -> None:
-        if not self.is_attached:
-            return
         self.extra = {}
         self._loaded_keys = set()
         self.query_one("#kept-keys", Static).update("")
@@ -809,7 +802,7 @@ class LaunchScreen(Screen):
             self.app.call_from_thread(self.notify, _("cannot load {path}: {error}").format(path=path, error=err), severity="error",
                                       markup=False)
             return
-        self._to_ui(self._apply_loaded, path, data)
+        to_ui(self, self._apply_loaded, path, data)
 
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
         self.yaml_path = path  # F6 offers `ftui train` on it while the form still matches it
