@@ -11,7 +11,7 @@ runs, one after another and each to its end, the plain ``transformers.Trainer`` 
     bf16 packed with torch_compile · with Liger · with both · with full logits (chunked_loss off)
     bf16 packed with gradient checkpointing · LoRA r16 (for the planner)
     pure_bf16 packed (bf16 weights, no autocast) · the same with torch_compile and Liger,
-    and with micro batch 8
+    and with micro batch 8 · with torch_compile alone at micro batch 8
 
 and records for each: real (non-padding) tokens/s after the warm-up steps, MFU, the time a
 step waited for data, the peak ``torch.cuda.max_memory_allocated`` of the rank against
@@ -67,6 +67,11 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
     # fixed costs spread over 16k tokens (the MFU target fixes cutoff_len, not the batch)
     "pure_bf16_packed_compile_liger_mb8": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
                                                enable_liger_kernel=True, per_device_train_batch_size=8),
+    # compile alone at micro batch 8 (ftui's own loss chunks, transformers' layers compiled
+    # whole instead of around Liger's Triton kernels): whether Liger's layer kernels help or
+    # cost once compile fuses the same operations
+    "pure_bf16_packed_compile_mb8": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
+                                         per_device_train_batch_size=8),
 }
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]

@@ -266,14 +266,17 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     decide NCCL's share of :attr:`Estimate.overhead`. ``liger``: Liger's fused linear
     cross-entropy computes the chunked loss (chunks sized from the hidden size).
     ``fused_kernels``: ``torch_compile`` or Liger's kernels fuse the MLP's activation, which
-    then saves its two inputs only (not the activation and the product as well).
+    then saves its two inputs only (compiled) or its inputs and its output (Liger's kernel),
+    not the activation and the product as well.
     ``training_stage``: dpo and rm put a pair's two answers through the model (twice the rows), and dpo
     and kto take the answers' log-probabilities in chunks as the loss is taken (ftui's own
     chunks, also with ``liger``; full logits when ``chunked_loss`` is off) and, for full and
     freeze, keep a frozen reference copy of the model (not for the reference-free orpo /
     simpo); rm computes no logits (its value head gives one number a position). ``pure_bf16``
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
-    trained parameter), no autocast copy, the residual stream bf16; LoRA's adapters stay fp32."""
+    trained parameter), no autocast copy, the residual stream bf16 (but transformers' RMSNorm
+    keeps an fp32 copy of its input); LoRA's adapters stay fp32. Checked against every peak an
+    H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -348,12 +351,23 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     act = 2 if half else 4
     kv = shape.kv_heads * shape.head_dim
     per_layer = 6 * shape.hidden * res_bytes + (4 * shape.hidden + 3 * kv + 4 * shape.intermediate) * act
+    if pure_bf16 and not liger:
+        # transformers' RMSNorm computes in fp32 and keeps that fp32 copy of its bf16 input
+        # for backward, two norms a layer (Liger's norm keeps the bf16 input and one fp32
+        # number a row). Measured on an H100 at the Qwen2.5-1.5B shape: without this term the
+        # plan was 0.91x the pure-bf16 peak. Also counted with torch_compile, which may
+        # recompute the copy instead (unmeasured: the safe side).
+        per_layer += 2 * shape.hidden * 4
     if fused_kernels:
         # measured on an H100 (bench/gpu_set.py, Qwen2.5-1.5B shape, 8,192 tokens): compile
         # 9.8 GB and Liger 7.4 GB below the plain model's peak, 42 and 32 KB per token and
-        # layer; the fused SwiGLU accounts for 36 KB of it (the rest is not counted: the
-        # planner stays on the safe side)
-        per_layer -= 2 * shape.intermediate * act
+        # layer. Compiled, the SwiGLU saves its two inputs only (the activation and the
+        # product recomputed in backward: 2 x intermediate values fewer); Liger's SwiGLU is
+        # a kernel of its own that compile cannot see into, and the down projection still
+        # keeps its output (1 x intermediate fewer). The rest of Liger's and compile's saving
+        # is not counted: the planner stays on the safe side. Before this distinction the
+        # plan was 0.84x the peak of pure bf16 with compile and Liger.
+        per_layer -= (1 if liger else 2) * shape.intermediate * act
     if method == "freeze":
         saved_layers = min(freeze_layers, shape.layers)  # nothing before the first trainable layer keeps anything
     else:

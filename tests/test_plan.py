@@ -249,15 +249,35 @@ def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(l
     assert "NCCL buffers 2 x 0.8 GiB (assumed)" in out and "NVLS" not in out
 
 
+QWEN15 = dict(LLAMA2_7B, vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+              num_attention_heads=12, num_key_value_heads=2)
+
+
 def test_compile_and_liger_count_the_fused_mlp_activation_once():
-    qwen15 = ModelShape.from_config(dict(LLAMA2_7B, vocab_size=151936, hidden_size=1536, intermediate_size=8960,
-                                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2))
+    qwen15 = ModelShape.from_config(QWEN15)
     kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
     plain = estimate(qwen15, **kw).activations
     fused = estimate(qwen15, fused_kernels=True, **kw).activations
-    # the SwiGLU's activation and product are not saved: 2 x intermediate x 2 bytes per token and
-    # layer (the layers and the +1 for the gradient flowing back through one)
+    # compiled, the SwiGLU's activation and product are not saved: 2 x intermediate x 2 bytes per
+    # token and layer (the layers and the +1 for the gradient flowing back through one)
     assert plain - fused == 4 * 2048 * 2 * 8960 * 2 * 29
+    # Liger's SwiGLU kernel keeps its inputs and the down projection keeps its output: one
+    # intermediate-sized tensor fewer (against Liger's loss alone, which changes the logits term)
+    liger_loss = estimate(qwen15, liger=True, **kw).activations
+    assert liger_loss - estimate(qwen15, liger=True, fused_kernels=True, **kw).activations == 4 * 2048 * 8960 * 2 * 29
+
+
+def test_pure_bf16_counts_the_fp32_copy_transformers_rmsnorm_keeps():
+    """transformers' RMSNorm upcasts a bf16 input to fp32 and keeps that copy for backward (two
+    norms a layer); Liger's norm does not. Under autocast the residual stream is fp32 anyway."""
+    qwen15 = ModelShape.from_config(QWEN15)
+    kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
+    tokens_layers = 4 * 2048 * 29
+    for liger, norm_copies in ((False, 2 * 1536 * 4), (True, 0)):
+        mixed = estimate(qwen15, liger=liger, fused_kernels=liger, **kw).activations
+        pure = estimate(qwen15, liger=liger, fused_kernels=liger, pure_bf16=True, **kw).activations
+        # the residual stream's 6 saved hidden-sized tensors in bf16 instead of fp32, less the norms' fp32 copies
+        assert mixed - pure == tokens_layers * (6 * 1536 * 2 - norm_copies)
 
 
 def test_the_config_turns_on_the_fused_kernels_estimate(llama7b):
