@@ -107,7 +107,9 @@ def trainer_case(name: str, common: dict[str, Any], tmp: Path, warmup: int) -> d
 
 def ftui_case(name: str, common: dict[str, Any], tmp: Path, warmup: int, timeout: float) -> dict[str, Any]:
     cfg = dict(common, **CASES[name], run_name=name, output_dir=str(tmp / "runs" / name))
-    row: dict[str, Any] = {"planned_bytes": planned_bytes(cfg)}
+    # the case's settings go with its figures: tests/test_plan_h100_peaks.py replays the peak
+    # against the planner with what this run used, whatever CASES says later
+    row: dict[str, Any] = {"settings": CASES[name], "planned_bytes": planned_bytes(cfg)}
     try:
         row.update(run_case(write_config(tmp / f"{name}.yaml", cfg), Path(cfg["output_dir"]), warmup, timeout))
     finally:  # a 1.5 B run writes GBs (its final weights): keep the disk free

@@ -263,8 +263,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
-    decide NCCL's share of :attr:`Estimate.overhead`. ``liger``: Liger's fused linear
-    cross-entropy computes the chunked loss (chunks sized from the hidden size).
+    decide NCCL's share of :attr:`Estimate.overhead`. ``liger`` (``enable_liger_kernel``):
+    Liger's fused linear cross-entropy computes the chunked loss (chunks sized from the
+    hidden size), and its RMSNorm and SwiGLU replace transformers' in the layers.
     ``fused_kernels``: ``torch_compile`` or Liger's kernels fuse the MLP's activation, which
     then saves its two inputs only (compiled) or its inputs and its output (Liger's kernel),
     not the activation and the product as well.
@@ -274,8 +275,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     freeze, keep a frozen reference copy of the model (not for the reference-free orpo /
     simpo); rm computes no logits (its value head gives one number a position). ``pure_bf16``
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
-    trained parameter), no autocast copy, the residual stream bf16 (but transformers' RMSNorm
-    keeps an fp32 copy of its input); LoRA's adapters stay fp32. Checked against every peak an
+    trained parameter), no autocast copy, the residual stream bf16 (transformers' RMSNorm
+    keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay fp32. Checked against every peak an
     H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
@@ -351,20 +352,25 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     act = 2 if half else 4
     kv = shape.kv_heads * shape.head_dim
     per_layer = 6 * shape.hidden * res_bytes + (4 * shape.hidden + 3 * kv + 4 * shape.intermediate) * act
-    if pure_bf16 and not liger:
-        # transformers' RMSNorm computes in fp32 and keeps that fp32 copy of its bf16 input
-        # for backward, two norms a layer (Liger's norm keeps the bf16 input and one fp32
-        # number a row). Measured on an H100 at the Qwen2.5-1.5B shape: without this term the
-        # plan was 0.91x the pure-bf16 peak. Also counted with torch_compile, which may
-        # recompute the copy instead (unmeasured: the safe side).
+    if res_bytes == 2 and not deepspeed and not liger:
+        # layers in half precision (pure_bf16, LoRA / QLoRA over a half-precision base):
+        # transformers' RMSNorm computes in fp32 and keeps that fp32 copy of its input for
+        # backward, two norms a layer (Liger's norm keeps the half-precision input and one
+        # fp32 number a row). Fitted to an H100 at the Qwen2.5-1.5B shape rather than derived
+        # (whether the copy replaces part of the 6 hidden-sized tensors above is not broken
+        # down): without it the plan was 0.91x the pure-bf16 peak and 0.90x LoRA's, 0.99x
+        # and 0.99x with it. Also counted with torch_compile, which may recompute the copy
+        # instead (unmeasured: the safe side). DeepSpeed's half-precision module has the same
+        # copy, but its estimate already runs over the one peak measured (ZeRO-0, 1.12x on
+        # an H100): not added there until a measurement says where that surplus is.
         per_layer += 2 * shape.hidden * 4
     if fused_kernels:
         # measured on an H100 (bench/gpu_set.py, Qwen2.5-1.5B shape, 8,192 tokens): compile
         # 9.8 GB and Liger 7.4 GB below the plain model's peak, 42 and 32 KB per token and
         # layer. Compiled, the SwiGLU saves its two inputs only (the activation and the
         # product recomputed in backward: 2 x intermediate values fewer); Liger's SwiGLU is
-        # a kernel of its own that compile cannot see into, and the down projection still
-        # keeps its output (1 x intermediate fewer). The rest of Liger's and compile's saving
+        # an autograd function whose saved tensors compile cannot change (its two inputs),
+        # and the down projection still keeps its output (1 x intermediate fewer). The rest of Liger's and compile's saving
         # is not counted: the planner stays on the safe side. Before this distinction the
         # plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act

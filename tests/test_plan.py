@@ -269,7 +269,8 @@ def test_compile_and_liger_count_the_fused_mlp_activation_once():
 
 def test_pure_bf16_counts_the_fp32_copy_transformers_rmsnorm_keeps():
     """transformers' RMSNorm upcasts a bf16 input to fp32 and keeps that copy for backward (two
-    norms a layer); Liger's norm does not. Under autocast the residual stream is fp32 anyway."""
+    norms a layer); Liger's norm does not. Under autocast over fp32 weights (full fine-tuning)
+    the norms' inputs are fp32 anyway; LoRA's bf16 base has the copy with or without pure_bf16."""
     qwen15 = ModelShape.from_config(QWEN15)
     kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
     tokens_layers = 4 * 2048 * 29
@@ -278,6 +279,9 @@ def test_pure_bf16_counts_the_fp32_copy_transformers_rmsnorm_keeps():
         pure = estimate(qwen15, liger=liger, fused_kernels=liger, pure_bf16=True, **kw).activations
         # the residual stream's 6 saved hidden-sized tensors in bf16 instead of fp32, less the norms' fp32 copies
         assert mixed - pure == tokens_layers * (6 * 1536 * 2 - norm_copies)
+        lora = [estimate(qwen15, method="lora", liger=liger, fused_kernels=liger, pure_bf16=p, **kw).activations
+                for p in (False, True)]
+        assert lora[0] == lora[1]
 
 
 def test_the_config_turns_on_the_fused_kernels_estimate(llama7b):

@@ -15,37 +15,51 @@ import pytest
 from ftui.plan import ModelShape, estimate
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-RESULTS = sorted((BENCH / "results").glob("gpu_set_nvidia_*.json"))
+RESULTS = BENCH / "results"
 
 
 def recorded_cases() -> list[tuple[str, dict, dict, dict]]:
     """(label, the result file's header, the case's ftui settings, the recorded row) for every
-    ftui case with a measured peak. A file holds its cases under ``cases`` or, where several
-    device calls were merged, under ``run1``, ``run2``, ..."""
+    completed ftui case with a measured peak.
+
+    ``gpu_set_*.json`` (bench/gpu_set.py) holds its cases under ``cases`` or, where several
+    device calls were merged, under ``run1``, ``run2``, ...; a row carries its settings (older
+    rows: the case of that name in gpu_set.CASES, unchanged since). ``gpu_check_h100_*.json``
+    (bench/gpu_check.py, the first GPU session: one row per engine preset, precision and
+    method) was measured before the chunked loss existed, so its rows replay with full logits."""
     sys.path.insert(0, str(BENCH))
     from gpu_set import CASES
 
     found = []
-    for path in RESULTS:
+    for path in sorted(RESULTS.glob("gpu_set_nvidia_*.json")):
         result = json.loads(path.read_text())
         for group, cases in result.items():
             if not (group == "cases" or (group.startswith("run") and group[3:].isdigit())):
                 continue
             for name, row in cases.items():
-                if name in CASES and row.get("peak_bytes"):
-                    found.append((f"{result['shape']}/{group}/{name}", result, CASES[name], row))
+                settings = row.get("settings", CASES.get(name))
+                if settings is not None and row.get("status") == "completed" and row.get("peak_bytes"):
+                    found.append((f"{result['shape']}/{group}/{name}", result, settings, row))
+    for path in sorted(RESULTS.glob("gpu_check_h100_*.json")):
+        result = json.loads(path.read_text())
+        for row in result["after"]["cases"]:
+            if row.get("status") == "completed" and row.get("peak_bytes"):
+                precision = row["precision"]
+                settings = dict(bf16=precision == "bf16", fp16=precision == "fp16", finetuning_type=row["method"],
+                                lora_rank=16, chunked_loss=False, engine=row["preset"], nproc_per_node=row["nproc"])
+                label = f"{result['shape']}/gpu_check/{row['preset']}-{precision}-{row['method']}"
+                found.append((label, result, settings, row))
     return found
 
 
 def planned(result: dict, settings: dict) -> float:
-    """The estimate for one case, with the settings ``estimate_for`` would pass for its config
-    (``gpu_set.ftui_case``'s common settings plus the case's own)."""
-    sys.path.insert(0, str(BENCH))
-    from benchlib import SHAPES
-
+    """The estimate for one case, with the arguments ``estimate_for`` passes for its config
+    (the benchmark's common settings, single process unless said, plus the case's own)."""
     precision = "bf16" if settings.get("bf16") else "fp16" if settings.get("fp16") else "fp32"
-    return estimate(ModelShape.from_config(SHAPES[result["shape"]]), method=settings.get("finetuning_type", "full"),
-                    precision=precision, micro_batch=settings.get("per_device_train_batch_size", result["micro_batch"]),
+    shape = ModelShape.from_config(result["model"])
+    return estimate(shape, method=settings.get("finetuning_type", "full"), precision=precision,
+                    engine=settings.get("engine", "single"), world_size=settings.get("nproc_per_node", 1),
+                    micro_batch=settings.get("per_device_train_batch_size", result["micro_batch"]),
                     seq_len=result["cutoff_len"], gradient_checkpointing=settings.get("gradient_checkpointing", False),
                     lora_rank=settings.get("lora_rank", 8), chunked_loss=settings.get("chunked_loss", True),
                     liger=settings.get("enable_liger_kernel", False),
@@ -59,8 +73,9 @@ CASES_MEASURED = recorded_cases()
 def test_the_recorded_set_covers_the_settings_the_planner_distinguishes():
     """The replay below cannot pass by having nothing to replay: the recorded H100 cases cover
     autocast and pure bf16, compile and Liger alone and together, fp16, fp32, LoRA, full logits,
-    two shapes and two micro batches."""
+    two shapes and two micro batches; and the engine presets of the first GPU session."""
     names = {label.split("/")[-1] for label, *_ in CASES_MEASURED}
+    assert {"zero0-bf16-full", "zero3_offload-bf16-full", "fsdp_offload-fp32-full", "single-bf16-lora"} <= names
     assert {"bf16_packed", "bf16_packed_compile", "bf16_packed_liger", "bf16_packed_compile_liger", "fp16_packed",
             "fp32_packed", "bf16_packed_lora", "bf16_packed_full_logits", "pure_bf16_packed",
             "pure_bf16_packed_compile_liger", "pure_bf16_packed_compile_liger_mb8"} <= names
