@@ -37,6 +37,6 @@ timeout "${GPU_SET_S:-300}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${S
     --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
 tail -n 20 "$OUT/gpu_set.log"
 timeout "${PROFILE_S:-240}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn sdpa_packed --precision pure_bf16 \
-    > "$OUT/packed_attention.json" 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
+    --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
 tail -n 12 "$OUT/packed_attention.log"
 ls -la "$OUT"

@@ -15,7 +15,9 @@ and the loss alone from the last hidden states: ftui's chunks, Liger's fused ker
 (``pure_bf16``: its cases are named ``<case>_pure_bf16``). ``--profile`` adds, for the first
 model case in each precision, torch.profiler's table of one forward + backward (the top
 operators and kernels by GPU self time), to see what the time beyond the matrix products is.
-Median of ``--iters`` after ``--warmup``; prints JSON, recorded under results/ unless ``--quick``.
+Median of ``--iters`` after ``--warmup``; prints JSON, recorded under results/ unless ``--quick``
+(and with ``--out``, rewritten there after every case, so a device call cut by its limit keeps
+the timings and profiles that finished).
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def main() -> None:
     ap.add_argument("--precision", default="bf16,pure_bf16", help="bf16 (autocast over fp32 weights), pure_bf16 (bf16 weights)")
     ap.add_argument("--profile", action="store_true", help="torch.profiler's table of the first model case in each precision")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="also write the JSON to this file after every case (a run cut by a time limit keeps what finished)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("packed_attention.py needs a CUDA GPU")
@@ -90,6 +94,10 @@ def main() -> None:
     out = {"machine": machine(), "shape": args.shape, "cutoff_len": args.cutoff, "micro_batch": args.batch,
            "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}, "profile": {}}
     no_autocast = contextlib.nullcontext
+
+    def save() -> None:
+        if args.out is not None:
+            args.out.write_text(json.dumps(out, indent=1))
     cases = [(name, precision) for precision in filter(None, args.precision.split(",")) for name in filter(None, args.attn.split(","))]
     profiled: set[str] = set()  # the precisions whose first model case has its profiler table
     for name, precision in cases:
@@ -114,6 +122,7 @@ def main() -> None:
             except Exception as exc:  # the timing stands; say why there is no table
                 out["profile"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
         print(case, out["fwd_bwd_s"][case], file=sys.stderr, flush=True)
+        save()
         model = head = None
         torch.cuda.empty_cache()
     hidden = torch.randn(args.batch, args.cutoff, cfg.hidden_size, device=dev, requires_grad=True)
@@ -142,6 +151,7 @@ def main() -> None:
         except Exception as exc:
             out["loss_fwd_bwd_s"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
         print(name, out["loss_fwd_bwd_s"][name], file=sys.stderr, flush=True)
+        save()
         proj.forward = torch.nn.Linear.forward.__get__(proj)
     print(json.dumps(out, indent=1))
     if not args.quick:
