@@ -98,6 +98,7 @@ def main() -> None:
     def save() -> None:
         if args.out is not None:
             args.out.write_text(json.dumps(out, indent=1))
+
     cases = [(name, precision) for precision in filter(None, args.precision.split(",")) for name in filter(None, args.attn.split(","))]
     profiled: set[str] = set()  # the precisions whose first model case has its profiler table
     for name, precision in cases:

@@ -276,8 +276,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     simpo); rm computes no logits (its value head gives one number a position). ``pure_bf16``
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
     trained parameter), no autocast copy, the residual stream bf16 (transformers' RMSNorm
-    keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay fp32. Checked against every peak an
-    H100 measured: tests/test_plan_h100_peaks.py."""
+    keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay
+    fp32. Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -370,9 +370,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # layer. Compiled, the SwiGLU saves its two inputs only (the activation and the
         # product recomputed in backward: 2 x intermediate values fewer); Liger's SwiGLU is
         # an autograd function whose saved tensors compile cannot change (its two inputs),
-        # and the down projection still keeps its output (1 x intermediate fewer). The rest of Liger's and compile's saving
-        # is not counted: the planner stays on the safe side. Before this distinction the
-        # plan was 0.84x the peak of pure bf16 with compile and Liger.
+        # and the down projection still keeps its output (1 x intermediate fewer). The rest
+        # of Liger's and compile's saving is not counted: the planner stays on the safe side.
+        # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
     if method == "freeze":
         saved_layers = min(freeze_layers, shape.layers)  # nothing before the first trainable layer keeps anything

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.plan import ModelShape, estimate
+from ftui.config import RunConfig
+from ftui.plan import ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 RESULTS = BENCH / "results"
@@ -53,18 +54,12 @@ def recorded_cases() -> list[tuple[str, dict, dict, dict]]:
 
 
 def planned(result: dict, settings: dict) -> float:
-    """The estimate for one case, with the arguments ``estimate_for`` passes for its config
-    (the benchmark's common settings, single process unless said, plus the case's own)."""
-    precision = "bf16" if settings.get("bf16") else "fp16" if settings.get("fp16") else "fp32"
-    shape = ModelShape.from_config(result["model"])
-    return estimate(shape, method=settings.get("finetuning_type", "full"), precision=precision,
-                    engine=settings.get("engine", "single"), world_size=settings.get("nproc_per_node", 1),
-                    micro_batch=settings.get("per_device_train_batch_size", result["micro_batch"]),
-                    seq_len=result["cutoff_len"], gradient_checkpointing=settings.get("gradient_checkpointing", False),
-                    lora_rank=settings.get("lora_rank", 8), chunked_loss=settings.get("chunked_loss", True),
-                    liger=settings.get("enable_liger_kernel", False),
-                    fused_kernels=bool(settings.get("torch_compile") or settings.get("enable_liger_kernel")),
-                    pure_bf16=settings.get("pure_bf16", False)).total
+    """What ``ftui plan`` estimates for the case's config: the benchmarks' common settings
+    (full fine-tuning, packed rows of the file's cutoff_len and micro batch, one process)
+    with the case's own over them."""
+    common = dict(model_name_or_path="recorded", dataset="recorded", finetuning_type="full", packing=True,
+                  cutoff_len=result["cutoff_len"], per_device_train_batch_size=result["micro_batch"])
+    return estimate_for(RunConfig(**{**common, **settings}), ModelShape.from_config(result["model"])).total
 
 
 CASES_MEASURED = recorded_cases()
