@@ -309,13 +309,18 @@ class RunSummary:
         self.step = step
         self.last_loss = self.loss_values[-1] if self.loss_values else None
 
+    def note_time(self, t: Any) -> float | None:
+        """An event's time, or None when it is not a plausible one (an untrusted file: an
+        infinite time would break the durations); the newest so far becomes ``last_t``."""
+        t = t if _a_time(t) else None
+        if t is not None and (self.last_t is None or t > self.last_t):
+            self.last_t = t
+        return t
+
     def apply(self, event: dict[str, Any]) -> None:
         """Folds one event into the summary (events arrive in file order)."""
         kind = event["event"]
-        t = event.get("t")
-        t = t if _a_time(t) else None  # an untrusted file: an infinite time would break the durations
-        if t is not None and (self.last_t is None or t > self.last_t):
-            self.last_t = t
+        t = self.note_time(event.get("t"))
         if kind == "run_start":
             self.status = "running"
             self.ended = self.reason = self.hint = self.error = None

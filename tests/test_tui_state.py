@@ -63,6 +63,21 @@ def test_elapsed_counts_a_resumed_runs_earlier_segments_and_stops_where_a_died_r
     assert state.view().elapsed == 100 + 20 + 120 * 1.5
 
 
+def test_a_died_runs_elapsed_ignores_an_implausible_step_time_read_as_columns(tmp_path):
+    """Step lines read as columns take their time with float(): ``"t":1e400`` is infinite.
+    The run stopped at the newest plausible time read (a column's last), as the runs list
+    takes event times (RunSummary.note_time)."""
+    from array import array
+
+    summary = RunSummary(run_id="r", path=tmp_path, started=T0)
+    state = RunState(summary, clock=lambda: T0 + 500)
+    columns = lambda ts, steps: StepColumns(array("d", ts), array("l", steps), array("d", [1.0] * len(ts)),  # noqa: E731
+                                            array("d", [float("nan")] * len(ts)))
+    state.apply([columns([T0 + 1, T0 + 2], [1, 2]), columns([T0 + 3, float("inf")], [3, 4])])
+    summary.mark_died()
+    assert state.view().elapsed == 2
+
+
 def test_the_recent_view_is_the_last_200_steps_whatever_the_logging_interval(tmp_path):
     """`w`'s "last 200 steps": a run that logs every 10 steps shows steps 810-1000, not 200
     logged points (2,000 steps); the lr and a stage's figures follow the same window."""

@@ -205,7 +205,7 @@ class RunState:
                 extend_finite(steps, values, e.step, e.loss)
                 extend_finite(self.lr_steps, self.lr_values, e.step, e.lr)
                 summary.step = e.step[-1]
-                summary.last_t = max(summary.last_t or 0.0, e.t[-1])
+                summary.note_time(e.t[-1])
                 for t, s in zip(e.t[-eta.points.maxlen :], e.step[-eta.points.maxlen :]):
                     eta.add(t, s)
                 continue
