@@ -6,9 +6,10 @@
 #
 # In the order that matters if the call is cut: the Trainer script and ftui's fastest settings
 # at the Qwen2.5-1.5B shape (MFU and the ratio: pure bf16 with torch.compile and Liger at micro
-# batch 8, the same with compile alone, and at micro batch 4), then packed_attention.py's profile
-# of where a pure-bf16 step's time goes (the 2026-11-27 call's profile, of three attention
-# kernels and two precisions, was cut by its limit before its table).
+# batch 8 with flash_attn fa2, the same with SDPA (the best so far, 39.4 % MFU), fa2 with compile
+# alone, then bf16 packed with fa2 (its peak against the planner)), then packed_attention.py's
+# profile of where a pure-bf16 step's time goes with fa2, and its timing against SDPA's packed
+# mask (the 2026-11-27 call's profile was cut by its limit before its table).
 # gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
 # the job of the case its time limit cut, which would train on under the profile). Every part
 # has its own time limit (GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
@@ -32,11 +33,11 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFL
     df -h /tmp | tail -1
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-CASES=${CASES:-trainer_bf16_padded,pure_bf16_packed_compile_liger_mb8,pure_bf16_packed_compile_mb8,pure_bf16_packed_compile_liger}
+CASES=${CASES:-trainer_bf16_padded,pure_bf16_packed_compile_liger_mb8_fa2,pure_bf16_packed_compile_liger_mb8,pure_bf16_packed_compile_mb8_fa2,bf16_packed_fa2}
 timeout "${GPU_SET_S:-300}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$CASES" \
     --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
 tail -n 20 "$OUT/gpu_set.log"
-timeout "${PROFILE_S:-240}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn sdpa_packed --precision pure_bf16 \
+timeout "${PROFILE_S:-240}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
     --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
 tail -n 12 "$OUT/packed_attention.log"
 ls -la "$OUT"

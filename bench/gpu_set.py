@@ -12,6 +12,8 @@ runs, one after another and each to its end, the plain ``transformers.Trainer`` 
     bf16 packed with gradient checkpointing · LoRA r16 (for the planner)
     pure_bf16 packed (bf16 weights, no autocast) · the same with torch_compile and Liger,
     and with micro batch 8 · with torch_compile alone at micro batch 8
+    flash_attn fa2 (FlashAttention-2 over each example): bf16 packed · pure_bf16 packed
+    with torch_compile (and Liger) at micro batch 8
 
 and records for each: real (non-padding) tokens/s after the warm-up steps, MFU, the time a
 step waited for data, the peak ``torch.cuda.max_memory_allocated`` of the rank against
@@ -72,6 +74,13 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
     # cost once compile fuses the same operations
     "pure_bf16_packed_compile_mb8": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
                                          per_device_train_batch_size=8),
+    # flash_attn fa2: FlashAttention-2 over each packed example (torch's varlen kernel) instead
+    # of SDPA's memory-efficient kernel over whole rows with a block mask and repeated K/V heads
+    "bf16_packed_fa2": dict(BF16, packing=True, flash_attn="fa2"),
+    "pure_bf16_packed_compile_liger_mb8_fa2": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
+                                                   enable_liger_kernel=True, per_device_train_batch_size=8, flash_attn="fa2"),
+    "pure_bf16_packed_compile_mb8_fa2": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
+                                             per_device_train_batch_size=8, flash_attn="fa2"),
 }
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]

@@ -4,6 +4,8 @@ For a named shape (random weights, on CUDA, bf16 autocast over fp32 weights as f
 one micro batch of ``--batch`` packed rows of ``--cutoff`` tokens (examples of varied length,
 positions restarting at each, as ftui's packing makes them), times forward + backward of:
 
+- the model with ftui's ``flash_attn: fa2`` (FlashAttention-2 over each example, torch's varlen
+  kernel, the examples' cumulative lengths given as ftui's collator gives them),
 - the model with ``sdpa`` and the packed ``position_ids`` (transformers builds a block-diagonal
   causal mask: SDPA cannot use its flash kernel with a mask),
 - the same with ``flex_attention`` (a block mask that skips blocks across examples),
@@ -67,6 +69,7 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from ftui.runner import loss as L
+    from ftui.runner.attention import attn_implementation
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))
@@ -74,7 +77,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--attn", default="sdpa_packed,flex_packed,sdpa_causal")
+    ap.add_argument("--attn", default="fa2_packed,sdpa_packed,flex_packed,sdpa_causal")
     ap.add_argument("--precision", default="bf16,pure_bf16", help="bf16 (autocast over fp32 weights), pure_bf16 (bf16 weights)")
     ap.add_argument("--profile", action="store_true", help="torch.profiler's table of the first model case in each precision")
     ap.add_argument("--quick", action="store_true")
@@ -89,7 +92,10 @@ def main() -> None:
     cfg = LlamaConfig(vocab_size=vocab, **shape)
     torch.manual_seed(0)
     ids = torch.randint(0, vocab, (args.batch, args.cutoff), device=dev)
-    pos = torch.tensor(packed_positions(args.batch, args.cutoff), device=dev)
+    rows = packed_positions(args.batch, args.cutoff)
+    pos = torch.tensor(rows, device=dev)
+    starts = [r * args.cutoff + i for r, row in enumerate(rows) for i, p in enumerate(row) if p == 0]
+    cu = torch.tensor(starts + [args.batch * args.cutoff], dtype=torch.int32, device=dev)
     autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     out = {"machine": machine(), "shape": args.shape, "cutoff_len": args.cutoff, "micro_batch": args.batch,
            "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}, "profile": {}}
@@ -102,12 +108,14 @@ def main() -> None:
     cases = [(name, precision) for precision in filter(None, args.precision.split(",")) for name in filter(None, args.attn.split(","))]
     profiled: set[str] = set()  # the precisions whose first model case has its profiler table
     for name, precision in cases:
-        impl = "flex_attention" if name.startswith("flex") else "sdpa"
+        impl = {"flex": "flex_attention", "fa2": attn_implementation("fa2")}.get(name.split("_")[0], "sdpa")
         pure = precision == "pure_bf16"
         case = f"{name}_pure_bf16" if pure else name
         model = LlamaForCausalLM._from_config(cfg, attn_implementation=impl).to(dev, dtype=torch.bfloat16 if pure else torch.float32)
         head = L.install_chunked_loss(model)
         kwargs = {"input_ids": ids} if name.endswith("causal") else {"input_ids": ids, "position_ids": pos}
+        if name.startswith("fa2"):  # the examples' lengths, as ftui's collator counts them for flash_attn fa2
+            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=args.cutoff, max_length_k=args.cutoff)
 
         def step():
             model.zero_grad(set_to_none=True)

@@ -95,6 +95,10 @@ class RunConfig(BaseModel):
     chunked_loss: bool = Field(True, description=N_("compute the loss from the last hidden states in chunks, never the full logits (much less memory with large vocabularies); false: full logits"))
     tf32: bool = Field(True, description=N_("fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower"))
     enable_liger_kernel: bool = Field(False, description=N_("Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU"))
+    flash_attn: Literal["auto", "sdpa", "fa2", "disabled", "fa3"] = Field(
+        "auto", description=N_("attention kernel: auto and sdpa: PyTorch's SDPA (with a mask over packed or padded rows); fa2: FlashAttention-2 "
+                               "over each example alone (torch's built-in kernel, torch >= 2.10, a CUDA GPU, bf16 or fp16); disabled: "
+                               "plain eager attention"))
     # --- Data
     dataset: str = Field(min_length=1, description=N_("dataset names from dataset_info.json or file paths, comma separated"))
     dataset_dir: str = "data"
@@ -427,6 +431,42 @@ def encoding_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
+# the first torch with torch.nn.attention.varlen (FlashAttention-2 over cumulative sequence lengths)
+VARLEN_TORCH = (2, 10)
+
+
+def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """flash_attn fa2 needs what torch's varlen FlashAttention-2 kernel needs: a CUDA GPU,
+    half-precision attention and torch >= 2.10 (read from its metadata: no torch import here);
+    fa3 (the flash-attn 3 package in LLaMA-Factory) is not one ftui has."""
+    if cfg.flash_attn == "fa3":
+        return [FieldProblem("flash_attn", "fa3", _("ftui has no FlashAttention-3 kernel (LLaMA-Factory's fa3 needs the flash-attn 3 package); "
+                                                    "use fa2 (torch's built-in FlashAttention-2) or sdpa"))]
+    if cfg.flash_attn != "fa2":
+        return []
+    if cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus)):
+        return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 runs on CUDA GPUs only and none is used here; use flash_attn: auto (SDPA) for a CPU run"))]
+    if cfg.precision == "fp32":
+        return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 computes in bf16 or fp16; turn on bf16 (or pure_bf16, fp16), or use flash_attn: auto for an fp32 run"))]
+    installed = _installed_torch() if _THIS_MACHINE.get() else None
+    if installed is not None and installed < VARLEN_TORCH:
+        return [FieldProblem("flash_attn", "fa2", _("fa2 uses torch's varlen FlashAttention-2 kernel, which needs torch >= 2.10 (installed: {version}); "
+                                                    "upgrade torch, or use flash_attn: auto").format(version=".".join(map(str, installed))))]
+    return []
+
+
+def _installed_torch() -> tuple[int, int] | None:
+    """torch's (major, minor) from its package metadata, None when it is not installed here."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[FieldProblem]:
     """Rules that involve more than one field, or the machine (QLoRA needs CUDA). ``model_known``
     False: the model is a stand-in for a missing one, so nothing is checked against its config."""
@@ -475,6 +515,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
             out.append(FieldProblem("enable_liger_kernel", True, _("Liger's kernels are Triton GPU kernels; turn it off for a CPU run")))
         elif importlib.util.find_spec("liger_kernel") is None and _THIS_MACHINE.get():
             out.append(FieldProblem("enable_liger_kernel", True, _("liger-kernel is not installed: pip install liger-kernel, or turn it off")))
+    out += flash_attn_problems(cfg)
     if cfg.torch_compile and cfg.uses_deepspeed:
         out.append(FieldProblem("torch_compile", True, _("ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed")))
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:

@@ -117,3 +117,7 @@ def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
 
     assert cases[0] == TRAINER and len(cases) > 3
     assert [c for c in cases[1:] if c not in CASES] == []
+    # and the attention cases it asks packed_attention.py for are among those it times
+    attn = re.search(r"packed_attention\.py .*--attn ([\w,]+)", script.read_text()).group(1).split(",")
+    known = re.search(r'"--attn", default="([\w,]+)"', (BENCH / "packed_attention.py").read_text()).group(1).split(",")
+    assert attn and [a for a in attn if a not in known] == []

@@ -49,7 +49,7 @@ NO_EFFECT = set(_keys("""
     hub_always_push hub_revision metric_for_best_model greater_is_better
     restore_callback_states_from_checkpoint full_determinism master_addr master_port
     use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing
-    flash_attn torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
+    torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
     quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc
     image_max_pixels image_min_pixels image_do_pan_and_scan crop_to_patches video_max_pixels video_min_pixels
     video_fps video_maxlen use_audio_in_video audio_sampling_rate media_dir

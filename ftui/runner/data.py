@@ -10,6 +10,7 @@ no device sync to know them.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -242,6 +243,12 @@ class Batch:
     real_tokens: int  # non-padding tokens
     trainable_tokens: int  # tokens labelled for training (pt: every token; sft: the answers)
     loss_tokens: int  # positions whose next token is predicted with loss (labels after the shift by one): the loss's normaliser
+    # flash_attn fa2 (ftui.runner.attention): the cumulative lengths (int32) of the batch's
+    # sequences, row after row (each example, and a row's trailing padding as one of its own);
+    # how many of them each row holds; an upper bound of their lengths (the row width)
+    cu_seqlens: torch.Tensor | None = None
+    row_sequences: list[int] | None = None
+    max_seqlen: int = 0
 
     def to(self, device: torch.device) -> "Batch":
         nb = device.type == "cuda"
@@ -249,25 +256,50 @@ class Batch:
         def mv(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=nb)
 
-        return Batch(mv(self.input_ids), mv(self.labels), mv(self.attention_mask), mv(self.position_ids), self.real_tokens,
-                     self.trainable_tokens, self.loss_tokens)
+        return dataclasses.replace(self, input_ids=mv(self.input_ids), labels=mv(self.labels), attention_mask=mv(self.attention_mask),
+                                   position_ids=mv(self.position_ids), cu_seqlens=mv(self.cu_seqlens))
 
-    def model_inputs(self) -> dict[str, torch.Tensor]:
-        out = {"input_ids": self.input_ids}
+    def model_inputs(self, rows: slice | None = None) -> dict[str, Any]:
+        """The model's keyword arguments for all rows, or for the contiguous ``rows``; with the
+        sequences' lengths when the batch carries them (fa2), sliced for those rows on the
+        device (no host sync): the rows' tokens are contiguous in the flattened batch."""
+        pick = (lambda t: t) if rows is None else (lambda t: t[rows])  # noqa: E731
+        out: dict[str, Any] = {"input_ids": pick(self.input_ids)}
         if self.attention_mask is not None:
-            out["attention_mask"] = self.attention_mask
+            out["attention_mask"] = pick(self.attention_mask)
         if self.position_ids is not None:
-            out["position_ids"] = self.position_ids
+            out["position_ids"] = pick(self.position_ids)
+        if self.cu_seqlens is not None and self.row_sequences is not None:
+            cu = self.cu_seqlens
+            if rows is not None:
+                start, stop, _step = rows.indices(len(self.row_sequences))
+                first, last = sum(self.row_sequences[:start]), sum(self.row_sequences[:stop])
+                cu = cu[first:last + 1] - cu[first]
+            out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=self.max_seqlen, max_length_k=self.max_seqlen)
         return out
 
 
-class Collator:
-    """Pads a list of examples to the longest (rounded up to ``pad_to_multiple``)."""
+def row_sequence_lengths(example: Example, width: int) -> list[int]:
+    """The sequences of one padded row: each packed example (its positions restart at 0), or
+    the whole example, then the trailing padding as one more (never attended by the others)."""
+    pos, n = example.position_ids, len(example.input_ids)
+    if pos is None:
+        lengths = [n]
+    else:
+        starts = [0] + [i for i in range(1, n) if pos[i] == 0]
+        lengths = [b - a for a, b in zip(starts, starts[1:] + [n])]
+    return lengths + ([width - n] if n < width else [])
 
-    def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False):
+
+class Collator:
+    """Pads a list of examples to the longest (rounded up to ``pad_to_multiple``); with
+    ``sequence_lengths`` (flash_attn fa2) the batch also carries its sequences' cumulative lengths."""
+
+    def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False, sequence_lengths: bool = False):
         self.pad_id = pad_id
         self.multiple = pad_to_multiple
         self.pin = pin_memory
+        self.sequence_lengths = sequence_lengths
 
     def __call__(self, examples: list[Example]) -> Batch:
         longest = max(len(e.input_ids) for e in examples)
@@ -292,12 +324,19 @@ class Collator:
             predicted += labelled
             trainable += labelled + (ex.labels[0] != IGNORE if ex.labels else 0)
         tensors = [ids, labels, mask, pos]
+        cu, rows = None, None
+        if self.sequence_lengths:
+            per_row = [row_sequence_lengths(ex, width) for ex in examples]
+            rows = [len(lengths) for lengths in per_row]
+            cu = torch.tensor([0] + [length for lengths in per_row for length in lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            tensors.append(cu)
         if self.pin:
             tensors = [t.pin_memory() for t in tensors]
-        ids, labels, mask, pos = tensors
+        ids, labels, mask, pos = tensors[:4]
+        varlen = dict(cu_seqlens=tensors[4], row_sequences=rows, max_seqlen=width) if cu is not None else {}
         if packed:
-            return Batch(ids, labels, None, pos, real, trainable, predicted)
-        return Batch(ids, labels, mask, None, real, trainable, predicted)
+            return Batch(ids, labels, None, pos, real, trainable, predicted, **varlen)
+        return Batch(ids, labels, mask, None, real, trainable, predicted, **varlen)
 
 
 class EpochSampler:

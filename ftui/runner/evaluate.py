@@ -90,7 +90,8 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
         loaded = load_model(spec, device)
-        stage = make_stage(cfg, loaded.tokenizer)
+        # the model is loaded for inference (SDPA), so batches need no sequence lengths (flash_attn fa2)
+        stage = make_stage(cfg.model_copy(update={"flash_attn": "sdpa"}), loaded.tokenizer)
         data = stage.build_data(pack=False)
         engine = Engine(cfg.model_copy(update={"engine": "single"}), info, torch.device(device))
         engine.model = engine.module = loaded.model

@@ -19,6 +19,7 @@ from torch import nn
 from ftui.config import RunConfig
 from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.i18n import _
+from ftui.runner.attention import attn_implementation
 from ftui.runner.hub import model_source
 from ftui.presets.templates import TEMPLATES
 
@@ -83,7 +84,8 @@ def compute_dtype(cfg: RunConfig) -> torch.dtype:
 
 
 def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
-    """The base model on ``device`` (not yet wrapped by an engine), with SDPA attention.
+    """The base model on ``device`` (not yet wrapped by an engine), with the attention kernel
+    ``flash_attn`` names (SDPA unless fa2 or disabled: ``ftui.runner.attention``).
 
     ``device`` is where the engine wants the weights before it wraps them: the GPU for
     single, DDP and ZeRO-0..2; the CPU for FSDP and ZeRO-3, which move only their shards to
@@ -92,7 +94,7 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
 
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
-    common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation="sdpa")
+    common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation=attn_implementation(cfg.flash_attn))
     if cfg.model_init == "random":
         config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
         torch.manual_seed(cfg.seed)

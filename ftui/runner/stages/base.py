@@ -104,8 +104,15 @@ class Stage:
         out.train = self.pack(train) if pack else train
         return out
 
+    @property
+    def sequence_lengths(self) -> bool:
+        """Whether batches carry their sequences' lengths: the attention kernel (flash_attn fa2)
+        takes them instead of a mask (ftui.runner.attention)."""
+        return self.cfg.flash_attn == "fa2"
+
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:
-        return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
+        return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
+                        sequence_lengths=self.sequence_lengths)
 
     # --- model and loss
     def keep_start(self, model: nn.Module) -> None:

@@ -20,6 +20,7 @@ desirable, down for undesirable answers); ``kl``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -42,8 +43,7 @@ class FeedbackBatch(Batch):
     desirable: torch.Tensor | None = None  # per example: the answer is desirable
 
     def to(self, device: torch.device) -> "FeedbackBatch":
-        moved = super().to(device)
-        return FeedbackBatch(**vars(moved), desirable=self.desirable.to(device))
+        return dataclasses.replace(super().to(device), desirable=self.desirable.to(device))
 
 
 class FeedbackCollator(Collator):
@@ -110,7 +110,8 @@ class KTOStage(PreferenceStage):
         return [FeedbackExample(example_of(i, l), example_of(ki, kl), bool(tag)) for i, l, ki, kl, tag in zip(*cols)]
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
-        return FeedbackCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
+        return FeedbackCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
+                                sequence_lengths=self.sequence_lengths)
 
     def keep_start(self, model: nn.Module) -> None:
         self.reference.keep(model)

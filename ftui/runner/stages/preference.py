@@ -195,7 +195,8 @@ class PreferenceStage(Stage):
         return [PairExample(example_of(ci, cl), example_of(ri, rl)) for ci, cl, ri, rl in zip(*cols)]
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
-        return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory)
+        return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
+                            sequence_lengths=self.sequence_lengths)
 
     def prepare_model(self, model: nn.Module) -> None:
         """Dropout off (TRL's disable_dropout), and the output projection computes the answers'
@@ -230,9 +231,7 @@ def forward_logps(model: nn.Module, head: nn.Module | None, batch: Batch,
     """Per row of the batch (or of its ``rows``): the summed log-probability of its answer's
     tokens and how many there are; computed in chunks from the last hidden states when
     ``head`` (the output projection) takes them, else from full logits."""
-    inputs, labels = batch.model_inputs(), batch.labels
-    if rows is not None:
-        inputs, labels = {k: v[rows] for k, v in inputs.items()}, labels[rows]
+    inputs, labels = batch.model_inputs(rows), batch.labels if rows is None else batch.labels[rows]
     return micro_batch_logps(model, head, inputs, labels, autocast)
 
 

@@ -47,7 +47,7 @@ FORM_DEFAULTS: dict[str, Any] = {
     "kto_chosen_weight": 1.0, "kto_rejected_weight": 1.0,
     "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
-    "torch_compile": False, "enable_liger_kernel": False,
+    "torch_compile": False, "enable_liger_kernel": False, "flash_attn": "auto",
     "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
@@ -55,6 +55,8 @@ FORM_DEFAULTS: dict[str, Any] = {
     "save_total_limit": None,
     "seed": 42, "run_name": None, "report_to": "none",
 }
+# flash_attn's values the form offers (fa3 is refused: ftui has no FlashAttention-3 kernel)
+ATTENTION_KERNELS = ("auto", "sdpa", "fa2", "disabled")
 PRECISIONS = ("bf16", "pure_bf16", "fp16", "fp32")  # LLaMA-Factory's compute types; the last is the default
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
 PACKING = {N_("stage default (pt: on, sft: off)"): "default", N_("on"): "on", N_("off"): "off"}
@@ -116,6 +118,7 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("gradient_checkpointing", N_("gradient checkpointing"), "bool"),
         F("torch_compile", N_("torch.compile layers"), "bool"),
         F("enable_liger_kernel", N_("Liger kernels (CUDA)"), "bool"),
+        F("flash_attn", N_("attention kernel"), "select", tuple((k, k) for k in ATTENTION_KERNELS)),
     ]),
     (N_("Engine"), [
         F("engine", N_("engine"), "select", tuple((e, e) for e in ENGINES)),

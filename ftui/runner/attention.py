@@ -1,0 +1,122 @@
+"""The attention kernel of a run (``flash_attn``): SDPA, eager, or FlashAttention-2 over each
+example alone (``fa2``).
+
+Why fa2: ftui packs several examples into a row and pads rows to the batch's longest, so SDPA
+gets a mask (block-diagonal causal over packed rows, padding otherwise), and with a mask it
+cannot use its flash kernel: it runs the memory-efficient kernel over whole rows and repeats
+grouped K/V heads first (transformers' ``repeat_kv``). torch's ``varlen_attn`` (torch >= 2.10,
+CUDA, fp16/bf16) runs FlashAttention-2 over each sequence of a flattened batch, given the
+sequences' cumulative lengths: attention within each example only, no mask, grouped K/V heads
+as they are. It is what LLaMA-Factory does with ``flash_attn: fa2`` and ``neat_packing``
+through the flash-attn package, without that package (it is rarely installable on a shared
+server: it compiles against the exact torch and CUDA).
+
+How: ``fa2`` loads the model with the attention implementation ``ftui_fa2``, registered here
+with transformers' ``AttentionInterface`` (its masks are SDPA's, for any forward that falls
+back). The collator counts each row's sequences while it pads (``Batch.cu_seqlens``: packed
+examples, and a row's trailing padding as a sequence of its own, whose outputs carry no
+label) and the stages hand them to the model as transformers' own keyword arguments
+(``cu_seq_lens_q``/``_k``, ``max_length_q``/``_k``, those of its FlashAttention integration),
+which every decoder layer passes to its attention. A forward without them (chat's and
+predict's generation), with a KV cache, dropout or a sliding window, or outside half
+precision, runs transformers' SDPA function instead, so ``fa2`` never changes what is
+computed, only how.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+IMPLEMENTATION = "ftui_fa2"
+FLASH_DTYPES = (torch.float16, torch.bfloat16)  # what FlashAttention-2 computes in
+
+
+def attn_implementation(flash_attn: str) -> str:
+    """transformers' attn_implementation for the config's ``flash_attn`` (LLaMA-Factory's values:
+    auto and sdpa are SDPA, disabled is eager attention; fa3 is refused by validation)."""
+    if flash_attn == "fa2":
+        register()
+        return IMPLEMENTATION
+    return "eager" if flash_attn == "disabled" else "sdpa"
+
+
+def register() -> None:
+    """Makes ``ftui_fa2`` known to transformers in this process (idempotent), and resolves the
+    kernel here, at model load, rather than in the first (maybe compiled) attention call."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(IMPLEMENTATION, varlen_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    _kernel()
+
+
+def causal_varlen_kernel() -> Callable[..., torch.Tensor | None] | None:
+    """torch's varlen FlashAttention-2 as ``kernel(q, k, v, cu_seqlens, max_len, scale)`` on
+    (tokens, heads, head_dim) tensors, causal within each sequence (None from the kernel: it
+    cannot take this call); None before torch 2.10.
+    Adapts to the installed signature: torch 2.10 takes ``is_causal`` and no scale, later ones
+    ``window_size`` and ``scale``; grouped K/V heads are passed as they are where
+    ``enable_gqa`` exists, else repeated to the query's heads (transformers' repeat_kv order)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    gqa = "enable_gqa" in params
+    with_scale = "scale" in params
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor | None:
+        extra: dict[str, Any] = dict(causal)
+        if q.size(1) != k.size(1):
+            if gqa:
+                extra["enable_gqa"] = True
+            else:
+                group = q.size(1) // k.size(1)
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if with_scale:
+            extra["scale"] = scale
+        elif abs(scale - q.size(-1) ** -0.5) > 1e-6 * scale:
+            return None  # torch 2.10 scales by 1/sqrt(head_dim) only: SDPA then
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
+
+    return kernel
+
+
+_KERNEL: list[Callable[..., torch.Tensor | None] | None] = []  # resolved once per process
+
+
+def _kernel() -> Callable[..., torch.Tensor | None] | None:
+    if not _KERNEL:
+        _KERNEL.append(causal_varlen_kernel())
+    return _KERNEL[0]
+
+
+def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention function for ``ftui_fa2``: query (batch, heads, length, dim),
+    key and value (batch, kv heads, length, dim) in, (batch, length, heads, dim) out."""
+    cu = kwargs.get("cu_seq_lens_q")
+    batch, heads, length, dim = query.shape
+    dtype = query.dtype
+    if dtype not in FLASH_DTYPES and torch.is_autocast_enabled(query.device.type):
+        dtype = torch.get_autocast_dtype(query.device.type)  # what SDPA would compute in under autocast
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    kernel = _kernel()
+    out = None
+    if (cu is not None and kernel is not None and key.size(2) == length and value.size(-1) == dim and not (dropout and module.training)
+            and not kwargs.get("sliding_window") and causal and dtype in FLASH_DTYPES):
+        flat = lambda t: t.transpose(1, 2).reshape(batch * length, t.size(1), dim).to(dtype)  # noqa: E731
+        scale = scaling if scaling is not None else dim ** -0.5
+        out = kernel(flat(query), flat(key), flat(value), cu, int(kwargs.get("max_length_q") or length), scale)
+    if out is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    return out.view(batch, length, heads, dim), None

@@ -1,0 +1,302 @@
+"""flash_attn: fa2 (ftui.runner.attention): FlashAttention-2 over each example alone, with the
+sequences' lengths counted by the collator instead of a mask.
+
+The kernel itself (torch's varlen_attn) needs a CUDA GPU; here it is replaced by a reference
+that runs causal SDPA over each sequence the cumulative lengths name, so what these tests
+check is everything around it: the lengths the collator counts (packed examples, padding),
+their slicing for a preference stage's rows, the layouts and dtypes handed to the kernel,
+grouped K/V heads, the adaptation to each torch's varlen_attn signature, the fallbacks to
+SDPA, and that the model, the loss, its gradients and the DPO / KTO stages come out as with
+SDPA and its mask. Validation refuses fa2 where it cannot run and fa3 by name."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ftui.config import FieldProblem, cross_field_problems, demo_config, for_another_machine, load_config
+from ftui.runner import attention as A
+from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
+from ftui.runner.loss import token_loss_sum
+
+VOCAB = 512
+
+
+def reference_kernel(calls: list):
+    """What varlen_attn computes: causal attention within each sequence of the flattened batch."""
+
+    def kernel(q, k, v, cu, max_len, scale):
+        calls.append(dict(q=q.shape, k=k.shape, dtype=q.dtype, cu=cu.tolist(), max_len=max_len))
+        bounds = cu.tolist()
+        assert bounds[0] == 0 and bounds[-1] == q.size(0) and max_len >= max(b - a for a, b in zip(bounds, bounds[1:]))
+        pieces = [F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1)[None] for t in (q, k, v)), is_causal=True,
+                                                 scale=scale, enable_gqa=True)[0].transpose(0, 1)
+                  for a, b in zip(bounds, bounds[1:]) if b > a]
+        return torch.cat(pieces)
+
+    return kernel
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(A, "_KERNEL", [reference_kernel(calls)])
+    monkeypatch.setattr(A, "FLASH_DTYPES", A.FLASH_DTYPES + (torch.float32,))  # fp32 here: exact comparisons
+    return calls
+
+
+def tiny_qwen2(implementation: str, layers: int = 2):
+    """A Qwen2 (q/k/v biases, 4 query heads over 2 K/V heads) with the same weights for every implementation."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if implementation == A.IMPLEMENTATION:
+        A.register()
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256)
+    return Qwen2ForCausalLM._from_config(cfg, attn_implementation=implementation)
+
+
+def examples(n: int, seed: int = 0, longest: int = 40) -> list[Example]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(3, longest)
+        ids = [rng.randrange(1, VOCAB) for _ in range(length)]
+        prompt = rng.randint(1, length - 1)
+        out.append(Example(ids, [IGNORE] * prompt + ids[prompt:], real_tokens=length))
+    return out
+
+
+def loss_and_grads(model, inputs, labels):
+    model.zero_grad()
+    logits = model(**inputs, use_cache=False).logits
+    loss = token_loss_sum(logits, labels)
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def close(a, b, rel):
+    return (a.float() - b.float()).abs().max().item() <= rel * max(b.float().abs().max().item(), 1e-12)
+
+
+# --- the lengths
+
+
+def test_row_sequence_lengths_are_each_packed_example_then_the_padding():
+    packed = Example([1] * 9, [1] * 9, position_ids=[0, 1, 2, 0, 1, 0, 1, 2, 3])
+    assert row_sequence_lengths(packed, 9) == [3, 2, 4]
+    assert row_sequence_lengths(packed, 16) == [3, 2, 4, 7]  # the padding: one more, attended by nothing else
+    assert row_sequence_lengths(Example([1] * 5, [1] * 5), 8) == [5, 3]
+    assert row_sequence_lengths(Example([1] * 8, [1] * 8), 8) == [8]
+
+
+def test_the_collator_counts_cumulative_lengths_and_slices_them_for_rows():
+    rows = [Example([1] * 6, [1] * 6, position_ids=[0, 1, 2, 3, 0, 1]), Example([1] * 3, [1] * 3, position_ids=[0, 1, 2]),
+            Example([1] * 8, [1] * 8, position_ids=list(range(8)))]
+    batch = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
+    assert batch.cu_seqlens.dtype == torch.int32
+    assert batch.cu_seqlens.tolist() == [0, 4, 6, 8, 11, 16, 24]  # row 0: 4, 2, pad 2; row 1: 3, pad 5; row 2: 8
+    assert batch.row_sequences == [3, 2, 1] and batch.max_seqlen == 8
+    inputs = batch.model_inputs()
+    assert inputs["cu_seq_lens_q"] is inputs["cu_seq_lens_k"] is batch.cu_seqlens and inputs["max_length_q"] == 8
+    tail = batch.model_inputs(slice(1, 3))
+    assert tail["cu_seq_lens_q"].tolist() == [0, 3, 8, 16] and tail["input_ids"].shape == (2, 8)
+    assert batch.model_inputs(slice(0, 1))["cu_seq_lens_q"].tolist() == [0, 4, 6, 8]
+    plain = Collator(0, pad_to_multiple=8)(rows)  # sdpa: no lengths, the model's inputs as before
+    assert plain.cu_seqlens is None and set(plain.model_inputs()) == {"input_ids", "position_ids"}
+
+
+# --- the model and its loss
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_fa2_gives_sdpa_s_logits_loss_and_gradients(kernel_calls, packing):
+    data = examples(12, seed=1)
+    rows = pack_examples(data, 64) if packing else data[:4]
+    sdpa, fa2 = tiny_qwen2("sdpa"), tiny_qwen2(A.IMPLEMENTATION)
+    plain = Collator(0, pad_to_multiple=8)(rows)
+    counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
+    ref = loss_and_grads(sdpa, plain.model_inputs(), plain.labels)
+    got = loss_and_grads(fa2, counted.model_inputs(), counted.labels)
+    assert len(kernel_calls) == 2  # one call a layer: the kernel engaged, nothing fell back
+    call = kernel_calls[0]
+    tokens = counted.input_ids.numel()
+    assert call["q"] == (tokens, 4, 16) and call["k"] == (tokens, 2, 16)  # grouped K/V heads as they are
+    assert call["cu"] == counted.cu_seqlens.tolist() and call["max_len"] == counted.input_ids.size(1)
+    real = plain.attention_mask.bool() if plain.attention_mask is not None else torch.ones_like(plain.input_ids, dtype=torch.bool)
+    assert close(got[0][real], ref[0][real], 1e-5)  # padding's outputs differ (it attends to itself) and carry no label
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    for name, grad in ref[2].items():
+        assert close(got[2][name], grad, 1e-5), name
+
+
+def test_fa2_under_autocast_hands_the_kernel_the_autocast_type(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(A, "_KERNEL", [reference_kernel(calls)])
+    rows = pack_examples(examples(8, seed=2), 64)
+    counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
+    plain = Collator(0, pad_to_multiple=8)(rows)
+    sdpa, fa2 = tiny_qwen2("sdpa"), tiny_qwen2(A.IMPLEMENTATION)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = fa2(**counted.model_inputs(), use_cache=False).logits
+        ref = sdpa(**plain.model_inputs(), use_cache=False).logits
+    assert calls and all(c["dtype"] == torch.bfloat16 for c in calls)  # fp32 weights, the kernel gets bf16 (as SDPA would)
+    assert close(got, ref, 2e-2)
+    calls.clear()
+    fa2(**counted.model_inputs(), use_cache=False)  # fp32 without autocast: FlashAttention cannot, SDPA runs
+    assert calls == []
+
+
+def test_fa2_falls_back_to_sdpa_without_lengths_and_for_generation(kernel_calls):
+    sdpa, fa2 = tiny_qwen2("sdpa"), tiny_qwen2(A.IMPLEMENTATION)
+    ids = torch.randint(1, VOCAB, (2, 10), generator=torch.Generator().manual_seed(3))
+    assert close(fa2(ids).logits, sdpa(ids).logits, 1e-6)
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert fa2.generate(ids, **kwargs).tolist() == sdpa.generate(ids, **kwargs).tolist()  # chat, predict: a KV cache
+    assert kernel_calls == []
+
+
+def test_the_saved_config_does_not_name_ftuis_attention(tmp_path):
+    tiny_qwen2(A.IMPLEMENTATION).save_pretrained(tmp_path)
+    assert "ftui" not in (tmp_path / "config.json").read_text()  # final/ loads anywhere
+
+
+def test_attn_implementation_follows_llamafactorys_values():
+    assert A.attn_implementation("auto") == A.attn_implementation("sdpa") == "sdpa"
+    assert A.attn_implementation("disabled") == "eager"
+    assert A.attn_implementation("fa2") == A.IMPLEMENTATION
+
+
+# --- each torch's varlen_attn
+
+
+def fake_varlen(signature: str, seen: list):
+    """varlen_attn as torch 2.10 (is_causal, no scale, no GQA) or 2.11+ (window_size, scale, enable_gqa) declares it."""
+    def compute(q, k, v, cu, scale):
+        return reference_kernel([])(q, k, v, cu, q.size(0), scale)
+
+    if signature == "2.10":
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, is_causal=False, return_aux=None):
+            seen.append(dict(is_causal=is_causal, heads=(query.size(1), key.size(1))))
+            assert is_causal and query.size(1) == key.size(1)  # no GQA: the K/V heads come repeated
+            return compute(query, key, value, cu_seq_q, query.size(-1) ** -0.5)
+    else:
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                        window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+            seen.append(dict(window_size=window_size, enable_gqa=enable_gqa, heads=(query.size(1), key.size(1))))
+            assert window_size == (-1, 0) and (enable_gqa or query.size(1) == key.size(1))
+            return compute(query, key, value, cu_seq_q, scale)
+    return varlen_attn
+
+
+@pytest.mark.parametrize("signature", ["2.10", "2.13"])
+def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature):
+    import torch.nn.attention.varlen as varlen
+
+    seen: list = []
+    monkeypatch.setattr(varlen, "varlen_attn", fake_varlen(signature, seen))
+    kernel = A.causal_varlen_kernel()
+    g = torch.Generator().manual_seed(4)
+    q, k, v = torch.randn(12, 4, 8, generator=g), torch.randn(12, 2, 8, generator=g), torch.randn(12, 2, 8, generator=g)
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    out = kernel(q, k, v, cu, 12, 8 ** -0.5)
+    assert close(out, reference_kernel([])(q, k, v, cu, 12, 8 ** -0.5), 1e-6)
+    assert seen[0]["heads"] == ((4, 4) if signature == "2.10" else (4, 2))
+    if signature == "2.10":  # no scale argument: another scale cannot be honoured, SDPA then
+        assert kernel(q, k, v, cu, 12, 0.5) is None
+    else:
+        assert seen[0]["enable_gqa"] and close(kernel(q, k, v, cu, 12, 0.5), reference_kernel([])(q, k, v, cu, 12, 0.5), 1e-6)
+
+
+# --- the preference and reward stages: pairs, and (kto) rows sliced from a batch with lengths
+
+
+def stage_outcome(stage_name, implementation, batch, monkeypatch):
+    from test_preference_chunked import Engine, stage_cfg
+
+    from ftui.runner.stages.dpo import DPOStage
+    from ftui.runner.stages.kto import KTOStage
+    from ftui.runner.stages.rm import RewardStage
+
+    model = tiny_qwen2(implementation)
+    cfg = stage_cfg(pref_ftx=0.3)
+    stage = {"dpo": DPOStage, "kto": KTOStage, "rm": RewardStage}[stage_name](cfg, None)
+    stage.keep_start(model)
+    with torch.no_grad():  # a reference that differs from the policy
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    stage.prepare_model(model)
+    stage.attach(Engine(model))
+    model.train(stage_name != "rm")  # rm keeps the model's and its value head's dropout: off here, to compare
+    out = stage.loss(model, batch, contextlib.nullcontext)
+    out.total.backward()
+    return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("stage_name", ["dpo", "kto", "rm"])
+def test_preference_stages_give_sdpa_s_loss_and_gradients(kernel_calls, monkeypatch, stage_name):
+    from ftui.runner.stages.kto import FeedbackCollator
+    from ftui.runner.stages.preference import FeedbackExample, PairCollator, PairExample
+
+    data = examples(8, seed=5)
+    if stage_name in ("dpo", "rm"):
+        items = [PairExample(data[i], data[i + 1]) for i in range(0, 8, 2)]
+        collate = lambda counted: PairCollator(0, pad_to_multiple=8, sequence_lengths=counted)(items)  # noqa: E731
+    else:
+        items = [FeedbackExample(data[i], data[i + 1], desirable=i % 4 == 0) for i in range(0, 8, 2)]
+        collate = lambda counted: FeedbackCollator(0, pad_to_multiple=8, sequence_lengths=counted)(items)  # noqa: E731
+    ref_out, ref_grads = stage_outcome(stage_name, "sdpa", collate(False), monkeypatch)
+    out, grads = stage_outcome(stage_name, A.IMPLEMENTATION, collate(True), monkeypatch)
+    assert kernel_calls  # kto: its target rows and its KL rows, each a slice of the batch's lengths
+    assert out.total.item() == pytest.approx(ref_out.total.item(), rel=1e-5)
+    for name, value in ref_out.figures.items():
+        assert out.figures[name].item() == pytest.approx(value.item(), rel=1e-5, abs=2e-5), name
+    assert set(grads) == set(ref_grads) and grads
+    for name, grad in ref_grads.items():
+        assert close(grads[name], grad, 1e-4), name
+
+
+# --- validation
+
+
+def problems(**over) -> list[FieldProblem]:
+    return [p for p in cross_field_problems(demo_config().model_copy(update=over)) if p.field == "flash_attn"]
+
+
+def test_fa3_is_refused_by_name():
+    (problem,) = problems(flash_attn="fa3")
+    assert "FlashAttention-3" in problem.message and "fa2" in problem.message
+
+
+def test_fa2_is_refused_on_the_cpu_and_for_fp32():
+    (cpu,) = problems(flash_attn="fa2", device="cpu", bf16=True)
+    assert "CUDA" in cpu.message
+    with for_another_machine():  # planning for GPUs elsewhere: the GPU is assumed, the precision still counts
+        assert problems(flash_attn="fa2", device="auto", bf16=True) == []
+        (fp32,) = problems(flash_attn="fa2", device="auto", bf16=False, fp16=False)
+        assert "bf16" in fp32.message
+    assert problems(flash_attn="sdpa", device="cpu") == problems(flash_attn="disabled", device="cpu") == []
+
+
+def test_fa2_needs_torch_2_10(monkeypatch):
+    import ftui.config as C
+
+    monkeypatch.setattr(C, "gpu_present", lambda picked=None: True)
+    monkeypatch.setattr(C, "_installed_torch", lambda: (2, 9))
+    (old,) = problems(flash_attn="fa2", device="cuda", bf16=True)
+    assert "2.10" in old.message and "2.9" in old.message
+    monkeypatch.setattr(C, "_installed_torch", lambda: (2, 11))
+    assert problems(flash_attn="fa2", device="cuda", bf16=True) == []
+
+
+def test_llamafactorys_flash_attn_key_is_a_setting_now(tmp_path):
+    path = tmp_path / "lf.yaml"
+    path.write_text(json.dumps(json.loads(demo_config().model_dump_json()) | {"flash_attn": "disabled"}))
+    cfg, warnings = load_config(path)
+    assert cfg.flash_attn == "disabled" and not any("flash_attn" in w for w in warnings)
