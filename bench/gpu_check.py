@@ -97,6 +97,11 @@ def read_result(run_dir: Path, warmup: int) -> dict[str, Any]:
     waits = [s["data_wait_s"] for s in steps[warmup + 1:] if "data_wait_s" in s]
     out["data_wait_s_median"] = median(waits) if waits else None
     out["loss_scale_last"] = steps[-1].get("loss_scale") if steps else None
+    # the attention the run ran (fa2: which way grouped K/V heads went in) and any warning that
+    # part of it fell back to SDPA: a case's speed is read against what it really computed with
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    out["attention"] = next((e.get("attention") for e in events if e.get("event") == "run_start"), None)
+    out["attention_fallbacks"] = [e["message"] for e in events if e.get("event") == "log" and "flash_attn" in e.get("message", "")]
     return out
 
 

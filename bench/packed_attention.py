@@ -69,6 +69,7 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from ftui.runner import loss as L
+    from ftui.runner import attention
     from ftui.runner.attention import attn_implementation
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -130,6 +131,8 @@ def main() -> None:
                 out["profile"][case] = profile_table(step)
             except Exception as exc:  # the timing stands; say why there is no table
                 out["profile"][case] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if name.startswith("fa2"):  # what ran: the kernel's way with grouped heads, and any fallback to SDPA
+            out.setdefault("fa2", {})[case] = {"attention": attention.describe(), "fallbacks": sorted(attention.FALLBACKS)}
         print(case, out["fwd_bwd_s"][case], file=sys.stderr, flush=True)
         save()
         model = head = None

@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
+from ftui.presets.families import FA2_MODEL_TYPES, read_model_type
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
@@ -97,7 +98,7 @@ class RunConfig(BaseModel):
     enable_liger_kernel: bool = Field(False, description=N_("Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU"))
     flash_attn: Literal["auto", "sdpa", "fa2", "disabled", "fa3"] = Field(
         "auto", description=N_("attention kernel: auto and sdpa: PyTorch's SDPA (with a mask over packed or padded rows); fa2: FlashAttention-2 "
-                               "over each example alone (torch's built-in kernel, torch >= 2.10, a CUDA GPU, bf16 or fp16); disabled: "
+                               "over each example alone (torch's built-in kernel, torch >= 2.10, an Ampere or newer GPU, bf16 or fp16); disabled: "
                                "plain eager attention"))
     # --- Data
     dataset: str = Field(min_length=1, description=N_("dataset names from dataset_info.json or file paths, comma separated"))
@@ -436,9 +437,11 @@ VARLEN_TORCH = (2, 10)
 
 
 def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
-    """flash_attn fa2 needs what torch's varlen FlashAttention-2 kernel needs: a CUDA GPU,
-    half-precision attention and torch >= 2.10 (read from its metadata: no torch import here);
-    fa3 (the flash-attn 3 package in LLaMA-Factory) is not one ftui has."""
+    """flash_attn fa2 needs what torch's varlen FlashAttention-2 kernel needs: a CUDA GPU of
+    compute capability 8.0 or newer, half-precision attention and torch >= 2.10 (read from its
+    metadata: no torch import here); fa3 (the flash-attn 3 package in LLaMA-Factory) is not one
+    ftui has; the model's type must be one whose attention fa2 runs (FA2_MODEL_TYPES: read
+    from its config.json here when it is on disk, else when it loads)."""
     if cfg.flash_attn == "fa3":
         return [FieldProblem("flash_attn", "fa3", _("ftui has no FlashAttention-3 kernel (LLaMA-Factory's fa3 needs the flash-attn 3 package); "
                                                     "use fa2 (torch's built-in FlashAttention-2) or sdpa"))]
@@ -448,11 +451,30 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 runs on CUDA GPUs only and none is used here; use flash_attn: auto (SDPA) for a CPU run"))]
     if cfg.precision == "fp32":
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 computes in bf16 or fp16; turn on bf16 (or pure_bf16, fp16), or use flash_attn: auto for an fp32 run"))]
+    model_type = read_model_type(resolve_model_path(cfg.model_name_or_path))  # a hub name not on disk: checked at load
+    if model_type is not None and (reason := fa2_model_problem(model_type)):
+        return [FieldProblem("flash_attn", "fa2", reason)]
+    if _THIS_MACHINE.get():
+        from ftui.gpu import first_pre_ampere  # NVML, not torch: this runs in the dashboard too
+
+        old = first_pre_ampere(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
+        if old is not None:
+            return [FieldProblem("flash_attn", "fa2", _("{gpu} has compute capability {major}.{minor}; FlashAttention-2 needs 8.0 (Ampere) "
+                                                        "or newer; use flash_attn: auto (SDPA)").format(gpu=old[0], major=old[1], minor=old[2]))]
     installed = _installed_torch() if _THIS_MACHINE.get() else None
     if installed is not None and installed < VARLEN_TORCH:
         return [FieldProblem("flash_attn", "fa2", _("fa2 uses torch's varlen FlashAttention-2 kernel, which needs torch >= 2.10 (installed: {version}); "
                                                     "upgrade torch, or use flash_attn: auto").format(version=".".join(map(str, installed))))]
     return []
+
+
+def fa2_model_problem(model_type: str | None) -> str | None:
+    """Why flash_attn fa2 cannot run a model of this type (None: it can; FA2_MODEL_TYPES)."""
+    if model_type in FA2_MODEL_TYPES:
+        return None
+    return _("flash_attn fa2 runs the attention of {types} models; this one is {model_type} (its layers take the "
+             "sequence lengths themselves or compute what torch's kernel does not); use flash_attn: auto").format(
+        types=", ".join(FA2_MODEL_TYPES), model_type=model_type or "?")
 
 
 def _installed_torch() -> tuple[int, int] | None:

@@ -288,14 +288,23 @@ def compute_capabilities(count: int | None = None, picked: str | None = None) ->
     return out
 
 
+def first_pre_ampere(count: int | None = None, picked: str | None = None) -> tuple[str, int, int] | None:
+    """The first of the first ``count`` visible GPUs with compute capability below 8.0 (V100,
+    T4: bf16 only emulated, no FlashAttention-2), as (label, major, minor); None if none is."""
+    for g, (major, minor) in compute_capabilities(count, picked):
+        if major < 8:
+            return g.label, major, minor
+    return None
+
+
 def bf16_unsupported_reason(count: int | None = None, picked: str | None = None) -> str | None:
     """Why bf16 cannot run on the first ``count`` visible GPUs (compute capability below 8.0:
     V100, T4 emulate it, many times slower), else None."""
-    for g, (major, minor) in compute_capabilities(count, picked):
-        if major < 8:
-            return _("{gpu} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer").format(
-                gpu=g.label, major=major, minor=minor)
-    return None
+    old = first_pre_ampere(count, picked)
+    if old is None:
+        return None
+    label, major, minor = old
+    return _("{gpu} has compute capability {major}.{minor}; bf16 needs 8.0 (Ampere) or newer").format(gpu=label, major=major, minor=minor)
 
 
 def _opt(fn, *args):

@@ -128,7 +128,8 @@ def test_fa2_gives_sdpa_s_logits_loss_and_gradients(kernel_calls, packing):
     call = kernel_calls[0]
     tokens = counted.input_ids.numel()
     assert call["q"] == (tokens, 4, 16) and call["k"] == (tokens, 2, 16)  # grouped K/V heads as they are
-    assert call["cu"] == counted.cu_seqlens.tolist() and call["max_len"] == counted.input_ids.size(1)
+    bounds = counted.cu_seqlens.tolist()
+    assert call["cu"] == bounds and call["max_len"] == counted.max_seqlen == max(b - a for a, b in zip(bounds, bounds[1:]))
     real = plain.attention_mask.bool() if plain.attention_mask is not None else torch.ones_like(plain.input_ids, dtype=torch.bool)
     assert close(got[0][real], ref[0][real], 1e-5)  # padding's outputs differ (it attends to itself) and carry no label
     assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
@@ -177,15 +178,22 @@ def test_attn_implementation_follows_llamafactorys_values():
 
 
 def fake_varlen(signature: str, seen: list):
-    """varlen_attn as torch 2.10 (is_causal, no scale, no GQA) or 2.11+ (window_size, scale, enable_gqa) declares it."""
+    """varlen_attn as torch 2.10 (is_causal, no scale, no GQA switch), 2.11 (window_size, scale) or 2.13
+    (and enable_gqa) declares it."""
     def compute(q, k, v, cu, scale):
         return reference_kernel([])(q, k, v, cu, q.size(0), scale)
 
     if signature == "2.10":
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, is_causal=False, return_aux=None):
             seen.append(dict(is_causal=is_causal, heads=(query.size(1), key.size(1))))
-            assert is_causal and query.size(1) == key.size(1)  # no GQA: the K/V heads come repeated
+            assert is_causal
             return compute(query, key, value, cu_seq_q, query.size(-1) ** -0.5)
+    elif signature == "2.11":
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                        window_size=(-1, -1), seqused_k=None, block_table=None, num_splits=None):
+            seen.append(dict(window_size=window_size, heads=(query.size(1), key.size(1))))
+            assert window_size == (-1, 0)
+            return compute(query, key, value, cu_seq_q, scale)
     else:
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
                         window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
@@ -195,23 +203,35 @@ def fake_varlen(signature: str, seen: list):
     return varlen_attn
 
 
-@pytest.mark.parametrize("signature", ["2.10", "2.13"])
-def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature):
+@pytest.mark.parametrize("signature,grouped_work,heads", [
+    ("2.10", False, (4, 4)),  # no enable_gqa, and (no GPU here) not shown to take grouped heads: repeated
+    ("2.11", False, (4, 4)),
+    ("2.11", True, (4, 2)),  # a call on the GPU showed the kernel takes them: as they are
+    ("2.13", False, (4, 2)),  # enable_gqa
+])
+def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature, grouped_work, heads):
     import torch.nn.attention.varlen as varlen
 
     seen: list = []
     monkeypatch.setattr(varlen, "varlen_attn", fake_varlen(signature, seen))
+    monkeypatch.setattr(A, "_grouped_heads_work", lambda fn, causal: grouped_work)
     kernel = A.causal_varlen_kernel()
+    assert kernel.grouped == ("as they are" if heads == (4, 2) else "repeated")
     g = torch.Generator().manual_seed(4)
     q, k, v = torch.randn(12, 4, 8, generator=g), torch.randn(12, 2, 8, generator=g), torch.randn(12, 2, 8, generator=g)
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
     out = kernel(q, k, v, cu, 12, 8 ** -0.5)
     assert close(out, reference_kernel([])(q, k, v, cu, 12, 8 ** -0.5), 1e-6)
-    assert seen[0]["heads"] == ((4, 4) if signature == "2.10" else (4, 2))
+    assert seen[0]["heads"] == heads
     if signature == "2.10":  # no scale argument: another scale cannot be honoured, SDPA then
         assert kernel(q, k, v, cu, 12, 0.5) is None
     else:
-        assert seen[0]["enable_gqa"] and close(kernel(q, k, v, cu, 12, 0.5), reference_kernel([])(q, k, v, cu, 12, 0.5), 1e-6)
+        assert close(kernel(q, k, v, cu, 12, 0.5), reference_kernel([])(q, k, v, cu, 12, 0.5), 1e-6)
+        assert signature != "2.13" or seen[0]["enable_gqa"]
+
+
+def test_without_a_gpu_grouped_heads_are_not_assumed_to_work():
+    assert A._grouped_heads_work(lambda *a, **k: 1 / 0, {"window_size": (-1, 0)}) is False
 
 
 # --- the preference and reward stages: pairs, and (kto) rows sliced from a batch with lengths
@@ -253,7 +273,13 @@ def test_preference_stages_give_sdpa_s_loss_and_gradients(kernel_calls, monkeypa
         collate = lambda counted: FeedbackCollator(0, pad_to_multiple=8, sequence_lengths=counted)(items)  # noqa: E731
     ref_out, ref_grads = stage_outcome(stage_name, "sdpa", collate(False), monkeypatch)
     out, grads = stage_outcome(stage_name, A.IMPLEMENTATION, collate(True), monkeypatch)
-    assert kernel_calls  # kto: its target rows and its KL rows, each a slice of the batch's lengths
+    # every forward took the lengths (2 layers each): dpo the policy and the reference copy over
+    # the pairs, kto the reference over all rows then the policy's KL rows and target rows (each a
+    # slice of the batch's lengths), rm the model once
+    forwards = {"dpo": [8, 8], "kto": [8, 4, 4], "rm": [8]}[stage_name]
+    width = collate(True).input_ids.size(1)
+    assert len(kernel_calls) == 2 * len(forwards)
+    assert [c["q"][0] // width for c in kernel_calls[::2]] == forwards
     assert out.total.item() == pytest.approx(ref_out.total.item(), rel=1e-5)
     for name, value in ref_out.figures.items():
         assert out.figures[name].item() == pytest.approx(value.item(), rel=1e-5, abs=2e-5), name
@@ -300,3 +326,158 @@ def test_llamafactorys_flash_attn_key_is_a_setting_now(tmp_path):
     path.write_text(json.dumps(json.loads(demo_config().model_dump_json()) | {"flash_attn": "disabled"}))
     cfg, warnings = load_config(path)
     assert cfg.flash_attn == "disabled" and not any("flash_attn" in w for w in warnings)
+
+
+# --- torch's own op (a CPU kernel in FlashAttention-2's place) under torch.compile
+
+_CPU_OP: list = []  # the calls while a test lends the op its CPU kernel; empty: no CPU kernel, as in torch
+
+
+def _cpu_forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False, scale=None, *rest, **kw):
+    if not _CPU_OP:
+        raise NotImplementedError("torch_attn::_varlen_attn has no CPU kernel")
+    _CPU_OP[0].append(cu_seq_q.tolist())
+    assert is_causal and max_q >= int((cu_seq_q[1:] - cu_seq_q[:-1]).max())
+    out = reference_kernel([])(query, key, value, cu_seq_q, max_q, scale)
+    return out, torch.zeros(query.size(1), query.size(0)), torch.zeros(2, dtype=torch.uint64)
+
+
+def _cpu_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, rng_state, scale=None, *rest, **kw):
+    """Attention's gradients written out (a kernel runs below autograd, so none is taken here):
+    per sequence, P = softmax(causal(scale q k^T)), dV = P^T dO, dS = P (dO v^T - rowsum(dO o)),
+    dQ = scale dS k, dK = scale dS^T q; grouped K/V heads sum their query heads' gradients."""
+    if not _CPU_OP:
+        raise NotImplementedError("torch_attn::_varlen_attn_backward has no CPU kernel")
+    group = query.size(1) // key.size(1)
+    grads = [torch.zeros_like(t) for t in (query, key, value)]
+    bounds = cu_seq_q.tolist()
+    for a, b in zip(bounds, bounds[1:]):
+        q, do, o = (t[a:b].transpose(0, 1) for t in (query, grad_out, out))  # (heads, n, dim)
+        k, v = (t[a:b].transpose(0, 1).repeat_interleave(group, dim=0) for t in (key, value))
+        s = scale * q @ k.transpose(1, 2)
+        s = s.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1), float("-inf"))
+        p = s.softmax(-1)
+        ds = p * (do @ v.transpose(1, 2) - (do * o).sum(-1, keepdim=True))
+        parts = (scale * ds @ k, scale * ds.transpose(1, 2) @ q, p.transpose(1, 2) @ do)
+        grads[0][a:b] = parts[0].transpose(0, 1)
+        for i in (1, 2):
+            grads[i][a:b] = parts[i].unflatten(0, (key.size(1), group)).sum(1).transpose(0, 1)
+    return tuple(grads)
+
+
+@pytest.fixture
+def cpu_varlen_op():
+    """torch's varlen_attn custom op as it is (its Python wrapper, autograd formula and fake
+    kernel for tracing), with a CPU kernel for the time of the test."""
+    import torch.nn.attention.varlen as V
+
+    if not getattr(V._varlen_attn, "_ftui_cpu", False):
+        V._varlen_attn.register_kernel("cpu")(_cpu_forward)
+        V._varlen_attn_backward.register_kernel("cpu")(_cpu_backward)
+        V._varlen_attn._ftui_cpu = True
+    calls: list = []
+    _CPU_OP.append(calls)
+    yield calls
+    _CPU_OP.clear()
+
+
+def test_torch_s_op_under_compile_gives_sdpa_s_loss_and_gradients(cpu_varlen_op, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(A, "_KERNEL", [])  # the real kernel: torch.nn.attention.varlen.varlen_attn
+    monkeypatch.setattr(A, "FLASH_DTYPES", A.FLASH_DTYPES + (torch.float32,))
+    sdpa, fa2 = tiny_qwen2("sdpa"), tiny_qwen2(A.IMPLEMENTATION)
+    for layer in fa2.model.layers:
+        layer.compile(backend="aot_eager")  # as ftui's torch_compile, without a C++ compiler
+    for seed in range(5):  # batches of other widths and numbers of sequences
+        rows = pack_examples(examples(10 + 3 * seed, seed=seed), 64)
+        plain = Collator(0, pad_to_multiple=8)(rows)
+        counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
+        ref = loss_and_grads(sdpa, plain.model_inputs(), plain.labels)
+        got = loss_and_grads(fa2, counted.model_inputs(), counted.labels)
+        assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+        for name, grad in ref[2].items():
+            assert close(got[2][name], grad, 1e-5), name
+    assert len(cpu_varlen_op) == 5 * 2  # the op ran in every layer of every step
+    assert sum(counters["graph_break"].values()) == 0
+    assert 1 <= counters["stats"]["unique_graphs"] <= 3  # compiled, and recompiled as widths and lengths first vary, not every step
+
+
+def test_the_op_without_its_cpu_kernel_is_refused_by_torch_not_by_its_signature():
+    q = torch.randn(6, 2, 8)
+    with pytest.raises(NotImplementedError):  # a TypeError here: varlen_attn's signature moved
+        A.causal_varlen_kernel()(q, q, q, torch.tensor([0, 6], dtype=torch.int32), 6, 8 ** -0.5)
+
+
+# --- the stages' collators, batches on the way to the device, fallbacks, what fa2 is refused
+
+
+def test_every_stage_s_collator_counts_the_lengths_with_fa2_only():
+    from types import SimpleNamespace
+
+    from ftui.runner.stages.base import Stage
+    from ftui.runner.stages.kto import KTOStage
+    from ftui.runner.stages.preference import FeedbackExample, PairExample, PreferenceStage
+
+    tokenizer = SimpleNamespace(pad_token_id=0)
+    data = examples(4, seed=7)
+    cases = [(Stage, data[:2]), (PreferenceStage, [PairExample(data[0], data[1])]),
+             (KTOStage, [FeedbackExample(data[2], data[3], desirable=True)])]
+    for cls, items in cases:
+        for flash_attn in ("fa2", "auto"):
+            stage = cls.__new__(cls)
+            stage.cfg, stage.tokenizer = demo_config().model_copy(update={"flash_attn": flash_attn}), tokenizer
+            batch = stage.collator(pad_to_multiple=8)(items).to(torch.device("cpu"))
+            assert (batch.cu_seqlens is not None) == (flash_attn == "fa2"), (cls, flash_attn)
+            if flash_attn == "fa2":
+                assert batch.cu_seqlens[-1].item() == batch.input_ids.numel() and len(batch.row_sequences) == len(batch.input_ids)
+                assert type(batch).__name__ == ("FeedbackBatch" if cls is KTOStage else "Batch")
+                assert cls is not KTOStage or batch.desirable.tolist() == [True]
+
+
+def fake_module(training=False):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(is_causal=True, training=training, num_key_value_groups=2)
+
+
+@pytest.mark.parametrize("kwargs,training,why", [
+    (dict(sliding_window=4), False, "a sliding window"),
+    (dict(dropout=0.1), True, "attention dropout while training"),
+    (dict(softcap=30.0), False, "soft-capping, sinks or a position bias"),
+    (dict(is_causal=False), False, "non-causal attention"),
+])
+def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, monkeypatch, kwargs, training, why):
+    monkeypatch.setattr(A, "FALLBACKS", set())
+    monkeypatch.setattr("transformers.integrations.sdpa_attention.sdpa_attention_forward", lambda *a, **k: ("sdpa", None))
+    g = torch.Generator().manual_seed(8)
+    q, k = torch.randn(1, 4, 6, 8, generator=g), torch.randn(1, 2, 6, 8, generator=g)
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    assert A.varlen_attention(fake_module(training), q, k, k, None, cu_seq_lens_q=cu, max_length_q=6, **kwargs)[0] == "sdpa"
+    assert kernel_calls == [] and A.FALLBACKS == {why}
+    out, _ = A.varlen_attention(fake_module(), q, k, k, None, cu_seq_lens_q=cu, max_length_q=6)
+    assert out.shape == (1, 6, 4, 8) and len(kernel_calls) == 1 and A.FALLBACKS == {why}
+
+
+def test_fa2_refuses_a_model_whose_attention_it_cannot_run(tmp_path):
+    from ftui.runner.model import load_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"]}))
+    (problem,) = problems(flash_attn="fa2", device="cuda", bf16=True, model_name_or_path=str(tmp_path))
+    assert "qwen3_5_text" in problem.message and "flash_attn: auto" in problem.message
+    cfg = demo_config().model_copy(update={"flash_attn": "fa2", "model_name_or_path": str(tmp_path)})
+    with pytest.raises(ValueError, match="qwen3_5_text"):  # a hub name validation could not read: refused at load
+        load_model(cfg, torch.device("cpu"))
+
+
+def test_fa2_is_refused_on_a_pre_ampere_gpu(monkeypatch):
+    from test_gpu import machine
+    from tests.fake_nvml import FakeGpu
+
+    machine(monkeypatch, [FakeGpu(name="Tesla T4", uuid="GPU-aaaa", capability=(7, 5))])
+    (old,) = problems(flash_attn="fa2", device="cuda", fp16=True, bf16=False)
+    assert "Tesla T4" in old.message and "7.5" in old.message and "Ampere" in old.message
+    machine(monkeypatch, [FakeGpu(name="NVIDIA A100", uuid="GPU-bbbb", capability=(8, 0))])
+    assert problems(flash_attn="fa2", device="cuda", bf16=True) == []

@@ -1126,3 +1126,16 @@ async def test_the_dataset_field_says_when_a_dataset_does_not_fit_the_stage(tmp_
         await until(pilot, lambda: "kto_en_demo: sharegpt feedback format" in text_of(preview))
         assert "[desirable]" in text_of(preview) or "[undesirable]" in text_of(preview)
         await until(pilot, lambda: screen.config is not None and screen.config.stage == "kto")
+
+
+async def test_a_loaded_flash_attn_shows_as_it_is_and_fa3_is_refused_beside_it(tmp_path):
+    """LLaMA-Factory's flash_attn is a field: a loaded value stays (fa3 with validation's reason
+    and Start off, never silently replaced by the form's default) and is saved back."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        screen = await load_in_form(pilot, app, tmp_path / "lf.yaml", LF_LORA_SFT + "flash_attn: fa3\n")
+        await until(pilot, lambda: screen.query("#e-flash_attn") and "FlashAttention-3" in text_of(screen.query_one("#e-flash_attn")))
+        assert screen.query_one("#f-flash_attn").value == "fa3" and screen.query_one("#start", Button).disabled
+        screen.save_yaml(str(tmp_path / "saved.yaml"), screen.current_config_dict())
+        await until(pilot, lambda: (tmp_path / "saved.yaml").exists())
+        assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["flash_attn"] == "fa3"

@@ -37,6 +37,13 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+# model types whose attention flash_attn fa2 (ftui.runner.attention) runs: decoders whose layers
+# hand their attention function query, key and value alone and pass transformers' sequence-length
+# keyword arguments through untouched (hybrid linear-attention and vision-language models take
+# them for themselves; gemma2's soft-capping and gpt-oss's sinks are not in torch's kernel)
+FA2_MODEL_TYPES = ("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mistral", "mixtral", "gemma", "gemma3_text", "phi3")
+
+
 def family_for_model_type(model_type: str | None) -> Family | None:
     for fam in FAMILIES:
         if model_type in fam.model_types:

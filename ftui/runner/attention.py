@@ -6,21 +6,23 @@ gets a mask (block-diagonal causal over packed rows, padding otherwise), and wit
 cannot use its flash kernel: it runs the memory-efficient kernel over whole rows and repeats
 grouped K/V heads first (transformers' ``repeat_kv``). torch's ``varlen_attn`` (torch >= 2.10,
 CUDA, fp16/bf16) runs FlashAttention-2 over each sequence of a flattened batch, given the
-sequences' cumulative lengths: attention within each example only, no mask, grouped K/V heads
-as they are. It is what LLaMA-Factory does with ``flash_attn: fa2`` and ``neat_packing``
-through the flash-attn package, without that package (it is rarely installable on a shared
-server: it compiles against the exact torch and CUDA).
+sequences' cumulative lengths: attention within each example only, no mask. It is what
+LLaMA-Factory does with ``flash_attn: fa2`` and ``neat_packing`` through the flash-attn
+package, without that package (it is rarely installable on a shared server: it compiles
+against the exact torch and CUDA).
 
 How: ``fa2`` loads the model with the attention implementation ``ftui_fa2``, registered here
-with transformers' ``AttentionInterface`` (its masks are SDPA's, for any forward that falls
+with transformers' ``AttentionInterface`` (its masks are SDPA's, for any call that falls
 back). The collator counts each row's sequences while it pads (``Batch.cu_seqlens``: packed
 examples, and a row's trailing padding as a sequence of its own, whose outputs carry no
 label) and the stages hand them to the model as transformers' own keyword arguments
 (``cu_seq_lens_q``/``_k``, ``max_length_q``/``_k``, those of its FlashAttention integration),
-which every decoder layer passes to its attention. A forward without them (chat's and
-predict's generation), with a KV cache, dropout or a sliding window, or outside half
-precision, runs transformers' SDPA function instead, so ``fa2`` never changes what is
-computed, only how.
+which the decoder layers of ``ftui.presets.families.FA2_MODEL_TYPES`` pass to their attention
+untouched (other models are refused: ``ftui.config.fa2_model_problem``). A call without them
+(chat's and predict's generation), with a KV cache, dropout, a sliding window or anything else
+torch's kernel does not compute (soft-capping, attention sinks, a position bias), or outside
+half precision, runs transformers' SDPA function instead: fa2 changes how attention is
+computed, not what.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import torch
 
 IMPLEMENTATION = "ftui_fa2"
 FLASH_DTYPES = (torch.float16, torch.bfloat16)  # what FlashAttention-2 computes in
+# keyword arguments of an attention call that torch's varlen kernel has no place for
+UNSUPPORTED_KWARGS = ("s_aux", "softcap", "position_bias")
+FALLBACKS: set[str] = set()  # why an eager fa2 call with sequence lengths ran SDPA instead (the loop warns once)
 
 
 def attn_implementation(flash_attn: str) -> str:
@@ -57,25 +62,28 @@ def register() -> None:
 def causal_varlen_kernel() -> Callable[..., torch.Tensor | None] | None:
     """torch's varlen FlashAttention-2 as ``kernel(q, k, v, cu_seqlens, max_len, scale)`` on
     (tokens, heads, head_dim) tensors, causal within each sequence (None from the kernel: it
-    cannot take this call); None before torch 2.10.
-    Adapts to the installed signature: torch 2.10 takes ``is_causal`` and no scale, later ones
-    ``window_size`` and ``scale``; grouped K/V heads are passed as they are where
-    ``enable_gqa`` exists, else repeated to the query's heads (transformers' repeat_kv order)."""
+    cannot take this call); None before torch 2.10. ``kernel.grouped`` says how grouped K/V
+    heads go in. Adapts to the installed signature: torch 2.10 takes ``is_causal`` and no
+    scale, later ones ``window_size`` and ``scale``; where ``enable_gqa`` exists, grouped K/V
+    heads go in as they are; where it does not, only if a small call on the GPU shows the
+    kernel gives the same output and gradients as with the heads repeated (FlashAttention-2
+    itself handles grouped heads), else they are repeated (transformers' repeat_kv order)."""
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
     params = inspect.signature(varlen_attn).parameters
-    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    gqa = "enable_gqa" in params
+    causal: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    flag = "enable_gqa" in params
+    native = flag or _grouped_heads_work(varlen_attn, causal)
     with_scale = "scale" in params
 
     def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor | None:
         extra: dict[str, Any] = dict(causal)
         if q.size(1) != k.size(1):
-            if gqa:
+            if flag:
                 extra["enable_gqa"] = True
-            else:
+            elif not native:
                 group = q.size(1) // k.size(1)
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if with_scale:
@@ -84,7 +92,31 @@ def causal_varlen_kernel() -> Callable[..., torch.Tensor | None] | None:
             return None  # torch 2.10 scales by 1/sqrt(head_dim) only: SDPA then
         return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
 
+    kernel.grouped = "as they are" if native else "repeated"  # type: ignore[attr-defined]
     return kernel
+
+
+def _grouped_heads_work(varlen_attn: Callable[..., torch.Tensor], causal: dict[str, Any]) -> bool:
+    """Whether this torch's varlen_attn, which has no ``enable_gqa`` switch, takes fewer K/V
+    heads than query heads: one small bf16 call on the current GPU, forward and backward,
+    against the same call with the heads repeated. False without a GPU or on any error."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        make = lambda heads: torch.randn(48, heads, 64, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+        q, k, v = make(4), make(2), make(2)
+        cu = torch.tensor([0, 30, 48], dtype=torch.int32, device="cuda")
+        results = []
+        for repeat in (False, True):
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            kk, vv = (t.repeat_interleave(2, dim=1) for t in leaves[1:]) if repeat else leaves[1:]
+            out = varlen_attn(leaves[0], kk, vv, cu, cu, 30, 30, **causal)
+            out.float().square().sum().backward()
+            results.append([out.float()] + [t.grad.float() for t in leaves])
+        return all(a.shape == b.shape and torch.allclose(a, b, atol=2e-2, rtol=2e-2) for a, b in zip(*results))
+    except Exception:
+        return False
 
 
 _KERNEL: list[Callable[..., torch.Tensor | None] | None] = []  # resolved once per process
@@ -94,6 +126,14 @@ def _kernel() -> Callable[..., torch.Tensor | None] | None:
     if not _KERNEL:
         _KERNEL.append(causal_varlen_kernel())
     return _KERNEL[0]
+
+
+def describe() -> str:
+    """What fa2 runs in this process, for run_start (``attention``)."""
+    kernel = _kernel()
+    if kernel is None:
+        return "fa2 unavailable: SDPA"
+    return f"fa2: torch varlen FlashAttention-2, grouped K/V heads {getattr(kernel, 'grouped', '?')}"
 
 
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -109,13 +149,23 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal
     kernel = _kernel()
-    out = None
-    if (cu is not None and kernel is not None and key.size(2) == length and value.size(-1) == dim and not (dropout and module.training)
-            and not kwargs.get("sliding_window") and causal and dtype in FLASH_DTYPES):
+    out, why = None, None
+    if cu is not None:
+        why = ("no varlen kernel in this torch" if kernel is None else
+               "a KV cache or unequal head sizes" if key.size(2) != length or value.size(-1) != dim else
+               "attention dropout while training" if dropout and module.training else
+               "a sliding window" if kwargs.get("sliding_window") else
+               "non-causal attention" if not causal else
+               "soft-capping, sinks or a position bias" if any(kwargs.get(k) is not None for k in UNSUPPORTED_KWARGS) else
+               "attention outside fp16/bf16" if dtype not in FLASH_DTYPES else None)
+    if cu is not None and why is None:
         flat = lambda t: t.transpose(1, 2).reshape(batch * length, t.size(1), dim).to(dtype)  # noqa: E731
         scale = scaling if scaling is not None else dim ** -0.5
         out = kernel(flat(query), flat(key), flat(value), cu, int(kwargs.get("max_length_q") or length), scale)
+        why = None if out is not None else "a scale other than 1/sqrt(head_dim) (torch 2.10's kernel has none)"
     if out is None:
+        if why is not None and not torch.compiler.is_compiling():
+            FALLBACKS.add(why)
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)

@@ -245,7 +245,7 @@ class Batch:
     loss_tokens: int  # positions whose next token is predicted with loss (labels after the shift by one): the loss's normaliser
     # flash_attn fa2 (ftui.runner.attention): the cumulative lengths (int32) of the batch's
     # sequences, row after row (each example, and a row's trailing padding as one of its own);
-    # how many of them each row holds; an upper bound of their lengths (the row width)
+    # how many of them each row holds; the longest of them (a bound for any rows' subset)
     cu_seqlens: torch.Tensor | None = None
     row_sequences: list[int] | None = None
     max_seqlen: int = 0
@@ -272,7 +272,8 @@ class Batch:
         if self.cu_seqlens is not None and self.row_sequences is not None:
             cu = self.cu_seqlens
             if rows is not None:
-                start, stop, _step = rows.indices(len(self.row_sequences))
+                start, stop, step = rows.indices(len(self.row_sequences))
+                assert step == 1, "sequence lengths slice for contiguous rows only"
                 first, last = sum(self.row_sequences[:start]), sum(self.row_sequences[:stop])
                 cu = cu[first:last + 1] - cu[first]
             out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=self.max_seqlen, max_length_k=self.max_seqlen)
@@ -328,12 +329,13 @@ class Collator:
         if self.sequence_lengths:
             per_row = [row_sequence_lengths(ex, width) for ex in examples]
             rows = [len(lengths) for lengths in per_row]
+            longest_sequence = max(max(lengths) for lengths in per_row)  # FlashAttention sizes its grid by it
             cu = torch.tensor([0] + [length for lengths in per_row for length in lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
             tensors.append(cu)
         if self.pin:
             tensors = [t.pin_memory() for t in tensors]
         ids, labels, mask, pos = tensors[:4]
-        varlen = dict(cu_seqlens=tensors[4], row_sequences=rows, max_seqlen=width) if cu is not None else {}
+        varlen = dict(cu_seqlens=tensors[4], row_sequences=rows, max_seqlen=longest_sequence) if cu is not None else {}
         if packed:
             return Batch(ids, labels, None, pos, real, trainable, predicted, **varlen)
         return Batch(ids, labels, mask, None, real, trainable, predicted, **varlen)

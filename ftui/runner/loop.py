@@ -27,6 +27,7 @@ import torch
 from ftui.config import RunConfig
 from ftui.events import EventWriter
 from ftui.i18n import _
+from ftui.runner import attention
 from ftui.runner.checkpoint import save_checkpoint
 from ftui.runner.engines import DistInfo, Engine
 from ftui.runner.faults import Heartbeat, NonFiniteLoss, StopRequest
@@ -193,6 +194,9 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         else:
             streak = 0
         ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now
+        if step == 1 and writer is not None and cfg.flash_attn == "fa2" and attention.FALLBACKS:
+            writer.write("log", level="warning", message=_("flash_attn fa2: some attention ran SDPA instead ({why}); the result is the same, "
+                                                           "the speed SDPA's there").format(why=", ".join(sorted(attention.FALLBACKS))))
         if step % cfg.logging_steps == 0 or step == t.max_steps or stopping or ranks:
             total_tokens = log_step(t, window, last_counts, last_outcome, step, total_tokens, ranks)
         evaluating = bool(t.data.eval) and (step % eval_every == 0 or step == t.max_steps)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config import RunConfig
+from ftui.config import RunConfig, fa2_model_problem
 from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
@@ -95,8 +95,10 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation=attn_implementation(cfg.flash_attn))
+    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or cfg.flash_attn == "fa2" else None
+    if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.model_type)):
+        raise ValueError(reason)
     if cfg.model_init == "random":
-        config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
         torch.manual_seed(cfg.seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)
         return model.to(device)

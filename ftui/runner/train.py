@@ -25,6 +25,7 @@ from ftui.config import RunConfig
 from ftui.events import EventWriter
 from ftui.i18n import _
 from ftui.paths import BASE_MODEL_DIR
+from ftui.runner import attention
 from ftui.runner.checkpoint import load_checkpoint
 from ftui.runner.data import DataFormatError, run_sampler
 from ftui.runner.distributed import cpu_threads, process_group
@@ -154,6 +155,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 memory_peak_window="training: peaks are reset after the model is loaded and the engine is set up",
                 cpu_threads=torch.get_num_threads(),  # intra-op threads: what a slow CPU run is first asked about
                 load_peak=load_peak,
+                attention=attention.describe() if cfg.flash_attn == "fa2" else attention.attn_implementation(cfg.flash_attn),
                 **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
 

@@ -55,8 +55,8 @@ FORM_DEFAULTS: dict[str, Any] = {
     "save_total_limit": None,
     "seed": 42, "run_name": None, "report_to": "none",
 }
-# flash_attn's values the form offers (fa3 is refused: ftui has no FlashAttention-3 kernel)
-ATTENTION_KERNELS = ("auto", "sdpa", "fa2", "disabled")
+# flash_attn's values, LLaMA-Factory's all: a loaded fa3 shows as it is, with validation's refusal beside it
+ATTENTION_KERNELS = ("auto", "sdpa", "fa2", "disabled", "fa3")
 PRECISIONS = ("bf16", "pure_bf16", "fp16", "fp32")  # LLaMA-Factory's compute types; the last is the default
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
 PACKING = {N_("stage default (pt: on, sft: off)"): "default", N_("on"): "on", N_("off"): "off"}
