@@ -96,7 +96,9 @@ def main() -> None:
     rows = packed_positions(args.batch, args.cutoff)
     pos = torch.tensor(rows, device=dev)
     starts = [r * args.cutoff + i for r, row in enumerate(rows) for i, p in enumerate(row) if p == 0]
-    cu = torch.tensor(starts + [args.batch * args.cutoff], dtype=torch.int32, device=dev)
+    bounds = starts + [args.batch * args.cutoff]
+    cu = torch.tensor(bounds, dtype=torch.int32, device=dev)
+    longest = max(b - a for a, b in zip(bounds, bounds[1:]))  # as ftui's collator gives it (FlashAttention's grid)
     autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     out = {"machine": machine(), "shape": args.shape, "cutoff_len": args.cutoff, "micro_batch": args.batch,
            "examples_per_row": float((pos == 0).sum()) / args.batch, "fwd_bwd_s": {}, "loss_fwd_bwd_s": {}, "profile": {}}
@@ -116,7 +118,8 @@ def main() -> None:
         head = L.install_chunked_loss(model)
         kwargs = {"input_ids": ids} if name.endswith("causal") else {"input_ids": ids, "position_ids": pos}
         if name.startswith("fa2"):  # the examples' lengths, as ftui's collator counts them for flash_attn fa2
-            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=args.cutoff, max_length_k=args.cutoff)
+            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+            attention.FALLBACKS.clear()
 
         def step():
             model.zero_grad(set_to_none=True)

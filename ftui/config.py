@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
-from ftui.presets.families import FA2_MODEL_TYPES, read_model_type
+from ftui.presets.families import FA2_MODEL_TYPES
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
@@ -441,7 +441,7 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     compute capability 8.0 or newer, half-precision attention and torch >= 2.10 (read from its
     metadata: no torch import here); fa3 (the flash-attn 3 package in LLaMA-Factory) is not one
     ftui has; the model's type must be one whose attention fa2 runs (FA2_MODEL_TYPES: read
-    from its config.json here when it is on disk, else when it loads)."""
+    from its config.json here when it is on disk or in the hub cache, else when it loads)."""
     if cfg.flash_attn == "fa3":
         return [FieldProblem("flash_attn", "fa3", _("ftui has no FlashAttention-3 kernel (LLaMA-Factory's fa3 needs the flash-attn 3 package); "
                                                     "use fa2 (torch's built-in FlashAttention-2) or sdpa"))]
@@ -451,7 +451,12 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 runs on CUDA GPUs only and none is used here; use flash_attn: auto (SDPA) for a CPU run"))]
     if cfg.precision == "fp32":
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 computes in bf16 or fp16; turn on bf16 (or pure_bf16, fp16), or use flash_attn: auto for an fp32 run"))]
-    model_type = read_model_type(resolve_model_path(cfg.model_name_or_path))  # a hub name not on disk: checked at load
+    from ftui.plan import read_model_config
+
+    try:  # a local folder or the hub cache, no network; a hub model not here yet is checked when it loads
+        model_type = read_model_config(cfg.model_name_or_path).get("model_type")
+    except ValueError:
+        model_type = None
     if model_type is not None and (reason := fa2_model_problem(model_type)):
         return [FieldProblem("flash_attn", "fa2", reason)]
     if _THIS_MACHINE.get():

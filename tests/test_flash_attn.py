@@ -28,15 +28,19 @@ VOCAB = 512
 
 
 def reference_kernel(calls: list):
-    """What varlen_attn computes: causal attention within each sequence of the flattened batch."""
+    """What varlen_attn computes: causal attention within each sequence of the flattened batch
+    (with ``window``: over the last ``window`` positions, transformers' sliding window)."""
 
-    def kernel(q, k, v, cu, max_len, scale):
-        calls.append(dict(q=q.shape, k=k.shape, dtype=q.dtype, cu=cu.tolist(), max_len=max_len))
+    def kernel(q, k, v, cu, max_len, scale, window=None):
+        calls.append(dict(q=q.shape, k=k.shape, dtype=q.dtype, cu=cu.tolist(), max_len=max_len, window=window))
         bounds = cu.tolist()
         assert bounds[0] == 0 and bounds[-1] == q.size(0) and max_len >= max(b - a for a, b in zip(bounds, bounds[1:]))
-        pieces = [F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1)[None] for t in (q, k, v)), is_causal=True,
-                                                 scale=scale, enable_gqa=True)[0].transpose(0, 1)
-                  for a, b in zip(bounds, bounds[1:]) if b > a]
+        pieces = []
+        for a, b in zip(bounds, bounds[1:]):
+            i = torch.arange(b - a)
+            allowed = (i[None, :] <= i[:, None]) & ((i[None, :] > i[:, None] - window) if window else True)
+            pieces.append(F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1)[None] for t in (q, k, v)), attn_mask=allowed,
+                                                         scale=scale, enable_gqa=True)[0].transpose(0, 1))
         return torch.cat(pieces)
 
     return kernel
@@ -140,6 +144,7 @@ def test_fa2_gives_sdpa_s_logits_loss_and_gradients(kernel_calls, packing):
 def test_fa2_under_autocast_hands_the_kernel_the_autocast_type(monkeypatch):
     calls: list = []
     monkeypatch.setattr(A, "_KERNEL", [reference_kernel(calls)])
+    monkeypatch.setattr(A, "FALLBACKS", set())
     rows = pack_examples(examples(8, seed=2), 64)
     counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
     plain = Collator(0, pad_to_multiple=8)(rows)
@@ -151,7 +156,28 @@ def test_fa2_under_autocast_hands_the_kernel_the_autocast_type(monkeypatch):
     assert close(got, ref, 2e-2)
     calls.clear()
     fa2(**counted.model_inputs(), use_cache=False)  # fp32 without autocast: FlashAttention cannot, SDPA runs
-    assert calls == []
+    assert calls == [] and A.FALLBACKS == {"attention outside fp16/bf16"}
+
+
+def test_sliding_window_layers_give_sdpa_s_sliding_window(kernel_calls):
+    """Qwen2 with its sliding window (and Mistral, Phi-3, Gemma 3's sliding layers): the kernel's
+    window is transformers' (the window's last positions, this one included)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    models = {}
+    for implementation in ("sdpa", A.IMPLEMENTATION):
+        torch.manual_seed(0)
+        cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, use_sliding_window=True, sliding_window=5, max_window_layers=1)
+        models[implementation] = Qwen2ForCausalLM._from_config(cfg, attn_implementation=implementation)
+    rows = pack_examples(examples(8, seed=9), 64)
+    plain, counted = Collator(0, pad_to_multiple=8)(rows), Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
+    ref = loss_and_grads(models["sdpa"], plain.model_inputs(), plain.labels)
+    got = loss_and_grads(models[A.IMPLEMENTATION], counted.model_inputs(), counted.labels)
+    assert [c["window"] for c in kernel_calls] == [None, 5]  # the first layer full, the second sliding
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    for name, grad in ref[2].items():
+        assert close(got[2][name], grad, 1e-5), name
 
 
 def test_fa2_falls_back_to_sdpa_without_lengths_and_for_generation(kernel_calls):
@@ -214,9 +240,9 @@ def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature, 
 
     seen: list = []
     monkeypatch.setattr(varlen, "varlen_attn", fake_varlen(signature, seen))
-    monkeypatch.setattr(A, "_grouped_heads_work", lambda fn, causal: grouped_work)
+    monkeypatch.setattr(A, "_grouped_heads_work", lambda fn, causal: (grouped_work, "" if grouped_work else " (check)"))
     kernel = A.causal_varlen_kernel()
-    assert kernel.grouped == ("as they are" if heads == (4, 2) else "repeated")
+    assert kernel.grouped == ("as they are" if heads == (4, 2) else "repeated (check)")
     g = torch.Generator().manual_seed(4)
     q, k, v = torch.randn(12, 4, 8, generator=g), torch.randn(12, 2, 8, generator=g), torch.randn(12, 2, 8, generator=g)
     cu = torch.tensor([0, 5, 12], dtype=torch.int32)
@@ -230,8 +256,30 @@ def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature, 
         assert signature != "2.13" or seen[0]["enable_gqa"]
 
 
-def test_without_a_gpu_grouped_heads_are_not_assumed_to_work():
-    assert A._grouped_heads_work(lambda *a, **k: 1 / 0, {"window_size": (-1, 0)}) is False
+def test_grouped_heads_go_in_as_they_are_only_where_a_call_shows_the_kernel_takes_them(monkeypatch):
+    """The check torch 2.11 gets on the GPU at load, run here on the CPU against fakes."""
+    cpu = torch.device("cpu")
+
+    def grouped_ok(query, key, value, cu_q, cu_k, max_q, max_k, **kw):  # FlashAttention-2: grouped heads natively
+        return reference_kernel([])(query, key, value, cu_q, max_q, query.size(-1) ** -0.5)
+
+    def heads_must_match(query, key, value, *args, **kw):
+        if query.size(1) != key.size(1):
+            raise RuntimeError("number of heads in key/value must divide number of heads in query")
+        return grouped_ok(query, key, value, *args, **kw)
+
+    def wrong(query, key, value, *args, **kw):  # grouped heads run, but every query head on the first K/V head
+        if query.size(1) != key.size(1):
+            key, value = key[:, :1].expand_as(key), value[:, :1].expand_as(value)
+        return grouped_ok(query, key, value, *args, **kw)
+
+    causal = {"window_size": (-1, 0)}
+    assert A._grouped_heads_work(grouped_ok, causal, cpu) == (True, "")
+    works, why = A._grouped_heads_work(heads_must_match, causal, cpu)
+    assert not works and "RuntimeError: number of heads" in why
+    assert A._grouped_heads_work(wrong, causal, cpu) == (False, " (grouped heads gave other values than repeated ones)")
+    if not torch.cuda.is_available():
+        assert A._grouped_heads_work(grouped_ok, causal) == (False, " (no GPU to check grouped heads on)")
 
 
 # --- the preference and reward stages: pairs, and (kto) rows sliced from a batch with lengths
@@ -444,9 +492,7 @@ def fake_module(training=False):
 
 
 @pytest.mark.parametrize("kwargs,training,why", [
-    (dict(sliding_window=4), False, "a sliding window"),
     (dict(dropout=0.1), True, "attention dropout while training"),
-    (dict(softcap=30.0), False, "soft-capping, sinks or a position bias"),
     (dict(is_causal=False), False, "non-causal attention"),
 ])
 def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, monkeypatch, kwargs, training, why):
@@ -459,6 +505,42 @@ def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, mon
     assert kernel_calls == [] and A.FALLBACKS == {why}
     out, _ = A.varlen_attention(fake_module(), q, k, k, None, cu_seq_lens_q=cu, max_length_q=6)
     assert out.shape == (1, 6, 4, 8) and len(kernel_calls) == 1 and A.FALLBACKS == {why}
+
+
+@pytest.mark.parametrize("kwargs", [dict(softcap=30.0), dict(s_aux=torch.zeros(4)), dict(position_bias=torch.zeros(1))])
+def test_what_neither_the_kernel_nor_sdpa_computes_is_refused(kernel_calls, kwargs):
+    q, k = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8)
+    with pytest.raises(ValueError, match="flash_attn: auto"):
+        A.varlen_attention(fake_module(), q, k, k, None, cu_seq_lens_q=torch.tensor([0, 6], dtype=torch.int32), **kwargs)
+    assert kernel_calls == []
+
+
+def test_what_the_model_s_config_says_will_run_sdpa_is_noted_at_load(monkeypatch):
+    from types import SimpleNamespace
+
+    def noted(config, windows=True):
+        kernel = reference_kernel([])
+        kernel.windows = windows
+        monkeypatch.setattr(A, "_KERNEL", [kernel])
+        monkeypatch.setattr(A, "FALLBACKS", set())
+        A.note_model(config)
+        return A.FALLBACKS
+
+    assert noted(SimpleNamespace(attention_dropout=0.0, sliding_window=4096, use_sliding_window=False)) == set()  # Qwen2's default
+    assert noted(SimpleNamespace(attention_dropout=0.1)) == {"attention dropout while training"}
+    mistral = SimpleNamespace(sliding_window=4096)
+    assert noted(mistral) == set() and noted(mistral, windows=False) == {"a sliding window (this torch's kernel has none)"}
+    gemma3 = SimpleNamespace(sliding_window=512, use_sliding_window=False, layer_types=["sliding_attention", "full_attention"])
+    assert noted(gemma3, windows=False) == {"a sliding window (this torch's kernel has none)"}
+
+
+def test_describe_says_how_grouped_heads_go_in(monkeypatch):
+    kernel = reference_kernel([])
+    kernel.grouped = "repeated (grouped heads: RuntimeError: no)"
+    monkeypatch.setattr(A, "_KERNEL", [kernel])
+    assert A.describe() == "fa2: torch varlen FlashAttention-2, grouped K/V heads repeated (grouped heads: RuntimeError: no)"
+    monkeypatch.setattr(A, "_KERNEL", [None])
+    assert A.describe() == "fa2 unavailable: SDPA"
 
 
 def test_fa2_refuses_a_model_whose_attention_it_cannot_run(tmp_path):

@@ -38,5 +38,25 @@ def main(argv: list[str] | None = None) -> int:
     return getattr(importlib.import_module(module), function)(argv[1:])
 
 
+def exit_now(code: int | None) -> None:
+    """Ends the process once the job has returned: its events, checkpoints and reporters are
+    written and closed by then (nothing here is left to atexit). Python's normal exit also runs
+    C++ destructors of threads that torch.distributed / DeepSpeed leave behind, and one of them
+    sometimes aborts a rank that has finished its work ("terminate called without an active
+    exception", SIGABRT, seen on FSDP and ZeRO-3 ranks after a completed run): the launcher
+    then reports a failure that did not happen. So stdio and logging are flushed, and the
+    process leaves with os._exit, without that teardown."""
+    import logging
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (the reader went away) or a closed stream
+            pass
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

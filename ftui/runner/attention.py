@@ -19,10 +19,10 @@ label) and the stages hand them to the model as transformers' own keyword argume
 (``cu_seq_lens_q``/``_k``, ``max_length_q``/``_k``, those of its FlashAttention integration),
 which the decoder layers of ``ftui.presets.families.FA2_MODEL_TYPES`` pass to their attention
 untouched (other models are refused: ``ftui.config.fa2_model_problem``). A call without them
-(chat's and predict's generation), with a KV cache, dropout, a sliding window or anything else
-torch's kernel does not compute (soft-capping, attention sinks, a position bias), or outside
-half precision, runs transformers' SDPA function instead: fa2 changes how attention is
-computed, not what.
+(chat's and predict's generation), with a KV cache or dropout, outside half precision, or with
+a sliding window on torch 2.10 (whose kernel has no window), runs transformers' SDPA function
+instead: fa2 changes how attention is computed, not what. What neither computes (soft-capping,
+attention sinks, a position bias) is refused.
 """
 
 from __future__ import annotations
@@ -32,11 +32,15 @@ from typing import Any, Callable
 
 import torch
 
+from ftui.i18n import _
+
 IMPLEMENTATION = "ftui_fa2"
 FLASH_DTYPES = (torch.float16, torch.bfloat16)  # what FlashAttention-2 computes in
-# keyword arguments of an attention call that torch's varlen kernel has no place for
+# keyword arguments of an attention call that neither torch's varlen kernel nor SDPA computes
 UNSUPPORTED_KWARGS = ("s_aux", "softcap", "position_bias")
-FALLBACKS: set[str] = set()  # why an eager fa2 call with sequence lengths ran SDPA instead (the loop warns once)
+# why some fa2 attention runs SDPA instead: noted from the model's config at load (note_model) and
+# by eager calls; the loop warns once
+FALLBACKS: set[str] = set()
 
 
 def attn_implementation(flash_attn: str) -> str:
@@ -73,13 +77,19 @@ def causal_varlen_kernel() -> Callable[..., torch.Tensor | None] | None:
     except ImportError:
         return None
     params = inspect.signature(varlen_attn).parameters
-    causal: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    windows = "window_size" in params
+    causal: dict[str, Any] = {"window_size": (-1, 0)} if windows else {"is_causal": True}
     flag = "enable_gqa" in params
-    native = flag or _grouped_heads_work(varlen_attn, causal)
+    native, probe = (True, "") if flag else _grouped_heads_work(varlen_attn, causal)
     with_scale = "scale" in params
 
-    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float) -> torch.Tensor | None:
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, max_len: int, scale: float,
+               window: int | None = None) -> torch.Tensor | None:
         extra: dict[str, Any] = dict(causal)
+        if window:
+            if not windows:
+                return None  # torch 2.10's kernel has no window: SDPA then
+            extra["window_size"] = (window - 1, 0)  # transformers' sliding window: the W positions up to this one
         if q.size(1) != k.size(1):
             if flag:
                 extra["enable_gqa"] = True
@@ -92,21 +102,26 @@ def causal_varlen_kernel() -> Callable[..., torch.Tensor | None] | None:
             return None  # torch 2.10 scales by 1/sqrt(head_dim) only: SDPA then
         return varlen_attn(q, k, v, cu, cu, max_len, max_len, **extra)
 
-    kernel.grouped = "as they are" if native else "repeated"  # type: ignore[attr-defined]
+    kernel.grouped = "as they are" if native else f"repeated{probe}"  # type: ignore[attr-defined]
+    kernel.windows = windows  # type: ignore[attr-defined]
     return kernel
 
 
-def _grouped_heads_work(varlen_attn: Callable[..., torch.Tensor], causal: dict[str, Any]) -> bool:
+def _grouped_heads_work(varlen_attn: Callable[..., torch.Tensor], causal: dict[str, Any],
+                        device: torch.device | None = None) -> tuple[bool, str]:
     """Whether this torch's varlen_attn, which has no ``enable_gqa`` switch, takes fewer K/V
-    heads than query heads: one small bf16 call on the current GPU, forward and backward,
-    against the same call with the heads repeated. False without a GPU or on any error."""
-    if not torch.cuda.is_available():
-        return False
+    heads than query heads: one small bf16 call on ``device`` (the current GPU), forward and
+    backward, against the same call with the heads repeated; and, when not, why (for
+    describe()). Not without a GPU."""
+    if device is None:
+        if not torch.cuda.is_available():
+            return False, " (no GPU to check grouped heads on)"
+        device = torch.device("cuda", torch.cuda.current_device())
     try:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        make = lambda heads: torch.randn(48, heads, 64, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731
+        g = torch.Generator(device=device).manual_seed(0)
+        make = lambda heads: torch.randn(48, heads, 64, device=device, dtype=torch.bfloat16, generator=g)  # noqa: E731
         q, k, v = make(4), make(2), make(2)
-        cu = torch.tensor([0, 30, 48], dtype=torch.int32, device="cuda")
+        cu = torch.tensor([0, 30, 48], dtype=torch.int32, device=device)
         results = []
         for repeat in (False, True):
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -114,9 +129,10 @@ def _grouped_heads_work(varlen_attn: Callable[..., torch.Tensor], causal: dict[s
             out = varlen_attn(leaves[0], kk, vv, cu, cu, 30, 30, **causal)
             out.float().square().sum().backward()
             results.append([out.float()] + [t.grad.float() for t in leaves])
-        return all(a.shape == b.shape and torch.allclose(a, b, atol=2e-2, rtol=2e-2) for a, b in zip(*results))
-    except Exception:
-        return False
+        same = all(a.shape == b.shape and torch.allclose(a, b, atol=2e-2, rtol=2e-2) for a, b in zip(*results))
+        return same, "" if same else " (grouped heads gave other values than repeated ones)"
+    except Exception as exc:  # the kernel refused them (or the check itself failed: said so)
+        return False, f" (grouped heads: {type(exc).__name__}: {str(exc)[:120]})"
 
 
 _KERNEL: list[Callable[..., torch.Tensor | None] | None] = []  # resolved once per process
@@ -136,6 +152,19 @@ def describe() -> str:
     return f"fa2: torch varlen FlashAttention-2, grouped K/V heads {getattr(kernel, 'grouped', '?')}"
 
 
+def note_model(config: Any) -> None:
+    """Notes in FALLBACKS what the model's config already says will run SDPA (the calls
+    themselves note it only when not compiled: a compiled layer runs no Python): attention
+    dropout, and sliding windows where this torch's kernel takes none."""
+    kernel = _kernel()
+    if getattr(config, "attention_dropout", 0.0):
+        FALLBACKS.add("attention dropout while training")
+    sliding = getattr(config, "sliding_window", None) and (getattr(config, "use_sliding_window", True) is not False
+                                                           or "sliding_attention" in (getattr(config, "layer_types", None) or ()))
+    if sliding and kernel is not None and not getattr(kernel, "windows", True):
+        FALLBACKS.add("a sliding window (this torch's kernel has none)")
+
+
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
@@ -150,19 +179,24 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     causal = getattr(module, "is_causal", True) if causal is None else causal
     kernel = _kernel()
     out, why = None, None
+    if cu is not None and any(kwargs.get(k) is not None for k in UNSUPPORTED_KWARGS):
+        # neither the kernel nor transformers' SDPA function computes these (SDPA refuses or drops
+        # them); fa2 is refused for the model types that pass them, so this is a model outside them
+        raise ValueError(_("flash_attn fa2 cannot compute this model's attention (soft-capping, attention sinks or a position "
+                           "bias); use flash_attn: auto"))
     if cu is not None:
         why = ("no varlen kernel in this torch" if kernel is None else
                "a KV cache or unequal head sizes" if key.size(2) != length or value.size(-1) != dim else
                "attention dropout while training" if dropout and module.training else
-               "a sliding window" if kwargs.get("sliding_window") else
                "non-causal attention" if not causal else
-               "soft-capping, sinks or a position bias" if any(kwargs.get(k) is not None for k in UNSUPPORTED_KWARGS) else
                "attention outside fp16/bf16" if dtype not in FLASH_DTYPES else None)
     if cu is not None and why is None:
         flat = lambda t: t.transpose(1, 2).reshape(batch * length, t.size(1), dim).to(dtype)  # noqa: E731
         scale = scaling if scaling is not None else dim ** -0.5
-        out = kernel(flat(query), flat(key), flat(value), cu, int(kwargs.get("max_length_q") or length), scale)
-        why = None if out is not None else "a scale other than 1/sqrt(head_dim) (torch 2.10's kernel has none)"
+        window = kwargs.get("sliding_window")
+        out = kernel(flat(query), flat(key), flat(value), cu, int(kwargs.get("max_length_q") or length), scale, window)
+        why = (None if out is not None else "a sliding window (this torch's kernel has none)" if window else
+               "a scale other than 1/sqrt(head_dim) (torch 2.10's kernel has none)")
     if out is None:
         if why is not None and not torch.compiler.is_compiling():
             FALLBACKS.add(why)

@@ -150,6 +150,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
     last_counts = torch.zeros(COUNTS, device=device)
     step_counts = StepCounts(device)
     engine.model.train()
+    started_at = step  # 0, or where a resumed run starts
     while step < t.max_steps:
         batches = [next(stream)[1] for _micro in range(accum)]
         # Counts of this step on every rank, the stop request and the previous step's NaN
@@ -194,7 +195,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         else:
             streak = 0
         ranks = engagement_rows(engine, device) if step == 1 else None  # optimizer state exists now
-        if step == 1 and writer is not None and cfg.flash_attn == "fa2" and attention.FALLBACKS:
+        if step == started_at + 1 and writer is not None and cfg.flash_attn == "fa2" and attention.FALLBACKS:
             writer.write("log", level="warning", message=_("flash_attn fa2: some attention ran SDPA instead ({why}); the result is the same, "
                                                            "the speed SDPA's there").format(why=", ".join(sorted(attention.FALLBACKS))))
         if step % cfg.logging_steps == 0 or step == t.max_steps or stopping or ranks:

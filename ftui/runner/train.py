@@ -90,6 +90,8 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
         engine = make_engine(cfg, info, device)
         model = load_model(cfg, engine.load_device())
+        if cfg.flash_attn == "fa2":
+            attention.note_model(model.config)  # what will run SDPA, for the warning at the first step
         grow_embeddings(model, tokenizer)  # room for the stop words a template added
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir)
