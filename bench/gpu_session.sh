@@ -4,7 +4,8 @@
 #
 #     bash bench/gpu_session.sh            # results under $OUT (or ./gpu_out without a device tool)
 #
-# In the order that matters if the call is cut: the Trainer script and ftui's fastest settings
+# In the order that matters if the call is cut: bench/fa2_check.py (flash_attn fa2 against SDPA,
+# loss and gradients, torch's real kernel), then the Trainer script and ftui's fastest settings
 # at the Qwen2.5-1.5B shape (MFU and the ratio: pure bf16 with torch.compile and Liger at micro
 # batch 8 with flash_attn fa2, the same with SDPA (the best so far, 39.4 % MFU), fa2 with compile
 # alone, then bf16 packed with fa2 (its peak against the planner)), then packed_attention.py's
@@ -12,7 +13,7 @@
 # mask (the 2026-11-27 call's profile was cut by its limit before its table).
 # gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
 # the job of the case its time limit cut, which would train on under the profile). Every part
-# has its own time limit (GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
+# has its own time limit (FA2_CHECK_S, GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
 # A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
 #     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh
 set -uo pipefail
@@ -33,11 +34,14 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFL
     df -h /tmp | tail -1
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+# fa2 against SDPA first (loss and gradients on a small shape): what fa2's speed figures are worth
+timeout "${FA2_CHECK_S:-60}" "$PY" bench/fa2_check.py --out "$OUT" > /dev/null 2> "$OUT/fa2_check.log" || echo "fa2_check.py ended with $?"
+tail -n 4 "$OUT/fa2_check.log"
 CASES=${CASES:-trainer_bf16_padded,pure_bf16_packed_compile_liger_mb8_fa2,pure_bf16_packed_compile_liger_mb8,pure_bf16_packed_compile_mb8_fa2,bf16_packed_fa2}
 timeout "${GPU_SET_S:-300}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$CASES" \
     --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
 tail -n 20 "$OUT/gpu_set.log"
-timeout "${PROFILE_S:-240}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
+timeout "${PROFILE_S:-180}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
     --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
 tail -n 12 "$OUT/packed_attention.log"
 ls -la "$OUT"

@@ -122,3 +122,14 @@ def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
     attn = re.search(r"packed_attention\.py .*--attn ([\w,]+)", script.read_text()).group(1).split(",")
     known = re.search(r'"--attn", default="([\w,]+)"', (BENCH / "packed_attention.py").read_text()).group(1).split(",")
     assert attn and [a for a in attn if a not in known] == []
+
+
+def test_the_fa2_check_runs_only_on_cuda_and_says_so():
+    """bench/fa2_check.py (fa2 against SDPA with torch's real kernel) needs a GPU; here it must
+    at least start and say what it needs (a syntax or import slip would cost a device call)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the check itself runs, in bench/gpu_session.sh")
+    proc = subprocess.run([sys.executable, str(BENCH / "fa2_check.py")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "needs a CUDA GPU" in proc.stderr
