@@ -9,7 +9,9 @@ differences, what ran (``attention.describe()``: how grouped heads went in) and 
 
     python bench/fa2_check.py --out DIR      # DIR/fa2_check.json; exits 1 if a difference is too large
 
-Tolerances are bf16's (both sides round differently: other kernels, other summation orders).
+Every layer of every fa2 forward must reach the kernel (no fallback: that would compare SDPA
+with itself), and the differences stay under bounds set between bf16's rounding and what a
+wrong attention gives (LOSS_REL, GRAD_REL below).
 """
 
 from __future__ import annotations
@@ -22,8 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-LOSS_REL = 2e-2  # bf16 loss sums over a few thousand tokens
-GRAD_REL = 1e-1  # the largest gradient element's difference against the largest element
+# Measured on the CPU with this shape and data: bf16's rounding moves the loss by 4e-6 to 4e-5
+# and the worst gradient element by 0.03 of the largest; a lost sliding window or attention
+# across examples moves the loss by 8e-4 to 2e-3 and the gradients by 2 to 3 (random weights:
+# attention barely changes the loss, much the gradients). On the GPU other kernels round
+# otherwise: the bounds leave room for that and stay below what a wrong attention gives.
+LOSS_REL = 4e-4
+GRAD_REL = 0.3
 
 
 def main() -> int:
@@ -31,14 +38,26 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     import torch
-
-    if not torch.cuda.is_available():
-        sys.exit("fa2_check.py needs a CUDA GPU")
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ftui.runner import attention
     from ftui.runner.data import IGNORE, Collator, Example, pack_examples
     from ftui.runner.loss import token_loss_sum
+
+    if not torch.cuda.is_available():
+        sys.exit("fa2_check.py needs a CUDA GPU")
+    fa2 = attention.attn_implementation("fa2")  # registers it, resolves torch's kernel (and checks grouped heads)
+    kernel = attention._kernel()
+    if kernel is None:
+        sys.exit("fa2_check.py: this torch has no varlen FlashAttention-2 kernel (torch >= 2.10)")
+    calls: list[int] = []
+
+    def counted(*a, **k):  # every layer of every fa2 forward must reach the kernel
+        calls.append(1)
+        return kernel(*a, **k)
+
+    counted.__dict__.update(kernel.__dict__)
+    attention._KERNEL[0] = counted
 
     rng = random.Random(0)
     examples = []
@@ -56,7 +75,7 @@ def main() -> int:
     ok = True
     for precision in ("pure_bf16", "bf16_autocast"):
         results = {}
-        for impl in ("sdpa", attention.attn_implementation("fa2")):
+        for impl in ("sdpa", fa2):
             torch.manual_seed(0)
             model = Qwen2ForCausalLM._from_config(cfg, attn_implementation=impl)
             model = model.to(dev, dtype=torch.bfloat16 if precision == "pure_bf16" else torch.float32)
@@ -67,14 +86,16 @@ def main() -> int:
             results[impl] = (loss.item(), {n: p.grad.float() for n, p in model.named_parameters()})
         (ref_loss, ref_grads), (loss, grads) = results["sdpa"], results[attention.IMPLEMENTATION]
         worst = max(((grads[n] - g).abs().max() / g.abs().max().clamp(min=1e-12)).item() for n, g in ref_grads.items())
-        row = {"loss_sdpa": ref_loss, "loss_fa2": loss, "loss_rel": abs(loss - ref_loss) / abs(ref_loss), "grad_rel_max": worst}
-        row["ok"] = row["loss_rel"] <= LOSS_REL and worst <= GRAD_REL
+        row = {"loss_sdpa": ref_loss, "loss_fa2": loss, "loss_rel": abs(loss - ref_loss) / abs(ref_loss), "grad_rel_max": worst,
+               "kernel_calls": len(calls)}
+        row["ok"] = row["loss_rel"] <= LOSS_REL and worst <= GRAD_REL and len(calls) == cfg.num_hidden_layers
+        calls.clear()
         ok = ok and row["ok"]
         out[precision] = row
         print(precision, row, file=sys.stderr, flush=True)
     out["attention"] = attention.describe()
-    out["fallbacks"] = sorted(attention.FALLBACKS)
-    out["ok"] = ok
+    out["fallbacks"] = sorted(attention.FALLBACKS)  # none expected: a fallback would be SDPA against SDPA
+    out["ok"] = ok = ok and not attention.FALLBACKS
     text = json.dumps(out, indent=1)
     print(text)
     if args.out is not None:

@@ -454,10 +454,10 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     from ftui.plan import read_model_config
 
     try:  # a local folder or the hub cache, no network; a hub model not here yet is checked when it loads
-        model_type = read_model_config(cfg.model_name_or_path).get("model_type")
+        model = read_model_config(cfg.model_name_or_path)
     except ValueError:
-        model_type = None
-    if model_type is not None and (reason := fa2_model_problem(model_type)):
+        model = None
+    if model is not None and (reason := fa2_model_problem(model)):
         return [FieldProblem("flash_attn", "fa2", reason)]
     if _THIS_MACHINE.get():
         from ftui.gpu import first_pre_ampere  # NVML, not torch: this runs in the dashboard too
@@ -473,8 +473,14 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     return []
 
 
-def fa2_model_problem(model_type: str | None) -> str | None:
-    """Why flash_attn fa2 cannot run a model of this type (None: it can; FA2_MODEL_TYPES)."""
+def fa2_model_problem(model: dict[str, Any]) -> str | None:
+    """Why flash_attn fa2 cannot run this model (its config.json as a dict), None when it can:
+    its type must be one of FA2_MODEL_TYPES, and Qwen2-MoE's layers do not hand their sliding
+    window to the attention function (transformers 5.24), so with one it would be lost."""
+    model_type = model.get("model_type")
+    if model_type == "qwen2_moe" and model.get("use_sliding_window"):
+        return _("flash_attn fa2 cannot apply this Qwen2-MoE model's sliding window (use_sliding_window: its layers do not pass it "
+                 "to the attention kernel); use flash_attn: auto")
     if model_type in FA2_MODEL_TYPES:
         return None
     return _("flash_attn fa2 runs the attention of {types} models; this one is {model_type} (its layers take the "

@@ -126,7 +126,7 @@ def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
 
 def test_the_fa2_check_runs_only_on_cuda_and_says_so():
     """bench/fa2_check.py (fa2 against SDPA with torch's real kernel) needs a GPU; here it must
-    at least start and say what it needs (a syntax or import slip would cost a device call)."""
+    at least start, import what it uses and say what it needs (a slip would cost a device call)."""
     import torch
 
     if torch.cuda.is_available():

@@ -206,8 +206,10 @@ def test_attn_implementation_follows_llamafactorys_values():
 def fake_varlen(signature: str, seen: list):
     """varlen_attn as torch 2.10 (is_causal, no scale, no GQA switch), 2.11 (window_size, scale) or 2.13
     (and enable_gqa) declares it."""
-    def compute(q, k, v, cu, scale):
-        return reference_kernel([])(q, k, v, cu, q.size(0), scale)
+    def compute(q, k, v, cu, scale, window_size=(-1, 0)):
+        # FlashAttention's rule: a key at most window_size[0] positions back (-1: any)
+        left = window_size[0]
+        return reference_kernel([])(q, k, v, cu, q.size(0), scale, left + 1 if left >= 0 else None)
 
     if signature == "2.10":
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, is_causal=False, return_aux=None):
@@ -218,14 +220,14 @@ def fake_varlen(signature: str, seen: list):
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
                         window_size=(-1, -1), seqused_k=None, block_table=None, num_splits=None):
             seen.append(dict(window_size=window_size, heads=(query.size(1), key.size(1))))
-            assert window_size == (-1, 0)
-            return compute(query, key, value, cu_seq_q, scale)
+            assert window_size[1] == 0
+            return compute(query, key, value, cu_seq_q, scale, window_size)
     else:
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
                         window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
             seen.append(dict(window_size=window_size, enable_gqa=enable_gqa, heads=(query.size(1), key.size(1))))
-            assert window_size == (-1, 0) and (enable_gqa or query.size(1) == key.size(1))
-            return compute(query, key, value, cu_seq_q, scale)
+            assert window_size[1] == 0 and (enable_gqa or query.size(1) == key.size(1))
+            return compute(query, key, value, cu_seq_q, scale, window_size)
     return varlen_attn
 
 
@@ -249,11 +251,14 @@ def test_the_kernel_adapts_to_the_installed_varlen_attn(monkeypatch, signature, 
     out = kernel(q, k, v, cu, 12, 8 ** -0.5)
     assert close(out, reference_kernel([])(q, k, v, cu, 12, 8 ** -0.5), 1e-6)
     assert seen[0]["heads"] == heads
-    if signature == "2.10":  # no scale argument: another scale cannot be honoured, SDPA then
-        assert kernel(q, k, v, cu, 12, 0.5) is None
+    if signature == "2.10":  # no scale, no window arguments: another scale or a window cannot be honoured, SDPA then
+        assert kernel(q, k, v, cu, 12, 0.5) is None and kernel(q, k, v, cu, 12, 8 ** -0.5, 3) is None
     else:
         assert close(kernel(q, k, v, cu, 12, 0.5), reference_kernel([])(q, k, v, cu, 12, 0.5), 1e-6)
         assert signature != "2.13" or seen[0]["enable_gqa"]
+        # transformers' window of 3 (this position and the 2 before) is FlashAttention's (2, 0)
+        assert close(kernel(q, k, v, cu, 12, 8 ** -0.5, 3), reference_kernel([])(q, k, v, cu, 12, 8 ** -0.5, 3), 1e-6)
+        assert seen[-1]["window_size"] == (2, 0)
 
 
 def test_grouped_heads_go_in_as_they_are_only_where_a_call_shows_the_kernel_takes_them(monkeypatch):
@@ -494,6 +499,7 @@ def fake_module(training=False):
 @pytest.mark.parametrize("kwargs,training,why", [
     (dict(dropout=0.1), True, "attention dropout while training"),
     (dict(is_causal=False), False, "non-causal attention"),
+    (dict(position_bias=torch.zeros(1)), False, "a position bias"),  # SDPA adds it
 ])
 def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, monkeypatch, kwargs, training, why):
     monkeypatch.setattr(A, "FALLBACKS", set())
@@ -507,7 +513,7 @@ def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, mon
     assert out.shape == (1, 6, 4, 8) and len(kernel_calls) == 1 and A.FALLBACKS == {why}
 
 
-@pytest.mark.parametrize("kwargs", [dict(softcap=30.0), dict(s_aux=torch.zeros(4)), dict(position_bias=torch.zeros(1))])
+@pytest.mark.parametrize("kwargs", [dict(softcap=30.0), dict(s_aux=torch.zeros(4))])
 def test_what_neither_the_kernel_nor_sdpa_computes_is_refused(kernel_calls, kwargs):
     q, k = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8)
     with pytest.raises(ValueError, match="flash_attn: auto"):
@@ -532,6 +538,8 @@ def test_what_the_model_s_config_says_will_run_sdpa_is_noted_at_load(monkeypatch
     assert noted(mistral) == set() and noted(mistral, windows=False) == {"a sliding window (this torch's kernel has none)"}
     gemma3 = SimpleNamespace(sliding_window=512, use_sliding_window=False, layer_types=["sliding_attention", "full_attention"])
     assert noted(gemma3, windows=False) == {"a sliding window (this torch's kernel has none)"}
+    qwen2 = SimpleNamespace(sliding_window=512, use_sliding_window=True, layer_types=["full_attention"] * 2)  # max_window_layers: none slides
+    assert noted(qwen2, windows=False) == set()
 
 
 def test_describe_says_how_grouped_heads_go_in(monkeypatch):
@@ -552,6 +560,15 @@ def test_fa2_refuses_a_model_whose_attention_it_cannot_run(tmp_path):
     cfg = demo_config().model_copy(update={"flash_attn": "fa2", "model_name_or_path": str(tmp_path)})
     with pytest.raises(ValueError, match="qwen3_5_text"):  # a hub name validation could not read: refused at load
         load_model(cfg, torch.device("cpu"))
+
+
+def test_fa2_refuses_qwen2_moe_s_sliding_window_which_its_layers_do_not_pass_on():
+    from ftui.config import fa2_model_problem
+
+    assert fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": False}) is None  # Qwen1.5-MoE as released
+    assert "sliding window" in fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": True})
+    assert fa2_model_problem({"model_type": "qwen2", "use_sliding_window": True}) is None  # Qwen2 passes it per layer
+    assert "gpt_oss" in fa2_model_problem({"model_type": "gpt_oss"})
 
 
 def test_fa2_is_refused_on_a_pre_ampere_gpu(monkeypatch):

@@ -40,21 +40,32 @@ def main(argv: list[str] | None = None) -> int:
 
 def exit_now(code: int | None) -> None:
     """Ends the process once the job has returned: its events, checkpoints and reporters are
-    written and closed by then (nothing here is left to atexit). Python's normal exit also runs
-    C++ destructors of threads that torch.distributed / DeepSpeed leave behind, and one of them
-    sometimes aborts a rank that has finished its work ("terminate called without an active
-    exception", SIGABRT, seen on FSDP and ZeRO-3 ranks after a completed run): the launcher
-    then reports a failure that did not happen. So stdio and logging are flushed, and the
-    process leaves with os._exit, without that teardown."""
+    written and closed by then. Python's normal exit also runs C++ destructors of threads that
+    torch.distributed / DeepSpeed leave behind, and one of them sometimes aborts a rank that
+    has finished its work ("terminate called without an active exception", SIGABRT, seen on
+    FSDP and ZeRO-3 ranks after a completed run): the launcher then reports a failure that did
+    not happen. So the atexit handlers run (wandb's teardown, temporary folders, torch's
+    compile workers), stdio, logging and C's stdio buffers are flushed, and the process leaves
+    with os._exit, without the interpreter's and C++'s teardown."""
+    import atexit
+    import ctypes
     import logging
     import os
 
+    try:
+        atexit._run_exitfuncs()
+    except Exception:  # a handler's failure must not turn a finished job into a failed one
+        pass
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (the reader went away) or a closed stream
             pass
-    logging.shutdown()
+    try:
+        ctypes.CDLL(None).fflush(None)  # what C and C++ libraries printed
+    except (OSError, AttributeError):
+        pass
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 

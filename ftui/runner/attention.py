@@ -19,10 +19,10 @@ label) and the stages hand them to the model as transformers' own keyword argume
 (``cu_seq_lens_q``/``_k``, ``max_length_q``/``_k``, those of its FlashAttention integration),
 which the decoder layers of ``ftui.presets.families.FA2_MODEL_TYPES`` pass to their attention
 untouched (other models are refused: ``ftui.config.fa2_model_problem``). A call without them
-(chat's and predict's generation), with a KV cache or dropout, outside half precision, or with
-a sliding window on torch 2.10 (whose kernel has no window), runs transformers' SDPA function
-instead: fa2 changes how attention is computed, not what. What neither computes (soft-capping,
-attention sinks, a position bias) is refused.
+(chat's and predict's generation), with a KV cache or dropout, outside half precision, with a
+position bias, or with a sliding window on torch 2.10 (whose kernel has no window), runs
+transformers' SDPA function instead: fa2 changes how attention is computed, not what. What
+neither computes (soft-capping, attention sinks) is refused.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from ftui.i18n import _
 
 IMPLEMENTATION = "ftui_fa2"
 FLASH_DTYPES = (torch.float16, torch.bfloat16)  # what FlashAttention-2 computes in
-# keyword arguments of an attention call that neither torch's varlen kernel nor SDPA computes
-UNSUPPORTED_KWARGS = ("s_aux", "softcap", "position_bias")
+# keyword arguments of an attention call that neither torch's varlen kernel nor transformers'
+# SDPA function computes (it refuses soft-capping and drops sinks)
+UNSUPPORTED_KWARGS = ("s_aux", "softcap")
 # why some fa2 attention runs SDPA instead: noted from the model's config at load (note_model) and
 # by eager calls; the loop warns once
 FALLBACKS: set[str] = set()
@@ -159,8 +160,11 @@ def note_model(config: Any) -> None:
     kernel = _kernel()
     if getattr(config, "attention_dropout", 0.0):
         FALLBACKS.add("attention dropout while training")
-    sliding = getattr(config, "sliding_window", None) and (getattr(config, "use_sliding_window", True) is not False
-                                                           or "sliding_attention" in (getattr(config, "layer_types", None) or ()))
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:  # Qwen2/3, Gemma 3: which layers slide
+        sliding = "sliding_attention" in layer_types
+    else:  # Mistral, Mixtral, Phi-3: every layer, when a window is set
+        sliding = bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True) is not False
     if sliding and kernel is not None and not getattr(kernel, "windows", True):
         FALLBACKS.add("a sliding window (this torch's kernel has none)")
 
@@ -182,13 +186,14 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if cu is not None and any(kwargs.get(k) is not None for k in UNSUPPORTED_KWARGS):
         # neither the kernel nor transformers' SDPA function computes these (SDPA refuses or drops
         # them); fa2 is refused for the model types that pass them, so this is a model outside them
-        raise ValueError(_("flash_attn fa2 cannot compute this model's attention (soft-capping, attention sinks or a position "
-                           "bias); use flash_attn: auto"))
+        raise ValueError(_("flash_attn fa2 cannot compute this model's attention (soft-capping or attention sinks); "
+                           "use flash_attn: auto"))
     if cu is not None:
         why = ("no varlen kernel in this torch" if kernel is None else
                "a KV cache or unequal head sizes" if key.size(2) != length or value.size(-1) != dim else
                "attention dropout while training" if dropout and module.training else
                "non-causal attention" if not causal else
+               "a position bias" if kwargs.get("position_bias") is not None else
                "attention outside fp16/bf16" if dtype not in FLASH_DTYPES else None)
     if cu is not None and why is None:
         flat = lambda t: t.transpose(1, 2).reshape(batch * length, t.size(1), dim).to(dtype)  # noqa: E731

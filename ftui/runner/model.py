@@ -96,7 +96,7 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     dtype = base_dtype(cfg)
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation=attn_implementation(cfg.flash_attn))
     config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or cfg.flash_attn == "fa2" else None
-    if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.model_type)):
+    if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.to_dict())):
         raise ValueError(reason)
     if cfg.model_init == "random":
         torch.manual_seed(cfg.seed)
