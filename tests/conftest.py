@@ -43,6 +43,20 @@ def _session_ftui_home(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _english(monkeypatch):
+    """Each test starts, and ends, in English with no FTUI_LANG exported: a language switch in
+    an app exports FTUI_LANG (for the jobs it starts) and sets this process's language, and a
+    test that switched must not leave the next one's CLI output or runs in Chinese (a CI run
+    here printed the CLI in Chinese in 13 later tests of one worker)."""
+    from ftui.i18n import set_language
+
+    monkeypatch.delenv("FTUI_LANG", raising=False)
+    set_language("en", export=False)
+    yield
+    set_language("en", export=False)
+
+
+@pytest.fixture(autouse=True)
 def _ftui_home(tmp_path, monkeypatch):
     """Each test its own FTUI_HOME, tmp_path (so its default runs root is tmp_path/runs): a run
     one test indexes is never listed by another."""
