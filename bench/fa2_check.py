@@ -67,8 +67,8 @@ def main() -> int:
         examples.append(Example(ids, [IGNORE] * (n // 3) + ids[n // 3:], real_tokens=n))
     rows = pack_examples(examples, 1024)[:4]
     dev = torch.device("cuda")
-    batches = {counted: Collator(0, pad_to_multiple=8, pin_memory=True, sequence_lengths=counted)(rows).to(dev)
-               for counted in (False, True)}
+    batches = {lengths: Collator(0, pad_to_multiple=8, pin_memory=True, sequence_lengths=lengths)(rows).to(dev)
+               for lengths in (False, True)}
     cfg = Qwen2Config(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
                       num_key_value_heads=2, use_sliding_window=True, sliding_window=64, max_window_layers=2)
     out: dict = {"rows": len(rows), "tokens": batches[True].input_ids.numel(), "sequences": len(batches[True].cu_seqlens) - 1}

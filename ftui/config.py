@@ -440,25 +440,16 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     """flash_attn fa2 needs what torch's varlen FlashAttention-2 kernel needs: a CUDA GPU of
     compute capability 8.0 or newer, half-precision attention and torch >= 2.10 (read from its
     metadata: no torch import here); fa3 (the flash-attn 3 package in LLaMA-Factory) is not one
-    ftui has; the model's type must be one whose attention fa2 runs (FA2_MODEL_TYPES: read
-    from its config.json here when it is on disk or in the hub cache, else when it loads)."""
+    ftui has. The model itself is checked by fa2_model_problems, beside the other checks of its config."""
     if cfg.flash_attn == "fa3":
         return [FieldProblem("flash_attn", "fa3", _("ftui has no FlashAttention-3 kernel (LLaMA-Factory's fa3 needs the flash-attn 3 package); "
                                                     "use fa2 (torch's built-in FlashAttention-2) or sdpa"))]
     if cfg.flash_attn != "fa2":
         return []
-    if cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus)):
+    if runs_without_gpu(cfg):
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 runs on CUDA GPUs only and none is used here; use flash_attn: auto (SDPA) for a CPU run"))]
     if cfg.precision == "fp32":
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 computes in bf16 or fp16; turn on bf16 (or pure_bf16, fp16), or use flash_attn: auto for an fp32 run"))]
-    from ftui.plan import read_model_config
-
-    try:  # a local folder or the hub cache, no network; a hub model not here yet is checked when it loads
-        model = read_model_config(cfg.model_name_or_path)
-    except ValueError:
-        model = None
-    if model is not None and (reason := fa2_model_problem(model)):
-        return [FieldProblem("flash_attn", "fa2", reason)]
     if _THIS_MACHINE.get():
         from ftui.gpu import first_pre_ampere  # NVML, not torch: this runs in the dashboard too
 
@@ -471,6 +462,26 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
         return [FieldProblem("flash_attn", "fa2", _("fa2 uses torch's varlen FlashAttention-2 kernel, which needs torch >= 2.10 (installed: {version}); "
                                                     "upgrade torch, or use flash_attn: auto").format(version=".".join(map(str, installed))))]
     return []
+
+
+def runs_without_gpu(cfg: RunConfig) -> bool:
+    """device cpu, or auto on a machine whose NVML sees no GPU (among ``gpus``)."""
+    return cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))
+
+
+def fa2_model_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """flash_attn fa2 and the model: its type must be one whose attention fa2 runs, read from
+    its config.json on disk or in the hub cache (a hub model not here yet is checked when it
+    loads, ftui.runner.model)."""
+    if cfg.flash_attn != "fa2":
+        return []
+    from ftui.plan import read_model_config
+
+    try:
+        reason = fa2_model_problem(read_model_config(cfg.model_name_or_path))
+    except ValueError:
+        return []
+    return [FieldProblem("flash_attn", "fa2", reason)] if reason else []
 
 
 def fa2_model_problem(model: dict[str, Any]) -> str | None:
@@ -532,7 +543,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
     if cfg.device == "cuda" and not gpu_present(cfg.gpus):
         out.append(FieldProblem("device", cfg.device, _("no CUDA GPU was found on this machine (NVML sees none); use device: auto "
                                                         "(the CPU when there is no GPU) or cpu")))
-    elif cfg.precision == "fp16" and (cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))):
+    elif cfg.precision == "fp16" and runs_without_gpu(cfg):
         out.append(FieldProblem("fp16", True, _("fp16 needs a CUDA GPU and none was found; for a CPU run use bf16 (CPU autocast "
                                                 "supports it) or fp32") if cfg.device == "auto" else
                                 _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
@@ -565,6 +576,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out += model_problems(cfg)
         out += cutoff_problems(cfg)
         out += multimodal_model_problems(cfg)
+        out += fa2_model_problems(cfg)
     out += refused_key_problems(cfg)
     out += unknown_key_problems(cfg)
     out += output_dir_problems(cfg)

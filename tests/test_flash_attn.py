@@ -23,6 +23,7 @@ from ftui.config import FieldProblem, cross_field_problems, demo_config, for_ano
 from ftui.runner import attention as A
 from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
 from ftui.runner.loss import token_loss_sum
+from test_preference_chunked import close
 
 VOCAB = 512
 
@@ -83,10 +84,6 @@ def loss_and_grads(model, inputs, labels):
     loss = token_loss_sum(logits, labels)
     loss.backward()
     return logits.detach(), loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
-def close(a, b, rel):
-    return (a.float() - b.float()).abs().max().item() <= rel * max(b.float().abs().max().item(), 1e-12)
 
 
 # --- the lengths

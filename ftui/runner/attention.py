@@ -42,6 +42,7 @@ UNSUPPORTED_KWARGS = ("s_aux", "softcap")
 # why some fa2 attention runs SDPA instead: noted from the model's config at load (note_model) and
 # by eager calls; the loop warns once
 FALLBACKS: set[str] = set()
+NO_WINDOW = "a sliding window (this torch's kernel has none)"
 
 
 def attn_implementation(flash_attn: str) -> str:
@@ -166,7 +167,7 @@ def note_model(config: Any) -> None:
     else:  # Mistral, Mixtral, Phi-3: every layer, when a window is set
         sliding = bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True) is not False
     if sliding and kernel is not None and not getattr(kernel, "windows", True):
-        FALLBACKS.add("a sliding window (this torch's kernel has none)")
+        FALLBACKS.add(NO_WINDOW)
 
 
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -200,7 +201,7 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         scale = scaling if scaling is not None else dim ** -0.5
         window = kwargs.get("sliding_window")
         out = kernel(flat(query), flat(key), flat(value), cu, int(kwargs.get("max_length_q") or length), scale, window)
-        why = (None if out is not None else "a sliding window (this torch's kernel has none)" if window else
+        why = (None if out is not None else NO_WINDOW if window else
                "a scale other than 1/sqrt(head_dim) (torch 2.10's kernel has none)")
     if out is None:
         if why is not None and not torch.compiler.is_compiling():
