@@ -7,10 +7,10 @@
 # In the order that matters if the call is cut: bench/fa2_check.py (flash_attn fa2 against SDPA,
 # loss and gradients, torch's real kernel), then the Trainer script and ftui's fastest settings
 # at the Qwen2.5-1.5B shape (MFU and the ratio: pure bf16 with torch.compile and Liger at micro
-# batch 8 with flash_attn fa2, the same with SDPA (the best so far, 39.4 % MFU), fa2 with compile
-# alone, then bf16 packed with fa2 (its peak against the planner)), then packed_attention.py's
-# profile of where a pure-bf16 step's time goes with fa2, and its timing against SDPA's packed
-# mask (the 2026-11-27 call's profile was cut by its limit before its table).
+# batch 8 with flash_attn fa2, 45.8 % MFU on 2026-11-27, the same with SDPA for the ratio within
+# the call, fa2 with compile alone, then bf16 packed with fa2 (its peak against the planner)),
+# then packed_attention.py's profile of where a pure-bf16 step's time goes with fa2, and its
+# timing against SDPA's packed mask. bench/README.md has the figures.
 # gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
 # the job of the case its time limit cut, which would train on under the profile). Every part
 # has its own time limit (FA2_CHECK_S, GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.

@@ -47,7 +47,12 @@ CASES = [  # (name, overrides)
     ("full fp32 Qwen vocabulary chunked loss", dict(finetuning_type="full", engine="single", nproc_per_node=1)),
     ("full fp32 Qwen vocabulary full logits", dict(finetuning_type="full", engine="single", nproc_per_node=1,
                                                        chunked_loss=False)),
-]
+    # rows of 1,024 tokens, where eager attention's kept softmax (heads x length a token) is the
+    # largest activation: flash_attn disabled against SDPA (--cases 1024 --tag _attention)
+    ("full fp32 sdpa 1024", dict(finetuning_type="full", engine="single", nproc_per_node=1, cutoff_len=1024)),
+    ("full fp32 eager attention 1024", dict(finetuning_type="full", engine="single", nproc_per_node=1, cutoff_len=1024,
+                                            flash_attn="disabled")),
+]  # (bf16 eager attention is not a case: the CPU's bf16 backward of it ran over 16 minutes without finishing a step)
 LARGE_VOCAB = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    vocab_size=151936, max_position_embeddings=2048)
 
@@ -87,7 +92,8 @@ def main() -> None:
         for name, over in cases:
             row = {"case": name}
             vocab_case = "vocabulary" in name
-            row["model"], row["cutoff_len"] = (LARGE_VOCAB, 1024) if vocab_case else (model, cutoff)
+            over = dict(over)
+            row["model"], row["cutoff_len"] = (LARGE_VOCAB, 1024) if vocab_case else (model, over.pop("cutoff_len", cutoff))
             for label, mdir in (("model", large_vocab if vocab_case else big), ("floor", small)):
                 cfg = dict(model_name_or_path=str(mdir), model_init="random", dataset=str(data), cutoff_len=row["cutoff_len"], packing=True,
                            per_device_train_batch_size=micro, max_steps=3, logging_steps=1, save_strategy="no", learning_rate=1e-4,

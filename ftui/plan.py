@@ -31,6 +31,7 @@ before comparing it with the GPU's memory. Checked against measured peaks in
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -259,7 +260,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
-             pure_bf16: bool = False) -> Estimate:
+             pure_bf16: bool = False, attention: str = "sdpa") -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -277,7 +278,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
     trained parameter), no autocast copy, the residual stream bf16 (transformers' RMSNorm
     keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay
-    fp32. Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
+    fp32. ``attention`` (from ``flash_attn``): ``sdpa`` (auto), ``fa2`` (torch's varlen
+    FlashAttention-2: no repeated K/V heads, no transposed copy of its output) or ``eager``
+    (``disabled``: the softmax of every layer kept, heads x sequence length per token).
+    Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
     W = max(1, world_size)
@@ -374,6 +378,22 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # of Liger's and compile's saving is not counted: the planner stays on the safe side.
         # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
+    q_size = shape.heads * shape.head_dim
+    if attention == "fa2":
+        # SDPA with the packed or padding mask keeps K and V repeated to every query head
+        # (transformers' repeat_kv, grouped heads only) and its output in (batch, heads,
+        # sequence, dim) as well as the transposed copy o_proj takes; torch's varlen kernel
+        # takes grouped heads as they are (ftui passes them so from torch 2.11 on where the
+        # kernel accepts them, ftui/runner/attention.py) and its output is o_proj's input.
+        # Measured on an H100 (Qwen2.5-1.5B shape, pure bf16, compile + Liger, 16,384 tokens):
+        # 3.94 GiB below SDPA's peak; this term, 3.63 GiB.
+        per_layer -= (q_size + (2 * (q_size - kv) if shape.kv_heads < shape.heads else 0)) * act
+    elif attention == "eager":
+        # transformers' eager attention: the fp32 softmax of every query against every key
+        # of its row is kept for backward (and, in half precision, its cast to the compute
+        # type, which the product with V keeps): heads x sequence length values per token.
+        # seq_len is cutoff_len (packed rows; a padded batch's rows are at most that long).
+        per_layer += shape.heads * seq_len * (4 + (act if half else 0))
     if method == "freeze":
         saved_layers = min(freeze_layers, shape.layers)  # nothing before the first trainable layer keeps anything
     else:
@@ -432,7 +452,11 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
                     training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
-                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)))
+                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)), attention=ATTENTION.get(overrides.get("flash_attn", getattr(cfg, "flash_attn", "auto")), "sdpa"))
+
+
+# flash_attn's values (LLaMA-Factory's names) to the attention the runner computes with
+ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "fa2", "disabled": "eager"}
 
 
 @dataclass
@@ -482,7 +506,8 @@ class Verdict:
 def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None) -> list[str]:
     """Changes that make the run fit, least disruptive first: every combination of a more
     memory-saving engine, a smaller micro batch (same effective batch), gradient
-    checkpointing and LoRA/QLoRA is estimated (a few hundred estimates, microseconds each)
+    checkpointing, LoRA/QLoRA and, where attention is eager (``flash_attn: disabled``), SDPA
+    is estimated (a few hundred estimates, microseconds each)
     and ranked by how much it changes the run."""
     engines: list[tuple[str | None, int]] = [(None, 0)]
     engine, seen = (None if cfg.deepspeed else cfg.engine), set()
@@ -501,34 +526,37 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
         methods.append(("lora", 3))
     if cfg.method in ("full", "lora") and cfg.precision != "fp32":
         methods.append(("qlora", 4))
+    # eager attention (flash_attn: disabled) keeps every layer's softmax; SDPA computes the same
+    attentions = [(getattr(cfg, "flash_attn", "auto"), 0)] + ([("auto", 1)] if getattr(cfg, "flash_attn", "auto") == "disabled" else [])
     found: list[tuple[int, float, str]] = []
-    for eng, c1 in engines:
-        for mb, c2 in batches:
-            for ck, c3 in ckpts:
-                for method, c4 in methods:
-                    cost = c1 + c2 + c3 + c4
-                    if cost == 0:
-                        continue
-                    over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method}
-                    if eng:
-                        over["engine"] = eng
-                    e = estimate_for(cfg, shape, compute_major, **over)
-                    if e.needed > gpu_bytes:
-                        continue
-                    parts = []
-                    if eng:
-                        parts.append(f"engine {eng}")  # key names and values: not translated
-                    if mb != cfg.per_device_train_batch_size:
-                        accum = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size // mb
-                        parts.append(_("per_device_train_batch_size {micro_batch} with gradient_accumulation_steps {accumulation}").format(
-                            micro_batch=mb, accumulation=accum))
-                    if ck and not cfg.gradient_checkpointing:
-                        parts.append("gradient_checkpointing: true")
-                    if method != cfg.method:
-                        parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
-                    found.append((cost, e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
+    for (eng, c1), (mb, c2), (ck, c3), (method, c4), (attn, c5) in itertools.product(engines, batches, ckpts, methods, attentions):
+        cost = c1 + c2 + c3 + c4 + c5
+        if cost == 0:
+            continue
+        over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method,
+                                "flash_attn": attn}
+        if eng:
+            over["engine"] = eng
+        e = estimate_for(cfg, shape, compute_major, **over)
+        if e.needed > gpu_bytes:
+            continue
+        parts = []
+        if attn != getattr(cfg, "flash_attn", "auto"):
+            parts.append("flash_attn: auto")  # key names and values: not translated
+        if eng:
+            parts.append(f"engine {eng}")
+        if mb != cfg.per_device_train_batch_size:
+            accum = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size // mb
+            parts.append(_("per_device_train_batch_size {micro_batch} with gradient_accumulation_steps {accumulation}").format(
+                micro_batch=mb, accumulation=accum))
+        if ck and not cfg.gradient_checkpointing:
+            parts.append("gradient_checkpointing: true")
+        if method != cfg.method:
+            parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
+        # at equal cost, SDPA for eager attention first: the same result, no slower
+        found.append((cost, attn == getattr(cfg, "flash_attn", "auto"), e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
     found.sort()
-    return [text for _cost, _total, text in found[:limit]]
+    return [text for _cost, _same_attention, _total, text in found[:limit]]
 
 
 def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = None) -> Verdict:

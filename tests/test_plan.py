@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ftui.plan import CUDA_CONTEXT_BYTES, GIB, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
+from ftui.plan import CUDA_CONTEXT_BYTES, GIB, gib, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
 from ftui.config import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
@@ -350,3 +350,47 @@ def test_a_cpu_runs_plan_is_host_memory_without_gpu_overheads(capsys):
     assert main(["plan", "--preset", "demo", "--gpu-memory", "24"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "per GPU" in out and "CUDA context" in out and "fits 24.0 GiB GPUs" in out
+
+
+def test_attention_kernels_change_what_a_layer_keeps():
+    """fa2 (torch's varlen FlashAttention-2) keeps neither K/V repeated to every query head nor a
+    transposed copy of its output; eager attention (flash_attn: disabled) keeps each layer's
+    softmax, heads x cutoff_len values a token, fp32 and (in half precision) its cast."""
+    qwen15 = ModelShape.from_config(QWEN15)  # 12 query heads of 128, 2 K/V heads
+    tokens_layers = 4 * 2048 * 29
+    for precision, act in (("bf16", 2), ("fp32", 4)):
+        kw = dict(micro_batch=4, seq_len=2048, precision=precision)
+        sdpa = estimate(qwen15, **kw).activations
+        assert estimate(qwen15, attention="sdpa", **kw).activations == sdpa
+        # the output copy (12 x 128) and the repeated K/V less the grouped ones (2 x (1536 - 256))
+        assert sdpa - estimate(qwen15, attention="fa2", **kw).activations == tokens_layers * (1536 + 2 * 1280) * act
+        softmax = 4 + (2 if precision == "bf16" else 0)
+        assert estimate(qwen15, attention="eager", **kw).activations - sdpa == tokens_layers * 12 * 2048 * softmax
+    # multi-head attention: repeat_kv copies nothing, fa2 saves the output copy alone
+    mha = ModelShape.from_config(dict(QWEN15, num_key_value_heads=12))
+    kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
+    assert estimate(mha, **kw).activations - estimate(mha, attention="fa2", **kw).activations == tokens_layers * 1536 * 2
+
+
+def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa(llama7b):
+    from ftui.config import RunConfig
+
+    base = dict(model_name_or_path=str(llama7b), dataset="x.json", bf16=True, cutoff_len=2048, per_device_train_batch_size=1,
+                finetuning_type="lora")
+    shape = ModelShape.from_config(LLAMA2_7B)
+    by_key = {key: estimate_for(RunConfig(**base, flash_attn=key), shape).activations for key in ("auto", "sdpa", "fa2", "disabled")}
+    assert by_key["auto"] == by_key["sdpa"] > by_key["fa2"]
+    # 32 heads x 2,048 x 6 bytes a token and layer (32 layers and the one the gradient flows
+    # back through): 24.75 GiB more for one row of 2,048
+    assert by_key["disabled"] - by_key["sdpa"] == 2048 * 33 * 32 * 2048 * 6
+    lora = dict(finetuning_type="lora")
+    sdpa = plan(cfg_for(llama7b, **lora), 40 * GIB)
+    assert sdpa.fits is True
+    eager = plan(cfg_for(llama7b, flash_attn="disabled", **lora), 40 * GIB)
+    assert eager.fits is False
+    # the same result, no slower: offered before gradient checkpointing, which costs the same
+    assert eager.suggestions[0] == f"flash_attn: auto (~{gib(sdpa.estimate.total)})", eager.suggestions
+    assert any(s.startswith("gradient_checkpointing") for s in eager.suggestions)
+    # a run on SDPA is never told to change its attention
+    tight = plan(cfg_for(llama7b, **lora), 16 * GIB)
+    assert tight.fits is False and tight.suggestions and not any("flash_attn" in s for s in tight.suggestions)

@@ -68,12 +68,13 @@ CASES_MEASURED = recorded_cases()
 def test_the_recorded_set_covers_the_settings_the_planner_distinguishes():
     """The replay below cannot pass by having nothing to replay: the recorded H100 cases cover
     autocast and pure bf16, compile and Liger alone and together, fp16, fp32, LoRA, full logits,
-    two shapes and two micro batches; and the engine presets of the first GPU session."""
+    flash_attn fa2, two shapes and two micro batches; and the engine presets of the first GPU session."""
     names = {label.split("/")[-1] for label, *_ in CASES_MEASURED}
     assert {"zero0-bf16-full", "zero3_offload-bf16-full", "fsdp_offload-fp32-full", "single-bf16-lora"} <= names
     assert {"bf16_packed", "bf16_packed_compile", "bf16_packed_liger", "bf16_packed_compile_liger", "fp16_packed",
             "fp32_packed", "bf16_packed_lora", "bf16_packed_full_logits", "pure_bf16_packed",
-            "pure_bf16_packed_compile_liger", "pure_bf16_packed_compile_liger_mb8"} <= names
+            "pure_bf16_packed_compile_liger", "pure_bf16_packed_compile_liger_mb8",
+            "pure_bf16_packed_compile_liger_mb8_fa2", "pure_bf16_packed_compile_mb8_fa2", "bf16_packed_fa2"} <= names
     assert {label.split("/")[0] for label, *_ in CASES_MEASURED} >= {"qwen2.5-0.5b", "qwen2.5-1.5b"}
 
 
