@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
-from ftui.presets.families import FA2_MODEL_TYPES
+from ftui.presets.families import FA2_MODEL_TYPES, sdpa_problem
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
@@ -97,7 +97,8 @@ class RunConfig(BaseModel):
     tf32: bool = Field(True, description=N_("fp32 runs on CUDA use TF32 tensor cores for matrix products (Ampere and later); false: true fp32 arithmetic, several times slower"))
     enable_liger_kernel: bool = Field(False, description=N_("Liger's Triton kernels (RMSNorm, SwiGLU, RoPE, and its fused linear cross-entropy for the chunked loss); needs liger-kernel and a CUDA GPU"))
     flash_attn: Literal["auto", "sdpa", "fa2", "disabled", "fa3"] = Field(
-        "auto", description=N_("attention kernel: auto and sdpa: PyTorch's SDPA (with a mask over packed or padded rows); fa2: FlashAttention-2 "
+        "auto", description=N_("attention kernel: auto: PyTorch's SDPA (with a mask over packed or padded rows), eager attention for a model "
+                               "SDPA cannot compute (Gemma 2's soft-capping); sdpa: SDPA only; fa2: FlashAttention-2 "
                                "over each example alone (torch's built-in kernel, torch >= 2.10, an Ampere or newer GPU, bf16 or fp16); disabled: "
                                "plain eager attention"))
     # --- Data
@@ -440,7 +441,7 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     """flash_attn fa2 needs what torch's varlen FlashAttention-2 kernel needs: a CUDA GPU of
     compute capability 8.0 or newer, half-precision attention and torch >= 2.10 (read from its
     metadata: no torch import here); fa3 (the flash-attn 3 package in LLaMA-Factory) is not one
-    ftui has. The model itself is checked by fa2_model_problems, beside the other checks of its config."""
+    ftui has. The model itself is checked by attention_model_problems, beside the other checks of its config."""
     if cfg.flash_attn == "fa3":
         return [FieldProblem("flash_attn", "fa3", _("ftui has no FlashAttention-3 kernel (LLaMA-Factory's fa3 needs the flash-attn 3 package); "
                                                     "use fa2 (torch's built-in FlashAttention-2) or sdpa"))]
@@ -469,19 +470,27 @@ def runs_without_gpu(cfg: RunConfig) -> bool:
     return cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))
 
 
-def fa2_model_problems(cfg: RunConfig) -> list[FieldProblem]:
-    """flash_attn fa2 and the model: its type must be one whose attention fa2 runs, read from
-    its config.json on disk or in the hub cache (a hub model not here yet is checked when it
-    loads, ftui.runner.model)."""
-    if cfg.flash_attn != "fa2":
+def attention_model_problems(cfg: RunConfig, model: dict[str, Any] | None = None) -> list[FieldProblem]:
+    """flash_attn and the model (``model``: its config.json as a dict; default: read from disk
+    or the hub cache, and a hub model not here yet is checked when it loads, ftui.runner.model):
+    fa2 needs a model type whose attention it runs; sdpa, a model whose attention SDPA
+    computes (auto loads the others with eager attention)."""
+    if cfg.flash_attn not in ("fa2", "sdpa"):
         return []
-    from ftui.plan import read_model_config
+    if model is None:
+        from ftui.plan import read_model_config
 
-    try:
-        reason = fa2_model_problem(read_model_config(cfg.model_name_or_path))
-    except ValueError:
-        return []
-    return [FieldProblem("flash_attn", "fa2", reason)] if reason else []
+        try:
+            model = read_model_config(cfg.model_name_or_path)
+        except ValueError:
+            return []
+    if cfg.flash_attn == "fa2":
+        reason = fa2_model_problem(model)
+    elif (why := sdpa_problem(model)) is not None:
+        reason = _("flash_attn sdpa: {why}; use flash_attn: auto (eager attention for this model) or disabled").format(why=why)
+    else:
+        reason = None
+    return [FieldProblem("flash_attn", cfg.flash_attn, reason)] if reason else []
 
 
 def fa2_model_problem(model: dict[str, Any]) -> str | None:
@@ -576,7 +585,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
         out += model_problems(cfg)
         out += cutoff_problems(cfg)
         out += multimodal_model_problems(cfg)
-        out += fa2_model_problems(cfg)
+        out += attention_model_problems(cfg)
     out += refused_key_problems(cfg)
     out += unknown_key_problems(cfg)
     out += output_dir_problems(cfg)

@@ -40,6 +40,7 @@ from typing import Any
 
 from ftui.i18n import _
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
+from ftui.presets.families import sdpa_problem
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, more_memory_saving, read_user_deepspeed, spec_from
 
 GIB = 2**30
@@ -130,6 +131,7 @@ class ModelShape:
     head_dim: int
     tied: bool = False
     attention_bias: bool = False
+    sdpa: bool = True  # whether SDPA computes its attention (else flash_attn auto loads it eager: Gemma 2)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
@@ -142,6 +144,7 @@ class ModelShape:
                 layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
                 head_dim=int(cfg.get("head_dim") or hidden // heads), tied=bool(cfg.get("tie_word_embeddings", False)),
                 attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
+                sdpa=sdpa_problem(cfg) is None,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise UnknownModel(_("config.json lacks what the planner needs ({error}); it knows Llama-style decoder models").format(
@@ -260,7 +263,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
-             pure_bf16: bool = False, attention: str = "sdpa") -> Estimate:
+             pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -278,9 +281,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
     trained parameter), no autocast copy, the residual stream bf16 (transformers' RMSNorm
     keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay
-    fp32. ``attention`` (from ``flash_attn``): ``sdpa`` (auto), ``fa2`` (torch's varlen
-    FlashAttention-2: no repeated K/V heads, no transposed copy of its output) or ``eager``
-    (``disabled``: the softmax of every layer kept, heads x sequence length per token).
+    fp32. ``attention`` (from ``flash_attn``, :func:`attention_for`): ``sdpa``, ``fa2`` (torch's
+    varlen FlashAttention-2: no repeated K/V heads and no mask bias where ``packing`` or several
+    rows make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
+    length per token).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
@@ -379,15 +383,17 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
     q_size = shape.heads * shape.head_dim
-    if attention == "fa2":
-        # SDPA with the packed or padding mask keeps K and V repeated to every query head
-        # (transformers' repeat_kv, grouped heads only) and its output in (batch, heads,
-        # sequence, dim) as well as the transposed copy o_proj takes; torch's varlen kernel
-        # takes grouped heads as they are (ftui passes them so from torch 2.11 on where the
-        # kernel accepts them, ftui/runner/attention.py) and its output is o_proj's input.
-        # Measured on an H100 (Qwen2.5-1.5B shape, pure bf16, compile + Liger, 16,384 tokens):
-        # 3.94 GiB below SDPA's peak; this term, 3.63 GiB.
-        per_layer -= (q_size + (2 * (q_size - kv) if shape.kv_heads < shape.heads else 0)) * act
+    if attention == "fa2" and (packing or micro_batch > 1):
+        # With a mask (packed rows, or padding in a batch of several rows), SDPA in every
+        # layer gets K and V repeated to every query head (transformers' repeat_kv: grouped
+        # heads only) and turns transformers' boolean mask into a float bias in the compute
+        # type, both kept for backward: 2 x (q - kv) + seq_len values a token. torch's varlen
+        # kernel takes grouped heads as they are (ftui passes them so where the kernel accepts
+        # them, ftui/runner/attention.py) and the sequences' lengths instead of a mask. On an
+        # H100 (Qwen2.5-1.5B shape, pure bf16, compile + Liger, 8 x 2,048 tokens) fa2's peak was
+        # 3.94 GiB below SDPA's; this term, 4.08 GiB. Without a mask SDPA repeats nothing and
+        # makes no bias, and fa2 saves nothing.
+        per_layer -= ((2 * (q_size - kv) if shape.kv_heads < shape.heads else 0) + seq_len) * act
     elif attention == "eager":
         # transformers' eager attention: the fp32 softmax of every query against every key
         # of its row is kept for backward (and, in half precision, its cast to the compute
@@ -452,11 +458,17 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
                     training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
-                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)), attention=ATTENTION.get(overrides.get("flash_attn", getattr(cfg, "flash_attn", "auto")), "sdpa"))
+                    pure_bf16=bool(getattr(cfg, "pure_bf16", False)),
+                    attention=attention_for(overrides.get("flash_attn", getattr(cfg, "flash_attn", "auto")), shape),
+                    packing=bool(getattr(cfg, "packing", False)))  # None (the stage's default): no examples kept apart by a mask
 
 
-# flash_attn's values (LLaMA-Factory's names) to the attention the runner computes with
-ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "fa2", "disabled": "eager"}
+def attention_for(flash_attn: str, shape: ModelShape) -> str:
+    """The attention the runner computes with for ``flash_attn`` (LLaMA-Factory's values): auto
+    is SDPA, or eager for a model SDPA cannot compute (transformers' own choice, ftui.runner.attention)."""
+    if flash_attn == "auto":
+        return "sdpa" if shape.sdpa else "eager"
+    return {"fa2": "fa2", "disabled": "eager"}.get(flash_attn, "sdpa")
 
 
 @dataclass
@@ -527,8 +539,11 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
     if cfg.method in ("full", "lora") and cfg.precision != "fp32":
         methods.append(("qlora", 4))
     # eager attention (flash_attn: disabled) keeps every layer's softmax; SDPA computes the same
-    attentions = [(getattr(cfg, "flash_attn", "auto"), 0)] + ([("auto", 1)] if getattr(cfg, "flash_attn", "auto") == "disabled" else [])
-    found: list[tuple[int, float, str]] = []
+    # (where it can compute this model's attention at all)
+    attentions = [(getattr(cfg, "flash_attn", "auto"), 0)]
+    if attentions[0][0] == "disabled" and shape.sdpa:
+        attentions.append(("auto", 1))
+    found: list[tuple[int, bool, float, str]] = []
     for (eng, c1), (mb, c2), (ck, c3), (method, c4), (attn, c5) in itertools.product(engines, batches, ckpts, methods, attentions):
         cost = c1 + c2 + c3 + c4 + c5
         if cost == 0:

@@ -192,9 +192,50 @@ def test_the_saved_config_does_not_name_ftuis_attention(tmp_path):
 
 
 def test_attn_implementation_follows_llamafactorys_values():
-    assert A.attn_implementation("auto") == A.attn_implementation("sdpa") == "sdpa"
+    assert A.attn_implementation("auto") is None  # transformers' own choice, as LLaMA-Factory's auto
+    assert A.attn_implementation("sdpa") == "sdpa"
     assert A.attn_implementation("disabled") == "eager"
     assert A.attn_implementation("fa2") == A.IMPLEMENTATION
+
+
+GEMMA2 = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "vocab_size": 256, "hidden_size": 32,
+          "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+          "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "sliding_window": 16, "max_position_embeddings": 128}
+
+
+@pytest.mark.parametrize("flash_attn,loaded", [("auto", "eager"), ("disabled", "eager")])
+def test_auto_loads_a_model_sdpa_cannot_compute_with_eager_attention(tmp_path, flash_attn, loaded):
+    """Gemma 2 soft-caps its attention logits, which SDPA does not compute: transformers refuses
+    to load it with SDPA named, and picks eager attention itself when none is named (auto), as
+    under LLaMA-Factory. A model SDPA computes still gets SDPA from auto."""
+    from ftui.runner.model import load_model
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA2))
+    cfg = demo_config().model_copy(update={"flash_attn": flash_attn, "model_name_or_path": str(tmp_path), "model_init": "random"})
+    assert problems(flash_attn=flash_attn, model_name_or_path=str(tmp_path)) == []
+    assert load_model(cfg, torch.device("cpu")).config._attn_implementation == loaded
+    demo = demo_config().model_copy(update={"flash_attn": "auto", "model_init": "random"})
+    assert load_model(demo, torch.device("cpu")).config._attn_implementation == "sdpa"
+
+
+def test_sdpa_is_refused_for_a_model_whose_attention_it_cannot_compute(tmp_path):
+    from ftui.runner.model import load_model
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA2))
+    (problem,) = problems(flash_attn="sdpa", model_name_or_path=str(tmp_path))
+    assert "attn_logit_softcapping" in problem.message and "flash_attn: auto" in problem.message
+    cfg = demo_config().model_copy(update={"flash_attn": "sdpa", "model_name_or_path": str(tmp_path), "model_init": "random"})
+    with pytest.raises(ValueError, match="attn_logit_softcapping"):  # a hub model validation could not read: at load
+        load_model(cfg, torch.device("cpu"))
+    (gpt_oss,) = problems(flash_attn="sdpa", model_name_or_path=str(_config_dir(tmp_path / "oss", {"model_type": "gpt_oss"})))
+    assert "sinks" in gpt_oss.message
+    assert problems(flash_attn="sdpa") == []  # the demo's model: SDPA computes it
+
+
+def _config_dir(path, config):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
 
 
 # --- each torch's varlen_attn

@@ -353,23 +353,28 @@ def test_a_cpu_runs_plan_is_host_memory_without_gpu_overheads(capsys):
 
 
 def test_attention_kernels_change_what_a_layer_keeps():
-    """fa2 (torch's varlen FlashAttention-2) keeps neither K/V repeated to every query head nor a
-    transposed copy of its output; eager attention (flash_attn: disabled) keeps each layer's
-    softmax, heads x cutoff_len values a token, fp32 and (in half precision) its cast."""
+    """fa2 (torch's varlen FlashAttention-2) keeps neither K/V repeated to every query head nor
+    the float bias SDPA makes from a packed or padded batch's mask; eager attention
+    (flash_attn: disabled) keeps each layer's softmax, heads x cutoff_len values a token, fp32
+    and (in half precision) its cast."""
     qwen15 = ModelShape.from_config(QWEN15)  # 12 query heads of 128, 2 K/V heads
     tokens_layers = 4 * 2048 * 29
     for precision, act in (("bf16", 2), ("fp32", 4)):
         kw = dict(micro_batch=4, seq_len=2048, precision=precision)
         sdpa = estimate(qwen15, **kw).activations
         assert estimate(qwen15, attention="sdpa", **kw).activations == sdpa
-        # the output copy (12 x 128) and the repeated K/V less the grouped ones (2 x (1536 - 256))
-        assert sdpa - estimate(qwen15, attention="fa2", **kw).activations == tokens_layers * (1536 + 2 * 1280) * act
+        # the repeated K/V less the grouped ones (2 x (1536 - 256)) and the mask's bias (2,048 a token)
+        assert sdpa - estimate(qwen15, attention="fa2", **kw).activations == tokens_layers * (2 * 1280 + 2048) * act
         softmax = 4 + (2 if precision == "bf16" else 0)
         assert estimate(qwen15, attention="eager", **kw).activations - sdpa == tokens_layers * 12 * 2048 * softmax
-    # multi-head attention: repeat_kv copies nothing, fa2 saves the output copy alone
-    mha = ModelShape.from_config(dict(QWEN15, num_key_value_heads=12))
     kw = dict(micro_batch=4, seq_len=2048, precision="bf16")
-    assert estimate(mha, **kw).activations - estimate(mha, attention="fa2", **kw).activations == tokens_layers * 1536 * 2
+    # multi-head attention: repeat_kv copies nothing, fa2 saves the bias alone
+    mha = ModelShape.from_config(dict(QWEN15, num_key_value_heads=12))
+    assert estimate(mha, **kw).activations - estimate(mha, attention="fa2", **kw).activations == tokens_layers * 2048 * 2
+    # one unpacked row has no mask: SDPA takes grouped heads as they are and makes no bias
+    one = dict(kw, micro_batch=1, packing=False)
+    assert estimate(qwen15, attention="fa2", **one).activations == estimate(qwen15, **one).activations
+    assert estimate(qwen15, attention="fa2", **dict(one, micro_batch=2)).activations < estimate(qwen15, **dict(one, micro_batch=2)).activations
 
 
 def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa(llama7b):
@@ -379,7 +384,9 @@ def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa
                 finetuning_type="lora")
     shape = ModelShape.from_config(LLAMA2_7B)
     by_key = {key: estimate_for(RunConfig(**base, flash_attn=key), shape).activations for key in ("auto", "sdpa", "fa2", "disabled")}
-    assert by_key["auto"] == by_key["sdpa"] > by_key["fa2"]
+    assert by_key["auto"] == by_key["sdpa"] == by_key["fa2"]  # one unpacked row: no mask, nothing for fa2 to save
+    packed = {key: estimate_for(RunConfig(**base, flash_attn=key, packing=True), shape).activations for key in ("auto", "fa2")}
+    assert packed["auto"] > packed["fa2"]
     # 32 heads x 2,048 x 6 bytes a token and layer (32 layers and the one the gradient flows
     # back through): 24.75 GiB more for one row of 2,048
     assert by_key["disabled"] - by_key["sdpa"] == 2048 * 33 * 32 * 2048 * 6
@@ -394,3 +401,20 @@ def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa
     # a run on SDPA is never told to change its attention
     tight = plan(cfg_for(llama7b, **lora), 16 * GIB)
     assert tight.fits is False and tight.suggestions and not any("flash_attn" in s for s in tight.suggestions)
+
+
+def test_auto_attention_is_eager_for_a_model_sdpa_cannot_compute(tmp_path):
+    """Gemma 2 soft-caps its attention logits: flash_attn auto loads it with eager attention
+    (transformers' choice), so the plan counts eager's softmax and never offers auto as a fix."""
+    gemma2 = dict(LLAMA2_7B, model_type="gemma2", attn_logit_softcapping=50.0)
+    d = tmp_path / "gemma2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(gemma2))
+    (d / "model.safetensors").write_bytes(b"")
+    (d / "tokenizer.json").write_text("{}")
+    shape = ModelShape.from_config(gemma2)
+    assert shape.sdpa is False and ModelShape.from_config(LLAMA2_7B).sdpa is True
+    auto, eager = (estimate_for(cfg_for(d, finetuning_type="lora", flash_attn=k), shape).activations for k in ("auto", "disabled"))
+    assert auto == eager
+    verdict = plan(cfg_for(d, finetuning_type="lora", flash_attn="disabled"), 40 * GIB)
+    assert verdict.fits is False and verdict.suggestions and not any("flash_attn" in s for s in verdict.suggestions)

@@ -37,7 +37,8 @@ def recorded_rows() -> list[tuple[str, dict, dict]]:
         result = json.loads(path.read_text())
         for row in result["cases"]:
             if row["case"] in settings:
-                row = dict(row, model=dict(DEMO, **row.get("model", result["model"])), cutoff_len=row.get("cutoff_len", result["cutoff_len"]))
+                row = dict(row, model=dict(DEMO, **row.get("model", result["model"])), cutoff_len=row.get("cutoff_len", result["cutoff_len"]),
+                           micro_batch=result["micro_batch"], packing=result["packing"])
                 found.append((f"{path.stem}/{row['case']}", settings[row["case"]], row))
     return found
 
@@ -45,21 +46,21 @@ def recorded_rows() -> list[tuple[str, dict, dict]]:
 ROWS = recorded_rows()
 
 
-def estimate_bytes(model: dict, over: dict, cutoff: int) -> float:
-    cfg = dict(model_name_or_path="recorded", dataset="recorded", packing=True, per_device_train_batch_size=4,
-               **{k: v for k, v in over.items() if k != "cutoff_len"}, cutoff_len=cutoff)
+def estimate_bytes(model: dict, over: dict, row: dict) -> float:
+    cfg = dict(model_name_or_path="recorded", dataset="recorded", packing=row["packing"], per_device_train_batch_size=row["micro_batch"],
+               **{k: v for k, v in over.items() if k != "cutoff_len"}, cutoff_len=row["cutoff_len"])
     return estimate_for(RunConfig(**cfg), ModelShape.from_config(model)).total
 
 
 def test_the_recorded_cpu_cases_cover_engines_precisions_the_loss_and_attention():
     names = {label.split("/")[-1] for label, *_ in ROWS}
     assert {"full fp32 single", "full fp32 zero3 x2", "full fp32 fsdp x2", "full pure_bf16 single",
-            "full fp32 Qwen vocabulary chunked loss", "full fp32 eager attention 1024"} <= names
+            "full fp32 Qwen vocabulary chunked loss", "full fp32 sdpa 1024", "full fp32 eager attention 1024"} <= names
 
 
 @pytest.mark.parametrize("label,over,row", ROWS, ids=[r[0] for r in ROWS])
 def test_the_plan_is_within_15_percent_of_the_measured_cpu_peak(label, over, row):
     floor_model = dict(DEMO, max_position_embeddings=2048)
-    planned = (estimate_bytes(row["model"], over, row["cutoff_len"]) - estimate_bytes(floor_model, over, row["cutoff_len"])) / GIB
+    planned = (estimate_bytes(row["model"], over, row) - estimate_bytes(floor_model, over, row)) / GIB
     ratio = planned / row["measured_gib"]
     assert 0.85 <= ratio <= 1.15, f"{label}: plan / measured = {ratio:.3f} ({planned:.2f} GiB against {row['measured_gib']:.2f})"

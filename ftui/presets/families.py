@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftui.i18n import _
+
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 
@@ -42,6 +44,18 @@ FAMILIES: tuple[Family, ...] = (
 # keyword arguments through untouched (hybrid linear-attention and vision-language models take
 # them for themselves; gemma2's soft-capping and gpt-oss's sinks are not in torch's kernel)
 FA2_MODEL_TYPES = ("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mistral", "mixtral", "gemma", "gemma3_text", "phi3")
+
+
+def sdpa_problem(model: dict) -> str | None:
+    """Why PyTorch's SDPA cannot compute this model's attention (its config.json as a dict),
+    None when it can: soft-capped attention logits (Gemma 2, VaultGemma) and gpt-oss's
+    attention sinks, which transformers' SDPA function refuses or drops; transformers then
+    loads such a model with eager attention where none is named (``flash_attn: auto``)."""
+    if model.get("attn_logit_softcapping"):
+        return _("this model soft-caps its attention logits (attn_logit_softcapping), which SDPA does not compute")
+    if model.get("model_type") == "gpt_oss":
+        return _("gpt-oss's attention sinks are not computed by SDPA")
+    return None
 
 
 def family_for_model_type(model_type: str | None) -> Family | None:

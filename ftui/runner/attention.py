@@ -45,13 +45,15 @@ FALLBACKS: set[str] = set()
 NO_WINDOW = "a sliding window (this torch's kernel has none)"
 
 
-def attn_implementation(flash_attn: str) -> str:
-    """transformers' attn_implementation for the config's ``flash_attn`` (LLaMA-Factory's values:
-    auto and sdpa are SDPA, disabled is eager attention; fa3 is refused by validation)."""
+def attn_implementation(flash_attn: str) -> str | None:
+    """transformers' attn_implementation for the config's ``flash_attn`` (LLaMA-Factory's values):
+    auto names none, so transformers picks SDPA, or eager attention for a model whose attention
+    SDPA cannot compute (Gemma 2's soft-capping: naming SDPA there fails the load); sdpa is
+    SDPA, disabled eager attention; fa3 is refused by validation."""
     if flash_attn == "fa2":
         register()
         return IMPLEMENTATION
-    return "eager" if flash_attn == "disabled" else "sdpa"
+    return {"auto": None, "disabled": "eager"}.get(flash_attn, "sdpa")
 
 
 def register() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config import RunConfig, fa2_model_problem
+from ftui.config import RunConfig, attention_model_problems
 from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
@@ -85,7 +85,8 @@ def compute_dtype(cfg: RunConfig) -> torch.dtype:
 
 def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     """The base model on ``device`` (not yet wrapped by an engine), with the attention kernel
-    ``flash_attn`` names (SDPA unless fa2 or disabled: ``ftui.runner.attention``).
+    ``flash_attn`` names (``ftui.runner.attention``: transformers' choice for auto, SDPA where
+    the model has it).
 
     ``device`` is where the engine wants the weights before it wraps them: the GPU for
     single, DDP and ZeRO-0..2; the CPU for FSDP and ZeRO-3, which move only their shards to
@@ -95,9 +96,10 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation=attn_implementation(cfg.flash_attn))
-    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or cfg.flash_attn == "fa2" else None
-    if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.to_dict())):
-        raise ValueError(reason)
+    checked = cfg.flash_attn in ("fa2", "sdpa")  # validation could not read a hub model's config before it was here
+    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or checked else None
+    if checked and (problem := attention_model_problems(cfg, config.to_dict())):
+        raise ValueError(problem[0].message)
     if cfg.model_init == "random":
         torch.manual_seed(cfg.seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)

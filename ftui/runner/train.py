@@ -92,6 +92,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         model = load_model(cfg, engine.load_device())
         if cfg.flash_attn == "fa2":
             attention.note_model(model.config)  # what will run SDPA, for the warning at the first step
+        loaded_attention = getattr(model.config, "_attn_implementation", None)  # what auto became: sdpa or eager
         grow_embeddings(model, tokenizer)  # room for the stop words a template added
         if cfg.model_init == "random" and info.is_main:
             save_random_base(model, tokenizer, run_dir)
@@ -157,7 +158,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 memory_peak_window="training: peaks are reset after the model is loaded and the engine is set up",
                 cpu_threads=torch.get_num_threads(),  # intra-op threads: what a slow CPU run is first asked about
                 load_peak=load_peak,
-                attention=attention.describe() if cfg.flash_attn == "fa2" else attention.attn_implementation(cfg.flash_attn),
+                attention=attention.describe() if cfg.flash_attn == "fa2" else loaded_attention,
                 **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
 
