@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
-from ftui.presets.families import FA2_MODEL_TYPES, sdpa_problem
+from ftui.presets.families import FA2_MODEL_TYPES, runs_sdpa
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
@@ -484,13 +484,15 @@ def attention_model_problems(cfg: RunConfig, model: dict[str, Any] | None = None
             model = read_model_config(cfg.model_name_or_path)
         except ValueError:
             return []
-    if cfg.flash_attn == "fa2":
-        reason = fa2_model_problem(model)
-    elif (why := sdpa_problem(model)) is not None:
-        reason = _("flash_attn sdpa: {why}; use flash_attn: auto (eager attention for this model) or disabled").format(why=why)
-    else:
-        reason = None
+    reason = fa2_model_problem(model) if cfg.flash_attn == "fa2" else None if runs_sdpa(model) else sdpa_refusal(model.get("model_type"))
     return [FieldProblem("flash_attn", cfg.flash_attn, reason)] if reason else []
+
+
+def sdpa_refusal(model_type: str | None) -> str:
+    """flash_attn sdpa for a model whose attention transformers runs without SDPA."""
+    return _("flash_attn sdpa: transformers runs the attention of {model_type} models without SDPA (soft-capped logits, "
+             "attention sinks or windows it does not compute); use flash_attn: auto (eager attention for this model) "
+             "or disabled").format(model_type=model_type or "?")
 
 
 def fa2_model_problem(model: dict[str, Any]) -> str | None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from ftui.i18n import _
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
-from ftui.presets.families import sdpa_problem
+from ftui.presets.families import runs_sdpa
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, more_memory_saving, read_user_deepspeed, spec_from
 
 GIB = 2**30
@@ -144,7 +144,7 @@ class ModelShape:
                 layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
                 head_dim=int(cfg.get("head_dim") or hidden // heads), tied=bool(cfg.get("tie_word_embeddings", False)),
                 attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
-                sdpa=sdpa_problem(cfg) is None,
+                sdpa=runs_sdpa(cfg),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise UnknownModel(_("config.json lacks what the planner needs ({error}); it knows Llama-style decoder models").format(
@@ -283,7 +283,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay
     fp32. ``attention`` (from ``flash_attn``, :func:`attention_for`): ``sdpa``, ``fa2`` (torch's
     varlen FlashAttention-2: no repeated K/V heads and no mask bias where ``packing`` or several
-    rows make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
+    rows of examples make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
     length per token).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
@@ -383,7 +383,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
     q_size = shape.heads * shape.head_dim
-    if attention == "fa2" and (packing or micro_batch > 1):
+    if attention == "fa2" and training_stage != "pt" and (packing or micro_batch * rows > 1):
         # With a mask (packed rows, or padding in a batch of several rows), SDPA in every
         # layer gets K and V repeated to every query head (transformers' repeat_kv: grouped
         # heads only) and turns transformers' boolean mask into a float bias in the compute
@@ -392,7 +392,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # them, ftui/runner/attention.py) and the sequences' lengths instead of a mask. On an
         # H100 (Qwen2.5-1.5B shape, pure bf16, compile + Liger, 8 x 2,048 tokens) fa2's peak was
         # 3.94 GiB below SDPA's; this term, 4.08 GiB. Without a mask SDPA repeats nothing and
-        # makes no bias, and fa2 saves nothing.
+        # makes no bias, and fa2 saves nothing: one row (a dpo or rm pair is two), or pt's
+        # blocks of running text (one sequence a row, as LLaMA-Factory's).
         per_layer -= ((2 * (q_size - kv) if shape.kv_heads < shape.heads else 0) + seq_len) * act
     elif attention == "eager":
         # transformers' eager attention: the fp32 softmax of every query against every key

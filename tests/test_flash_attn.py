@@ -218,18 +218,33 @@ def test_auto_loads_a_model_sdpa_cannot_compute_with_eager_attention(tmp_path, f
     assert load_model(demo, torch.device("cpu")).config._attn_implementation == "sdpa"
 
 
-def test_sdpa_is_refused_for_a_model_whose_attention_it_cannot_compute(tmp_path):
+def test_sdpa_is_refused_for_a_model_whose_attention_it_cannot_compute(tmp_path, monkeypatch):
+    from ftui.presets import families
     from ftui.runner.model import load_model
 
     (tmp_path / "config.json").write_text(json.dumps(GEMMA2))
     (problem,) = problems(flash_attn="sdpa", model_name_or_path=str(tmp_path))
-    assert "attn_logit_softcapping" in problem.message and "flash_attn: auto" in problem.message
+    assert "gemma2 models without SDPA" in problem.message and "flash_attn: auto" in problem.message
     cfg = demo_config().model_copy(update={"flash_attn": "sdpa", "model_name_or_path": str(tmp_path), "model_init": "random"})
-    with pytest.raises(ValueError, match="attn_logit_softcapping"):  # a hub model validation could not read: at load
+    with pytest.raises(ValueError, match="gemma2 models without SDPA"):  # a hub model validation could not read: at load
         load_model(cfg, torch.device("cpu"))
+    # a model type the list lacks (another transformers): its class says, at load
+    monkeypatch.setattr(families, "NO_SDPA_MODEL_TYPES", ())
+    assert problems(flash_attn="sdpa", model_name_or_path=str(tmp_path)) == []
+    with pytest.raises(ValueError, match="gemma2 models without SDPA"):
+        load_model(cfg, torch.device("cpu"))
+    monkeypatch.undo()
     (gpt_oss,) = problems(flash_attn="sdpa", model_name_or_path=str(_config_dir(tmp_path / "oss", {"model_type": "gpt_oss"})))
-    assert "sinks" in gpt_oss.message
+    assert "gpt_oss models without SDPA" in gpt_oss.message
     assert problems(flash_attn="sdpa") == []  # the demo's model: SDPA computes it
+    # every listed type is one whose transformers class has no SDPA
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    import transformers
+
+    for model_type in families.NO_SDPA_MODEL_TYPES:
+        name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+        if name is not None:
+            assert getattr(transformers, name)._supports_sdpa is False, model_type
 
 
 def _config_dir(path, config):

@@ -375,6 +375,11 @@ def test_attention_kernels_change_what_a_layer_keeps():
     one = dict(kw, micro_batch=1, packing=False)
     assert estimate(qwen15, attention="fa2", **one).activations == estimate(qwen15, **one).activations
     assert estimate(qwen15, attention="fa2", **dict(one, micro_batch=2)).activations < estimate(qwen15, **dict(one, micro_batch=2)).activations
+    # a dpo pair is two rows even at micro batch 1; pt's blocks of running text carry no mask
+    dpo = dict(one, training_stage="dpo")
+    assert estimate(qwen15, attention="fa2", **dpo).activations < estimate(qwen15, **dpo).activations
+    pt = dict(kw, training_stage="pt", packing=True)
+    assert estimate(qwen15, attention="fa2", **pt).activations == estimate(qwen15, **pt).activations
 
 
 def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa(llama7b):
@@ -406,7 +411,7 @@ def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa
 def test_auto_attention_is_eager_for_a_model_sdpa_cannot_compute(tmp_path):
     """Gemma 2 soft-caps its attention logits: flash_attn auto loads it with eager attention
     (transformers' choice), so the plan counts eager's softmax and never offers auto as a fix."""
-    gemma2 = dict(LLAMA2_7B, model_type="gemma2", attn_logit_softcapping=50.0)
+    gemma2 = dict(LLAMA2_7B, model_type="gemma2")
     d = tmp_path / "gemma2"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(gemma2))

@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftui.i18n import _
-
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 
@@ -46,16 +44,18 @@ FAMILIES: tuple[Family, ...] = (
 FA2_MODEL_TYPES = ("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mistral", "mixtral", "gemma", "gemma3_text", "phi3")
 
 
-def sdpa_problem(model: dict) -> str | None:
-    """Why PyTorch's SDPA cannot compute this model's attention (its config.json as a dict),
-    None when it can: soft-capped attention logits (Gemma 2, VaultGemma) and gpt-oss's
-    attention sinks, which transformers' SDPA function refuses or drops; transformers then
-    loads such a model with eager attention where none is named (``flash_attn: auto``)."""
-    if model.get("attn_logit_softcapping"):
-        return _("this model soft-caps its attention logits (attn_logit_softcapping), which SDPA does not compute")
-    if model.get("model_type") == "gpt_oss":
-        return _("gpt-oss's attention sinks are not computed by SDPA")
-    return None
+# causal language models whose transformers classes have no SDPA attention (transformers 5.24:
+# ``_supports_sdpa = False``; soft-capped logits, attention sinks, windows or compressed
+# attention SDPA does not compute): transformers loads them with eager attention where none is
+# named (flash_attn auto) and refuses SDPA named. At load, ftui.runner.model asks the class itself.
+NO_SDPA_MODEL_TYPES = ("gemma2", "vaultgemma", "gpt_oss", "granite_swa", "granitemoe_swa", "mimo_v2_flash", "flint", "hy_v4",
+                       "deepseek_v4", "inkling2_text", "inkling2_loop_text", "bloom", "gpt_neo", "gpt_neox_japanese", "mpt", "xglm")
+
+
+def runs_sdpa(model: dict) -> bool:
+    """Whether PyTorch's SDPA runs this model's attention (its config.json as a dict; by model
+    type, NO_SDPA_MODEL_TYPES)."""
+    return model.get("model_type") not in NO_SDPA_MODEL_TYPES
 
 
 def family_for_model_type(model_type: str | None) -> Family | None:

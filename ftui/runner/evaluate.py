@@ -90,7 +90,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
         loaded = load_model(spec, device)
-        # the model is loaded for inference (SDPA), so batches need no sequence lengths (flash_attn fa2)
+        # the model is loaded for inference (transformers' own attention, never fa2), so batches need no sequence lengths
         stage = make_stage(cfg.model_copy(update={"flash_attn": "sdpa"}), loaded.tokenizer)
         data = stage.build_data(pack=False)
         engine = Engine(cfg.model_copy(update={"engine": "single"}), info, torch.device(device))

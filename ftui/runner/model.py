@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config import RunConfig, attention_model_problems
+from ftui.config import RunConfig, attention_model_problems, sdpa_refusal
 from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
@@ -95,11 +95,15 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
 
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
-    common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code, attn_implementation=attn_implementation(cfg.flash_attn))
+    common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code)
+    if (implementation := attn_implementation(cfg.flash_attn)) is not None:  # auto names none: a config.json's own choice stands
+        common["attn_implementation"] = implementation
     checked = cfg.flash_attn in ("fa2", "sdpa")  # validation could not read a hub model's config before it was here
     config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or checked else None
     if checked and (problem := attention_model_problems(cfg, config.to_dict())):
         raise ValueError(problem[0].message)
+    if cfg.flash_attn == "sdpa" and not getattr(AutoModelForCausalLM._model_mapping.get(type(config), None), "_supports_sdpa", True):
+        raise ValueError(sdpa_refusal(config.model_type))  # a type NO_SDPA_MODEL_TYPES lacks (another transformers): its class says
     if cfg.model_init == "random":
         torch.manual_seed(cfg.seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)
