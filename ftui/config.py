@@ -470,20 +470,19 @@ def runs_without_gpu(cfg: RunConfig) -> bool:
     return cfg.device == "cpu" or (cfg.device == "auto" and not gpu_present(cfg.gpus))
 
 
-def attention_model_problems(cfg: RunConfig, model: dict[str, Any] | None = None) -> list[FieldProblem]:
-    """flash_attn and the model (``model``: its config.json as a dict; default: read from disk
-    or the hub cache, and a hub model not here yet is checked when it loads, ftui.runner.model):
-    fa2 needs a model type whose attention it runs; sdpa, a model whose attention SDPA
-    computes (auto loads the others with eager attention)."""
+def attention_model_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """flash_attn and the model, read from its config.json on disk or in the hub cache (a hub
+    model not here yet is checked when it loads, ftui.runner.model): fa2 needs a model type
+    whose attention it runs; sdpa, a model whose attention SDPA computes (auto loads the
+    others with eager attention)."""
     if cfg.flash_attn not in ("fa2", "sdpa"):
         return []
-    if model is None:
-        from ftui.plan import read_model_config
+    from ftui.plan import read_model_config
 
-        try:
-            model = read_model_config(cfg.model_name_or_path)
-        except ValueError:
-            return []
+    try:
+        model = read_model_config(cfg.model_name_or_path)
+    except ValueError:
+        return []
     reason = fa2_model_problem(model) if cfg.flash_attn == "fa2" else None if runs_sdpa(model) else sdpa_refusal(model.get("model_type"))
     return [FieldProblem("flash_attn", cfg.flash_attn, reason)] if reason else []
 

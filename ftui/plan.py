@@ -382,7 +382,6 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # of Liger's and compile's saving is not counted: the planner stays on the safe side.
         # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
-    q_size = shape.heads * shape.head_dim
     if attention == "fa2" and training_stage != "pt" and (packing or micro_batch * rows > 1):
         # With a mask (packed rows, or padding in a batch of several rows), SDPA in every
         # layer gets K and V repeated to every query head (transformers' repeat_kv: grouped
@@ -394,7 +393,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # 3.94 GiB below SDPA's; this term, 4.08 GiB. Without a mask SDPA repeats nothing and
         # makes no bias, and fa2 saves nothing: one row (a dpo or rm pair is two), or pt's
         # blocks of running text (one sequence a row, as LLaMA-Factory's).
-        per_layer -= ((2 * (q_size - kv) if shape.kv_heads < shape.heads else 0) + seq_len) * act
+        per_layer -= ((2 * (shape.heads * shape.head_dim - kv) if shape.kv_heads < shape.heads else 0) + seq_len) * act
     elif attention == "eager":
         # transformers' eager attention: the fp32 softmax of every query against every key
         # of its row is kept for backward (and, in half precision, its cast to the compute
@@ -460,8 +459,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
                     training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
                     pure_bf16=bool(getattr(cfg, "pure_bf16", False)),
-                    attention=attention_for(overrides.get("flash_attn", getattr(cfg, "flash_attn", "auto")), shape),
-                    packing=bool(getattr(cfg, "packing", False)))  # None (the stage's default): no examples kept apart by a mask
+                    attention=attention_for(get("flash_attn"), shape),
+                    packing=bool(cfg.packing))  # None (the stage's default): no examples kept apart by a mask
 
 
 def attention_for(flash_attn: str, shape: ModelShape) -> str:
@@ -541,9 +540,7 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
         methods.append(("qlora", 4))
     # eager attention (flash_attn: disabled) keeps every layer's softmax; SDPA computes the same
     # (where it can compute this model's attention at all)
-    attentions = [(getattr(cfg, "flash_attn", "auto"), 0)]
-    if attentions[0][0] == "disabled" and shape.sdpa:
-        attentions.append(("auto", 1))
+    attentions = [(cfg.flash_attn, 0)] + ([("auto", 1)] if cfg.flash_attn == "disabled" and shape.sdpa else [])
     found: list[tuple[int, bool, float, str]] = []
     for (eng, c1), (mb, c2), (ck, c3), (method, c4), (attn, c5) in itertools.product(engines, batches, ckpts, methods, attentions):
         cost = c1 + c2 + c3 + c4 + c5
@@ -557,7 +554,7 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
         if e.needed > gpu_bytes:
             continue
         parts = []
-        if attn != getattr(cfg, "flash_attn", "auto"):
+        if attn != cfg.flash_attn:
             parts.append("flash_attn: auto")  # key names and values: not translated
         if eng:
             parts.append(f"engine {eng}")
@@ -570,7 +567,7 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
         if method != cfg.method:
             parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
         # at equal cost, SDPA for eager attention first: the same result, no slower
-        found.append((cost, attn == getattr(cfg, "flash_attn", "auto"), e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
+        found.append((cost, attn == cfg.flash_attn, e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
     found.sort()
     return [text for _cost, _same_attention, _total, text in found[:limit]]
 

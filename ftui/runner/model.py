@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config import RunConfig, attention_model_problems, sdpa_refusal
+from ftui.config import RunConfig, fa2_model_problem, sdpa_refusal
 from ftui.conversation import fix_tokenizer, to_jinja
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
@@ -98,12 +98,13 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code)
     if (implementation := attn_implementation(cfg.flash_attn)) is not None:  # auto names none: a config.json's own choice stands
         common["attn_implementation"] = implementation
-    checked = cfg.flash_attn in ("fa2", "sdpa")  # validation could not read a hub model's config before it was here
+    # validation could not read a hub model's config before it was here; at load, the model's class says whether it has SDPA
+    checked = cfg.flash_attn in ("fa2", "sdpa")
     config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or checked else None
-    if checked and (problem := attention_model_problems(cfg, config.to_dict())):
-        raise ValueError(problem[0].message)
+    if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.to_dict())):
+        raise ValueError(reason)
     if cfg.flash_attn == "sdpa" and not getattr(AutoModelForCausalLM._model_mapping.get(type(config), None), "_supports_sdpa", True):
-        raise ValueError(sdpa_refusal(config.model_type))  # a type NO_SDPA_MODEL_TYPES lacks (another transformers): its class says
+        raise ValueError(sdpa_refusal(config.model_type))
     if cfg.model_init == "random":
         torch.manual_seed(cfg.seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)
