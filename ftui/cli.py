@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--runs-root", dest="runs_root", help=argparse.SUPPRESS)  # the old name, for scripts that use it
     t.add_argument("--resume", metavar="RUN", help=_("continue RUN (id, prefix or directory) from its newest complete checkpoint"))
     t.add_argument("--checkpoint", metavar="N", help=_("with --resume: the checkpoint's step number (or a checkpoint directory)"))
+    t.add_argument("--allow-changed", action="store_true", help=_("with --resume (or resume_from_checkpoint): go on although the base "
+                                                                  "model or the training data differ from what the run started with"))
 
     pl = sub.add_parser("plan", help=_("will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits"))
     pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file"))
@@ -505,11 +507,13 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
 
 def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path, int] | None:
     """The run directory, its config (with --set overrides), the checkpoint to resume and the
-    run directory's job lock (two resumes at once must not both start: the lock decides)."""
+    run directory's job lock (two resumes at once must not both start: the lock decides).
+    Nothing is written to the run until every check passed: a refused resume leaves its
+    config.yaml, events, Stop request and status as they were."""
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.runs import FINAL_DIR, checkpoints, reason_text, summarize_run
+    from ftui.runs import FINAL_DIR, checkpoints, live_job_dirs, reason_text, summarize_run
 
     if args.config or args.preset:
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
@@ -537,12 +541,18 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
             err.print(error_line(message.format(run=run_dir.name, step=summary.step, final=run_dir / FINAL_DIR)))
             return None
     try:
-        lock = lock_run_dir(run_dir)
+        lock = lock_run_dir(run_dir, clear_stop=False)
     except RunBusy as e:
         err.print(error_line(str(e)))
         return None
     except OSError as e:
         err.print(error_line(_("cannot lock {path}: {reason}").format(path=run_dir, reason=e.strerror or e)))
+        return None
+    busy = live_job_dirs(run_dir)  # a predict / eval / export job reads final/ or a checkpoint the resume replaces
+    if busy:
+        err.print(error_line(_("{run} has a {job} job running ({path}) that reads its weights: stop it first (ftui attach {path}, "
+                               "then s), then resume; nothing changed").format(run=run_dir.name, job=busy[0].parent.name, path=busy[0])))
+        os.close(lock)
         return None
     found = _resume_config(args, run_dir, err)
     if found is None:
@@ -552,13 +562,17 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
 
 
 def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
-    """With the run's lock held: its config with the overrides (saved) and the checkpoint."""
+    """With the run's lock held: its config with the overrides and the checkpoint, checked
+    (resume_checks) before the config, the fingerprint or the Stop request are written."""
+    from ftui import data_fingerprint
     from ftui.config import ConfigError, load_config
+    from ftui.paths import STOP_FILE
     from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
     overrides = _parse_set(args.overrides)
     try:
-        cfg, _warnings = load_config(run_dir / CONFIG_FILE, overrides)
+        saved, _warnings = load_config(run_dir / CONFIG_FILE)
+        cfg, _warnings = load_config(run_dir / CONFIG_FILE, overrides) if overrides else (saved, _warnings)
         skipped: list[str] = []
         ckpt = resolve_checkpoint(run_dir, args.checkpoint, skipped)
     except (ConfigError, CheckpointError) as e:
@@ -566,9 +580,66 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
         return None
     for line in skipped:
         err.print(warning_line(_("{problem}; resuming from {checkpoint} instead").format(problem=line, checkpoint=ckpt.name)))
+    fingerprint = data_fingerprint.compute(cfg)
+    if not _resume_accepted(args, run_dir, saved, cfg, ckpt, fingerprint, err):
+        return None
     if overrides:
         cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+    data_fingerprint.record(run_dir, fingerprint)  # what the resumed steps train on: the next resume compares with it
+    (run_dir / STOP_FILE).unlink(missing_ok=True)
     return run_dir, cfg, ckpt
+
+
+def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, cfg: RunConfig, ckpt: Path,
+                     fingerprint: dict[str, Any], err: Console) -> bool:
+    """Says what the resume changes and replaces; False (said why) when it must not go on:
+    the checkpoint cannot load with these settings, or the base model or the data differ and
+    the user did not say --allow-changed."""
+    import json
+
+    from ftui import data_fingerprint
+    from ftui.paths import FINAL_DIR, TRAINER_STATE
+    from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown
+    from ftui.runs import checkpoints
+
+    try:
+        state = json.loads((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        err.print(error_line(_("{path} cannot be read ({error}); resume from an earlier checkpoint").format(path=ckpt / TRAINER_STATE, error=e)))
+        return False
+    mismatch = checkpoint_mismatch(ckpt.name, state if isinstance(state, dict) else {}, cfg)
+    if mismatch:
+        err.print(error_line(mismatch + " " + _("(nothing in {run} was changed)").format(run=run_dir.name)))
+        return False
+    changes = config_changes(saved.to_dict(include_unsupported=False), cfg.to_dict(include_unsupported=False))
+    guarded = [_("{key}: {old} -> {new}").format(key=k, old=shown(a), new=shown(b)) for k, a, b in changes if k in GUARDED_KEYS]
+    for k, a, b in changes:
+        if k not in GUARDED_KEYS:
+            err.print(note_line(_("this resume changes {key}: {old} -> {new}").format(key=k, old=shown(a), new=shown(b))))
+    recorded = data_fingerprint.read(run_dir)
+    if recorded is None:
+        err.print(note_line(_("{run} has no data fingerprint (it was started before ftui recorded one): its dataset files cannot "
+                              "be compared with the ones it trained on (once resumed, it records them for later resumes)").format(run=run_dir.name)))
+    else:
+        guarded += fingerprint_changes(recorded, fingerprint)
+    if guarded:
+        lines = "; ".join(guarded)
+        if not args.allow_changed:
+            err.print(error_line(_("resuming {run} would continue its checkpoint with another base model or other data ({changes}); "
+                                   "nothing was changed. Start a new run for them, or add --allow-changed to resume anyway").format(
+                run=run_dir.name, changes=lines)))
+            return False
+        err.print(warning_line(_("resuming {run} with changes you allowed: {changes}").format(run=run_dir.name, changes=lines)))
+    from_step = state.get("step") if isinstance(state.get("step"), int) else -1
+    replaced = [p.name for step, p in checkpoints(run_dir) if step > from_step]
+    replaced += [FINAL_DIR + "/"] if (run_dir / FINAL_DIR).is_dir() else []
+    if replaced:  # a completed run's final/ and the checkpoints after this one are written again
+        err.print(note_line(_("resuming {run} from {checkpoint} replaces what it has after that step: {what} (each when the "
+                              "resumed steps reach it; final/ when the run completes)").format(
+            run=run_dir.name, checkpoint=ckpt.name, what=", ".join(replaced))))
+    if cfg.trust_remote_code and not getattr(args, "trust_warned", False):
+        err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
+    return True
 
 
 def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namespace:
@@ -590,7 +661,7 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
     own = ("output_dir", "run_name", "resume_from_checkpoint")
     changed = {k: v for k, v in cfg.to_dict(include_unsupported=False).items() if k not in own and saved.get(k) != v}
     return argparse.Namespace(**{**vars(args), "config": None, "preset": None, "resume": str(run_dir), "runs_root": None,
-                                 "checkpoint": str(ckpt) if ckpt else None,
+                                 "checkpoint": str(ckpt) if ckpt else None, "trust_warned": cfg.trust_remote_code,
                                  "overrides": [f"{k}={json.dumps(v)}" for k, v in changed.items()]})
 
 
@@ -741,6 +812,8 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_USAGE
     for w in warnings:
         err.print(warning_line(w))
+    if cfg.trust_remote_code:
+        err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
     cfg = cfg.model_copy(update={"node_rank": rank})
     home = node_dir(run_dir, rank)
     offset = (home / EVENTS_FILE).stat().st_size if (home / EVENTS_FILE).exists() else 0

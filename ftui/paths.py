@@ -14,6 +14,7 @@ CONFIG_FILE = "config.yaml"  # the resolved RunConfig the job reads
 LAUNCH_FILE = "launch.json"  # the supervisor's pid, start time, host and command
 EVENTS_FILE = "events.jsonl"  # the event stream (ftui.events), written by rank 0
 LOG_FILE = "train.log"  # every process's stdout and stderr
+DATA_FINGERPRINT_FILE = "data_fingerprint.json"  # each dataset file's path, size and sha256 at the start (a resume compares)
 RESERVE_FILE = ".run-end-reserve"  # room kept on disk for the final run_end
 CHECKPOINTS_DIR = "checkpoints"  # checkpoints/step-N/, complete or absent
 FINAL_DIR = "final"  # the trained model or adapter + tokenizer, loadable by transformers / peft

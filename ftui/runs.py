@@ -874,6 +874,12 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from; the message says which and why."""
 
 
+class CheckpointMismatch(CheckpointError):
+    """A sound checkpoint saved with settings the config no longer has (engine, batch,
+    accumulation, DeepSpeed's ranks): every checkpoint of the run refuses it alike, so the fix
+    is the settings, not another checkpoint (ftui.resume_checks.checkpoint_mismatch)."""
+
+
 def checkpoint_damage(path: Path) -> str | None:
     """Why a complete checkpoint cannot be trusted (a file missing or of another size than
     when it was written), or None. Checkpoints from before the size list are trusted."""

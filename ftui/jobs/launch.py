@@ -89,11 +89,17 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
-    """Creates the run directory, writes the resolved config (without unsupported keys) and,
-    when the run is outside the default runs root, adds it to the user's run index."""
+    """Creates the run directory, writes the resolved config (without unsupported keys) and
+    the data fingerprint a resume compares with (each dataset file's size and sha256: a read
+    of every file, so the app calls this in a worker) and, when the run is outside the
+    default runs root, adds it to the user's run index."""
+    from ftui import data_fingerprint
+
+    fingerprint = data_fingerprint.compute(cfg)
     label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
     run_dir = create_run_dir(cfg.output_dir, label)
     cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+    data_fingerprint.record(run_dir, fingerprint)
     record_run(run_dir)
     return run_dir
 
@@ -102,7 +108,7 @@ class RunBusy(RuntimeError):
     """Another job holds the run directory's lock; the message says what to do."""
 
 
-def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
+def lock_run_dir(run_dir: Path, wait_s: float = 2.0, clear_stop: bool = True) -> int:
     """Takes the run directory's job lock and returns its descriptor (RunBusy if a job holds it).
 
     One job per run directory: two jobs would interleave steps and write every checkpoint
@@ -110,7 +116,8 @@ def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
     to the supervisor, which holds it for the job's whole life, so it is released however
     the job ends (a crash or kill -9 included) and never goes stale. Readers probe it for an
     instant with a shared lock, hence the short wait. Taking it clears the previous job's
-    Stop request."""
+    Stop request (``clear_stop`` False: a resume that may yet be refused leaves it, and
+    clears it once accepted)."""
     path = Path(run_dir) / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     deadline = time.monotonic() + wait_s
@@ -126,7 +133,8 @@ def lock_run_dir(run_dir: Path, wait_s: float = 2.0) -> int:
             name = Path(run_dir).name
             raise RunBusy(_("{run} already has a job running (it holds {lock}); follow it with ftui attach {run}, "
                             "or stop it before starting another").format(run=name, lock=LOCK_FILE)) from None
-    (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
+    if clear_stop:
+        (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
     return fd
 
 

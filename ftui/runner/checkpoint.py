@@ -23,7 +23,8 @@ import torch.distributed as dist
 
 from ftui.i18n import _
 from ftui.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
-from ftui.runs import CheckpointError, checkpoints
+from ftui.resume_checks import checkpoint_mismatch
+from ftui.runs import CheckpointError, CheckpointMismatch, checkpoints
 
 FORMAT = 1
 
@@ -147,18 +148,9 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
 def load_checkpoint(engine: Any, ckpt: Path) -> dict[str, Any]:
     """Restores engine state and this rank's RNG from ``ckpt``; returns its trainer state."""
     state = read_trainer_state(ckpt)
-    if state.get("engine") != engine.name:
-        raise CheckpointError(_("{name} was written by engine {saved}, this run uses {engine}; resume with the engine it was "
-                                "saved with").format(name=ckpt.name, saved=state.get("engine"), engine=engine.name))
-    if state.get("world_size") != engine.info.world_size and engine.cfg.uses_deepspeed:
-        raise CheckpointError(_("{name} was written by {saved} DeepSpeed ranks, this run has {ranks}; resume with the same "
-                                "number of processes").format(name=ckpt.name, saved=state.get("world_size"), ranks=engine.info.world_size))
-    cfg = engine.cfg
-    if state.get("micro_batch_size") != cfg.per_device_train_batch_size or state.get("accumulation") != cfg.gradient_accumulation_steps:
-        raise CheckpointError(_("{name} was saved with micro batch {saved_bs} x accumulation {saved_accum}; this config has "
-                                "{bs} x {accum}. Resume with the batch settings it was saved with").format(
-            name=ckpt.name, saved_bs=state.get("micro_batch_size"), saved_accum=state.get("accumulation"),
-            bs=cfg.per_device_train_batch_size, accum=cfg.gradient_accumulation_steps))
+    mismatch = checkpoint_mismatch(ckpt.name, state, engine.cfg, engine.info.world_size)  # the CLI checked it before saving
+    if mismatch:
+        raise CheckpointMismatch(mismatch)
     engine.load_state(ckpt)
     rng = ckpt / rng_file(engine.info.rank)
     if rng.exists():

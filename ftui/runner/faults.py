@@ -23,7 +23,7 @@ from ftui.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.records import DataFormatError
 from ftui.runner.hub import HubProblem
-from ftui.runs import CheckpointError
+from ftui.runs import CheckpointError, CheckpointMismatch
 
 
 class NonFiniteLoss(RuntimeError):
@@ -159,6 +159,9 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Pa
         else:
             fixes.append(_("then start the run again (no checkpoint was saved before the NaNs)"))
         return _("; ").join(fixes)
+    if isinstance(exc, CheckpointMismatch):
+        return _("set those keys back to what the checkpoint was saved with: ftui train --resume {run} --set KEY=VALUE "
+                 "(every checkpoint of the run was saved with them)").format(run=run_dir.name if run_dir else "RUN")
     if isinstance(exc, CheckpointError):
         return _("pick another checkpoint with --checkpoint N (ftui runs shows the run; its checkpoints/ holds step-N directories)")
     if isinstance(exc, DataFormatError):
