@@ -103,7 +103,8 @@ def _resumable_run(tmp_path: Path) -> Path:
     run = prepare_run(cfg)
     ckpt = run / "checkpoints" / "step-2"
     ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "files": {}}))
+    (ckpt / "trainer_state.json").write_text(json.dumps({  # what a resume checks before it starts (resume_checks)
+        "format": 1, "step": 2, "engine": "single", "world_size": 1, "micro_batch_size": 4, "accumulation": 1, "files": {}}))
     (run / "events.jsonl").write_text(json.dumps(make_event("run_end", t=T0, status="stopped", reason="stopped")) + "\n")
     return run
 
