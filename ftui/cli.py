@@ -505,6 +505,11 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     return cfg
 
 
+def _trust_remote_code_warning() -> str:
+    """Said on every path that starts or resumes a run with trust_remote_code on."""
+    return _("trust_remote_code is on: Python code from the model's repository will run in the training processes")
+
+
 def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunConfig, Path, int] | None:
     """The run directory, its config (with --set overrides), the checkpoint to resume and the
     run directory's job lock (two resumes at once must not both start: the lock decides).
@@ -583,10 +588,14 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
     fingerprint = data_fingerprint.compute(cfg)
     if not _resume_accepted(args, run_dir, saved, cfg, ckpt, fingerprint, err):
         return None
-    if overrides:
-        cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
-    data_fingerprint.record(run_dir, fingerprint)  # what the resumed steps train on: the next resume compares with it
-    (run_dir / STOP_FILE).unlink(missing_ok=True)
+    try:
+        if overrides:
+            cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
+        data_fingerprint.record(run_dir, fingerprint)  # what the resumed steps train on: the next resume compares with it
+        (run_dir / STOP_FILE).unlink(missing_ok=True)
+    except OSError as e:
+        err.print(error_line(_("cannot write {path}: {reason}").format(path=e.filename or run_dir, reason=e.strerror or e)))
+        return None
     return run_dir, cfg, ckpt
 
 
@@ -637,8 +646,8 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
         err.print(note_line(_("resuming {run} from {checkpoint} replaces what it has after that step: {what} (each when the "
                               "resumed steps reach it; final/ when the run completes)").format(
             run=run_dir.name, checkpoint=ckpt.name, what=", ".join(replaced))))
-    if cfg.trust_remote_code and not getattr(args, "trust_warned", False):
-        err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
+    if cfg.trust_remote_code and not getattr(args, "trust_warned", False):  # the YAML's load said it already
+        err.print(warning_line(_trust_remote_code_warning()))
     return True
 
 
@@ -813,7 +822,7 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     for w in warnings:
         err.print(warning_line(w))
     if cfg.trust_remote_code:
-        err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
+        err.print(warning_line(_trust_remote_code_warning()))
     cfg = cfg.model_copy(update={"node_rank": rank})
     home = node_dir(run_dir, rank)
     offset = (home / EVENTS_FILE).stat().st_size if (home / EVENTS_FILE).exists() else 0

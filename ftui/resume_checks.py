@@ -67,10 +67,10 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key, now in after.items():
         was = before.get(key)
         name = shown(key[1])
-        if was is None:
-            lines.append(_("{role} {name}: not in the run's fingerprint (a dataset the run did not train on)").format(role=key[0], name=name))
-        elif now.get("error") and not was.get("error"):
+        if now.get("error") and not (was or {}).get("error"):
             lines.append(_("{role} {name}: cannot be read now ({error})").format(role=key[0], name=name, error=shown(now["error"])))
+        elif was is None:
+            lines.append(_("{role} {name}: not in the run's fingerprint (a dataset the run did not train on)").format(role=key[0], name=name))
         elif was.get("hub") != now.get("hub"):
             lines.append(_("{role} {name}: hub dataset {old} -> {new}").format(
                 role=key[0], name=name, old=shown(was.get("hub")), new=shown(now.get("hub"))))

@@ -221,3 +221,19 @@ def test_a_real_resume_with_a_refused_batch_then_the_advised_one_trains_on(tmp_p
     assert "replaces what it has after that step: final/" in " ".join(resumed.stderr.split())
     assert summarize_run(run).status == "completed" and summarize_run(run).step == 6
     shutil.rmtree(run)
+
+
+@pytest.mark.parametrize("settings, saved, says", [
+    ({"engine": "ddp", "nproc_per_node": 2}, {}, "written by engine single, this run uses ddp"),
+    ({"engine": "zero2", "nproc_per_node": 2}, {"engine": "zero2", "world_size": 4}, "written by 4 DeepSpeed ranks, this run has 2"),
+    ({"gradient_accumulation_steps": 2}, {}, "micro batch 4 x accumulation 1; this config has 4 x 2"),
+    ({}, {}, None),
+])
+def test_the_checkpoint_check_before_writing_is_the_runner_s_rule(tmp_path, settings, saved, says):
+    """resume_checks.checkpoint_mismatch is what runner.checkpoint.load_checkpoint raises on,
+    so the CLI refuses what the runner would, before it writes anything."""
+    from ftui.resume_checks import checkpoint_mismatch
+
+    state = {"engine": "single", "world_size": 1, "micro_batch_size": 4, "accumulation": 1, **saved}
+    found = checkpoint_mismatch("step-4", state, tiny_config(tmp_path, **settings))
+    assert (found is None) if says is None else (says in found)
