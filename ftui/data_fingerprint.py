@@ -80,7 +80,8 @@ def record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
     """Writes the run's fingerprint whole or not at all (a temporary file renamed over it)."""
     path = Path(run_dir) / DATA_FINGERPRINT_FILE
     tmp = path.with_name(f".{DATA_FINGERPRINT_FILE}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
         json.dump(fingerprint, fh, indent=1)
     os.replace(tmp, path)
 
