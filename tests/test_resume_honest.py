@@ -237,3 +237,20 @@ def test_the_checkpoint_check_before_writing_is_the_runner_s_rule(tmp_path, sett
     state = {"engine": "single", "world_size": 1, "micro_batch_size": 4, "accumulation": 1, **saved}
     found = checkpoint_mismatch("step-4", state, tiny_config(tmp_path, **settings))
     assert (found is None) if says is None else (says in found)
+
+
+def test_llamafactory_s_resume_from_checkpoint_is_checked_alike(tmp_path, capsys, started):
+    """`ftui train CONFIG` with resume_from_checkpoint resumes through the same checks: the
+    YAML's other base model is refused unless --allow-changed, trust_remote_code said once."""
+    import yaml
+
+    run = _run(tmp_path, status="stopped")
+    data = yaml.safe_load((run / "config.yaml").read_text())
+    data.update(model_name_or_path=str(DEMO_MODEL_DIR), trust_remote_code=True, resume_from_checkpoint=str(run))
+    config = tmp_path / "lf.yaml"
+    config.write_text(yaml.safe_dump(data))
+    before = _snapshot(run)
+    assert cli.main(["train", str(config), "--detach"]) == 2
+    assert "model_name_or_path: 'ftui-demo' ->" in _err(capsys) and _snapshot(run) == before and not started
+    assert cli.main(["train", str(config), "--detach", "--allow-changed"]) == 0
+    assert _err(capsys).count("trust_remote_code is on") == 1 and started[0]["resume"].name == "step-4"
