@@ -404,3 +404,36 @@ async def test_chat_screen_shows_a_streamed_hostile_answer_literally(tmp_path):
             assert_harmless(screen_text(app), "the chat screen")
     finally:
         test_chat.FakeWorker = original
+
+
+async def test_evaluate_and_predict_shows_hostile_jobs_and_records_literally(tmp_path, monkeypatch):
+    """Its jobs table (a job's model label and datasets come from job.json), a failed job's
+    reason and error, and the dataset preview of hostile records."""
+    from textual.widgets import DataTable, Input
+
+    from tests.test_tui_evalpredict import app_with, open_screen, write_job
+
+    monkeypatch.chdir(tmp_path)
+    run = write_run(tmp_path / "runs", "demo-20231115-090000", steps=30, max_steps=30, end="completed", model="ftui-demo")
+    (run / "config.yaml").write_text("model_name_or_path: ftui-demo\ndataset: alpaca_en_demo\ncutoff_len: 128\nmodel_init: random\n")
+    (run / "final").mkdir()
+    job = write_job(run, "20240101-000000", [], source_label="label " + JOINED, dataset="data " + JOINED, end=None)
+    with open(job / "events.jsonl", "a") as fh:
+        fh.write(json.dumps(make_event("run_end", t=T0 + 9, status="failed", reason="failed: " + JOINED,
+                                       error_type="TemplateError", error_message=JOINED)) + "\n")
+    (tmp_path / "hostile.json").write_text(json.dumps([{"instruction": text, "output": text} for text in HOSTILE[:3]]))
+    app = app_with(tmp_path, run)
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await open_screen(pilot, app)
+        table = screen.query_one("#ep-jobs", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        table.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: screen.job_dir == job and screen.summary is not None and screen.summary.has_ended)
+        await until(pilot, lambda: screen.query_one("#ep-dataset", Input).value)
+        screen.query_one("#ep-dataset", Input).value = str(tmp_path / "hostile.json")
+        await until(pilot, lambda: "hostile.json" in str(screen.query_one("#ep-preview").render()))
+        await pilot.pause(0.2)
+        status = screen.query_one("#ep-status").render()
+        assert "\\x1b]52;c;" in (status.plain if isinstance(status, Text) else str(status))
+        assert_harmless(screen_text(app), "Evaluate & Predict")
