@@ -58,11 +58,6 @@ def visible(text: Any, one_line: bool = False) -> str:
     return (_CONTROL_OR_BREAK if one_line else _CONTROL).sub(_escape, text)
 
 
-def visible_text(text: Any, style: str = "", one_line: bool = False) -> Text:
-    """:func:`visible` as a rich ``Text`` (never parsed as markup), for a widget."""
-    return Text(visible(text, one_line), style=style)
-
-
 def has_control(text: str) -> bool:
     """Whether :func:`visible` would change ``text`` (newlines and tabs allowed)."""
     return _CONTROL.search(text) is not None

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -171,11 +170,15 @@ def test_watch_over_a_pipe_shows_a_hostile_run_literally(tmp_path):
     assert_shown(proc.stdout, "ftui watch")
 
 
+NAMED = "named \x1b]0;pwned\x07 \u202eexe"  # a run directory's name (a file name is untrusted too)
+
+
 def test_runs_over_a_pipe_shows_a_hostile_reason_literally(tmp_path):
     hostile_run(tmp_path / "runs")
+    hostile_run(tmp_path / "runs", NAMED)
     proc = subprocess.run([*FTUI, "runs", "--root", str(tmp_path / "runs")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "hostile-1: failed: TemplateError" in proc.stdout
+    assert "hostile-1: failed: TemplateError" in proc.stdout and visible(NAMED) in proc.stdout
     assert_harmless(proc.stdout + proc.stderr, "ftui runs")
     assert "\\x1b]52;c;" in proc.stdout and LINK in proc.stdout
 
@@ -288,6 +291,18 @@ def test_chat_prompt_and_repl_show_a_streamed_hostile_answer_literally(tmp_path,
     assert "raise_exception" in err and "\\x1b]52;c;" in err  # the failed answer's message, escaped
 
 
+def test_data_show_prints_hostile_examples_literally():
+    """``ftui data --show``'s text of an example (the runner's segments of it), on the CLI's console."""
+    from ftui.examples import example_text
+
+    for terminal in (False, True):
+        buffer = io.StringIO()
+        cli_console(buffer, terminal).print(example_text(1, {"input_ids": [1, 2], "labels": [-100, 2],
+                                                            "segments": [[text + "\n", i % 2 == 0] for i, text in enumerate(HOSTILE)]}))
+        assert_harmless(buffer.getvalue(), "ftui data --show", terminal)
+        assert_shown(buffer.getvalue(), "ftui data --show")
+
+
 def test_records_preview_shows_hostile_records_literally(tmp_path):
     """The launch form's Data preview and Evaluate & Predict's (the same function)."""
     from ftui.tui.screens.launch import records_preview
@@ -333,6 +348,7 @@ async def test_dashboard_runs_screen_notifications_and_dialogs_show_hostile_text
 
     monkeypatch.chdir(tmp_path)
     run = hostile_run(tmp_path / "runs")
+    hostile_run(tmp_path / "runs", NAMED)
     app = FtuiApp(tmp_path / "runs", attach=run, sampler=fixed_sampler, offer_live=False, render_examples=False,
                   clock=lambda: T0 + 100)
     async with app.run_test(size=(160, 50)) as pilot:
