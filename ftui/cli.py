@@ -37,6 +37,7 @@ from rich.text import Text
 from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
+from ftui.safe_text import SafeConsole, VisibleWriter, visible
 
 if TYPE_CHECKING:
     from ftui.config import RunConfig
@@ -54,11 +55,13 @@ PLAN_PARTS = (("weights", N_("weights")), ("gradients", N_("gradients")), ("opti
 
 
 def safe_console(stderr: bool = False) -> Console:
-    """Every console here prints untrusted text (dataset records, run names, model output):
-    callers escape markup, and emoji codes (``:x:``), which rich.markup.escape leaves alone,
-    are never replaced. Lines are not broken at the console's width (80 columns when the output
-    is not a terminal): a path or a command printed whole can be copied (the terminal wraps it)."""
-    return Console(stderr=stderr, emoji=False, soft_wrap=True)
+    """Every console here prints untrusted text (dataset records, run names, model output,
+    failure reasons): a SafeConsole shows its control characters as escapes, to a terminal and a
+    pipe alike (ftui.safe_text); callers escape markup, and emoji codes (``:x:``), which
+    rich.markup.escape leaves alone, are never replaced. Lines are not broken at the console's
+    width (80 columns when the output is not a terminal): a path or a command printed whole can
+    be copied (the terminal wraps it)."""
+    return SafeConsole(stderr=stderr, emoji=False, soft_wrap=True)
 
 
 # Babel (on Python 3.11) cannot see a _() call inside an f-string: the labels are translated outside one.
@@ -350,7 +353,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         status = watch_run(run_dir, interval=args.interval)
     except KeyboardInterrupt:  # watch only reads: the run is not touched
         print("\n" + _("stopped watching; the run goes on (ftui watch {run} or ftui attach {run} to follow it again)").format(
-            run=run_dir.name), file=sys.stderr, flush=True)
+            run=visible(run_dir.name)), file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     return EXIT_OK if status == "completed" else EXIT_FAILED
 
@@ -380,7 +383,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
         try:
             answer = input(_("Delete run {run} ({status}, step {step}/{max_steps})?\n  {path}\n"
                              "Its checkpoints and final/ go too; this cannot be undone. [y/N] ").format(
-                run=run_dir.name, status=summary.status, step=summary.step, max_steps=summary.max_steps or "?", path=run_dir))
+                run=visible(run_dir.name), status=summary.status, step=summary.step, max_steps=summary.max_steps or "?",
+                path=visible(run_dir)))
         except (EOFError, KeyboardInterrupt):
             answer = ""
         if answer.strip().lower() not in ("y", "yes", "是"):
@@ -391,7 +395,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     except RunDeleteError as e:
         err.print(error_line(str(e)))
         return EXIT_FAILED
-    print(_("deleted {path}").format(path=path))
+    print(_("deleted {path}").format(path=visible(path)))
     return EXIT_OK
 
 
@@ -1043,8 +1047,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -> tuple[str, bool]:
-    """Prints tokens as they come (raw text: nothing the model writes is markup here)."""
+    """Prints tokens as they come, as plain text with control characters shown as escapes (one
+    character at a time: an escape sequence split between two tokens is escaped too)."""
     rid = worker.generate(messages, settings)
+    shown = VisibleWriter(sys.stdout)
     parts: list[str] = []
     while True:
         try:
@@ -1060,8 +1066,8 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
         kind = reply["type"]
         if kind == "token":
             parts.append(reply["text"])
-            sys.stdout.write(reply["text"])
-            sys.stdout.flush()
+            shown.write(reply["text"])
+            shown.flush()
         elif kind == "done":
             sys.stdout.write("\n")
             sys.stdout.flush()
@@ -1071,7 +1077,7 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
                 print(f"[{stats}{stopped}]", file=sys.stderr)
             return "".join(parts), True
         elif kind in ("error", "exit"):
-            print("\n" + _("error: {message}").format(message=reply["message"]), file=sys.stderr)
+            print("\n" + _("error: {message}").format(message=visible(reply["message"])), file=sys.stderr)
             return "".join(parts), False
 
 
@@ -1239,7 +1245,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return EXIT_OK
     # the headings in the interface's language; the cells (statuses included) as the run says them
     header = tuple(_(LIST_HEADINGS[col]) for col in LIST_COLUMNS)
-    rows = [tuple(list_row(r).values()) for r in runs]
+    rows = [tuple(visible(cell, one_line=True) for cell in list_row(r).values()) for r in runs]  # a cell's width as shown
     if not console.is_terminal:  # scripts and `ssh host ftui runs`: one unwrapped line per run
         widths = [max(cell_len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:  # padded by cells: a CJK character takes two
@@ -1259,9 +1265,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if r.hint:
                 line += " (" + " ".join(_(r.hint).split())[:300] + ")"
             if console.is_terminal:
-                console.print(Text(line))
+                console.print(Text(visible(line)))
             else:
-                print(line)
+                print(visible(line))
     return EXIT_OK
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,14 +17,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 from rich.text import Text
 
 from ftui.i18n import N_, _
+from ftui.safe_text import visible  # control characters as escapes; newlines and tabs are the text's layout
 
 if TYPE_CHECKING:
     from ftui.config import RunConfig
 
 IGNORE = -100  # a label with no loss (ftui.runner.data.IGNORE)
-# Terminal control characters in dataset text, shown as escapes (\x1b) rather than obeyed;
-# newlines and tabs are the text's own layout.
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
 
 
@@ -124,7 +121,7 @@ def example_text(index: int, row: dict[str, Any]) -> Text:
         counts = _("{tokens} tokens, {labelled} with loss (masked: dimmed)").format(tokens=len(row[f"{prefix}input_ids"]), labelled=labelled)
         text.append(f"{head}: {counts}\n", style="bold")
         for piece, masked in row.get(f"{prefix}segments", []):
-            text.append(CONTROL.sub(lambda m: repr(m.group())[1:-1], piece), style="dim" if masked else "")
+            text.append(visible(piece), style="dim" if masked else "")
         if not text.plain.endswith("\n"):
             text.append("\n")
     return text

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ftui.i18n import N_, _
 from ftui.runs import RunFollower, RunSummary, reason_text
+from ftui.safe_text import SafeConsole
 
 
 class EtaWindow:
@@ -84,7 +85,8 @@ def follow_run(
 
     ``start_offset``: where in events.jsonl to begin (a resumed run follows only its new part;
     the old part ends with the previous run_end)."""
-    console = console or Console(emoji=False, soft_wrap=True)  # untrusted text: no `:x:` -> emoji; paths unbroken
+    # untrusted text: control characters shown as escapes, no `:x:` -> emoji; paths unbroken
+    console = console or SafeConsole(emoji=False, soft_wrap=True)
     if not console.is_terminal and console.width < NOT_A_TERMINAL_WIDTH:
         console.width = NOT_A_TERMINAL_WIDTH  # a log or a pipe: the bar's one line whole, not cut at 80 columns
     if on_interrupt is not None and threading.current_thread() is threading.main_thread():

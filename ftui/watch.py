@@ -1,6 +1,8 @@
 """``ftui watch RUN``: plain progress lines for terminals without a TTY
 (``ssh host ftui watch RUN`` without ``-t``, CI logs, ``| tee``). No colours, no cursor
 movement: one line per new step event (at most one per interval), then the final status.
+What the run directory says is shown literally (``ftui.safe_text``): no escape sequence in a
+failure reason or a warning reaches the terminal.
 
 A long run's history is not replayed: watch reads the head of events.jsonl (run_start)
 and starts at its last few MB, so a finished run with a million steps answers at once.
@@ -17,6 +19,7 @@ from ftui.events import StepColumns, extra_figures, fmt_figure
 from ftui.follow import JOB_ENGINES, EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
 from ftui.i18n import _
 from ftui.runs import RunFollower, RunSummary, reason_text
+from ftui.safe_text import VisibleWriter
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
 HEAD_BYTES = 256 << 10
@@ -84,7 +87,9 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
 
 
 def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -> str:
-    out = out or sys.stdout
+    # every line carries text from the run directory (model names, warnings, failure reasons):
+    # its control characters are shown as escapes, to a terminal and a pipe alike
+    out = VisibleWriter(out or sys.stdout)
     summary = RunSummary(run_id=Path(run_dir).name, path=Path(run_dir))
     eta = EtaWindow()
     last_printed = None

@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from ftui.i18n import LANGUAGES, N_, _, current_language, set_language
+from ftui.safe_text import visible
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.modals import Confirm
 
@@ -47,6 +48,14 @@ class FtuiApp(App):
         self.offer_live = offer_live
         self.render_examples = render_examples  # the form's first example, rendered by a child process
         self.launch_screen: LaunchScreen | None = None
+
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """Every notification (a screen's or a widget's notify comes here): its control
+        characters shown as escapes, whatever it quotes (a failure reason, a run's name, an
+        error's path); Textual passes them to the terminal. Markup is each caller's: untrusted
+        text goes with markup=False or escaped."""
+        super().notify(visible(message), title=visible(title), severity=severity, timeout=timeout, markup=markup)
 
     def on_mount(self) -> None:
         if self.attach_to is not None:  # the launch form is built only if the user goes there

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -17,12 +16,10 @@ from rich.text import Text
 
 from ftui.i18n import _
 from ftui.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+from ftui.safe_text import visible  # the one rule for untrusted text; imported here by its old name's users
 
 SCORES = ("bleu-4", "rouge-l")  # each example's own figures the browser shows
 RESULTS_MAX = 1 << 20  # a results file is a few hundred bytes: more is not one ftui wrote
-# C0/C1 control characters and the line and paragraph separators: shown as escapes, so a
-# prediction cannot move the cursor, clear the screen or hide text behind a carriage return
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass
@@ -54,15 +51,6 @@ class Pair:
 
     def matches(self, query: str) -> bool:
         return self.a.matches(query) or self.b.matches(query)
-
-
-def visible(text: str, one_line: bool = False) -> str:
-    """``text`` with its control characters as escapes (``\\x1b``, ``\\r``); with ``one_line``
-    newlines and tabs too (a table cell). Shown through rich Text, never as markup."""
-    out = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-    if one_line:
-        out = out.replace("\n", "⏎").replace("\t", "→")
-    return out
 
 
 def clip(text: str, width: int) -> str:

@@ -1,7 +1,8 @@
 """Dashboard widgets. They render a ``RunView`` or a GPU sample; they never read files.
 
 All text that comes from a run (model names, log lines, error messages) is untrusted: it
-is put into ``rich.text.Text`` objects or escaped, never parsed as markup.
+is put into ``rich.text.Text`` objects or escaped, never parsed as markup, and its control
+characters are shown as escapes (``ftui.safe_text.visible``): Textual passes ESC through.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ftui.events import fmt_figure
 from ftui.follow import fmt_duration
 from ftui.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 from ftui.tui.state import RunView, ema, ordered_figures
 
@@ -61,7 +63,7 @@ class RunHeader(Static):
 
     def show(self, view: RunView) -> None:
         line = Text(no_wrap=True, overflow="ellipsis")
-        line.append(view.run_id, style="bold")
+        line.append(visible(view.run_id, one_line=True), style="bold")
         line.append(" │ ")
         line.append(status_label(view.status), style=STATUS_STYLE.get(view.status, "bold"))
         line.append(" │ " + _("elapsed {duration}").format(duration=fmt_duration(view.elapsed)))
@@ -70,9 +72,10 @@ class RunHeader(Static):
         if view.loading is not None:
             line.append(" │ " + _("reading history {percent}%").format(percent=f"{100 * view.loading:.0f}"), style="yellow")
         if view.preparing and not view.ended:
-            line.append(f" │ {view.preparing}", style="yellow")
+            line.append(" │ " + visible(view.preparing, one_line=True), style="yellow")
         if view.model:
-            line.append(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", style="dim")
+            line.append(visible(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", one_line=True),
+                        style="dim")
         self.update(line)
 
 
@@ -256,7 +259,7 @@ class Figures(Static):
             parts.append(figures)
         for level, message in view.messages[-2:]:
             shown = _(LEVEL_LABELS[level]) if level in LEVEL_LABELS else level
-            parts.append(Text(f"{shown}: {message}", style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
+            parts.append(Text(visible(f"{shown}: {message}"), style="yellow" if level == "warning" else "red" if level == "error" else "dim"))
         self.update(Group(*parts))
 
 
@@ -271,12 +274,12 @@ class EndBanner(Static):
         text = Text()
         text.append(status_label(view.status).upper(), style=STATUS_STYLE.get(view.status, "bold"))
         if view.reason:
-            text.append(f": {view.reason}")
+            text.append(": " + visible(view.reason))
         if view.error and view.status in ("failed", "died"):
-            text.append(f"\n{view.error}", style="red")
+            text.append("\n" + visible(view.error), style="red")
         if view.hint:
             text.append("\n" + _("hint") + ": ", style="bold")
-            text.append(view.hint)
+            text.append(visible(view.hint))
         self.update(text)
         self.set_class(view.status in ("failed", "died", "unreadable"), "-failed")
 
@@ -311,12 +314,13 @@ class GpuPanel(Static):
 
 
 class LogTail(RichLog):
-    """The tail of train.log: escaped (Text, never markup), errors highlighted, scrollable."""
+    """The tail of train.log: escaped (Text, never markup; control characters as escapes, so a
+    line's ``\r`` or escape sequence shows instead of acting), errors highlighted, scrollable."""
 
     def add_lines(self, lines: list[str]) -> None:
         for line in lines:
             style = "bold red" if ERROR_LINE.search(line) else None
-            self.write(Text(line, style=style or ""))
+            self.write(Text(visible(line), style=style or ""))
 
 
 __all__ = ["status_label", "RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]

@@ -4,7 +4,8 @@ and compare with the base model side by side.
 The models live in chat worker processes (``ftui.chat_client.ChatWorker``): loading and
 reading replies happen in thread workers, which hand results to the UI thread with
 ``call_from_thread``. Everything a model writes is shown as plain ``Text``, never parsed as
-markup, so ``[bold]`` or ``[/]`` in an answer prints literally.
+markup, so ``[bold]`` or ``[/]`` in an answer prints literally, and its control characters show
+as escapes (``ftui.safe_text``): an escape sequence in an answer is never obeyed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from textual.widgets import Input, Label, Select, Static
 from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
 from ftui.gpu import device_choices, inventory_read
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel, relabel_options, word
@@ -82,7 +84,7 @@ class ChatPane(VerticalScroll):
 
     def add_user(self, text: str, waiting: bool = False) -> None:
         """The user's turn and a place for the answer (``waiting``: the model is still loading)."""
-        self.mount(Static(Text.assemble((_("you") + ": ", "bold cyan"), text), classes="turn"))
+        self.mount(Static(Text.assemble((_("you") + ": ", "bold cyan"), visible(text)), classes="turn"))
         self._answer = Static(Text("… " + _("(sent when the model has loaded)") if waiting else "…", style="dim"),
                               classes="turn answer")
         self._text = ""
@@ -92,17 +94,17 @@ class ChatPane(VerticalScroll):
     def add_tokens(self, text: str) -> None:
         self._text += text
         if self._answer is not None:
-            self._answer.update(Text(self._text))  # plain Text: model output is never markup
+            self._answer.update(Text(visible(self._text)))  # plain Text: model output is never markup, its controls escaped
             self.scroll_end(animate=False)
 
     def finish(self, note: str) -> str:
         if self._answer is not None:
-            self._answer.update(Text.assemble(self._text, ("\n" + note, "dim")))
+            self._answer.update(Text.assemble(visible(self._text), ("\n" + note, "dim")))
         text, self._answer = self._text, None
         return text
 
     def show_error(self, message: str) -> None:
-        self.mount(Static(Text(message, style="red"), classes="turn"))
+        self.mount(Static(Text(visible(message), style="red"), classes="turn"))
         self._answer = None
         self.scroll_end(animate=False)
 
@@ -238,7 +240,7 @@ class ChatScreen(Screen):
         return {"model": self.query_one("#chat-model", Input).value.strip(), "device": device}
 
     def _status(self, text: str, style: str = "dim") -> None:
-        self.query_one("#chat-status", Static).update(Text(text, style=style))
+        self.query_one("#chat-status", Static).update(Text(visible(text), style=style))
 
     # --- Loading (a worker process per pane)
 
@@ -308,7 +310,7 @@ class ChatScreen(Screen):
             return
         # Text, not str: a str title is parsed as markup, and a run directory may be named "exp[/]old"
         widget.model_label = str(reply["label"])
-        widget.border_title = Text(widget.model_label)
+        widget.border_title = Text(visible(widget.model_label, one_line=True))
         self.conversations[pane] = Conversation()
         self._status(_("{model} on {device} ({params} parameters)").format(
             model=reply["label"], device=reply["device"], params=f"{reply['params']:,}"))

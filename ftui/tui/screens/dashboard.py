@@ -27,6 +27,7 @@ from ftui.events import EVENTS_FILE, EventReader
 from ftui.gpu import sample_gpus, sample_host
 from ftui.i18n import N_, _
 from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
+from ftui.safe_text import visible
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
@@ -218,7 +219,7 @@ class DashboardScreen(Screen):
             severity = "error" if view.status in ("failed", "died") else "warning" if view.status == "stopped" else "information"
             detail = f"\n{view.error}" if view.error else ""
             hint = "\n" + _("hint") + f": {view.hint}" if view.hint else ""
-            self.notify(f"{view.run_id}: {status_label(view.status)}. {view.reason or ''}{detail}{hint}", title=_("run ended"),
+            self.notify(visible(f"{view.run_id}: {status_label(view.status)}. {view.reason or ''}{detail}{hint}"), title=_("run ended"),
                         severity=severity, timeout=30, markup=False)
 
     def _flush_plot(self) -> None:
@@ -352,5 +353,5 @@ class DashboardScreen(Screen):
 
         result = stop_run(self.run_dir, force=force)
         word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
-        self.app.call_from_thread(self.notify, f"{word}: {result}", markup=False)
+        self.app.call_from_thread(self.notify, visible(f"{word}: {result}"), markup=False)
 

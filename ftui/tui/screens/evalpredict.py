@@ -24,6 +24,7 @@ from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Stati
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.paths import CONFIG_FILE
 from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
@@ -153,7 +154,7 @@ class EvalPredictScreen(JobScreen):
         yield FittingFooter()
 
     def _title(self) -> Text:
-        return Text(_("Evaluate & Predict") + f" · {self.run_dir.name}", style="bold")
+        return Text(_("Evaluate & Predict") + " · " + visible(self.run_dir.name, one_line=True), style="bold")
 
     @staticmethod
     def _kinds() -> list[tuple[str, str]]:
@@ -230,7 +231,7 @@ class EvalPredictScreen(JobScreen):
         else:
             result = ""
         return [Text("●" if job_dir in self.marked else " "), Text(kind), Text(status_label(summary.status), style=STATUS_STYLE.get(summary.status, "")),
-                Text(str(spec.get("source_label", "?"))), Text(str(spec.get("dataset", "?"))), Text(result), Text(job_dir.name)]
+                *(Text(visible(cell, one_line=True)) for cell in (spec.get("source_label", "?"), spec.get("dataset", "?"), result, job_dir.name))]
 
     @work(thread=True, exclusive=True, group="preview")
     def preview(self, dataset: str, dataset_dir: str) -> None:
@@ -277,7 +278,7 @@ class EvalPredictScreen(JobScreen):
     def show_job(self, job_dir: Path, summary: RunSummary, latest: dict[str, dict[str, Any]], results: dict[str, Any] | None) -> None:
         progress = latest.get("progress", {})
         kind = job_kind(job_dir)
-        title = Text(f"{kind} {job_dir.name}  ", style="bold")
+        title = Text(f"{kind} " + visible(job_dir.name, one_line=True) + "  ", style="bold")
         title.append(status_label(summary.status), style=STATUS_STYLE.get(summary.status, ""))
         self.show("#ep-job", title)
         bar = self.query_one("#ep-progress", ProgressBar)
@@ -292,9 +293,9 @@ class EvalPredictScreen(JobScreen):
             if isinstance(rate, (int, float)) and rate > 0:
                 status.append(f"  {rate:.2f}/s  {eta_text(summary.step, total, rate)}")
         if summary.has_ended and summary.reason:
-            status.append(f"\n{summary.reason}", style="dim")
+            status.append("\n" + visible(summary.reason), style="dim")
         if summary.error_detail:
-            status.append(f"\n{summary.error_detail}", style="red")
+            status.append("\n" + visible(summary.error_detail), style="red")
         self.show("#ep-status", status)
         if results is not None:
             self.show("#ep-metrics", self._metrics_text(results))
@@ -350,7 +351,7 @@ class EvalPredictScreen(JobScreen):
         try:
             values = self.form_values()
         except ValueError as err:
-            self.notify(str(err), severity="error", markup=False)
+            self.notify(visible(err), severity="error", markup=False)
             return
         self.query_one("#ep-start", Button).disabled = True
         self.show("#ep-status", Text(_("starting the {kind} job...").format(kind=values["kind"]), style="dim"))

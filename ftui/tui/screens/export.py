@@ -28,7 +28,7 @@ from ftui.i18n import N_, _
 from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir, fmt_bytes
 from ftui.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
-from ftui.tui.predictions import visible
+from ftui.safe_text import visible
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row

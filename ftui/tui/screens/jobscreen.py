@@ -18,6 +18,7 @@ from textual.widgets import Button, DataTable, Label, Select, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.runs import RunFollower, RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel
@@ -153,7 +154,7 @@ class JobScreen(Screen):
 
         result = stop_run(job_dir, force=force)
         word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
-        self.app.call_from_thread(self.notify, f"{word}: {result}", markup=False)
+        self.app.call_from_thread(self.notify, visible(f"{word}: {result}"), markup=False)
 
     # --- UI thread
     def show(self, selector: str, content: Text) -> None:
@@ -193,7 +194,7 @@ class JobScreen(Screen):
         return True
 
     def start_failed(self, message: str) -> None:
-        self.notify(message, severity="error", markup=False, timeout=15)
+        self.notify(visible(message), severity="error", markup=False, timeout=15)
         if self.is_attached:
             self.query_one(self.START_BUTTON, Button).disabled = False
 

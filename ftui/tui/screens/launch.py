@@ -27,6 +27,7 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select,
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS, STAGE_SHORT, engine_description
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
@@ -949,7 +950,9 @@ def answer_parts(answer: str, stage: str) -> list[str]:
 
 
 def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
+    """A record's text on one line of at most ``n`` characters: its control characters shown
+    as escapes (a ``\\r`` or ``\\x1b`` in a dataset is not obeyed), its whitespace as spaces."""
+    text = " ".join(visible(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
@@ -987,7 +990,8 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
             try:
                 records = read_records(spec, limit=3)
             except HubDataset:
-                text.append(_("{name}: hub dataset, loaded when the run starts").format(name=spec.name) + "\n", style="dim")
+                text.append(_("{name}: hub dataset, loaded when the run starts").format(name=visible(spec.name, one_line=True)) + "\n",
+                            style="dim")
                 continue
             if not records:
                 raise DataFormatError(_("dataset {name} has no records").format(name=repr(spec.name)))
@@ -996,7 +1000,7 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
             except DataFormatError as err:  # the dataset does not fit the stage: the field's problem too
                 fit_problem = str(err)
                 raise
-            text.append(f"{spec.name}: {kind}\n", style="bold")
+            text.append(visible(f"{spec.name}: {kind}", one_line=True) + "\n", style="bold")
             for i, r in enumerate(records):
                 prompt, answer = record_preview(r, spec, i, stage)
                 text.append(f"  {i + 1}. ", style="dim")
@@ -1006,7 +1010,7 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
                     text.append(_clip(part, 60))
                 text.append("\n")
     except (DataFormatError, OSError, ValueError) as err:
-        text = Text(_shorten(str(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
+        text = Text(_shorten(visible(err), PREVIEW_ERROR_CHARS), style="red")  # a pasted 100 KB name is in the message
     return text, fit_problem
 
 

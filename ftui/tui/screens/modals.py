@@ -10,6 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 
 
 class Confirm(ModalScreen[bool]):
@@ -27,7 +28,7 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(Text(self.question))
+            yield Label(Text(visible(self.question)))  # it may name a run, a path: untrusted
             with Horizontal(classes="buttons"):
                 yield Button(Text(f"[y] {self.yes_word}"), id="yes", variant="error" if self.danger else "primary")
                 yield Button(Text("[n] " + _("No")), id="no")
@@ -59,7 +60,7 @@ class AskPath(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(Text(self.title_text))
+            yield Label(Text(visible(self.title_text)))
             yield Input(value=self.value, id="path")
             with Horizontal(classes="buttons"):
                 yield Button(_("OK"), id="ok", variant="primary")
@@ -87,8 +88,8 @@ class ShowText(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
-            yield Label(Text(self.title_text, style="bold"))
-            yield Static(Text(self.text), classes="code")
+            yield Label(Text(visible(self.title_text), style="bold"))
+            yield Static(Text(visible(self.text)), classes="code")
             with Horizontal(classes="buttons"):
                 yield Button(_("Close"), id="close", variant="primary")
 

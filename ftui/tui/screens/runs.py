@@ -18,6 +18,7 @@ from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
 from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_run, list_row, list_runs
+from ftui.safe_text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
@@ -108,15 +109,21 @@ def keep_ends(text: str, width: int) -> str:
     return head_cells(text, width - 1 - tail) + "…" + tail_cells(text, tail)
 
 
+def shown_row(r: RunSummary) -> dict[str, str]:
+    """``ftui runs``' cells of a run as the screen shows them: one line each, control characters
+    as escapes (a run directory's name, model path and failure reason are untrusted)."""
+    return {key: visible(cell, one_line=True) for key, cell in list_row(r).items()}
+
+
 def detail_line(r: RunSummary) -> Text:
     """The highlighted run in full, whatever columns the table could fit: its id, status and
     why it ended, then its start time and duration (as ``ftui runs`` prints them), method,
     engine and model path (last: a long one wraps)."""
-    row = list_row(r)
+    row = shown_row(r)
     text = Text(row["run"], style="bold")
     text.append(f"  {status_label(r.status)}", style=STATUS_STYLE.get(r.status, ""))
     if r.has_ended and r.reason:
-        text.append(f"  {r.reason}", style="dim")
+        text.append("  " + visible(r.reason), style="dim")
     text.append("\n" + _("started {started}  duration {duration}").format(started=row["started"], duration=row["duration"]))
     text.append(f"  {row['method']} · {row['engine']}")
     if r.status != "unreadable":  # an unreadable run's model cell holds the reason
@@ -162,9 +169,9 @@ class RunsScreen(Screen):
         self.show_runs(self.runs)
 
     def _title(self, problem: str | None = None) -> Text:
-        title = Text(_("runs in {root}").format(root=self.root), style="bold")
+        title = Text(_("runs in {root}").format(root=visible(self.root)), style="bold")
         if problem is not None:
-            title.append(f"  {problem}", style="bold red")
+            title.append("  " + visible(problem), style="bold red")
         return title
 
     async def recompose(self) -> None:
@@ -206,7 +213,7 @@ class RunsScreen(Screen):
         self.query_one("#runs-title", Static).update(self._title(problem))
         table = self.query_one(DataTable)
         cursor = table.cursor_row
-        rows = [list_row(r) | {"status": status_label(r.status)} for r in runs]
+        rows = [shown_row(r) | {"status": status_label(r.status)} for r in runs]
         fitted = self.set_columns(rows)
         table.clear()
         for r, row in zip(runs, rows):
@@ -328,7 +335,7 @@ class RunsScreen(Screen):
             return
         if run.live:
             self.notify(_("{run} is {status}: stop it first (Enter attaches, then s), then delete it").format(
-                run=run.run_id, status=status_label(run.status)),
+                run=visible(run.run_id), status=status_label(run.status)),
                         severity="warning", markup=False)
             return
 
@@ -345,11 +352,11 @@ class RunsScreen(Screen):
         try:
             delete_run(run.path)
         except (RunDeleteError, OSError) as err:
-            self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=err), severity="error", markup=False)
+            self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=visible(err)), severity="error", markup=False)
             return
         to_ui(self, self._deleted, run)
 
     def _deleted(self, run: RunSummary) -> None:
         self.marked.discard(run.run_id)
         self.show_runs([r for r in self.runs if r.path != run.path])
-        self.notify(_("deleted {run}").format(run=run.run_id), markup=False)
+        self.notify(_("deleted {run}").format(run=visible(run.run_id)), markup=False)
