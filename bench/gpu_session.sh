@@ -10,7 +10,9 @@
 # batch 8 with flash_attn fa2, 45.8 % MFU on 2026-11-27, the same with SDPA for the ratio within
 # the call, fa2 with compile alone, then bf16 packed with fa2 (its peak against the planner)),
 # then packed_attention.py's profile of where a pure-bf16 step's time goes with fa2, and its
-# timing against SDPA's packed mask. bench/README.md has the figures.
+# timing against SDPA's packed mask. bench/README.md has the figures. With LF=1 (and .whl_lf/ from
+# gpu_wheels.sh carried), bench/gpu_session_lf.sh runs last: ftui against LLaMA-Factory 0.9.5 (about
+# 400 s of its own, so with the rest it outgrows one 600 s call: run it alone in a call instead).
 # gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
 # the job of the case its time limit cut, which would train on under the profile). Every part
 # has its own time limit (FA2_CHECK_S, GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
@@ -45,3 +47,7 @@ timeout "${PROFILE_S:-180}" "$PY" bench/packed_attention.py --shape "$SHAPE" --p
     --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
 tail -n 12 "$OUT/packed_attention.log"
 ls -la "$OUT"
+# ftui against LLaMA-Factory (issue 41), with its own wheels (.whl_lf) in a folder of their own
+if [ -n "${LF:-}" ]; then
+    FTUI_WHEELS_DONE=1 bash bench/gpu_session_lf.sh
+fi

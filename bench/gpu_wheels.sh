@@ -21,3 +21,16 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "${pins[@]}"
 du -ch .whl/*.whl | tail -1
+# LLaMA-Factory 0.9.5 for bench/gpu_session_lf.sh (issue 41): itself and the libraries it pins
+# that the image lacks or holds in another version, into .whl_lf/ (a folder of their own there:
+# only LLaMA-Factory's process has them on its path). Not its web UI, API or multimodal extras
+# (gradio, fastapi, av, modelscope): its training path does not import them.
+lf_pins=(llamafactory==0.9.5 transformers==5.6.0 peft==0.18.1 accelerate==1.11.0 datasets==4.0.0 trl==0.24.0
+         tokenizers==0.22.2 dill==0.3.8 multiprocess==0.70.16 fsspec==2025.3.0 omegaconf==2.4.0 fire==0.7.1
+         termcolor==3.3.0 "tyro==0.8.14" docstring-parser==0.18.0 shtab==1.13.0)
+mkdir -p .whl_lf
+rm -f .whl_lf/*.whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl_lf "${lf_pins[@]}"
+du -ch .whl_lf/*.whl | tail -1
