@@ -143,10 +143,10 @@ class ExportScreen(JobScreen):
     START_BUTTON = "#xp-start"
     SOURCE_SELECT = "#xp-source"
     STOP_QUESTIONS = (N_("Stop the export? Nothing is written to the out dir."),
-                      N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it."))
+                      N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it (the next export there removes it)."))
     WORDS = {"#xp-start": N_("Start"), "#xp-stop": N_("Stop"), "#xp-copy": N_("Copy commands"), "#xp-label-source": N_("source"),
              "#xp-label-out": N_("out dir"), "#xp-label-dtype": N_("dtype"), "#xp-label-shard": N_("max shard size"),
-             "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("force"), "#xp-force": N_("overwrite")}
+             "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("force"), "#xp-force": N_("replace an earlier ftui export")}
     TITLES = {"#xp-form": N_("new export"), "#xp-jobs": N_("exports: Enter opens")}
 
     def __init__(self, run_dir: Path):
@@ -285,6 +285,9 @@ class ExportScreen(JobScreen):
         except (export.ExportError, ConfigError, RunBusy, OSError, ValueError) as err:
             to_ui(self, self.start_failed, _("export not started: {error}").format(error=err))
             return
+        swept = export.sweep_out_parent(Path(out.strip()))  # what killed exports left beside it
+        if swept:
+            self.app.call_from_thread(self.notify, swept, markup=False)
         to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:
@@ -298,7 +301,9 @@ class ExportScreen(JobScreen):
                 listing = sorted((p.name, p.stat().st_size) for p in Path(spec["out"]).iterdir() if p.is_file())[:MAX_LISTED]
             except OSError:
                 listing = None
-        return {"spec": spec, "listing": listing}
+        from ftui.jobs.export import leftover_note
+
+        return {"spec": spec, "listing": listing, "leftover": leftover_note(job_dir)}  # a killed job's temporary directory
 
     # --- rendering (UI thread)
     def start_failed(self, message: str) -> None:
@@ -344,6 +349,8 @@ class ExportScreen(JobScreen):
         for extra, style in ((summary.hint, "yellow"), (summary.error_detail, "red")):
             if extra:
                 status.append(("\n" if status else "") + visible(extra), style=style)
+        if results and results.get("leftover"):
+            status.append(("\n" if status else "") + visible(results["leftover"]), style="yellow")
         if summary.status != "completed" or results is None:
             return
         result = export_result(event, results["spec"], results["listing"])
