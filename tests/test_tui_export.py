@@ -137,7 +137,8 @@ async def test_out_dir_follows_the_source_until_edited(tmp_path, run):
 
 async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_start):
     """An out dir inside the run, or a non-empty one without force: the form says why before
-    Start, and Start says it again without starting; force lifts the second."""
+    Start, and Start says it again without starting; force lifts the second only for an
+    earlier ftui export (a folder of the user's is refused, naming what is in it)."""
     app = make_app(tmp_path, attach=run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)
@@ -156,8 +157,19 @@ async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_
         (full / "old.txt").write_text("x")
         screen.query_one("#xp-out", Input).value = str(full)
         await until(pilot, lambda: "is not empty" in needs_text(screen))
-        screen.query_one("#xp-force", Checkbox).value = True
+        screen.query_one("#xp-force", Checkbox).value = True  # force replaces only an earlier ftui export (issue 39)
+        await until(pilot, lambda: "which ftui did not write" in needs_text(screen) and "old.txt" in needs_text(screen))
+        from ftui.jobs.export_out import write_marker
+
+        earlier = tmp_path / "earlier"
+        earlier.mkdir()
+        (earlier / "model.safetensors").write_bytes(b"weights")
+        write_marker(earlier, run=str(run))
+        screen.query_one("#xp-out", Input).value = str(earlier)
         await until(pilot, lambda: "ready" in needs_text(screen))
+        await pilot.press("f5")
+        await until(pilot, lambda: fake_start)
+        assert (full / "old.txt").read_text() == "x"
 
 
 async def test_start_progress_stop_and_end(tmp_path, run, monkeypatch, fake_start, export_events):
