@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import tempfile
 from array import array
 from bisect import bisect_right

@@ -28,7 +28,8 @@ def demo_copy(demo_run, tmp_path_factory) -> Path:
     import shutil
 
     run = tmp_path_factory.mktemp("export-demo") / demo_run.name
-    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("predict", "eval", "export"))
+    # .store-*: the ranks' FileStore, which the job's last process may still be removing
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("predict", "eval", "export", ".store-*"))
     return run
 
 

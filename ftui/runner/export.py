@@ -289,7 +289,7 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     aside into a marked temporary directory, checked again there (nothing can swap it any
     more), the new one renamed into place, then the old one removed: the new export is
     complete beside the old one before the old one goes."""
-    from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, replace_problem
+    from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
     from ftui.owned_dirs import make_temp_dir, remove
 
     tmp.chmod(0o777 & ~_umask())  # mkdtemp made it 0700; the export gets the mode a new directory gets
@@ -298,6 +298,8 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     except OSError as err:
         if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
             raise ExportDirError(_("cannot rename the finished export to {out}: {reason}").format(out=out, reason=err.strerror or err)) from None
+        if os.path.islink(out):
+            raise ExportDirError(link_problem(out, out)) from None
         if not force:
             raise OutDirTaken(_("{out} is no longer empty (something was written there while the export ran); "
                                 "export again to another directory, or with --force to replace an earlier ftui export there").format(

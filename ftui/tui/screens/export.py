@@ -305,7 +305,8 @@ class ExportScreen(JobScreen):
         listing = None
         if isinstance(spec.get("out"), str):
             try:
-                listing = sorted((p.name, p.stat().st_size) for p in Path(spec["out"]).iterdir() if p.is_file())[:MAX_LISTED]
+                listing = sorted((p.name, p.stat().st_size) for p in Path(spec["out"]).iterdir()
+                                 if p.is_file() and not p.name.startswith(".ftui-"))[:MAX_LISTED]  # not ftui's markers
             except OSError:
                 listing = None
         from ftui.jobs.export import leftover_note
