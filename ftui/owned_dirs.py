@@ -145,6 +145,12 @@ def remove(path: Path, fd: int | None = None) -> list[str]:
                 failed.append(f"{entry.path}: {err.strerror or err}")
         if failed:
             return failed
+        try:
+            rest = [e.name for e in os.scandir(path) if e.name != MARKER]
+        except OSError as err:
+            return [f"{path}: {err.strerror or err}"]
+        if rest:  # written meanwhile, or a removal that did not remove: the marker stays, so it is found again
+            return [_("{path}: still there").format(path=path / rest[0])]
         for step in (lambda: os.unlink(path / MARKER), lambda: os.rmdir(path)):
             try:
                 step()
