@@ -346,3 +346,26 @@ async def test_a_run_whose_directory_hangs_leaves_the_screens_up_and_start_waits
             assert [v for _label, v in app.screen.query_one("#xp-source")._options] == ["final", "step-20"]
     finally:
         release.set()
+
+
+async def test_a_killed_exports_temporary_directory_is_removed_and_said(tmp_path, run):
+    """Issue 39, finding 8: the screen opened on an export killed with kill -9 removes its
+    temporary directory (the job is gone: its marker's lock is free) and says so in the end view."""
+    from tests.test_export_safety import leave_export_temp
+
+    out = tmp_path / "exports" / "killed"
+    out.parent.mkdir()
+    tmp, _ = leave_export_temp(out, "kill")
+    write_export_job(run, "20240101-000200", out,
+                     make_event("log", t=T0 + 2, level="info", message="writing", temp_dir=str(tmp)),
+                     make_event("run_end", t=T0 + 9, status="failed", reason="the launcher exited without writing run_end"))
+    app = make_app(tmp_path, attach=run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, app)
+        table = screen.query_one("#xp-jobs", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        table.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: "removed 1 temporary directory" in text_of(screen.query_one("#xp-status")))
+        assert str(tmp) in text_of(screen.query_one("#xp-status")).replace("\n", "")
+    assert not tmp.exists()
