@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=_("list only the runs under this directory (default: {root}, set by FTUI_HOME, plus the runs it indexes)").format(
                        root=default_runs_root()))
 
-    d = sub.add_parser("delete", help=_("delete a run's directory (checkpoints and final/ included) and its run index entry; never a live run"),
+    d = sub.add_parser("delete", help=_("delete a run's directory (checkpoints and final/ included) and its run index entry; never a live run; "
+                                                 "a run that is a symbolic link: only the link and its entry (what it points to is kept)"),
                        epilog=_("exit codes: 0 deleted, 1 not deleted (a live run, declined, or it could not be removed), 2 no such run"))
     d.add_argument("run", help=run_help)
     d.add_argument("--yes", "-y", action="store_true", help=_("do not ask (needed when stdin is not a terminal)"))
@@ -367,7 +368,7 @@ def _refused_live(run_dir: Path, summary: Any, err: Console, then: str = "") -> 
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from ftui.runs import RunDeleteError, delete_run, summarize_run
+    from ftui.runs import RunDeleteError, delete_plan, delete_run, summarize_run
 
     err = safe_console(stderr=True)
     run_dir = _resolve(args.run, args.root, err)
@@ -376,26 +377,27 @@ def cmd_delete(args: argparse.Namespace) -> int:
     summary = summarize_run(run_dir)
     if _refused_live(run_dir, summary, err, _("; nothing deleted")):  # before asking; delete_run checks again under the job lock
         return EXIT_FAILED
+    plan = delete_plan(run_dir)  # what goes, said in the question: a run that is a link loses only the link
     if not args.yes:
         if not sys.stdin.isatty():
             err.print(error_line(_("not deleting {run} without a yes: stdin is not a terminal (add --yes)").format(run=run_dir.name)))
             return EXIT_FAILED
         try:
-            answer = input(_("Delete run {run} ({status}, step {step}/{max_steps})?\n  {path}\n"
-                             "Its checkpoints and final/ go too; this cannot be undone. [y/N] ").format(
-                run=visible(run_dir.name), status=summary.status, step=summary.step, max_steps=summary.max_steps or "?",
-                path=visible(run_dir)))
+            answer = input(_("{question}\n  ({status}, step {step}/{max_steps}) [y/N] ").format(
+                question=plan.question(), status=summary.status, step=summary.step, max_steps=summary.max_steps or "?"))
         except (EOFError, KeyboardInterrupt):
             answer = ""
         if answer.strip().lower() not in ("y", "yes", "是"):
             err.print(_("not deleted"))
             return EXIT_FAILED
     try:
-        path = delete_run(run_dir)
+        done = delete_run(plan.run)
     except RunDeleteError as e:
         err.print(error_line(str(e)))
         return EXIT_FAILED
-    print(_("deleted {path}").format(path=visible(path)))
+    print(done.message())
+    if done.leftovers:
+        print(visible(done.leftovers))
     return EXIT_OK
 
 
@@ -1223,6 +1225,19 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
+    """What interrupted deletes (in the runs root) and exports (beside the runs' export out
+    dirs) left, removed when certainly ftui's and abandoned (ftui.owned_dirs); one line each on
+    stderr, so the listing scripts read stays as it was."""
+    from ftui.jobs.export import export_job_out_parents
+    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.runs import sweep_deleting
+
+    lines = [sweep_deleting(root), *(sweep_leftovers(p) for p in export_job_out_parents(run_dirs))]
+    for line in filter(None, lines):
+        safe_console(stderr=True).print(escape(line), soft_wrap=True)
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from rich.cells import cell_len
 
@@ -1240,6 +1255,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     except RunsRootError as e:
         safe_console(stderr=True).print(error_line(str(e)))
         return EXIT_FAILED
+    _sweep_leftovers(Path(root).expanduser(), [r.path for r in runs])
     if not runs:
         console.print(escape(_("no runs under {path}").format(path=Path(root).resolve())))
         return EXIT_OK

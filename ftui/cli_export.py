@@ -30,7 +30,9 @@ def add_parser(sub: Any) -> None:
     x.add_argument("--gguf", nargs="?", const="f16", choices=GGUF_TYPES, metavar="TYPE",
                    help=_("also write a GGUF file for llama.cpp / Ollama: {types} (default f16); Llama, Mistral and Qwen2/Qwen3 models").format(
                        types=", ".join(GGUF_TYPES)))
-    x.add_argument("--force", action="store_true", help=_("replace what a non-empty --out holds (once the new export is complete)"))
+    x.add_argument("--force", action="store_true", help=_(
+        "replace an earlier ftui export at --out (once the new export is complete): only a directory holding nothing but what "
+        "that export wrote, or an empty one; anything else is refused, and a symbolic link is never followed"))
     x.add_argument("--detach", action="store_true", help=_("start it and return (follow with ftui watch DIR)"))
     x.add_argument("--root", default=None, metavar="RUNS_ROOT", help=_("runs root (default: {root})").format(root=default_runs_root()))
 
@@ -39,7 +41,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ftui.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
     from ftui.config import ConfigError
     from ftui.follow import follow_run
-    from ftui.jobs.export import ExportError, prepare_export, start_export
+    from ftui.jobs.export import ExportError, leftover_note, prepare_export, start_export, sweep_out_parent
     from ftui.jobs.launch import RunBusy, stop_run
 
     out, err = safe_console(), safe_console(stderr=True)
@@ -58,6 +60,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(error_line(str(e)))
         return EXIT_FAILED
     out.print(escape(_("export needs {what}").format(what=needs.describe())))
+    swept = sweep_out_parent(Path(args.out))
+    if swept:
+        err.print(escape(swept), soft_wrap=True)
     try:
         start_export(job_dir, cfg)
     except RunBusy as e:
@@ -81,6 +86,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             out.print(f"  {escape(str(command))}", soft_wrap=True)
         out.print(escape(str(result.get("out") or args.out)), soft_wrap=True)  # the last line: the model's directory (scripts read it)
         return EXIT_OK
+    left = leftover_note(job_dir)
+    if left:
+        err.print(escape(left), soft_wrap=True)
     return EXIT_INTERRUPTED if interrupts else EXIT_FAILED
 
 

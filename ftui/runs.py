@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
+import tempfile
 from array import array
 from bisect import bisect_right
 import re
@@ -27,6 +27,7 @@ import psutil
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
 from ftui.i18n import N_, _
+from ftui.safe_text import visible
 from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
 LIVE_STATUSES = ("starting", "running")
@@ -705,17 +706,52 @@ class RunDeleteError(RuntimeError):
 
 
 RUN_MARKERS = (LAUNCH_FILE, EVENTS_FILE, LOG_FILE, LOCK_FILE)  # beside config.yaml, one of these: a run ftui started
+DELETE_KIND = "delete"  # ftui.owned_dirs' marker kind of a run being deleted
+DELETING_NAME = re.compile(r"\..+\.deleting")  # .RUN.RANDOM.deleting: a run being deleted (no listing shows dot-names)
 
 
-def delete_run(run_dir: str | os.PathLike[str]) -> Path:
-    """Deletes a run directory that no job runs, and its run index entry; returns the path.
+@dataclass(frozen=True)
+class DeletePlan:
+    """What deleting a run removes, decided before the question is asked, so the question says
+    exactly what goes. A run directory that is a symbolic link is never followed to delete:
+    only the link and the run's index entry go, and the directory it points to is kept."""
 
-    A live run is refused (stop it first). The job lock is held while the directory goes,
-    so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
-    into a half-deleted directory). The directory is first renamed to a dot-name, which no
-    listing shows: the run leaves every list at once, however long the removal of its
-    checkpoints takes, and one interrupted removal leaves no half-run behind in the list."""
-    path = Path(os.path.realpath(Path(run_dir).expanduser()))
+    run: Path  # the run's directory as given (its parents resolved, the last name not)
+    link_target: Path | None = None  # the run is a symbolic link to this directory, which is kept
+
+    def question(self) -> str:
+        if self.link_target is not None:
+            return _("Remove the link {path} (to {target}) and its run index entry? The directory it points to is kept: "
+                     "ftui does not follow a link to delete.").format(path=visible(self.run), target=visible(self.link_target))
+        return _("Delete run {run}'s directory {path}? Its checkpoints and final/ go too; this cannot be undone.").format(
+            run=visible(self.run.name), path=visible(self.run))
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What delete_run did: the path removed, the directory kept (a link's target) and one line
+    about leftovers of interrupted deletes it removed beside it (or None)."""
+
+    path: Path
+    kept: Path | None = None
+    leftovers: str | None = None
+
+    def message(self) -> str:
+        if self.kept is not None:
+            return _("removed the link {path}; the directory it pointed to, {target}, is kept (delete it with ftui delete {target})").format(
+                path=visible(self.path), target=visible(self.kept))
+        return _("deleted {path}").format(path=visible(self.path))
+
+
+def delete_plan(run_dir: str | os.PathLike[str]) -> DeletePlan:
+    given = Path(run_dir).expanduser()
+    here = Path(os.path.realpath(given.parent)) / given.name  # a link in the parents leads to the run itself: fine
+    if os.path.islink(here):
+        return DeletePlan(here, Path(os.path.realpath(here)))
+    return DeletePlan(Path(os.path.realpath(here)))
+
+
+def _check_deletable(path: Path) -> None:
     if not (path / CONFIG_FILE).is_file() or not any(os.path.lexists(path / m) for m in RUN_MARKERS):
         raise RunDeleteError(_("{path} does not look like an ftui run directory (no {config} with a {launch} or {events}); "
                                "nothing deleted").format(path=path, config=CONFIG_FILE, launch=LAUNCH_FILE, events=EVENTS_FILE))
@@ -727,25 +763,72 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Path:
     if busy:
         raise RunDeleteError(_("{run} has a {job} job running ({path}): stop it first (ftui attach {path}, then s), "
                                "then delete the run; nothing deleted").format(run=path.name, job=busy[0].parent.name, path=busy[0]))
-    lock = _take_job_lock(path)
-    try:
-        hidden = path.with_name(f".{path.name}.deleting")
+
+
+def delete_run(run_dir: str | os.PathLike[str]) -> Deleted:
+    """Deletes a run directory that no job runs, and its run index entry (``delete_plan``: a
+    run that is a symbolic link loses only the link and its entry).
+
+    A live run is refused (stop it first). The job lock is held while the directory goes,
+    so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
+    into a half-deleted directory). The directory is marked as being deleted
+    (``ftui.owned_dirs``: a marker this process keeps locked) and renamed to
+    ``.RUN.RANDOM.deleting``, which no listing shows: the run leaves every list at once, however
+    long the removal of its checkpoints takes. A delete killed midway leaves that directory,
+    which the next delete in the same runs root and ``ftui runs`` recognise and remove."""
+    from ftui.owned_dirs import MARKER, claim, release, remove
+
+    plan = delete_plan(run_dir)
+    if plan.link_target is not None:
+        _check_deletable(plan.link_target)
         try:
-            os.rename(path, hidden)
+            os.unlink(plan.run)
+        except OSError as err:
+            raise RunDeleteError(_("cannot remove the link {path}: {reason}").format(path=plan.run, reason=err.strerror or err)) from None
+        forget_run(plan.link_target)
+        return Deleted(plan.run, kept=plan.link_target, leftovers=sweep_deleting(plan.run.parent))
+    path = plan.run
+    _check_deletable(path)
+    lock = _take_job_lock(path)
+    marker = None
+    try:
+        try:
+            marker = claim(path, DELETE_KIND, run=str(path))
+            hidden = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".deleting", dir=path.parent))
+        except BlockingIOError:
+            raise RunDeleteError(_("{run} is being deleted by another ftui; nothing deleted").format(run=path.name)) from None
         except OSError as err:
             raise RunDeleteError(_("cannot delete {path}: {reason}").format(path=path, reason=err.strerror or err)) from None
+        try:
+            os.rename(path, hidden)  # onto the empty directory mkdtemp made: rename(2) replaces it
+        except OSError as err:
+            for undo in (lambda: os.rmdir(hidden), lambda: os.unlink(path / MARKER)):
+                try:
+                    undo()
+                except OSError:
+                    pass
+            raise RunDeleteError(_("cannot delete {path}: {reason}").format(path=path, reason=err.strerror or err)) from None
         forget_run(path)
-
-        failed: list[str] = []
-        shutil.rmtree(hidden, onerror=lambda _f, p, exc: failed.append(f"{p}: {getattr(exc[1], 'strerror', None) or exc[1]}"))
+        failed = remove(hidden, marker)
+        marker = None
         if failed:
             raise RunDeleteError(_("{run} is no longer listed, but {count} file(s) could not be removed "
                                    "(first: {first}); remove {path} yourself").format(
                 run=path.name, count=len(failed), first=failed[0], path=hidden))
     finally:
+        release(marker)
         if lock is not None:
             os.close(lock)
-    return path
+    return Deleted(path, leftovers=sweep_deleting(path.parent))
+
+
+def sweep_deleting(root: Path) -> str | None:
+    """Finishes the deletes that were killed midway in ``root`` (``.RUN.*.deleting`` directories
+    marked by a delete whose process is gone); one line saying so, or None."""
+    from ftui.owned_dirs import sweep, sweep_line
+
+    removed, failed = sweep(root, DELETING_NAME, (DELETE_KIND,))
+    return sweep_line(removed, failed, "delete")
 
 
 def live_job_dirs(run_dir: Path) -> list[Path]:

@@ -28,7 +28,8 @@ def demo_copy(demo_run, tmp_path_factory) -> Path:
     import shutil
 
     run = tmp_path_factory.mktemp("export-demo") / demo_run.name
-    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("predict", "eval", "export"))
+    # .store-*: the ranks' FileStore, which the job's last process may still be removing
+    shutil.copytree(demo_run, run, ignore=shutil.ignore_patterns("predict", "eval", "export", ".store-*"))
     return run
 
 
@@ -148,6 +149,7 @@ def test_shards_modelfile_generation_config_and_no_secrets(demo_copy, tmp_path):
 
 def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tmp_path):
     from ftui.jobs.export import prepare_export
+    from ftui.jobs.export_out import write_marker
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
     from ftui.config import load_config
@@ -155,7 +157,8 @@ def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tm
 
     out = tmp_path / "model"
     out.mkdir()
-    (out / "old.txt").write_text("the user's")
+    (out / "model.safetensors").write_text("an earlier export's")
+    write_marker(out, run="earlier")  # an earlier ftui export: the only non-empty out dir --force replaces
     job_dir, _, _ = prepare_export(demo_copy, which=None, out=out, dtype="fp32", force=True)
     cfg, _ = load_config(job_dir / "config.yaml")
     stop = StopRequest()
@@ -163,11 +166,11 @@ def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tm
     status, reason = export(job_dir, cfg, DistInfo.from_env(), None, stop, None)
     assert status == "stopped" and "nothing was written" in reason
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary directory left
-    assert (out / "old.txt").read_text() == "the user's"  # a stopped export replaces nothing
+    assert (out / "model.safetensors").read_text() == "an earlier export's"  # a stopped export replaces nothing
 
     status, _ = export(job_dir, cfg, DistInfo.from_env(), None, StopRequest(), None)
     assert status == "completed"
-    assert not (out / "old.txt").exists() and (out / "model.safetensors").is_file()
+    assert (out / "model.safetensors").read_bytes() != b"an earlier export's" and (out / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
@@ -284,7 +287,7 @@ def test_modelfile_follows_the_template():
 def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch):
     """--force replaces what an out dir holds, so it must not be the runs root's parent, the
     current directory (`--out ""`), ftui's own directory or anything holding a run; an
-    ordinary non-empty directory it may replace."""
+    earlier ftui export it may replace, and nothing else (issue 39)."""
     from ftui.jobs.export import out_dir_problem
     from ftui.paths import default_runs_root, ftui_home
 
@@ -311,5 +314,9 @@ def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch)
     assert "FTUI_HOME" in out_dir_problem(ftui_home(), force=True)
     assert "current directory" in out_dir_problem(Path(""), force=True)
     assert "current directory" in out_dir_problem(tmp_path, force=True)  # holds it
+    assert "ftui did not write" in out_dir_problem(plain, force=True)  # issue 39: only an earlier ftui export
+    from ftui.jobs.export_out import write_marker
+
+    write_marker(plain, run="earlier")
     assert out_dir_problem(plain, force=True) is None
     assert "--force" in out_dir_problem(plain, force=False)

@@ -319,14 +319,14 @@ async def test_switch_on_job_screens_keeps_their_forms_and_the_job(tmp_path):
         await until(pilot, lambda: out.value.endswith("step-20"))
         await pilot.press("ctrl+t")
         await until(pilot, lambda: export.query_one("#xp-form").border_title == "new export"  # and the source's Changed handled
-                    and str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
+                    and str(export.query_one("#xp-force", Checkbox).label) == "old ftui export"
                     and export.query_one("#xp-source", Select).value == "step-20" and out.value.endswith("step-20"))
         assert export.query_one("#xp-form").border_title == "new export"
-        assert str(export.query_one("#xp-force", Checkbox).label) == "overwrite"
+        assert str(export.query_one("#xp-force", Checkbox).label) == "old ftui export"
         assert export.query_one("#xp-source", Select).value == "step-20" and out.value.endswith("step-20")
         out.value = str(tmp_path / "my-export")
         await pilot.press("ctrl+t")
-        await until(pilot, lambda: str(export.query_one("#xp-force", Checkbox).label) == "覆盖"
+        await until(pilot, lambda: str(export.query_one("#xp-force", Checkbox).label) == "旧的 ftui 导出"
                     and export.query_one("#xp-source", Select).value == "step-20" and out.value == str(tmp_path / "my-export"))
-        assert str(export.query_one("#xp-force", Checkbox).label) == "覆盖"
+        assert str(export.query_one("#xp-force", Checkbox).label) == "旧的 ftui 导出"
         assert export.query_one("#xp-source", Select).value == "step-20" and out.value == str(tmp_path / "my-export")

@@ -137,7 +137,8 @@ async def test_out_dir_follows_the_source_until_edited(tmp_path, run):
 
 async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_start):
     """An out dir inside the run, or a non-empty one without force: the form says why before
-    Start, and Start says it again without starting; force lifts the second."""
+    Start, and Start says it again without starting; force lifts the second only for an
+    earlier ftui export (a folder of the user's is refused, naming what is in it)."""
     app = make_app(tmp_path, attach=run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)
@@ -156,8 +157,19 @@ async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_
         (full / "old.txt").write_text("x")
         screen.query_one("#xp-out", Input).value = str(full)
         await until(pilot, lambda: "is not empty" in needs_text(screen))
-        screen.query_one("#xp-force", Checkbox).value = True
+        screen.query_one("#xp-force", Checkbox).value = True  # force replaces only an earlier ftui export (issue 39)
+        await until(pilot, lambda: "which ftui did not write" in needs_text(screen) and "old.txt" in needs_text(screen))
+        from ftui.jobs.export_out import write_marker
+
+        earlier = tmp_path / "earlier"
+        earlier.mkdir()
+        (earlier / "model.safetensors").write_bytes(b"weights")
+        write_marker(earlier, run=str(run))
+        screen.query_one("#xp-out", Input).value = str(earlier)
         await until(pilot, lambda: "ready" in needs_text(screen))
+        await pilot.press("f5")
+        await until(pilot, lambda: fake_start)
+        assert (full / "old.txt").read_text() == "x"
 
 
 async def test_start_progress_stop_and_end(tmp_path, run, monkeypatch, fake_start, export_events):
@@ -334,3 +346,26 @@ async def test_a_run_whose_directory_hangs_leaves_the_screens_up_and_start_waits
             assert [v for _label, v in app.screen.query_one("#xp-source")._options] == ["final", "step-20"]
     finally:
         release.set()
+
+
+async def test_a_killed_exports_temporary_directory_is_removed_and_said(tmp_path, run):
+    """Issue 39, finding 8: the screen opened on an export killed with kill -9 removes its
+    temporary directory (the job is gone: its marker's lock is free) and says so in the end view."""
+    from tests.test_export_safety import leave_export_temp
+
+    out = tmp_path / "exports" / "killed"
+    out.parent.mkdir()
+    tmp, _ = leave_export_temp(out, "kill")
+    write_export_job(run, "20240101-000200", out,
+                     make_event("log", t=T0 + 2, level="info", message="writing", temp_dir=str(tmp)),
+                     make_event("run_end", t=T0 + 9, status="failed", reason="the launcher exited without writing run_end"))
+    app = make_app(tmp_path, attach=run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_screen(pilot, app)
+        table = screen.query_one("#xp-jobs", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        table.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: "removed 1 temporary directory" in text_of(screen.query_one("#xp-status")))
+        assert str(tmp) in text_of(screen.query_one("#xp-status")).replace("\n", "")
+    assert not tmp.exists()

@@ -6,7 +6,8 @@ events.jsonl, train.log, job.lock) like the Evaluate & Predict jobs, so the same
 supervisor, Stop, ``attach`` and ``watch`` serve it: merging a 7B+ model takes minutes and
 tens of GiB of host memory, and must outlive the app. What it writes goes to ``out``, which is
 never inside a run (a run's directory is its own: deleting the run would take the export) and
-never over a directory with something in it unless ``force``.
+never over a directory with something in it unless ``force``, and then only over an earlier
+ftui export (``ftui.jobs.export_out``: ftui never deletes what it did not write).
 
 Before it starts, :func:`export_needs` says how much host memory and disk the job takes, from
 the model's config.json alone, and :func:`resources_problem` refuses when the machine has not
@@ -81,11 +82,18 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> str | None:
-    """Why ``out`` cannot take an export, or None. Never inside a run (or a run's job), never
-    a run directory itself, never straight in the runs root (it would be listed as a run),
-    never a file, never over a non-empty directory unless ``force``."""
+    """Why ``out`` cannot take an export, or None. Never a symbolic link (never followed to
+    replace what it points to), never inside a run (or a run's job), never a run directory
+    itself, never straight in the runs root (it would be listed as a run), never a file, never
+    over a non-empty directory unless ``force``, and then only over an earlier ftui export
+    (``ftui.jobs.export_out.replace_problem``)."""
+    from ftui.jobs.export_out import link_problem, replace_problem
+
+    given = out.expanduser()
+    if given.is_symlink():
+        return link_problem(out, given)
     try:
-        target = out.expanduser().resolve()
+        target = given.resolve()
     except (OSError, RuntimeError) as err:
         return _("{path} cannot be used: {reason}").format(path=out, reason=err)
     for parent in (target, *target.parents):
@@ -112,12 +120,13 @@ def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> st
         except OSError as err:
             return _("{path} cannot be read: {reason}").format(path=out, reason=err.strerror or err)
         if has_content:
-            return _("{path} is not empty; choose another --out, or --force to replace what is in it").format(path=out)
+            return _("{path} is not empty; choose another --out, or --force to replace an earlier ftui export there").format(path=out)
     if target.is_dir() and force:
         kept = _kept_from_force(target, runs_root)
         if kept:
             return _("--force would delete everything in {path}, which holds {what}; export into a directory of its own, "
                      "e.g. {example}").format(path=out, what=kept, example=ftui_home() / "exports" / "my-model")
+        return replace_problem(target, shown_as=out)
     return None
 
 
@@ -304,6 +313,57 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
     tmp.write_text(json.dumps(spec, indent=2))
     os.replace(tmp, job_dir / JOB_SPEC_FILE)
     return job_dir, cfg, needs
+
+
+def sweep_out_parent(out: Path) -> str | None:
+    """Removes what killed exports left beside ``out`` (``export_out.sweep_leftovers``), before
+    a new export goes there: one line saying so, or None."""
+    from ftui.jobs.export_out import sweep_leftovers
+
+    try:
+        parent = out.expanduser().resolve().parent
+    except (OSError, RuntimeError):
+        return None
+    return sweep_leftovers(parent)
+
+
+def leftover_note(job_dir: Path) -> str | None:
+    """After an export job that did not complete: its temporary directory, if one is left (a
+    job killed with kill -9 or by the OOM killer cannot remove it). Removed here when its job
+    is certainly gone; else named, with what removes it."""
+    from ftui.events import read_all
+    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.paths import EVENTS_FILE
+
+    temps = [e["temp_dir"] for e in read_all(job_dir / EVENTS_FILE) if isinstance(e.get("temp_dir"), str)]
+    if not temps or not os.path.lexists(temps[-1]):
+        return None
+    tmp = Path(temps[-1])
+    swept = sweep_leftovers(tmp.parent)
+    if not os.path.lexists(tmp):
+        return swept
+    return _("the export's temporary directory {tmp} is left; the next export into {parent} or ftui runs removes it "
+             "once its job has ended").format(tmp=tmp, parent=tmp.parent)
+
+
+def export_job_out_parents(run_dirs: list[Path], limit: int = 200) -> list[Path]:
+    """Where the runs' export jobs wrote (their out dirs' parents, each once; at most ``limit``
+    job specs read), and FTUI_HOME/exports: where ``ftui runs`` looks for what killed exports
+    left."""
+    parents = {ftui_home() / "exports": None}
+    read = 0
+    for run in run_dirs:
+        for job in list_exports(run):
+            if read >= limit:
+                return list(parents)
+            read += 1
+            try:
+                out = json.loads((job / JOB_SPEC_FILE).read_text(encoding="utf-8")).get("out")
+            except (OSError, ValueError):
+                continue
+            if isinstance(out, str) and out.startswith("/"):
+                parents[Path(out).parent] = None
+    return list(parents)
 
 
 def start_export(job_dir: Path, cfg: RunConfig) -> dict[str, Any]:

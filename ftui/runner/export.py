@@ -1,9 +1,10 @@
 """``python -m ftui.runner export JOB_DIR``: a run's final/ or checkpoint as a standalone model
 directory (``ftui export``, the Export screen).
 
-What it writes (under a hidden temporary name beside ``out``, renamed at the end, so a crash
-or a Stop never leaves half an export, and an existing out dir given with ``force`` is only
-replaced once the new one is whole):
+What it writes (in a temporary directory beside ``out``, made by ``tempfile.mkdtemp`` and
+marked as the job's, renamed at the end, so a crash or a Stop never leaves half an export, and
+an earlier ftui export at ``out`` given with ``force`` is only replaced once the new one is
+whole: ``ftui.jobs.export_out``):
 
 - the model that plain ``transformers`` loads without peft: a LoRA / DoRA adapter merged into
   its base (peft's ``merge_and_unload``), a full or freeze fine-tune re-saved, a checkpoint of
@@ -15,6 +16,8 @@ replaced once the new one is whole):
 - the tokenizer with the chat template the run trained with, ``generation_config.json`` whose
   ``eos_token_id`` lists the template's stop tokens, an Ollama ``Modelfile``
   (``ftui.modelfile``) and ``ftui_export.json`` (where it came from; no config secrets);
+- last, ``.ftui-export.json``: the files it wrote, so a later ``--force`` replaces them and
+  nothing else;
 - with ``gguf``, a GGUF file written from the exported shards (``ftui.runner.gguf_export``).
 
 Events: run_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
@@ -23,6 +26,7 @@ save, gguf), an ``export`` event with the files and the commands to use them, ru
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -56,30 +60,52 @@ def main(argv: list[str] | None = None) -> int:
     return run_job("export", export, sys.argv[1:] if argv is None else argv)
 
 
+class ExportDirError(RuntimeError):
+    """The out dir's side of an export went wrong (its temporary directory cannot be made, the
+    out dir changed under the job): not an OSError, so the failure's hint does not send the
+    user to check the weights."""
+
+
 def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
            resume: Path | None) -> tuple[str, str]:
+    from ftui.jobs.export_out import TEMP_KIND, temp_prefix
+    from ftui.owned_dirs import make_temp_dir, release, remove
+
     spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
     out = Path(spec["out"])
-    tmp = out.parent / f".{out.name}.ftui-export-{job_dir.name}"
     emit = _Emitter(writer)
     emit.event("run_start", run_id=job_dir.name, job="export", engine="export", precision=spec["dtype"], method=cfg.method,
                world_size=1, nodes=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
                trainable_params=0, max_steps=None, planned_tokens_per_step=0, source=spec.get("source_label"), out=spec["out"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp, lock = make_temp_dir(out.parent, temp_prefix(out), "", TEMP_KIND, job=str(job_dir), out=str(out))
+    except OSError as err:
+        raise ExportDirError(_("cannot create the export's temporary directory in {parent}: {reason}; the export is written "
+                               "there and renamed to {out} when complete: choose an --out whose directory this user can "
+                               "write").format(parent=out.parent, reason=err.strerror or err, out=out)) from None
+    # the event names it, so a failure can say what a killed job left (ftui export, the screen)
+    emit.event("log", level="info", message=_("writing into {tmp}, renamed to {out} when complete").format(tmp=tmp, out=out),
+               temp_dir=str(tmp))
+    try:
         result = write_export(spec, cfg, tmp, emit, stop)
-        _replace(tmp, out, job_dir.name, bool(spec.get("force")))
-    except ExportStopped:
-        shutil.rmtree(tmp, ignore_errors=True)
-        return "stopped", _("stopped before the export was complete; nothing was written to {out}").format(out=out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _replace(tmp, out, lock, bool(spec.get("force")))
+    except BaseException as exc:
+        left = remove(tmp, lock)
+        if left:
+            raise ExportDirError(_("{error}; its temporary directory {tmp} is left ({problem}): the next export into {parent} "
+                                   "or ftui runs removes it").format(
+                error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tmp=tmp, problem=left[0], parent=out.parent)) from exc
+        if isinstance(exc, ExportStopped):
+            return "stopped", _("stopped before the export was complete; nothing was written to {out}").format(out=out)
         raise
+    release(lock)
     from ftui.jobs.export import usage_commands
+    from ftui.jobs.export_out import EXPORT_MARKER, TEMP_MARKER
 
-    files = sorted(p.name for p in out.iterdir())
-    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    shown = [p for p in out.iterdir() if p.name not in (EXPORT_MARKER, TEMP_MARKER)]
+    files = sorted(p.name for p in shown)
+    size = sum(p.stat().st_size for p in shown if p.is_file())
     emit.event("export", out=str(out), files=files, bytes=size, gguf=result.get("gguf"), dtype=spec["dtype"],
                params=result["params"], commands=usage_commands(out, result.get("gguf")))
     return "completed", _("exported {label} to {out}").format(label=result["label"], out=out)
@@ -146,7 +172,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
         from ftui.runner.reward import split_value_head
 
         state, head = split_value_head(state)
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     _set_generation_config(model, tokenizer, stop_ids)
     emit.log(_("writing safetensors shards of at most {size:g} GB in {dtype}").format(size=spec["max_shard_size"] / 1e9, dtype=spec["dtype"]))
     model.save_pretrained(dest, state_dict=state, max_shard_size=int(spec["max_shard_size"]))
@@ -169,6 +195,9 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
                   "stage": cfg.stage, "method": cfg.method, "base_model": cfg.model_name_or_path, "template": template,
                   "dtype": spec["dtype"], "gguf": gguf_name, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (dest / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+    from ftui.jobs.export_out import write_marker
+
+    write_marker(dest, run=str(run_dir), source=weights.label)  # last: what a later --force may replace
     return {"params": params, "gguf": gguf_name, "label": weights.label}
 
 
@@ -236,24 +265,69 @@ def _write_modelfile(dest: Path, tokenizer: Any, stop_ids: list[int], template: 
     (dest / MODELFILE).write_text(text, encoding="utf-8")
 
 
-class OutDirTaken(Exception):
+class OutDirTaken(ExportDirError):
     """The out dir gained content after the export was prepared, and force was not given."""
 
 
-def _replace(tmp: Path, out: Path, job_id: str, force: bool) -> None:
-    """Puts the finished export at ``out``: an empty out dir is replaced; a non-empty one
-    (only with force) is moved aside first and deleted once the new one is in place."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-        os.replace(tmp, out)
-        return
-    if not force:
-        raise OutDirTaken(_("{out} is no longer empty (something was written there while the export ran); "
-                            "export again to another directory, or with --force to replace it").format(out=out))
-    old = out.parent / f".{out.name}.ftui-replaced-{job_id}"
-    os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+def _umask() -> int:
+    """This process's umask, read without setting it (os.umask would change it for every
+    thread for an instant): Linux's /proc/self/status, else the usual 022."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
+    """Puts the finished export at ``out``. A missing or empty out dir is replaced by one
+    rename (rename(2) replaces an empty directory and never follows a link). A non-empty one
+    (only with force, and only an earlier ftui export: ``export_out.replace_problem``) is moved
+    aside into a marked temporary directory, checked again there (nothing can swap it any
+    more), the new one renamed into place, then the old one removed: the new export is
+    complete beside the old one before the old one goes."""
+    from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
+    from ftui.owned_dirs import make_temp_dir, remove
+
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp made it 0700; the export gets the mode a new directory gets
+    try:
+        os.rename(tmp, out)
+    except OSError as err:
+        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise ExportDirError(_("cannot rename the finished export to {out}: {reason}").format(out=out, reason=err.strerror or err)) from None
+        if os.path.islink(out):
+            raise ExportDirError(link_problem(out, out)) from None
+        if not force:
+            raise OutDirTaken(_("{out} is no longer empty (something was written there while the export ran); "
+                                "export again to another directory, or with --force to replace an earlier ftui export there").format(
+                out=out)) from None
+        problem = replace_problem(out)
+        if problem:
+            raise ExportDirError(problem) from None
+        aside, aside_lock = make_temp_dir(out.parent, aside_prefix(out), "", ASIDE_KIND, out=str(out))
+        old = aside / "old"
+        os.rename(out, old)
+        problem = replace_problem(old, shown_as=out)
+        if problem:  # it changed between the check and the move: put it back as it was
+            os.rename(old, out)
+            remove(aside, aside_lock)
+            raise ExportDirError(problem) from None
+        try:
+            os.rename(tmp, out)
+        except OSError as err2:
+            os.rename(old, out)
+            remove(aside, aside_lock)
+            raise ExportDirError(_("cannot rename the finished export to {out}: {reason}").format(
+                out=out, reason=err2.strerror or err2)) from None
+        left = remove(aside, aside_lock)
+        if left:
+            print("[ftui export] " + _("the earlier export, moved aside to {path}, could not all be removed ({problem}); "
+                                       "the next export into {parent} or ftui runs removes it").format(
+                path=aside, problem=left[0], parent=out.parent), flush=True)
+    try:
+        os.unlink(out / TEMP_MARKER)  # the lock stays with the caller's descriptor until it closes
+    except OSError:
+        pass

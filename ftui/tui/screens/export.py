@@ -3,7 +3,7 @@ from the run's final/ or a checkpoint, as ``ftui export`` makes it.
 
 The form says, before anything starts, what the export needs (host memory and disk, from the
 model's config.json) and why the out dir cannot take it (inside a run, not empty without
-force); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
+force, or with force not an earlier ftui export: ``ftui.jobs.export_out``); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
 ``ftui.jobs.export``) and starts it detached: it is followed with the runs' own
 ``RunFollower`` (``JobScreen``), stopped with ``stop_run``, and outlives the screen and the
 app. At its end the screen shows the files it wrote and the commands that use them, as text
@@ -143,10 +143,14 @@ class ExportScreen(JobScreen):
     START_BUTTON = "#xp-start"
     SOURCE_SELECT = "#xp-source"
     STOP_QUESTIONS = (N_("Stop the export? Nothing is written to the out dir."),
-                      N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it."))
+                      N_("Kill the export now? The out dir stays as it was; a hidden partial copy may be left beside it (the next export there removes it)."))
     WORDS = {"#xp-start": N_("Start"), "#xp-stop": N_("Stop"), "#xp-copy": N_("Copy commands"), "#xp-label-source": N_("source"),
              "#xp-label-out": N_("out dir"), "#xp-label-dtype": N_("dtype"), "#xp-label-shard": N_("max shard size"),
-             "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("force"), "#xp-force": N_("overwrite")}
+             "#xp-label-gguf": N_("GGUF"), "#xp-label-force": N_("replace"), "#xp-force": N_("old ftui export")}
+    # the force box's tooltip: --force's rule, as ftui export --help says it
+    FORCE_RULE = N_("Replace an earlier ftui export at the out dir, once the new export is complete: only a directory holding "
+                    "nothing but what that export wrote, or an empty one. Anything else is refused (the form says what is there), "
+                    "and a symbolic link is never followed.")
     TITLES = {"#xp-form": N_("new export"), "#xp-jobs": N_("exports: Enter opens")}
 
     def __init__(self, run_dir: Path):
@@ -169,7 +173,9 @@ class ExportScreen(JobScreen):
                 yield field_row("xp", "shard", words["#xp-label-shard"], Input(DEFAULT_SHARD_SIZE, id="xp-shard", compact=True))
                 yield field_row("xp", "gguf", words["#xp-label-gguf"],
                                 Select(GGUF_CHOICES, value=NO_GGUF, allow_blank=False, id="xp-gguf", compact=True))
-                yield field_row("xp", "force", words["#xp-label-force"], Checkbox(word(words, "#xp-force"), id="xp-force", compact=True))
+                force = Checkbox(word(words, "#xp-force"), id="xp-force", compact=True)
+                force.tooltip = _(self.FORCE_RULE)
+                yield field_row("xp", "force", words["#xp-label-force"], force)
                 yield Static(Text(_("reading the model's size..."), style="dim"), id="xp-needs")
             with Vertical(id="xp-side"):
                 yield DataTable(id="xp-jobs", cursor_type="row", zebra_stripes=True)
@@ -201,6 +207,7 @@ class ExportScreen(JobScreen):
     def relabel_more(self) -> None:
         self.query_one("#xp-title", Static).update(self._title())
         self.query_one("#xp-force", Checkbox).label = word(self.WORDS, "#xp-force")
+        self.query_one("#xp-force", Checkbox).tooltip = _(self.FORCE_RULE)
         relabel_options(self.query_one("#xp-source", Select), export_choices(self.found))
         self._add_job_columns()  # list_jobs fills it again
         self._assess()
@@ -285,6 +292,9 @@ class ExportScreen(JobScreen):
         except (export.ExportError, ConfigError, RunBusy, OSError, ValueError) as err:
             to_ui(self, self.start_failed, _("export not started: {error}").format(error=err))
             return
+        swept = export.sweep_out_parent(Path(out.strip()))  # what killed exports left beside it
+        if swept:
+            self.app.call_from_thread(self.notify, swept, markup=False)
         to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:
@@ -295,10 +305,13 @@ class ExportScreen(JobScreen):
         listing = None
         if isinstance(spec.get("out"), str):
             try:
-                listing = sorted((p.name, p.stat().st_size) for p in Path(spec["out"]).iterdir() if p.is_file())[:MAX_LISTED]
+                listing = sorted((p.name, p.stat().st_size) for p in Path(spec["out"]).iterdir()
+                                 if p.is_file() and not p.name.startswith(".ftui-"))[:MAX_LISTED]  # not ftui's markers
             except OSError:
                 listing = None
-        return {"spec": spec, "listing": listing}
+        from ftui.jobs.export import leftover_note
+
+        return {"spec": spec, "listing": listing, "leftover": leftover_note(job_dir)}  # a killed job's temporary directory
 
     # --- rendering (UI thread)
     def start_failed(self, message: str) -> None:
@@ -344,6 +357,8 @@ class ExportScreen(JobScreen):
         for extra, style in ((summary.hint, "yellow"), (summary.error_detail, "red")):
             if extra:
                 status.append(("\n" if status else "") + visible(extra), style=style)
+        if results and results.get("leftover"):
+            status.append(("\n" if status else "") + visible(results["leftover"]), style="yellow")
         if summary.status != "completed" or results is None:
             return
         result = export_result(event, results["spec"], results["listing"])

@@ -17,7 +17,8 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.runs import LIST_COLUMNS as COLUMNS, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_run, list_row, list_runs
+from ftui.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_plan,
+                       delete_run, list_row, list_runs)
 from ftui.safe_text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
@@ -338,25 +339,38 @@ class RunsScreen(Screen):
                 run=visible(run.run_id), status=status_label(run.status)),
                         severity="warning", markup=False)
             return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.delete_in_background(run)
-
-        question = _("Delete run {run}? Its directory goes, checkpoints and final/ included; this cannot be undone.").format(
-            run=run.run_id)
-        self.app.push_screen(Confirm(f"{question}\n{run.path}", yes=_("Delete"), danger=True), answered)
+        self.plan_delete(run)
 
     @work(thread=True, group="delete")
-    def delete_in_background(self, run: RunSummary) -> None:
+    def plan_delete(self, run: RunSummary) -> None:
+        """What the delete removes (a run that is a link loses only the link: delete_plan),
+        found off the UI thread; then the question says exactly that."""
         try:
-            delete_run(run.path)
+            plan = delete_plan(run.path)
+        except OSError as err:
+            self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=err), severity="error", markup=False)
+            return
+        to_ui(self, self._ask_delete, run, plan)
+
+    def _ask_delete(self, run: RunSummary, plan: DeletePlan) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.delete_in_background(run, plan)
+
+        self.app.push_screen(Confirm(plan.question(), yes=_("Delete"), danger=True), answered)
+
+    @work(thread=True, group="delete")
+    def delete_in_background(self, run: RunSummary, plan: DeletePlan) -> None:
+        try:
+            done = delete_run(plan.run)
         except (RunDeleteError, OSError) as err:
             self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=visible(err)), severity="error", markup=False)
             return
-        to_ui(self, self._deleted, run)
+        to_ui(self, self._deleted, run, done)
 
-    def _deleted(self, run: RunSummary) -> None:
+    def _deleted(self, run: RunSummary, done: Deleted) -> None:
         self.marked.discard(run.run_id)
         self.show_runs([r for r in self.runs if r.path != run.path])
-        self.notify(_("deleted {run}").format(run=visible(run.run_id)), markup=False)
+        self.notify(_("deleted {run}").format(run=run.run_id) if done.kept is None else done.message(), markup=False)
+        if done.leftovers:
+            self.notify(done.leftovers, markup=False)
