@@ -23,7 +23,7 @@ from ftui.config import FieldProblem, cross_field_problems, demo_config, for_ano
 from ftui.runner import attention as A
 from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
 from ftui.runner.loss import token_loss_sum
-from test_preference_chunked import close
+from tests.tolerances import close
 
 VOCAB = 512
 

@@ -18,6 +18,7 @@ from conftest import steps_of, tiny_config, train_sync
 from ftui.runner import loss as L
 from ftui.runner.data import IGNORE, Batch
 from test_gpu_readiness import tiny_llama
+from tests.tolerances import close
 
 VOCAB = 1000
 
@@ -65,10 +66,6 @@ def logps_and_grads(model, head, ids, labels, autocast=contextlib.nullcontext):
     nonlinear(sums).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return sums.detach(), counts, grads, model.hidden.grad.clone() if getattr(model, "hidden", None) is not None else None
-
-
-def close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
-    return (a.float() - b.float()).abs().max().item() <= rel * max(b.float().abs().max().item(), 1e-12)
 
 
 @pytest.mark.parametrize("bias,tied", [(False, False), (True, False), (False, True), (True, True)])
