@@ -153,7 +153,7 @@ def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("needs root to mount a small tmpfs")
+        pytest.skip("fills a real 48 MiB disk: needs root to mount a tmpfs (not root here, or mount failed)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
