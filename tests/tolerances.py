@@ -26,3 +26,12 @@ def close(a: torch.Tensor, b: torch.Tensor, rel: float, abs: float = FP32_FLOOR)
     from), with ``abs`` for a tensor that is 0, or near it, on one path."""
     a, b = a.float(), b.float()
     return (a - b).abs().max().item() <= abs + rel * b.abs().max().item()
+
+
+# The absolute floor for the preference stages' losses and figures (rewards, margins, KL, the
+# log-probabilities' means): they are made of per-row sums of log-probabilities near -200, where
+# fp32's ulp is 1.5e-5, and a difference of two such sums keeps their rounding, not its own: the
+# KTO KL figure (2.95) came out 1.53e-5 apart, one ulp of the sums, with chunks and without. Two
+# CPUs' summation orders can each be a few ulps off: 1e-4 is about 6 ulps of the sums, still
+# under 0.2 % of the smallest figure these tests compare (a margin of 0.05).
+LOGP_SUM_FLOOR = 1e-4
