@@ -37,7 +37,8 @@ def test_chunked_loss_equals_the_full_logits_loss_and_its_gradients(tied, monkey
     assert L.install_chunked_loss(model)
     head = L.output_projection(model)
     chunked, chunked_grads = _loss_and_grads(model, head, ids, labels)
-    assert chunked.item() == pytest.approx(full.item(), rel=1e-6)
+    # a mean over 114 tokens summed in another order: up to a few dozen ulps (6e-8 each) apart
+    assert chunked.item() == pytest.approx(full.item(), rel=1e-5)
     assert len(chunked_grads) == len(full_grads)
     for a, b in zip(full_grads, chunked_grads):
         assert close(b, a, 1e-5)  # fp32 rounding: another summation order
@@ -95,7 +96,7 @@ def test_the_liger_flag_keeps_ftuis_chunks_off_cuda():
     head = L.install_chunked_loss(model, liger=True)
     assert head._ftui_liger
     value, _ = _loss_and_grads(model, head, ids, ids)
-    assert value.item() == pytest.approx(full.item(), rel=1e-6)
+    assert value.item() == pytest.approx(full.item(), rel=1e-5)  # a sum over the tokens in another order
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: Liger's fused linear cross-entropy is a Triton kernel")

@@ -133,7 +133,7 @@ def test_fa2_gives_sdpa_s_logits_loss_and_gradients(kernel_calls, packing):
     assert call["cu"] == bounds and call["max_len"] == counted.max_seqlen == max(b - a for a, b in zip(bounds, bounds[1:]))
     real = plain.attention_mask.bool() if plain.attention_mask is not None else torch.ones_like(plain.input_ids, dtype=torch.bool)
     assert close(got[0][real], ref[0][real], 1e-5)  # padding's outputs differ (it attends to itself) and carry no label
-    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
     for name, grad in ref[2].items():
         assert close(got[2][name], grad, 1e-5), name
 
@@ -172,7 +172,7 @@ def test_sliding_window_layers_give_sdpa_s_sliding_window(kernel_calls):
     ref = loss_and_grads(models["sdpa"], plain.model_inputs(), plain.labels)
     got = loss_and_grads(models[A.IMPLEMENTATION], counted.model_inputs(), counted.labels)
     assert [c["window"] for c in kernel_calls] == [None, 5]  # the first layer full, the second sliding
-    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
     for name, grad in ref[2].items():
         assert close(got[2][name], grad, 1e-5), name
 
@@ -504,7 +504,7 @@ def test_torch_s_op_under_compile_gives_sdpa_s_loss_and_gradients(cpu_varlen_op,
         counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
         ref = loss_and_grads(sdpa, plain.model_inputs(), plain.labels)
         got = loss_and_grads(fa2, counted.model_inputs(), counted.labels)
-        assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+        assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
         for name, grad in ref[2].items():
             assert close(got[2][name], grad, 1e-5), name
     assert len(cpu_varlen_op) == 5 * 2  # the op ran in every layer of every step

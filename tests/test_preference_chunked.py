@@ -79,7 +79,7 @@ def test_chunked_logps_equal_full_logits_in_value_and_gradients(bias, tied, monk
     chunked = logps_and_grads(model, head, ids, labels)
     assert chunked[1].tolist() == full[1].tolist() == [18, 10, 0, 18]
     assert chunked[0][2].item() == 0.0
-    assert close(chunked[0], full[0], 1e-6)
+    assert close(chunked[0], full[0], 1e-5)  # sums of 18 log-probabilities in another order: ulps of each
     assert set(chunked[2]) == set(full[2]) and ("lm_head.bias" in full[2]) == bias
     for name, grad in full[2].items():
         assert close(chunked[2][name], grad, 1e-5), name
