@@ -26,7 +26,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-LLAMAFACTORY_DATA = ROOT.parent / "shared" / "data" / "llamafactory"
+# LLaMA-Factory's data/ folder (its demo datasets and examples/), which this repository does not
+# carry: beside the checkout, or where FTUI_TEST_LF_DATA names it (a worktree, a fresh clone)
+LLAMAFACTORY_DATA = Path(os.environ.get("FTUI_TEST_LF_DATA") or ROOT.parent / "shared" / "data" / "llamafactory")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -66,7 +68,8 @@ def _ftui_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def lf_data() -> Path:
     if not (LLAMAFACTORY_DATA / "dataset_info.json").exists():
-        pytest.skip("LLaMA-Factory demo data (../shared/data/llamafactory) is not beside this checkout")
+        pytest.skip(f"needs LLaMA-Factory's demo data, which this repository does not carry: none at {LLAMAFACTORY_DATA} "
+                    "(put LLaMA-Factory's data/ folder there, or name it in FTUI_TEST_LF_DATA)")
     return LLAMAFACTORY_DATA
 
 

@@ -130,6 +130,6 @@ def test_the_fa2_check_runs_only_on_cuda_and_says_so():
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("a GPU is here: the check itself runs, in bench/gpu_session.sh")
+        pytest.skip("checks the no-GPU message, and a CUDA GPU is here: the check itself runs in bench/gpu_session.sh")
     proc = subprocess.run([sys.executable, str(BENCH / "fa2_check.py")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "needs a CUDA GPU" in proc.stderr

@@ -13,6 +13,7 @@ import torch
 from conftest import steps_of, tiny_config, train_sync
 from ftui.runner import loss as L
 from test_gpu_readiness import tiny_llama
+from tests.tolerances import close
 
 
 def _loss_and_grads(model, head, ids, labels):
@@ -36,10 +37,11 @@ def test_chunked_loss_equals_the_full_logits_loss_and_its_gradients(tied, monkey
     assert L.install_chunked_loss(model)
     head = L.output_projection(model)
     chunked, chunked_grads = _loss_and_grads(model, head, ids, labels)
-    assert chunked.item() == pytest.approx(full.item(), rel=1e-6)
+    # a mean over 114 tokens summed in another order: up to a few dozen ulps (6e-8 each) apart
+    assert chunked.item() == pytest.approx(full.item(), rel=1e-5)
     assert len(chunked_grads) == len(full_grads)
     for a, b in zip(full_grads, chunked_grads):
-        assert (a - b).abs().max() <= 1e-5 * a.abs().max()  # fp32 rounding: another summation order
+        assert close(b, a, 1e-5)  # fp32 rounding: another summation order
     # outside ftui's loss the model still returns its logits (chat, generation, saving)
     assert model(input_ids=ids).logits.shape == (3, 50, 1000)
     assert set(model.state_dict()) == keys  # checkpoints and final/ keep their names
@@ -83,7 +85,7 @@ def test_under_autocast_the_chunks_compute_in_the_autocast_type_as_the_full_path
     chunked.backward()
     assert chunked.item() == pytest.approx(full.item(), rel=1e-4)
     grad = model.lm_head.weight.grad
-    assert (grad - full_grad).abs().max() <= 2e-2 * full_grad.abs().max()  # bf16 products, another order
+    assert close(grad, full_grad, 2e-2)  # bf16 products, another order
 
 
 def test_the_liger_flag_keeps_ftuis_chunks_off_cuda():
@@ -94,13 +96,13 @@ def test_the_liger_flag_keeps_ftuis_chunks_off_cuda():
     head = L.install_chunked_loss(model, liger=True)
     assert head._ftui_liger
     value, _ = _loss_and_grads(model, head, ids, ids)
-    assert value.item() == pytest.approx(full.item(), rel=1e-6)
+    assert value.item() == pytest.approx(full.item(), rel=1e-5)  # a sum over the tokens in another order
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="Liger's fused linear cross-entropy is a CUDA (Triton) kernel")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: Liger's fused linear cross-entropy is a Triton kernel")
 @pytest.mark.parametrize("tied", [False, True])
 def test_liger_fused_linear_cross_entropy_equals_ftuis_chunks_on_cuda(tied):
-    pytest.importorskip("liger_kernel")
+    pytest.importorskip("liger_kernel", reason="the liger-kernel package is not installed (no ftui extra installs it)")
     results = {}
     for liger in (False, True):
         torch.manual_seed(0)
@@ -122,7 +124,7 @@ def test_liger_fused_linear_cross_entropy_equals_ftuis_chunks_on_cuda(tied):
         assert theirs == pytest.approx(ours, rel=tol / 10)
         assert len(ours_grads) == len(their_grads)
         for a, b in zip(ours_grads, their_grads):
-            assert (a - b).abs().max() <= tol * a.abs().max()
+            assert close(b, a, tol)
 
 
 def test_an_eval_forward_computes_no_gradient():

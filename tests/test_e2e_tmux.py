@@ -51,7 +51,7 @@ def only_run_keeps_training(root, why: str):
     return run
 
 
-pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")]
+pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="drives the app in a real terminal through tmux, which is not installed (.ci/run installs it)")]
 
 
 def tmux(*args: str) -> str:

@@ -23,7 +23,7 @@ from ftui.config import FieldProblem, cross_field_problems, demo_config, for_ano
 from ftui.runner import attention as A
 from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
 from ftui.runner.loss import token_loss_sum
-from test_preference_chunked import close
+from tests.tolerances import LOGP_SUM_FLOOR, close
 
 VOCAB = 512
 
@@ -133,7 +133,7 @@ def test_fa2_gives_sdpa_s_logits_loss_and_gradients(kernel_calls, packing):
     assert call["cu"] == bounds and call["max_len"] == counted.max_seqlen == max(b - a for a, b in zip(bounds, bounds[1:]))
     real = plain.attention_mask.bool() if plain.attention_mask is not None else torch.ones_like(plain.input_ids, dtype=torch.bool)
     assert close(got[0][real], ref[0][real], 1e-5)  # padding's outputs differ (it attends to itself) and carry no label
-    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
     for name, grad in ref[2].items():
         assert close(got[2][name], grad, 1e-5), name
 
@@ -172,7 +172,7 @@ def test_sliding_window_layers_give_sdpa_s_sliding_window(kernel_calls):
     ref = loss_and_grads(models["sdpa"], plain.model_inputs(), plain.labels)
     got = loss_and_grads(models[A.IMPLEMENTATION], counted.model_inputs(), counted.labels)
     assert [c["window"] for c in kernel_calls] == [None, 5]  # the first layer full, the second sliding
-    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+    assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
     for name, grad in ref[2].items():
         assert close(got[2][name], grad, 1e-5), name
 
@@ -386,9 +386,10 @@ def test_preference_stages_give_sdpa_s_loss_and_gradients(kernel_calls, monkeypa
     width = collate(True).input_ids.size(1)
     assert len(kernel_calls) == 2 * len(forwards)
     assert [c["q"][0] // width for c in kernel_calls[::2]] == forwards
-    assert out.total.item() == pytest.approx(ref_out.total.item(), rel=1e-5)
+    # the loss and figures come from sums of log-probabilities and keep their rounding
+    assert out.total.item() == pytest.approx(ref_out.total.item(), rel=1e-5, abs=LOGP_SUM_FLOOR)
     for name, value in ref_out.figures.items():
-        assert out.figures[name].item() == pytest.approx(value.item(), rel=1e-5, abs=2e-5), name
+        assert out.figures[name].item() == pytest.approx(value.item(), rel=1e-5, abs=LOGP_SUM_FLOOR), name
     assert set(grads) == set(ref_grads) and grads
     for name, grad in ref_grads.items():
         assert close(grads[name], grad, 1e-4), name
@@ -503,7 +504,7 @@ def test_torch_s_op_under_compile_gives_sdpa_s_loss_and_gradients(cpu_varlen_op,
         counted = Collator(0, pad_to_multiple=8, sequence_lengths=True)(rows)
         ref = loss_and_grads(sdpa, plain.model_inputs(), plain.labels)
         got = loss_and_grads(fa2, counted.model_inputs(), counted.labels)
-        assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-6)
+        assert got[1].item() == pytest.approx(ref[1].item(), rel=1e-5)  # a sum over hundreds of tokens: ulps of each
         for name, grad in ref[2].items():
             assert close(got[2][name], grad, 1e-5), name
     assert len(cpu_varlen_op) == 5 * 2  # the op ran in every layer of every step

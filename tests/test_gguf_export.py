@@ -338,7 +338,7 @@ def test_missing_gguf_package_says_how_to_install(models, tmp_path, monkeypatch)
         write_gguf(models["qwen3"], tmp_path / "x.gguf", "f16")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed (CI has none)")
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python to load the GGUF in llama.cpp; not a test dependency (CI has none)")
 def test_llama_cpp_runs_the_export_of_the_trained_demo(demo_run):
     """A real runtime: llama.cpp loads the GGUF of the trained demo, tokenizes the chat prompt
     as the HF tokenizer does and answers what transformers answers (bench/gguf_llamacpp_check.py)."""

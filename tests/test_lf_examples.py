@@ -105,7 +105,7 @@ def test_an_official_example_is_refused_by_name_with_exit_2(name, tmp_path, lf_d
     data = yaml.safe_load((EXAMPLES / name).read_text())
     expected = expectation(name, data)
     if expected == TRAINS:
-        pytest.skip("trains here: see test_an_official_example_trains (slow)")
+        pytest.skip("this example trains on this machine, nothing to refuse: test_an_official_example_trains runs it (-m slow)")
     proc = ftui_train(swapped(name, tmp_path, test_model), tmp_path, timeout=120)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and any(word in said for word in expected), said
@@ -117,6 +117,7 @@ def test_an_official_example_is_refused_by_name_with_exit_2(name, tmp_path, lf_d
 def test_an_official_example_trains(name, tmp_path, lf_data, test_model):
     data = yaml.safe_load((EXAMPLES / name).read_text())
     if expectation(name, data) != TRAINS:
-        pytest.skip(f"refused here: {expectation(name, data)}")
+        pytest.skip("refused on this machine ({why}): test_an_official_example_is_refused_by_name_with_exit_2 checks that".format(
+            why=", ".join(expectation(name, data))))
     proc = ftui_train(swapped(name, tmp_path, test_model), tmp_path, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -154,7 +154,7 @@ def test_llamafactorys_predict_yaml_becomes_a_predict_job_and_without_generation
     (["--dataset", ","], "no dataset given"),
     (["--device", "cuda:1"], "invalid choice"),
     pytest.param(["--device", "cuda"], "no CUDA GPU was found",
-                 marks=pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")),
+                 marks=pytest.mark.skipif(gpu_count() > 0, reason="checks the refusal without a CUDA GPU, and this machine has one")),
 ])
 def test_predict_usage_problems_exit_2_before_any_job(demo_run, args, says):
     from ftui.jobs.offline import list_jobs

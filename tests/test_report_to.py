@@ -71,8 +71,8 @@ def test_a_failing_mirror_is_switched_off_with_a_warning(tmp_path):
 def mirrored_run(tmp_path_factory):
     """One run mirrored to both reporters (W&B offline), 4 steps with an eval every 2: (the
     run, its events). One run for both tests (CI time: a run's start-up is most of its cost)."""
-    pytest.importorskip("tensorboard")
-    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard", reason="report_to tensorboard: the tensorboard package is not installed (a test dependency)")
+    pytest.importorskip("wandb", reason="report_to wandb: the wandb package is not installed (a test dependency)")
     tmp_path = tmp_path_factory.mktemp("mirrored")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WANDB_MODE", "offline")

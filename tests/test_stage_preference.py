@@ -101,7 +101,11 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     scores = score(model, batch.input_ids, batch.attention_mask)
     chosen, rejected = scores[: len(pairs)], scores[len(pairs):]
     accuracy = (chosen > rejected).float().mean().item()
-    assert accuracy == pytest.approx(last["eval_rewards_accuracy"], abs=1e-6)
+    # scores of order 1 computed through another batch's kernels (the run's eval, the eval job) or
+    # on another CPU differ by ~1e-6 (the export below is held to 1e-5): a pair closer than 1e-4
+    # to a tie may rank either way there, and move the accuracy by 1/pairs
+    near_ties = ((chosen - rejected).abs() < 1e-4).sum().item() / len(pairs)
+    assert abs(accuracy - last["eval_rewards_accuracy"]) <= near_ties + 1e-6
     assert (chosen - rejected).mean().item() == pytest.approx(last["eval_rewards_margin"], rel=1e-3, abs=1e-3)
     assert torch.isfinite(scores).all()
     # ftui eval reports the reward model's accuracy on pairs from final/ (its saved value head)
@@ -110,7 +114,7 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     assert out.returncode == 0, out.stdout + out.stderr
     job = Path(out.stdout.strip().splitlines()[-1].strip())
     results = json.loads((job / "eval_results.json").read_text())
-    assert results["eval_rewards_accuracy"] == pytest.approx(last["eval_rewards_accuracy"])
+    assert abs(results["eval_rewards_accuracy"] - last["eval_rewards_accuracy"]) <= near_ties + 1e-6  # the same 8 pairs
     assert results["eval_loss"] == pytest.approx(last["eval_loss"], rel=1e-4)
     # ftui export keeps the value head, from final/ (its file) and from the last checkpoint (split
     # from the trained weights): the export scores the pairs as final/ does

@@ -90,7 +90,7 @@ def test_ddp_gradients_are_normalised_by_the_tokens_of_all_ranks(tmp_path):
         assert sa["grad_norm"] == pytest.approx(sb["grad_norm"], rel=1e-3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 runs need a CUDA GPU (refused on CPU at validation)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: fp16 runs are refused on the CPU at validation")
 def test_fp16_reports_the_loss_scale(tmp_path):
     run_dir, events, proc = train_sync(tiny_config(tmp_path, fp16=True, max_steps=8, device="cuda"))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,7 +14,7 @@ from ftui.jobs.launch import stop_run
 from ftui.runs import summarize_run
 from tests.test_e2e_tmux import FTUI_CMD, new_shell, only_run_keeps_training, start_demo_in_app, tmux, wait_screen
 
-pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")]
+pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="drives the app in a real terminal through tmux, which is not installed (.ci/run installs it)")]
 
 
 def test_kill_9_of_the_app_leaves_the_run_going(tmp_path):
