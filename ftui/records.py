@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ftui.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
 from ftui.i18n import N_, _
 from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
@@ -96,7 +97,7 @@ def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
     if not _exists(path):
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if not isinstance(data, dict):
@@ -284,12 +285,12 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(load_json(line))
                 except ValueError as err:
                     raise _not_json(path, n, err, line) from None
         return records
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except ValueError as err:
         raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if isinstance(data, dict):
@@ -305,7 +306,7 @@ def _read_jsonl_head(path: Path, limit: int) -> list[dict[str, Any]]:
         for n, line in enumerate(fh, 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(load_json(line))
                 except ValueError as err:
                     raise _not_json(path, n, err, line) from None
             if len(records) >= limit:
@@ -365,7 +366,10 @@ def _snippet(record: Any, limit: int = PREVIEW_CHARS) -> str:
     """A short, escaped preview of a record for an error message (which lands in train.log
     and events.jsonl): JSON-quoted, so control characters show as escapes, with anything
     that looks like an access token blanked out."""
-    text = json.dumps(record, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(record, ensure_ascii=False, default=str)
+    except RecursionError:  # a record nested almost as deep as json.loads reads: its start is enough
+        text = short_repr(record)
     text = SECRET.sub(lambda m: m.group(1) + "<redacted>", text)
     return _clip(text, limit)
 
@@ -466,7 +470,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     tools = record.get(tools_col) if tools_col else None
     if isinstance(tools, str) and tools.strip():
         try:
-            tools = json.loads(tools)
+            tools = load_json(tools)
         except ValueError:
             tools = [tools]
     return messages, (tools or None)
