@@ -112,12 +112,14 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def load_yaml(text: str | bytes) -> Any:
     """yaml.safe_load within bounds: YAMLRefused (a yaml.YAMLError) for a document whose
-    aliases expand past ALIAS_EXPANSION_LIMIT, a self-containing value, or one nested deeper
-    than Python's stack."""
+    aliases expand past ALIAS_EXPANSION_LIMIT, a self-containing value, one nested deeper
+    than Python's stack, or a value too large to make (a number of thousands of digits)."""
     try:
         return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise YAMLRefused(_too_deep()) from None
+    except ValueError as err:  # a value PyYAML's constructor cannot make: an integer of more than 4,300 digits
+        raise YAMLRefused(_("a value cannot be read: {error}").format(error=str(err).split(";")[0])) from None
 
 
 def load_json(text: str | bytes) -> Any:
@@ -129,17 +131,27 @@ def load_json(text: str | bytes) -> Any:
         raise JSONTooDeep(_too_deep()) from None
 
 
-# The repr shown in messages: a few items of a list or mapping, a few levels, a string's first
-# 120 characters. reprlib walks only what it shows, so a value that is huge once written out
+# The repr shown in messages: a few items of a list or mapping, two levels, a string's first
+# 120 characters, 200 in all. reprlib walks only what it shows, so a value that is huge once written out
 # (a shared structure, a long paste) costs no more than a short one.
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxset = 3, 6, 6, 6, 6
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4 * self.maxlong:  # repr() of an int past 4,300 digits raises; this one is cut anyway
+            return _("<a number of {digits} digits>").format(digits=int(x.bit_length() * 0.30103) + 1)
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxset = 2, 5, 5, 5, 5
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 120, 120, 60
+SHORT_REPR_CHARS = 200
 
 
 def short_repr(value: Any) -> str:
-    """``repr(value)`` capped (reprlib): what a message may quote of a value a user gave."""
-    return _SHORT.repr(value)
+    """``repr(value)`` capped (reprlib, then at SHORT_REPR_CHARS): what a message may quote of
+    a value a user gave."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= SHORT_REPR_CHARS else text[:SHORT_REPR_CHARS - 3] + "..."
 
 
 def yaml_reason(err: yaml.YAMLError) -> str:
