@@ -194,3 +194,17 @@ def test_a_child_that_fails_with_a_traceback_is_one_line_in_the_parent(tmp_path,
     assert main(["data", "--preset", "demo", "--show", "1"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "RecursionError" in err and "Traceback" not in err
+
+
+async def test_the_forms_load_refuses_the_bomb_and_stays_up(tmp_path, monkeypatch):
+    """F3 (Load) reads the YAML in a worker: the bomb is one notification, the form keeps going."""
+    from tests.test_tui_pilot import load_in_form, make_app, until
+
+    monkeypatch.chdir(tmp_path)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await load_in_form(pilot, app, tmp_path / "bomb.yaml", BOMB)
+        await until(pilot, lambda: any("cannot load" in str(n.message) for n in app._notifications))
+        said = next(str(n.message) for n in app._notifications if "cannot load" in str(n.message))
+        assert "aliases" in said and "\n" not in said
+        assert app.screen.yaml_path != str(tmp_path / "bomb.yaml")
