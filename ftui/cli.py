@@ -84,7 +84,7 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         problem = None
         if not sep or not key.strip():
-            problem = _("--set expects key=value, got {item}").format(item=repr(item))
+            problem = _("--set expects key=value, got {item}").format(item=short_repr(item))
         else:
             try:
                 out[key.strip()] = load_yaml(value)
@@ -463,7 +463,7 @@ def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
         raise ValueError(_("{key}: {value} is not a {kind}").format(
-            key=key, value=repr(value), kind=_("whole number") if kind is int else _("number")))
+            key=key, value=short_repr(value), kind=_("whole number") if kind is int else _("number")))
     return kind(value)
 
 

@@ -220,7 +220,7 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
     fmt = entry.get("formatting", "alpaca")
     if fmt not in EXPECTED:
         raise DataFormatError(_("dataset {name} has formatting {formatting}; ftui reads alpaca and sharegpt").format(
-            name=repr(name), formatting=repr(fmt)))
+            name=repr(name), formatting=short_repr(fmt)))
     return DatasetSpec(
         name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
@@ -418,12 +418,12 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     prompt_col, query_col, resp_col = spec.column("prompt"), spec.column("query"), spec.column("response")
     prompt, response = record.get(prompt_col), record.get(resp_col)
     if not _text(prompt):
-        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)))
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=short_repr(prompt_col)))
     if not _text(response) or not response:
-        raise _fail(spec, index, record, _("missing or empty text field {field}").format(field=repr(resp_col)))
+        raise _fail(spec, index, record, _("missing or empty text field {field}").format(field=short_repr(resp_col)))
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)))
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=short_repr(query_col)))
     messages: list[dict[str, str]] = []
     system_col = spec.column("system")
     if system_col and _text(record.get(system_col)) and record[system_col]:
@@ -431,7 +431,7 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     history_col = spec.column("history")
     for turn in (record.get(history_col) or []) if history_col else []:
         if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(_text(t) for t in turn)):
-            raise _fail(spec, index, record, _("{field} must be a list of [question, answer] pairs").format(field=repr(history_col)))
+            raise _fail(spec, index, record, _("{field} must be a list of [question, answer] pairs").format(field=short_repr(history_col)))
         messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
     # As LLaMA-Factory: the instruction and the input, each only when not empty, one per line.
     messages.append({"role": "user", "content": "\n".join(part for part in (prompt, query) if part)})
@@ -446,7 +446,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     if turns is None and not spec.columns.get("messages") and "messages" in record:
         turns = record["messages"]
     if not isinstance(turns, list) or not turns:
-        raise _fail(spec, index, record, _("missing or empty list {field}").format(field=repr(col)))
+        raise _fail(spec, index, record, _("missing or empty list {field}").format(field=short_repr(col)))
     role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
     if isinstance(turns[0], dict) and role_tag not in turns[0] and "role" in turns[0] and not spec.tags:
         role_tag, content_tag = "role", "content"  # OpenAI-style turns in a file given by path
@@ -462,7 +462,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     for turn in turns:
         if not isinstance(turn, dict) or not _text(turn.get(content_tag)) or turn.get(role_tag) not in roles:
             raise _fail(spec, index, record, _("each turn needs {role} (one of {roles}) and text {content}").format(
-                role=repr(role_tag), roles=", ".join(sorted(set(roles))), content=repr(content_tag)))
+                role=short_repr(role_tag), roles=", ".join(sorted(set(roles))), content=short_repr(content_tag)))
         messages.append({"role": roles[turn[role_tag]], "content": turn[content_tag]})
     if not any(m["role"] == "assistant" for m in messages):
         raise _fail(spec, index, record, _("the conversation has no assistant turn to learn from"))
@@ -587,8 +587,8 @@ def to_text(record: Any, spec: DatasetSpec, index: int) -> str:
         raise _fail(spec, index, record, _("a record must be a JSON object"), TEXT_EXPECTED)
     document = record.get(prompt_col)
     if not _text(document):
-        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)), TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=short_repr(prompt_col)), TEXT_EXPECTED)
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)), TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=short_repr(query_col)), TEXT_EXPECTED)
     return "\n".join(part for part in (document, query) if part)
