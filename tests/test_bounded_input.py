@@ -208,3 +208,18 @@ async def test_the_forms_load_refuses_the_bomb_and_stays_up(tmp_path, monkeypatc
         said = next(str(n.message) for n in app._notifications if "cannot load" in str(n.message))
         assert "aliases" in said and "\n" not in said
         assert app.screen.yaml_path != str(tmp_path / "bomb.yaml")
+
+
+def test_ftui_config_with_an_unreadable_file_is_exit_2_and_invalid_settings_still_open_the_form(tmp_path, monkeypatch, capsys):
+    from ftui.cli import main
+    from ftui.tui.app import FtuiApp
+
+    opened = []
+    monkeypatch.setattr(FtuiApp, "run", lambda self: opened.append(self.initial_config))
+    assert main(["--config", str(tmp_path / "absent.yaml")]) == 2
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    assert main(["--config", str(tmp_path / "list.yaml")]) == 2
+    assert opened == [] and capsys.readouterr().err.count("error:") == 2
+    (tmp_path / "bad.yaml").write_text("model_name_or_path: ftui-demo\nlearning_rate: -1\n")
+    assert main(["--config", str(tmp_path / "bad.yaml")]) == 0
+    assert opened == [{"model_name_or_path": "ftui-demo", "learning_rate": -1}] and "warning:" in capsys.readouterr().err
