@@ -223,3 +223,18 @@ def test_ftui_config_with_an_unreadable_file_is_exit_2_and_invalid_settings_stil
     (tmp_path / "bad.yaml").write_text("model_name_or_path: ftui-demo\nlearning_rate: -1\n")
     assert main(["--config", str(tmp_path / "bad.yaml")]) == 0
     assert opened == [{"model_name_or_path": "ftui-demo", "learning_rate": -1}] and "warning:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["predict", "eval"])
+def test_predict_and_eval_on_a_too_deep_registry_are_one_line_exit_2(tmp_path, command):
+    import shutil
+
+    from ftui.paths import DEMO_MODEL_DIR
+
+    model = tmp_path / "model"
+    shutil.copytree(DEMO_MODEL_DIR, model)
+    (model / "model.safetensors").touch()  # the checks read file names only; nothing is loaded before the refusal
+    (tmp_path / "dataset_info.json").write_text('{"deep": ' + "[" * DEPTH + "]" * DEPTH + "}")
+    proc = capped_ftui(command, "--model", str(model), "--dataset", "deep", "--dataset-dir", str(tmp_path), "--root", str(tmp_path / "runs"))
+    assert "nested deeper" in one_error_line(proc)
+    assert not (tmp_path / "runs").exists()
