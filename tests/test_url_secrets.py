@@ -56,3 +56,21 @@ def test_the_hub_advice_shows_the_mirror_without_its_credentials(monkeypatch):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", ENDPOINT)
     advice = hub_unreachable_advice("org/model")
     assert "https://***@mirror.example/hf" in advice and TOKEN not in advice
+
+
+def test_a_failed_runs_reason_does_not_record_the_url_credentials(tmp_path):
+    """A hub error quotes the URL it tried: run_end's reason and error_message blank its userinfo."""
+    import subprocess
+
+    from ftui.events import read_all
+    from ftui.jobs.launch import prepare_run
+
+    run = prepare_run(tiny_config(tmp_path, device="cpu"))
+    body = ("import sys\nfrom ftui.runner.job import run_job\n"
+            "def body(*a):\n    raise OSError('could not reach " + ENDPOINT + "/api/models/x')\n"
+            "sys.exit(run_job('train', body, [sys.argv[1]]))\n")
+    proc = subprocess.run([sys.executable, "-c", body, str(run)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    end = [e for e in read_all(run / "events.jsonl") if e["event"] == "run_end"][-1]
+    assert end["status"] == "failed" and "https://***@mirror.example/hf/api/models/x" in end["reason"]
+    assert TOKEN not in json.dumps(end)
