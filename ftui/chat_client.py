@@ -58,7 +58,9 @@ class Conversation:
         data: dict[str, Any] = {"model": model, "settings": settings.request(), "messages": self.messages}
         if compared_with is not None:
             data["compared_with"] = compared_with
-        with open(path, "w", encoding="utf-8") as fh:
+        from ftui.safe_files import replacing
+
+        with replacing(path) as fh:  # a typed path: no link there is followed, no predictable temporary name
             json.dump(data, fh, indent=1, ensure_ascii=False)
 
 

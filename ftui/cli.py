@@ -34,6 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ftui.bounded_input import YAMLRefused, load_yaml, short_repr
 from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
@@ -86,14 +87,16 @@ def _parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         problem = None
         if not sep or not key.strip():
-            problem = _("--set expects key=value, got {item}").format(item=repr(item))
+            problem = _("--set expects key=value, got {item}").format(item=short_repr(item))
         else:
             try:
-                out[key.strip()] = yaml.safe_load(value)
+                out[key.strip()] = load_yaml(value)
+            except YAMLRefused as e:
+                problem = _("--set {key}: {value} is refused: {reason}").format(key=key.strip(), value=short_repr(value), reason=e)
             except yaml.YAMLError as e:
                 where = getattr(e, "problem", None) or str(e).splitlines()[0]
                 problem = _("--set {key}: {value} is not a YAML value ({reason}); quote it as a string, e.g. {key}='\"...\"'").format(
-                    key=key.strip(), value=repr(value), reason=where)
+                    key=key.strip(), value=short_repr(value), reason=where)
         if problem:
             safe_console(stderr=True).print(error_line(problem))
             raise SystemExit(EXIT_USAGE)
@@ -319,10 +322,13 @@ def cmd_app(args: argparse.Namespace) -> int:
 
         try:
             load_config(args.app_config)
-        except ConfigError as e:  # open the form anyway, filled with what could be read
-            safe_console(stderr=True).print(warning_line(str(e)))
+        except ConfigError as e:
+            if any(p.field == "config" for p in e.problems):  # not a YAML mapping ftui reads: nothing to fill the form with
+                safe_console(stderr=True).print(error_line(str(e)))
+                return EXIT_USAGE
+            safe_console(stderr=True).print(warning_line(str(e)))  # open the form anyway, filled with what could be read
         try:  # the file's own keys, not every field: the form keeps exactly what it set (lora_target: all)
-            initial = yaml.safe_load(Path(args.app_config).read_text(encoding="utf-8"))
+            initial = load_yaml(Path(args.app_config).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             initial = None
         if not isinstance(initial, dict):
@@ -416,7 +422,7 @@ def _llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpar
     import yaml
 
     try:
-        data = yaml.safe_load(Path(args.config).expanduser().read_text(encoding="utf-8"))
+        data = load_yaml(Path(args.config).expanduser().read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None  # the training path reports it
     if not isinstance(data, dict) or not data.get("do_predict") or data.get("do_train"):
@@ -465,7 +471,7 @@ def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
         raise ValueError(_("{key}: {value} is not a {kind}").format(
-            key=key, value=repr(value), kind=_("whole number") if kind is int else _("number")))
+            key=key, value=short_repr(value), kind=_("whole number") if kind is int else _("number")))
     return kind(value)
 
 
@@ -1170,15 +1176,15 @@ def cmd_data(args: argparse.Namespace) -> int:
     if cfg is None:
         return EXIT_USAGE
     examples = EncodedExamples(cfg, limit=args.show, text=target is None)
-    partial = target.with_name(target.name + ".part") if target is not None else None
     count = 0
     try:
-        if partial is not None:
-            with open(partial, "w", encoding="utf-8") as fh:
+        if target is not None:
+            from ftui.safe_files import replacing
+
+            with replacing(target) as fh:  # a new, randomly named file beside OUT (no planted OUT.part is followed), then renamed
                 for row in examples:
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                     count += 1
-            os.replace(partial, target)
         else:
             for row in examples:
                 count += 1
@@ -1189,9 +1195,6 @@ def cmd_data(args: argparse.Namespace) -> int:
     except OSError as e:
         err.print(error_line(_("cannot write {path}: {reason}").format(path=target, reason=e)))
         return EXIT_FAILED
-    finally:
-        if partial is not None and partial.exists():
-            partial.unlink()
     for note in examples.notes:
         err.print(note_line(note))
     if target is not None:

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from ftui.bounded_input import YAMLRefused, load_yaml, short_repr, yaml_reason
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.families import FA2_MODEL_TYPES, runs_sdpa
@@ -297,7 +298,8 @@ class FieldProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.field} = {self.value!r}: {self.message}"
+        field = self.field if len(self.field) <= 120 else self.field[:120] + "..."  # a key pasted by mistake can be long
+        return f"{field} = {short_repr(self.value)}: {self.message}"  # capped: a value may be huge once written out
 
 
 class ConfigError(ValueError):
@@ -306,7 +308,8 @@ class ConfigError(ValueError):
     def __init__(self, problems: list[FieldProblem], source: str = "config"):
         self.problems = problems
         if len(problems) == 1 and problems[0].field == "config":  # the file itself (missing, unreadable, not YAML)
-            super().__init__(f"{problems[0].value}: {problems[0].message}")
+            value = problems[0].value
+            super().__init__(f"{value if isinstance(value, str) else short_repr(value)}: {problems[0].message}")
             return
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(_("{source} has {n} invalid setting(s):").format(source=source, n=len(problems)) + f"\n{lines}")
@@ -351,7 +354,7 @@ def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
         else:
             message = _("unknown key: neither ftui nor LLaMA-Factory has it (another tool's key?); remove it "
                         "(the README's section \"The config\" says which keys ftui reads)")
-        out.append(FieldProblem(key if key.strip() else repr(key), value, message))  # an empty key is named ''
+        out.append(FieldProblem(key if key.strip() else short_repr(key), value, message))  # an empty key is named ''
     return out
 
 
@@ -584,6 +587,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
                                                               "--node-rank N), so that every node writes into one run directory")))
     if model_known:
         out += model_problems(cfg)
+        out += model_size_problems(cfg)
         out += cutoff_problems(cfg)
         out += multimodal_model_problems(cfg)
         out += attention_model_problems(cfg)
@@ -749,6 +753,20 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     return [FieldProblem("model_name_or_path", name, problem)] if problem else []
 
 
+def model_size_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """The sizes in the model's config.json (on disk or in the hub cache) that are not positive
+    whole numbers (ftui.model_sizes): refused by name before the planner or a run computes with
+    them. A hub model not here yet is checked by transformers as it loads."""
+    from ftui.model_sizes import size_problems
+    from ftui.plan import read_model_config
+
+    try:
+        model = read_model_config(cfg.model_name_or_path)
+    except ValueError:
+        return []
+    return [FieldProblem("model_name_or_path", cfg.model_name_or_path, problem) for problem in size_problems(model)]
+
+
 REPORTERS = ("tensorboard", "wandb")  # what report_to can name besides none and all
 
 
@@ -858,8 +876,9 @@ def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
     if kind in (None, "default"):
         return positions, why, False
     factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings") or positions
-    if kind == "dynamic" or not isinstance(factor, (int, float)) or not isinstance(original, int):
-        return None
+    if (kind == "dynamic" or isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor)
+            or factor <= 0 or isinstance(original, bool) or not isinstance(original, int) or original <= 0):
+        return None  # no limit to compare with (a factor of 1e999 reads as infinity: int() of it would raise)
     stretched = max(positions, int(factor * original))
     why = _("the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor} x {original})").format(
         stretched=stretched, kind=kind, factor=f"{factor:g}", original=original)
@@ -1010,9 +1029,11 @@ def load_config(path: str | os.PathLike[str], overrides: dict[str, Any] | None =
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError([FieldProblem("config", str(p), _("cannot read it: {error}").format(error=err))], str(p)) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except YAMLRefused as err:  # an alias bomb, a value that contains itself, nesting past the stack
+        raise ConfigError([FieldProblem("config", str(p), _("refused: {reason}").format(reason=err))], str(p)) from None
     except yaml.YAMLError as err:
-        raise ConfigError([FieldProblem("config", str(p), _("not valid YAML: {error}").format(error=err))], str(p)) from None
+        raise ConfigError([FieldProblem("config", str(p), _("not valid YAML: {error}").format(error=yaml_reason(err)))], str(p)) from None
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable
 
+from ftui.bounded_input import load_json
 from ftui.i18n import _
 from ftui.presets.templates import EOS, TEMPLATES, Piece, Slot, Special, Template, Token
 
@@ -300,7 +301,7 @@ class Renderer:
             return ""
         if isinstance(tools, str):
             try:
-                tools = json.loads(tools)
+                tools = load_json(tools)  # a dataset's text: nested past the stack is a ValueError too
             except ValueError:
                 raise ConversationError(_("the tools column is not JSON: {tools}").format(tools=repr(tools[:200]))) from None
         if isinstance(tools, dict):
@@ -464,7 +465,7 @@ def split_budget(prompt_len: int, answer_len: int, budget: int) -> tuple[int, in
 
 def _parse_calls(text: str) -> list[Call]:
     try:
-        calls = json.loads(text)
+        calls = load_json(text)
     except ValueError:
         raise ConversationError(_("a function call turn is not JSON: {text}").format(text=repr(text[:200]))) from None
     calls = calls if isinstance(calls, list) else [calls]

@@ -69,7 +69,7 @@ class EncodedExamples:
                 said = errors.read().splitlines()
         own = [line for line in said if line.startswith(OWN_PREFIXES)]
         if code:
-            raise ExamplesFailed(code, "\n".join(own or said[-15:] or [_("the encoding process exited with {code}").format(code=code)]).removeprefix("ftui data: "))
+            raise ExamplesFailed(code, "\n".join(own).removeprefix("ftui data: ") if own else failure_line(said, code))
         self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
 
     def readonly_config(self) -> "RunConfig":
@@ -96,6 +96,16 @@ class EncodedExamples:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def failure_line(said: list[str], code: int) -> str:
+    """One line for a child that failed without saying why in its own words (a traceback, a
+    library's message): its last line, which names the error (``RecursionError: ...``); the
+    caller prints it as the command's one error line, never the traceback itself."""
+    last = next((line.strip() for line in reversed(said) if line.strip()), "")
+    if not last:
+        return _("the encoding process exited with {code}").format(code=code)
+    return _("the encoding process failed: {error}").format(error=last[:500])
 
 
 # The parts an example row may have: an SFT / pt example's, a pair's chosen and rejected

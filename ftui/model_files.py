@@ -66,6 +66,14 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
 
 
+def shown_endpoint(endpoint: str) -> str:
+    """An endpoint as messages show it: a user:token@ inside the URL blanked (ftui.url_secrets);
+    the real one (hub_endpoint) is what is connected to."""
+    from ftui.url_secrets import redact_urls
+
+    return redact_urls(endpoint)
+
+
 def use_modelscope() -> bool:
     """USE_MODELSCOPE_HUB=1 (LLaMA-Factory's switch): hub names download from ModelScope."""
     return (os.environ.get("USE_MODELSCOPE_HUB") or "").upper() in TRUE_VALUES
@@ -131,8 +139,8 @@ def hub_unreachable_advice(name: str) -> str:
         return _("{name} is not a local folder: with USE_MODELSCOPE_HUB=1 the run downloads it from ModelScope "
                  "({endpoint}) unless the modelscope cache has it; with no network give a local path (a folder with config.json, "
                  "weights and tokenizer), set MODELSCOPE_ENDPOINT to a mirror, or download it where there is network and set "
-                 "HF_HUB_OFFLINE=1 to load it from the modelscope cache").format(name=name, endpoint=modelscope_endpoint())
+                 "HF_HUB_OFFLINE=1 to load it from the modelscope cache").format(name=name, endpoint=shown_endpoint(modelscope_endpoint()))
     return _("{name} is not a local folder and not in the hub cache ({cache}): the run downloads it from "
              "{endpoint}; with no network give a local path (a folder with config.json, weights and tokenizer), "
              "set HF_ENDPOINT to a mirror, or download it where there is network and set HF_HUB_OFFLINE=1").format(
-        name=name, cache=hub_cache_dir(), endpoint=hub_endpoint())
+        name=name, cache=hub_cache_dir(), endpoint=shown_endpoint(hub_endpoint()))

@@ -32,12 +32,12 @@ before comparing it with the GPU's memory. Checked against measured peaks in
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ftui.bounded_input import load_json
 from ftui.i18n import _
 from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
 from ftui.presets.families import runs_sdpa
@@ -135,6 +135,11 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
+        from ftui.model_sizes import size_problems
+
+        problems = size_problems(cfg)  # infinity, 0, -1: refused by name before any arithmetic
+        if problems:
+            raise UnknownModel(problems[0])
         cfg = cfg.get("text_config") or cfg  # multimodal configs nest the language model
         try:
             hidden = int(cfg["hidden_size"])
@@ -188,7 +193,7 @@ def read_model_config(model_name_or_path: str) -> dict[str, Any]:
         candidates += [snapshot / "config.json" for snapshot in cached_snapshots(model_name_or_path)]
     for path in candidates:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ftui.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
 from ftui.i18n import N_, _
 from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
@@ -96,7 +97,7 @@ def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
     if not _exists(path):
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json(path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if not isinstance(data, dict):
@@ -219,7 +220,7 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
     fmt = entry.get("formatting", "alpaca")
     if fmt not in EXPECTED:
         raise DataFormatError(_("dataset {name} has formatting {formatting}; ftui reads alpaca and sharegpt").format(
-            name=repr(name), formatting=repr(fmt)))
+            name=repr(name), formatting=short_repr(fmt)))
     return DatasetSpec(
         name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
@@ -284,12 +285,12 @@ def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
         for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(load_json(line))
                 except ValueError as err:
                     raise _not_json(path, n, err, line) from None
         return records
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except ValueError as err:
         raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     if isinstance(data, dict):
@@ -305,7 +306,7 @@ def _read_jsonl_head(path: Path, limit: int) -> list[dict[str, Any]]:
         for n, line in enumerate(fh, 1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(load_json(line))
                 except ValueError as err:
                     raise _not_json(path, n, err, line) from None
             if len(records) >= limit:
@@ -365,7 +366,10 @@ def _snippet(record: Any, limit: int = PREVIEW_CHARS) -> str:
     """A short, escaped preview of a record for an error message (which lands in train.log
     and events.jsonl): JSON-quoted, so control characters show as escapes, with anything
     that looks like an access token blanked out."""
-    text = json.dumps(record, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(record, ensure_ascii=False, default=str)
+    except RecursionError:  # a record nested almost as deep as json.loads reads: its start is enough
+        text = short_repr(record)
     text = SECRET.sub(lambda m: m.group(1) + "<redacted>", text)
     return _clip(text, limit)
 
@@ -414,12 +418,12 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     prompt_col, query_col, resp_col = spec.column("prompt"), spec.column("query"), spec.column("response")
     prompt, response = record.get(prompt_col), record.get(resp_col)
     if not _text(prompt):
-        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)))
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=short_repr(prompt_col)))
     if not _text(response) or not response:
-        raise _fail(spec, index, record, _("missing or empty text field {field}").format(field=repr(resp_col)))
+        raise _fail(spec, index, record, _("missing or empty text field {field}").format(field=short_repr(resp_col)))
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)))
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=short_repr(query_col)))
     messages: list[dict[str, str]] = []
     system_col = spec.column("system")
     if system_col and _text(record.get(system_col)) and record[system_col]:
@@ -427,7 +431,7 @@ def _alpaca(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[list
     history_col = spec.column("history")
     for turn in (record.get(history_col) or []) if history_col else []:
         if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(_text(t) for t in turn)):
-            raise _fail(spec, index, record, _("{field} must be a list of [question, answer] pairs").format(field=repr(history_col)))
+            raise _fail(spec, index, record, _("{field} must be a list of [question, answer] pairs").format(field=short_repr(history_col)))
         messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
     # As LLaMA-Factory: the instruction and the input, each only when not empty, one per line.
     messages.append({"role": "user", "content": "\n".join(part for part in (prompt, query) if part)})
@@ -442,7 +446,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     if turns is None and not spec.columns.get("messages") and "messages" in record:
         turns = record["messages"]
     if not isinstance(turns, list) or not turns:
-        raise _fail(spec, index, record, _("missing or empty list {field}").format(field=repr(col)))
+        raise _fail(spec, index, record, _("missing or empty list {field}").format(field=short_repr(col)))
     role_tag, content_tag = spec.tag("role_tag"), spec.tag("content_tag")
     if isinstance(turns[0], dict) and role_tag not in turns[0] and "role" in turns[0] and not spec.tags:
         role_tag, content_tag = "role", "content"  # OpenAI-style turns in a file given by path
@@ -458,7 +462,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     for turn in turns:
         if not isinstance(turn, dict) or not _text(turn.get(content_tag)) or turn.get(role_tag) not in roles:
             raise _fail(spec, index, record, _("each turn needs {role} (one of {roles}) and text {content}").format(
-                role=repr(role_tag), roles=", ".join(sorted(set(roles))), content=repr(content_tag)))
+                role=short_repr(role_tag), roles=", ".join(sorted(set(roles))), content=short_repr(content_tag)))
         messages.append({"role": roles[turn[role_tag]], "content": turn[content_tag]})
     if not any(m["role"] == "assistant" for m in messages):
         raise _fail(spec, index, record, _("the conversation has no assistant turn to learn from"))
@@ -466,7 +470,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
     tools = record.get(tools_col) if tools_col else None
     if isinstance(tools, str) and tools.strip():
         try:
-            tools = json.loads(tools)
+            tools = load_json(tools)
         except ValueError:
             tools = [tools]
     return messages, (tools or None)
@@ -583,8 +587,8 @@ def to_text(record: Any, spec: DatasetSpec, index: int) -> str:
         raise _fail(spec, index, record, _("a record must be a JSON object"), TEXT_EXPECTED)
     document = record.get(prompt_col)
     if not _text(document):
-        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=repr(prompt_col)), TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("missing or non-text field {field}").format(field=short_repr(prompt_col)), TEXT_EXPECTED)
     query = record.get(query_col) if query_col else None
     if query is not None and not _text(query):
-        raise _fail(spec, index, record, _("field {field} must be text").format(field=repr(query_col)), TEXT_EXPECTED)
+        raise _fail(spec, index, record, _("field {field} must be text").format(field=short_repr(query_col)), TEXT_EXPECTED)
     return "\n".join(part for part in (document, query) if part)

@@ -512,9 +512,9 @@ def _config_scalars(run_dir: Path) -> dict[Any, str | int | float]:
     """config.yaml's settings that are plain text or numbers ({} when it cannot be read or
     is not a mapping: a run directory is untrusted)."""
     try:
-        import yaml
+        from ftui.bounded_input import load_yaml
 
-        data = yaml.safe_load(read_at(run_dir / CONFIG_FILE, 0, 1 << 20) or b"") or {}
+        data = load_yaml(read_at(run_dir / CONFIG_FILE, 0, 1 << 20) or b"") or {}
         return {k: v for k, v in data.items() if isinstance(v, (str, int, float))}
     except Exception:
         return {}

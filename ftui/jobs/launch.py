@@ -36,6 +36,7 @@ from ftui.config import RunConfig
 from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 from ftui.paths import LAUNCH_FILE, node_dir
+from ftui.url_secrets import redact_urls
 from ftui.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
@@ -85,7 +86,10 @@ def torchrun_has_shutdown_timeout() -> bool:
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if SECRET_NAME.search(k) else v) for k, v in env.items()}
+    """The environment as launch.json records it: a variable named like a secret blanked
+    whole, and in every other value the credentials of any URL (HF_ENDPOINT=https://user:token@mirror
+    is recorded as https://***@mirror)."""
+    return {k: ("<redacted>" if SECRET_NAME.search(k) else redact_urls(v)) for k, v in env.items()}
 
 
 def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ftui.bounded_input import load_json
 from ftui.i18n import N_, _
 from ftui.paths import ENGINE_PRESETS_DIR
 
@@ -164,8 +165,8 @@ def read_user_deepspeed(path: str) -> dict[str, Any]:
         raise ValueError(_("the DeepSpeed config is over {size} KiB; a DeepSpeed JSON is a few hundred bytes").format(
             size=MAX_DEEPSPEED_BYTES >> 10))
     try:
-        data = json.loads(raw.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError as err:
+        data = load_json(raw.decode("utf-8", errors="replace"))
+    except ValueError as err:  # json.JSONDecodeError, or nested past the stack (JSONTooDeep)
         raise ValueError(_("the DeepSpeed config is not valid JSON: {error}").format(error=err)) from None
     if not isinstance(data, dict):
         raise ValueError(_("the DeepSpeed config must be a JSON object"))

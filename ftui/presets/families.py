@@ -7,10 +7,11 @@ disk, from the name itself.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ftui.bounded_input import load_json
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
@@ -69,7 +70,7 @@ def read_model_type(model_name_or_path: str) -> str | None:
     """The ``model_type`` from a local model directory's config.json, if there is one."""
     cfg = Path(model_name_or_path).expanduser() / "config.json"
     try:
-        return json.loads(cfg.read_text()).get("model_type")
+        return load_json(cfg.read_text()).get("model_type")
     except (OSError, ValueError, AttributeError):
         return None
 

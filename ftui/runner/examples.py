@@ -75,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # transformers' own for a tokenizer it cannot load
         say("ftui data", f"{type(err).__name__}: {err}")
         return 1
+    except (RecursionError, UnicodeDecodeError) as err:  # a parser a dataset or tokenizer file defeated: the file is to fix
+        say("ftui data", _("cannot read the data: {error}").format(error=f"{type(err).__name__}: {err}"))
+        return 2
+    except MemoryError:
+        say("ftui data", _("ran out of memory reading the data; give a smaller dataset or max_samples"))
+        return 1
     for warning in data.warnings:
         say("warning", warning)
     if data.eval:

@@ -174,12 +174,12 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Pa
     # wraps huggingface_hub's error, which wraps httpx's; say what to do instead of its text.
     unreachable = ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
     if any(type(link).__name__ in unreachable or "couldn't connect to" in str(link) for link in exception_chain(exc)):
-        from ftui.model_files import download_warning, hub_endpoint
+        from ftui.model_files import download_warning, hub_endpoint, shown_endpoint
 
         advice = download_warning(cfg.model_name_or_path, cfg.model_init == "random")
         return advice or _("the hub ({endpoint}) could not be reached for a dataset or a file the model needs: "
                            "with no network use local files, set HF_ENDPOINT to a mirror, or HF_HUB_OFFLINE=1 for what is "
-                           "cached").format(endpoint=hub_endpoint())
+                           "cached").format(endpoint=shown_endpoint(hub_endpoint()))
     if isinstance(exc, OSError) and ("model" in str(exc).lower() or "config" in str(exc).lower()):
         if job != "train":  # the job reads a run's final/ or checkpoint (or --model), not the config's model
             return _("check the weights this job reads (its job.json's source: the run's final/, a checkpoint, or "

@@ -20,7 +20,7 @@ import urllib.request
 
 from ftui.i18n import _
 from ftui.model_files import (cached_for_run, hub_endpoint, hub_offline, hub_unreachable_advice, is_folder,
-                              looks_like_path, modelscope_endpoint, modelscope_missing, use_modelscope)
+                              looks_like_path, modelscope_endpoint, modelscope_missing, shown_endpoint, use_modelscope)
 from ftui.paths import resolve_model_path
 
 PROBE_TIMEOUT_S = 5.0
@@ -68,10 +68,10 @@ def model_source(name: str) -> str:
     if hub_offline() or reachable(hub_endpoint()):
         return path
     if cached_for_run(name, random_init=True):  # weights too, when the run loads them: transformers says if not
-        go_offline(_("the hub ({endpoint}) cannot be reached: loading {name} from the hub cache").format(endpoint=hub_endpoint(), name=name))
+        go_offline(_("the hub ({endpoint}) cannot be reached: loading {name} from the hub cache").format(endpoint=shown_endpoint(hub_endpoint()), name=name))
         return path
     raise HubUnreachable(_("the hub ({endpoint}) could not be reached and {name} is not in the hub cache").format(
-        endpoint=hub_endpoint(), name=name), hub_unreachable_advice(name))
+        endpoint=shown_endpoint(hub_endpoint()), name=name), hub_unreachable_advice(name))
 
 
 def go_offline(why: str) -> None:
@@ -97,7 +97,7 @@ def modelscope_snapshot(name: str) -> str:
     if not offline and not reachable(modelscope_endpoint()):
         offline = True
         print("[ftui] " + _("ModelScope ({endpoint}) cannot be reached: looking for {name} in its cache").format(
-            endpoint=modelscope_endpoint(), name=name), file=sys.stderr, flush=True)
+            endpoint=shown_endpoint(modelscope_endpoint()), name=name), file=sys.stderr, flush=True)
     try:
         return str(snapshot_download(name, local_files_only=offline))
     except Exception as err:  # modelscope's errors have no common base; any of them means no model
@@ -106,4 +106,4 @@ def modelscope_snapshot(name: str) -> str:
         why = (_("{name} is not in the modelscope cache and ModelScope ({endpoint}) is not used (HF_HUB_OFFLINE): {error}")
                if hub_offline() else
                _("{name} is not in the modelscope cache and ModelScope ({endpoint}) could not be reached: {error}"))
-        raise HubUnreachable(why.format(name=name, endpoint=modelscope_endpoint(), error=err), hub_unreachable_advice(name)) from err
+        raise HubUnreachable(why.format(name=name, endpoint=shown_endpoint(modelscope_endpoint()), error=err), hub_unreachable_advice(name)) from err

@@ -22,6 +22,7 @@ from ftui.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest, die_with_parent, disk_full, disk_full_hint, hint_for
 from ftui.runner.report import Reporters, open_reporters
+from ftui.url_secrets import redact_urls
 
 # body(run_dir, cfg, info, writer, stop, resume) -> (status, reason)
 JobBody = Callable[[Path, RunConfig, DistInfo, "EventWriter | None", StopRequest, "Path | None"], tuple[str, str]]
@@ -59,10 +60,11 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
         except OSError:
             pass  # the log is on a full disk too: the run_end below still says why
         if writer is not None:
-            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            # a hub error quotes the URL it tried: HF_ENDPOINT's user:token@ is blanked (ftui.url_secrets)
+            reason = redact_urls(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
             full = writer.disk_full or disk_full(exc)
             write_end(writer, status="failed", reason=_("disk full: {reason}").format(reason=reason) if full else reason,
-                      error_type=type(exc).__name__, error_message=str(exc)[:4000],
+                      error_type=type(exc).__name__, error_message=redact_urls(str(exc)[:4000]),
                       hint=_("the config could not be read") if cfg is None
                       else disk_full_hint(cfg, job, run_dir, events_cut=True) if writer.disk_full else hint_for(exc, cfg, job, run_dir))
         return 1

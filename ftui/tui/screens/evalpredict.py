@@ -23,6 +23,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
+from ftui.bounded_input import load_yaml
 from ftui.i18n import N_, _
 from ftui.safe_text import visible
 from ftui.paths import CONFIG_FILE
@@ -193,7 +194,7 @@ class EvalPredictScreen(JobScreen):
     def read_run_defaults(self) -> None:
         """The run's own datasets as the form's first guess (its config.yaml, read safely)."""
         try:
-            data = yaml.safe_load((self.run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+            data = load_yaml((self.run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError, yaml.YAMLError):
             data = None
         data = data if isinstance(data, dict) else {}

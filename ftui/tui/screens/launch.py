@@ -26,6 +26,8 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 from textual.worker import get_current_worker
 
+from ftui.bounded_input import load_yaml, yaml_reason
+from ftui.safe_files import write_text
 from ftui.i18n import N_, _
 from ftui.safe_text import visible
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS, STAGE_SHORT, engine_description
@@ -799,11 +801,12 @@ class LaunchScreen(Screen):
     @work(thread=True, group="io")
     def load_yaml(self, path: str) -> None:
         try:
-            data = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+            data = load_yaml(Path(path).expanduser().read_text(encoding="utf-8"))  # bounded: an alias bomb is refused
             if not isinstance(data, dict):
                 raise ValueError(_("the file does not hold a mapping of key: value"))
         except (OSError, ValueError, yaml.YAMLError) as err:
-            self.app.call_from_thread(self.notify, _("cannot load {path}: {error}").format(path=path, error=err), severity="error",
+            error = yaml_reason(err) if isinstance(err, yaml.YAMLError) else err
+            self.app.call_from_thread(self.notify, _("cannot load {path}: {error}").format(path=path, error=error), severity="error",
                                       markup=False)
             return
         to_ui(self, self._apply_loaded, path, data)
@@ -860,7 +863,7 @@ class LaunchScreen(Screen):
         try:
             cfg = RunConfig.model_validate(data) if not self.problems else None
             text = cfg.to_yaml() if cfg is not None else yaml.safe_dump(data, sort_keys=False)
-            Path(path).expanduser().write_text(text, encoding="utf-8")
+            write_text(Path(path).expanduser(), text)  # a typed path: no link there is followed
         except (OSError, ValueError) as err:
             self.app.call_from_thread(self.notify, _("cannot save {path}: {error}").format(path=path, error=err), severity="error",
                                       markup=False)
