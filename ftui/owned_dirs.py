@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftui.bounded_input import load_json
 from ftui.i18n import _, ngettext
 
 MARKER = ".ftui-temp.json"
@@ -65,6 +66,24 @@ def make_temp_dir(parent: Path, prefix: str, suffix: str, kind: str, **info: Any
         raise
 
 
+def open_marker(path: Path, limit: int) -> tuple[int, Any]:
+    """Opens and reads a marker ftui wrote (this module's, or an export's ``.ftui-export.json``)
+    without following a link or blocking on a FIFO: returns its descriptor (the caller closes
+    it, after taking its lock where it needs one) and its JSON. OSError when it cannot be
+    opened, ValueError (the descriptor closed) when it is not a regular file of at most
+    ``limit`` bytes holding JSON ftui can read (bounded_input.load_json: a document nested
+    deeper than the stack is a ValueError too, not a RecursionError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise ValueError(path)
+        return fd, load_json(os.read(fd, limit + 1).decode("utf-8"))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def release(fd: int | None) -> None:
     if fd is not None:
         try:
@@ -93,20 +112,16 @@ def inspect(path: Path, kinds: tuple[str, ...]) -> Leftover | None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         return None
     try:
-        fd = os.open(path / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, record = open_marker(path / MARKER, MARKER_MAX)
     except FileNotFoundError:
         try:
             empty = not any(os.scandir(path))
         except OSError:
             return None
         return Leftover(path, None, None) if empty else None
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
-        mst = os.fstat(fd)
-        if not stat.S_ISREG(mst.st_mode) or mst.st_size > MARKER_MAX:
-            raise ValueError
-        record = json.loads(os.read(fd, MARKER_MAX + 1).decode("utf-8"))
         if not isinstance(record, dict) or record.get("ftui_temp") not in kinds:
             raise ValueError
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its process still works there

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.i18n import _
-from ftui.owned_dirs import MARKER as TEMP_MARKER, sweep, sweep_line
+from ftui.owned_dirs import MARKER as TEMP_MARKER, open_marker, sweep, sweep_line
 
 EXPORT_MARKER = ".ftui-export.json"
 MARKER_MAX = 1 << 20
@@ -74,18 +74,10 @@ def write_marker(dest: Path, **info: Any) -> None:
 def _read_marker(target: Path) -> dict[str, int] | None:
     """The files the marker lists, or None when there is no readable marker ftui wrote."""
     try:
-        fd = os.open(target / EXPORT_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MARKER_MAX:
-            return None
-        record = json.loads(os.read(fd, MARKER_MAX + 1).decode("utf-8"))
+        fd, record = open_marker(target / EXPORT_MARKER, MARKER_MAX)
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
+    os.close(fd)
     files = record.get("files") if isinstance(record, dict) and record.get("ftui_export") == 1 else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in files.items()):
         return None

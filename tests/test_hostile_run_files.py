@@ -1,0 +1,65 @@
+"""Files ftui reads back from a run directory or from beside an export (its markers, an export
+job's job.json, a run's data fingerprint) are untrusted like any run file: one nested deeper
+than Python's stack, or of the wrong shape, is read as "not ftui's" (kept, not followed), never
+a RecursionError or AttributeError traceback from ``ftui runs``, ``ftui export --force`` or a
+resume. Where the five parts of issue 39 meet: the O_NOFOLLOW marker read that
+``ftui.owned_dirs`` and ``ftui.jobs.export_out`` share (``open_marker``) and the bounded JSON
+reader (``ftui.bounded_input.load_json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+DEEP = "[" * 60_000  # deeper than json.loads follows; smaller than either marker's size bound
+
+
+def test_a_leftover_pattern_directory_with_a_too_deep_marker_is_kept_and_the_sweep_goes_on(tmp_path):
+    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.owned_dirs import MARKER
+
+    odd = tmp_path / ".model.ftui-export-abc"
+    odd.mkdir()
+    (odd / MARKER).write_text(DEEP)
+    (odd / "weights.bin").write_bytes(b"mine")
+    assert sweep_leftovers(tmp_path) is None
+    assert (odd / "weights.bin").read_bytes() == b"mine"
+
+
+def test_force_onto_a_folder_with_a_too_deep_export_marker_is_refused_in_a_line(tmp_path):
+    from ftui.jobs.export_out import EXPORT_MARKER, replace_problem
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / EXPORT_MARKER).write_text(DEEP)
+    (out / "notes.txt").write_text("mine")
+    problem = replace_problem(out)
+    assert problem is not None and "notes.txt" in problem and EXPORT_MARKER in problem
+
+
+def test_ftui_runs_reads_past_export_job_specs_that_are_too_deep_or_not_mappings(tmp_path, capsys):
+    from ftui.cli import main
+    from ftui.jobs.export import export_job_out_parents
+    from ftui.paths import EXPORT_DIR, JOB_SPEC_FILE
+    from tests.fixtures_runs import write_run
+
+    root = tmp_path / "runs"
+    run = write_run(root, "done-1", steps=3, max_steps=3, end="completed")
+    for name, text in (("a-deep", DEEP), ("b-list", "[1, 2]"), ("c-good", json.dumps({"out": str(tmp_path / "x" / "m")}))):
+        (run / EXPORT_DIR / name).mkdir(parents=True)
+        (run / EXPORT_DIR / name / JOB_SPEC_FILE).write_text(text)
+    assert tmp_path / "x" in export_job_out_parents([run])
+    assert main(["runs", "--root", str(root)]) == 0
+    assert "done-1" in capsys.readouterr().out
+
+
+def test_a_too_deep_data_fingerprint_reads_as_none(tmp_path):
+    from ftui import data_fingerprint
+    from ftui.paths import DATA_FINGERPRINT_FILE
+
+    (tmp_path / DATA_FINGERPRINT_FILE).write_text(DEEP)
+    assert data_fingerprint.read(tmp_path) is None
+    fifo_run = tmp_path / "fifo-run"  # a FIFO in its place: refused, not waited on
+    fifo_run.mkdir()
+    os.mkfifo(fifo_run / DATA_FINGERPRINT_FILE)
+    assert data_fingerprint.read(fifo_run) is None
