@@ -100,6 +100,7 @@ class Leftover:
     path: Path
     kind: str | None
     fd: int | None
+    info: dict[str, Any] | None = None  # the marker's record (what claim was given), None for an empty one
 
 
 def inspect(path: Path, kinds: tuple[str, ...]) -> Leftover | None:
@@ -128,7 +129,7 @@ def inspect(path: Path, kinds: tuple[str, ...]) -> Leftover | None:
     except (OSError, ValueError):
         os.close(fd)
         return None
-    return Leftover(path, record["ftui_temp"], fd)
+    return Leftover(path, record["ftui_temp"], fd, record)
 
 
 def remove(path: Path, fd: int | None = None) -> list[str]:

@@ -63,3 +63,27 @@ def test_a_too_deep_data_fingerprint_reads_as_none(tmp_path):
     fifo_run.mkdir()
     os.mkfifo(fifo_run / DATA_FINGERPRINT_FILE)
     assert data_fingerprint.read(fifo_run) is None
+
+
+def test_an_earlier_export_left_aside_by_a_killed_force_export_is_put_back_not_swept(tmp_path):
+    """A --force export killed between its two renames (the earlier export moved aside into
+    .OUT.ftui-replaced-*, the new one not yet at OUT): the next sweep puts the earlier export
+    back at OUT instead of removing it with the job's leftovers (nothing the user had is lost);
+    once OUT holds an export again, a leftover aside is only swept."""
+    from ftui.jobs.export_out import ASIDE_KIND, aside_prefix, sweep_leftovers
+    from ftui.owned_dirs import make_temp_dir, release
+
+    out = tmp_path / "model"
+    aside, fd = make_temp_dir(tmp_path, aside_prefix(out), "", ASIDE_KIND, out=str(out))
+    (aside / "old").mkdir()
+    (aside / "old" / "model.safetensors").write_bytes(b"weights")
+    release(fd)  # the job is gone (kill -9 releases its flock)
+    line = sweep_leftovers(tmp_path)
+    assert line is not None and str(out) in line
+    assert (out / "model.safetensors").read_bytes() == b"weights" and not aside.exists()
+
+    aside, fd = make_temp_dir(tmp_path, aside_prefix(out), "", ASIDE_KIND, out=str(out))
+    (aside / "old").mkdir()
+    release(fd)
+    assert "removed 1" in sweep_leftovers(tmp_path) and not aside.exists()
+    assert (out / "model.safetensors").read_bytes() == b"weights"
