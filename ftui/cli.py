@@ -397,7 +397,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             err.print(_("not deleted"))
             return EXIT_FAILED
     try:
-        done = delete_run(plan.run)
+        done = delete_run(plan.run, asked=plan)  # refused if the run changed since the question
     except RunDeleteError as e:
         err.print(error_line(str(e)))
         return EXIT_FAILED

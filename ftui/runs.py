@@ -765,9 +765,11 @@ def _check_deletable(path: Path) -> None:
                                "then delete the run; nothing deleted").format(run=path.name, job=busy[0].parent.name, path=busy[0]))
 
 
-def delete_run(run_dir: str | os.PathLike[str]) -> Deleted:
+def delete_run(run_dir: str | os.PathLike[str], asked: DeletePlan | None = None) -> Deleted:
     """Deletes a run directory that no job runs, and its run index entry (``delete_plan``: a
-    run that is a symbolic link loses only the link and its entry).
+    run that is a symbolic link loses only the link and its entry). ``asked``: the plan the
+    user answered yes to; when the run is no longer what it said (a link where a directory
+    was, or the other way round), nothing is deleted.
 
     A live run is refused (stop it first). The job lock is held while the directory goes,
     so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
@@ -779,6 +781,11 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Deleted:
     from ftui.owned_dirs import MARKER, claim, release, remove
 
     plan = delete_plan(run_dir)
+    if asked is not None and plan != asked:
+        now = (_("now a link to {target}").format(target=plan.link_target) if plan.link_target is not None
+               else _("now the directory {path}").format(path=plan.run))
+        raise RunDeleteError(_("{path} changed since the question ({now}); nothing deleted: ask again").format(
+            path=visible(asked.run), now=visible(now)))
     if plan.link_target is not None:
         _check_deletable(plan.link_target)
         try:
