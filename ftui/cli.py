@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.bounded_input import YAMLRefused, load_yaml, short_repr
+from ftui.bounded_input import YAMLRefused, load_json, load_yaml, short_repr
 from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
@@ -624,7 +624,7 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     from ftui.runs import checkpoints
 
     try:
-        state = json.loads((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
+        state = load_json((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         err.print(error_line(_("{path} cannot be read ({error}); resume from an earlier checkpoint").format(path=ckpt / TRAINER_STATE, error=e)))
         return False

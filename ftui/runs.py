@@ -26,6 +26,7 @@ import psutil
 
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
+from ftui.bounded_input import load_json  # json.loads with a too-deep document as a ValueError
 from ftui.i18n import N_, _
 from ftui.safe_text import visible
 from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
@@ -88,7 +89,7 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     if len(raw) > LAUNCH_MAX:
         return {}, _("{name} is larger than {size} bytes").format(name=name, size=LAUNCH_MAX)
     try:
-        info = json.loads(raw)
+        info = load_json(raw)
     except (ValueError, UnicodeDecodeError):
         return {}, _("{name} is not JSON").format(name=name)
     if not isinstance(info, dict):
@@ -977,7 +978,7 @@ def checkpoint_damage(path: Path) -> str | None:
         raw = read_at(path / TRAINER_STATE, 0, 16 << 20)  # a regular file only: a FIFO must not hang --resume
         if raw is None:
             raise FileNotFoundError("missing")
-        state = json.loads(raw)
+        state = load_json(raw)
     except (OSError, ValueError, UnreadableFile) as err:
         return _("its {file} is unreadable ({reason})").format(file=TRAINER_STATE, reason=err)
     if not isinstance(state, dict):

@@ -87,3 +87,27 @@ def test_an_earlier_export_left_aside_by_a_killed_force_export_is_put_back_not_s
     release(fd)
     assert "removed 1" in sweep_leftovers(tmp_path) and not aside.exists()
     assert (out / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_runs_with_a_too_deep_launch_record_events_line_or_trainer_state_are_listed_not_a_traceback(tmp_path, capsys):
+    """Run files nested deeper than json.loads follows: `ftui runs` lists the runs (a launch
+    record it cannot read is said as such, an events line that is not an event is skipped) and
+    a checkpoint whose trainer_state.json is one is named unreadable (resume skips it)."""
+    from ftui.cli import main
+    from ftui.runs import checkpoint_damage, summarize_run
+    from tests.fixtures_runs import write_run
+
+    root = tmp_path / "runs"
+    deep_launch = write_run(root, "deep-launch", steps=3, max_steps=3, end="completed")
+    (deep_launch / "launch.json").write_text(DEEP)
+    deep_event = write_run(root, "deep-event", steps=3, max_steps=3, end="completed")
+    with open(deep_event / "events.jsonl", "a") as fh:
+        fh.write(DEEP + "\n")
+    assert summarize_run(deep_event).status == "completed"
+    assert main(["runs", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "deep-launch" in out and "deep-event" in out
+    ckpt = deep_event / "checkpoints" / "step-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(DEEP)
+    assert "unreadable" in checkpoint_damage(ckpt)
