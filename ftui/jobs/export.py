@@ -359,7 +359,11 @@ def export_job_out_parents(run_dirs: list[Path], limit: int = 200) -> list[Path]
     parents = {ftui_home() / "exports": None}
     read = 0
     for run in run_dirs:
-        for job in list_exports(run):
+        try:
+            jobs = list_exports(run)
+        except OSError:  # another user's run directory, an unreadable export/: listed as it is, nothing to sweep
+            continue
+        for job in jobs:
             if read >= limit:
                 return list(parents)
             read += 1
