@@ -11,7 +11,8 @@ taken: the process that held it is gone (``kill -9`` and the OOM killer release 
 so nothing will finish it. The finder keeps that lock while it removes the directory, and the
 marker goes last, so an interrupted removal is still recognised the next time. An empty
 directory with the pattern's name (a removal killed between its last two steps) loses nothing
-when it goes.
+when it goes; a job whose new directory a sweep removed before its marker was in makes another
+(``make_temp_dir``).
 """
 
 from __future__ import annotations
@@ -58,12 +59,17 @@ def make_temp_dir(parent: Path, prefix: str, suffix: str, kind: str, **info: Any
     """A new directory in ``parent`` with an unpredictable name (``tempfile.mkdtemp``: created
     with O_EXCL semantics, mode 0700, so no other user can plant or enter it), marked and
     locked as ``kind``. OSError when it cannot be made."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
-    try:
-        return path, claim(path, kind, **info)
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        raise
+    for attempt in range(3):
+        path = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
+        try:
+            return path, claim(path, kind, **info)
+        except FileNotFoundError:  # a sweep (ftui runs, another export) took it for an empty leftover before the marker was in
+            if attempt == 2:
+                raise
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    raise AssertionError("unreachable")
 
 
 def open_marker(path: Path, limit: int) -> tuple[int, Any]:

@@ -111,3 +111,28 @@ def test_runs_with_a_too_deep_launch_record_events_line_or_trainer_state_are_lis
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text(DEEP)
     assert "unreadable" in checkpoint_damage(ckpt)
+
+
+def test_a_temporary_directory_swept_before_its_marker_is_in_is_made_again(tmp_path, monkeypatch):
+    """A sweep (`ftui runs`, another export) that runs between mkdtemp and the marker takes
+    the new, empty directory for a leftover and removes it; the export then makes another
+    instead of failing to start."""
+    from ftui import owned_dirs
+    from ftui.jobs.export_out import sweep_leftovers
+
+    real_claim = owned_dirs.claim
+    calls = []
+
+    def swept_first(directory, kind, **info):
+        calls.append(directory)
+        if len(calls) == 1:
+            sweep_leftovers(directory.parent)  # the empty directory goes, as a concurrent sweep would remove it
+            assert not directory.exists()
+        return real_claim(directory, kind, **info)
+
+    monkeypatch.setattr(owned_dirs, "claim", swept_first)
+    path, fd = owned_dirs.make_temp_dir(tmp_path, ".m.ftui-export-", "", "export")
+    try:
+        assert path.is_dir() and (path / owned_dirs.MARKER).is_file() and len(calls) == 2
+    finally:
+        owned_dirs.release(fd)
