@@ -616,8 +616,6 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     """Says what the resume changes and replaces; False (said why) when it must not go on:
     the checkpoint cannot load with these settings, or the base model or the data differ and
     the user did not say --allow-changed."""
-    import json
-
     from ftui import data_fingerprint
     from ftui.paths import FINAL_DIR, TRAINER_STATE
     from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown
