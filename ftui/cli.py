@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.bounded_input import YAMLRefused, load_yaml, short_repr
+from ftui.bounded_input import YAMLRefused, load_json, load_yaml, short_repr
 from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
@@ -397,7 +397,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             err.print(_("not deleted"))
             return EXIT_FAILED
     try:
-        done = delete_run(plan.run)
+        done = delete_run(plan.run, asked=plan)  # refused if the run changed since the question
     except RunDeleteError as e:
         err.print(error_line(str(e)))
         return EXIT_FAILED
@@ -616,15 +616,13 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     """Says what the resume changes and replaces; False (said why) when it must not go on:
     the checkpoint cannot load with these settings, or the base model or the data differ and
     the user did not say --allow-changed."""
-    import json
-
     from ftui import data_fingerprint
     from ftui.paths import FINAL_DIR, TRAINER_STATE
     from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown
     from ftui.runs import checkpoints
 
     try:
-        state = json.loads((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
+        state = load_json((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         err.print(error_line(_("{path} cannot be read ({error}); resume from an earlier checkpoint").format(path=ckpt / TRAINER_STATE, error=e)))
         return False

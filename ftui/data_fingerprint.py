@@ -22,6 +22,7 @@ from typing import Any
 from ftui.paths import DATA_FINGERPRINT_FILE
 
 FORMAT = 1
+READ_MAX = 16 << 20  # a fingerprint is a few hundred bytes per dataset file
 
 
 def file_digest(path: Path) -> tuple[int, str]:
@@ -89,9 +90,12 @@ def record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
 def read(run_dir: Path) -> dict[str, Any] | None:
     """The run's recorded fingerprint; None for a run started before ftui recorded one (or
     whose file is unreadable or not ftui's: it cannot be compared either)."""
-    try:
-        data = json.loads((Path(run_dir) / DATA_FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from ftui.bounded_input import load_json
+    from ftui.events import UnreadableFile, read_at
+
+    try:  # a run directory is untrusted: bounded, never blocking (read_at), nesting refused (load_json)
+        data = load_json(read_at(Path(run_dir) / DATA_FINGERPRINT_FILE, 0, READ_MAX) or b"")
+    except (OSError, ValueError, UnreadableFile):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("datasets"), list):
         return None

@@ -413,7 +413,7 @@ class EventReader:
                 continue
             try:
                 event = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):  # a line nested deeper than the stack is not an event either
                 self.skipped += 1
                 continue
             if not well_formed(event):

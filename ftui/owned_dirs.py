@@ -11,7 +11,8 @@ taken: the process that held it is gone (``kill -9`` and the OOM killer release 
 so nothing will finish it. The finder keeps that lock while it removes the directory, and the
 marker goes last, so an interrupted removal is still recognised the next time. An empty
 directory with the pattern's name (a removal killed between its last two steps) loses nothing
-when it goes.
+when it goes; a job whose new directory a sweep removed before its marker was in makes another
+(``make_temp_dir``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ftui.bounded_input import load_json
 from ftui.i18n import _, ngettext
 
 MARKER = ".ftui-temp.json"
@@ -57,11 +59,34 @@ def make_temp_dir(parent: Path, prefix: str, suffix: str, kind: str, **info: Any
     """A new directory in ``parent`` with an unpredictable name (``tempfile.mkdtemp``: created
     with O_EXCL semantics, mode 0700, so no other user can plant or enter it), marked and
     locked as ``kind``. OSError when it cannot be made."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
+    for attempt in range(3):
+        path = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
+        try:
+            return path, claim(path, kind, **info)
+        except FileNotFoundError:  # a sweep (ftui runs, another export) took it for an empty leftover before the marker was in
+            if attempt == 2:
+                raise
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    raise AssertionError("unreachable")
+
+
+def open_marker(path: Path, limit: int) -> tuple[int, Any]:
+    """Opens and reads a marker ftui wrote (this module's, or an export's ``.ftui-export.json``)
+    without following a link or blocking on a FIFO: returns its descriptor (the caller closes
+    it, after taking its lock where it needs one) and its JSON. OSError when it cannot be
+    opened, ValueError (the descriptor closed) when it is not a regular file of at most
+    ``limit`` bytes holding JSON ftui can read (bounded_input.load_json: a document nested
+    deeper than the stack is a ValueError too, not a RecursionError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        return path, claim(path, kind, **info)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise ValueError(path)
+        return fd, load_json(os.read(fd, limit + 1).decode("utf-8"))
     except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
         raise
 
 
@@ -81,6 +106,7 @@ class Leftover:
     path: Path
     kind: str | None
     fd: int | None
+    info: dict[str, Any] | None = None  # the marker's record (what claim was given), None for an empty one
 
 
 def inspect(path: Path, kinds: tuple[str, ...]) -> Leftover | None:
@@ -93,27 +119,23 @@ def inspect(path: Path, kinds: tuple[str, ...]) -> Leftover | None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         return None
     try:
-        fd = os.open(path / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, record = open_marker(path / MARKER, MARKER_MAX)
     except FileNotFoundError:
         try:
             empty = not any(os.scandir(path))
         except OSError:
             return None
         return Leftover(path, None, None) if empty else None
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
-        mst = os.fstat(fd)
-        if not stat.S_ISREG(mst.st_mode) or mst.st_size > MARKER_MAX:
-            raise ValueError
-        record = json.loads(os.read(fd, MARKER_MAX + 1).decode("utf-8"))
         if not isinstance(record, dict) or record.get("ftui_temp") not in kinds:
             raise ValueError
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its process still works there
     except (OSError, ValueError):
         os.close(fd)
         return None
-    return Leftover(path, record["ftui_temp"], fd)
+    return Leftover(path, record["ftui_temp"], fd, record)
 
 
 def remove(path: Path, fd: int | None = None) -> list[str]:

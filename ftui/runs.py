@@ -26,6 +26,7 @@ import psutil
 
 from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
+from ftui.bounded_input import load_json  # json.loads with a too-deep document as a ValueError
 from ftui.i18n import N_, _
 from ftui.safe_text import visible
 from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
@@ -88,7 +89,7 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     if len(raw) > LAUNCH_MAX:
         return {}, _("{name} is larger than {size} bytes").format(name=name, size=LAUNCH_MAX)
     try:
-        info = json.loads(raw)
+        info = load_json(raw)
     except (ValueError, UnicodeDecodeError):
         return {}, _("{name} is not JSON").format(name=name)
     if not isinstance(info, dict):
@@ -765,9 +766,11 @@ def _check_deletable(path: Path) -> None:
                                "then delete the run; nothing deleted").format(run=path.name, job=busy[0].parent.name, path=busy[0]))
 
 
-def delete_run(run_dir: str | os.PathLike[str]) -> Deleted:
+def delete_run(run_dir: str | os.PathLike[str], asked: DeletePlan | None = None) -> Deleted:
     """Deletes a run directory that no job runs, and its run index entry (``delete_plan``: a
-    run that is a symbolic link loses only the link and its entry).
+    run that is a symbolic link loses only the link and its entry). ``asked``: the plan the
+    user answered yes to; when the run is no longer what it said (a link where a directory
+    was, or the other way round), nothing is deleted.
 
     A live run is refused (stop it first). The job lock is held while the directory goes,
     so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
@@ -779,6 +782,11 @@ def delete_run(run_dir: str | os.PathLike[str]) -> Deleted:
     from ftui.owned_dirs import MARKER, claim, release, remove
 
     plan = delete_plan(run_dir)
+    if asked is not None and plan != asked:
+        now = (_("now a link to {target}").format(target=plan.link_target) if plan.link_target is not None
+               else _("now the directory {path}").format(path=plan.run))
+        raise RunDeleteError(_("{path} changed since the question ({now}); nothing deleted: ask again").format(
+            path=visible(asked.run), now=visible(now)))
     if plan.link_target is not None:
         _check_deletable(plan.link_target)
         try:
@@ -970,7 +978,7 @@ def checkpoint_damage(path: Path) -> str | None:
         raw = read_at(path / TRAINER_STATE, 0, 16 << 20)  # a regular file only: a FIFO must not hang --resume
         if raw is None:
             raise FileNotFoundError("missing")
-        state = json.loads(raw)
+        state = load_json(raw)
     except (OSError, ValueError, UnreadableFile) as err:
         return _("its {file} is unreadable ({reason})").format(file=TRAINER_STATE, reason=err)
     if not isinstance(state, dict):

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ftui.runs import delete_run, indexed_run_dirs, record_run
 from tests.fixtures_runs import write_run
 
@@ -138,3 +140,27 @@ def test_a_killed_deletes_leftover_is_finished_by_ftui_runs_and_the_next_delete(
         proc.wait(timeout=60)
     assert main(["runs", "--root", str(root)]) == 0
     assert not live.exists() and sorted(p.name for p in root.iterdir()) == [".mine.deleting"]
+
+
+@pytest.mark.parametrize("swap", ["link-became-directory", "directory-became-link"])
+def test_a_run_that_changed_after_the_question_is_not_deleted(tmp_path, swap):
+    """Delete removes what its question showed: the user agreed to remove a link (its target
+    kept), and a directory is there now, or agreed to delete a directory that is now a link to
+    another run: refused, nothing deleted."""
+    from ftui.runs import RunDeleteError, delete_plan
+
+    root, link, target = linked_run(tmp_path)
+    if swap == "link-became-directory":
+        plan = delete_plan(link)
+        os.unlink(link)
+        write_run(root, link.name, steps=3, max_steps=3, end="completed")
+        kept = link
+    else:
+        plan = delete_plan(target)
+        os.unlink(link)
+        os.rename(target, link)  # the run moved beside; its old name is now a link to it
+        os.symlink(link, target)
+        kept = link
+    with pytest.raises(RunDeleteError, match="changed since the question"):
+        delete_run(plan.run, asked=plan)
+    assert (kept / "config.yaml").is_file() and os.path.lexists(plan.run)

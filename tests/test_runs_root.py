@@ -4,6 +4,7 @@ elsewhere, so every run a user started is listed and found from any directory.""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -52,8 +53,7 @@ def test_a_run_placed_elsewhere_by_output_dir_is_listed_and_resolved_from_any_di
 def test_a_stale_or_odd_index_entry_is_skipped(tmp_path):
     kept = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "saves"), run_name="kept"))
     gone = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "saves"), run_name="gone"))
-    (gone / "config.yaml").unlink()
-    gone.rmdir()
+    shutil.rmtree(gone)  # its config.yaml, data fingerprint and all
     with open(run_index_path(), "a") as fh:
         fh.write("relative/path\n\x00junk\n" + str(tmp_path / "never-was") + "\n" + str(kept) + "\n")
     assert run_index_path().parent == ftui_home()

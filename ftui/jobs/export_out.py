@@ -16,7 +16,9 @@ The new export is written to a temporary directory beside ``out`` (``ftui.owned_
 unpredictable name, mode 0700, marked and locked by the job) and renamed into place only when
 complete; an earlier one is moved aside into another such directory first and removed once the
 new one is in place. What a killed job leaves (``.OUT.ftui-export-*``, ``.OUT.ftui-replaced-*``)
-is removed by the next export into the same parent directory and by ``ftui runs``.
+is removed by the next export into the same parent directory and by ``ftui runs``, except an
+earlier export left aside with nothing at ``out`` (a job killed between its two renames): that
+one is put back at ``out`` (``restore_asides``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.i18n import _
-from ftui.owned_dirs import MARKER as TEMP_MARKER, sweep, sweep_line
+from ftui.owned_dirs import MARKER as TEMP_MARKER, inspect, open_marker, release, sweep, sweep_line
 
 EXPORT_MARKER = ".ftui-export.json"
 MARKER_MAX = 1 << 20
@@ -38,6 +40,7 @@ SHOWN_ENTRIES = 5
 # .OUT.ftui-replaced-RANDOM (the earlier export, moved aside until the new one is in place)
 TEMP_KIND, ASIDE_KIND = "export", "export-replaced"
 LEFTOVER_NAME = re.compile(r"\..+\.ftui-(export|replaced)-[A-Za-z0-9_]+")
+ASIDE_NAME = re.compile(r"\..+\.ftui-replaced-[A-Za-z0-9_]+")
 
 
 def temp_prefix(out: Path) -> str:
@@ -74,18 +77,10 @@ def write_marker(dest: Path, **info: Any) -> None:
 def _read_marker(target: Path) -> dict[str, int] | None:
     """The files the marker lists, or None when there is no readable marker ftui wrote."""
     try:
-        fd = os.open(target / EXPORT_MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MARKER_MAX:
-            return None
-        record = json.loads(os.read(fd, MARKER_MAX + 1).decode("utf-8"))
+        fd, record = open_marker(target / EXPORT_MARKER, MARKER_MAX)
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
+    os.close(fd)
     files = record.get("files") if isinstance(record, dict) and record.get("ftui_export") == 1 else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in files.items()):
         return None
@@ -145,9 +140,45 @@ def link_problem(shown: Path, target: Path) -> str:
              "give a directory itself as --out").format(path=shown, target=points_to)
 
 
+def restore_asides(parent: Path) -> list[Path]:
+    """Puts back the earlier exports that a ``--force`` export killed between its two renames
+    (the old one moved aside, the new one not yet in its place) left aside: the out dir the
+    marker names is missing, so the earlier export goes back there instead of being swept
+    away with its job's leftovers. Returns the out dirs restored."""
+    restored = []
+    try:
+        names = [e.name for e in os.scandir(parent) if ASIDE_NAME.fullmatch(e.name)]
+    except OSError:
+        return restored
+    for name in sorted(names):
+        found = inspect(parent / name, (ASIDE_KIND,))
+        if found is None:
+            continue
+        try:
+            named = (found.info or {}).get("out")
+            out = parent / Path(named).name if isinstance(named, str) and Path(named).name else None
+            old = found.path / "old"
+            if (out is not None and name.startswith(aside_prefix(out)) and not os.path.lexists(out)
+                    and stat.S_ISDIR(os.lstat(old).st_mode)):
+                os.rename(old, out)  # rename(2): never follows a link; fails rather than replace what appeared
+                restored.append(out)
+        except OSError:
+            pass
+        finally:
+            release(found.fd)
+    return restored
+
+
 def sweep_leftovers(parent: Path) -> str | None:
     """Removes what killed export jobs left in ``parent`` (their temporary and moved-aside
-    directories, recognised by name and marker, whose job is gone); one line saying so, or
-    None."""
+    directories, recognised by name and marker, whose job is gone), after putting back an
+    earlier export that one left aside with nothing in its place (``restore_asides``); one
+    line saying so, or None."""
+    restored = restore_asides(parent)
     removed, failed = sweep(parent, LEFTOVER_NAME, (TEMP_KIND, ASIDE_KIND))
-    return sweep_line(removed, failed, "export")
+    line = sweep_line(removed, failed, "export")
+    if restored:
+        back = _("put back the earlier export an interrupted ftui export had moved aside: {paths}").format(
+            paths=", ".join(str(p) for p in restored))
+        line = "; ".join(filter(None, [back, line]))
+    return line

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ftui.bounded_input import load_json
 from ftui.config import RunConfig, gpu_present, load_config
 from ftui.i18n import _
 from ftui.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
@@ -130,7 +131,7 @@ def list_jobs(run_dir: Path, kind: str) -> list[Path]:
 
 def read_job_spec(job_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
+        data = load_json((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -362,7 +362,7 @@ class RunsScreen(Screen):
     @work(thread=True, group="delete")
     def delete_in_background(self, run: RunSummary, plan: DeletePlan) -> None:
         try:
-            done = delete_run(plan.run)
+            done = delete_run(plan.run, asked=plan)  # refused if the run changed since the question
         except (RunDeleteError, OSError) as err:
             self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=visible(err)), severity="error", markup=False)
             return
