@@ -21,13 +21,21 @@ from ftui.i18n import _
 # Keys whose change makes the resumed steps train another model or on other data: refused
 # unless the user says --allow-changed. Other keys (max_steps, learning_rate...) are listed.
 GUARDED_KEYS = ("model_name_or_path", "model_init", "dataset", "eval_dataset")
-SHOWN_CHARS = 80  # a value shown in a difference is cut here (a pasted path, a long list)
+SHOWN_CHARS = 80  # a value shown in a difference is cut here (a pasted list, a long prompt)
+# A dataset's name or file path is what a difference names: shown whole up to Linux's PATH_MAX (a
+# deep folder's path is often over 80 characters, and cut it would name no file)
+PATH_CHARS = 4096
 
 
-def shown(value: Any) -> str:
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     """A config value as a difference shows it: repr (control characters escaped), capped."""
     text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def shown_path(value: Any) -> str:
+    """A dataset's name or file path in a difference: whole, unless longer than any path can be."""
+    return shown(value, PATH_CHARS)
 
 
 def checkpoint_mismatch(name: str, state: dict[str, Any], cfg: Any, world_size: int | None = None) -> str | None:
@@ -66,7 +74,7 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     lines = []
     for key, now in after.items():
         was = before.get(key)
-        name = shown(key[1])
+        name = shown_path(key[1])
         if now.get("error") and not (was or {}).get("error"):
             lines.append(_("{role} {name}: cannot be read now ({error})").format(role=key[0], name=name, error=shown(now["error"])))
         elif was is None:
@@ -76,15 +84,15 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 role=key[0], name=name, old=shown(was.get("hub")), new=shown(now.get("hub"))))
         elif was.get("path") != now.get("path") and was.get("sha256") != now.get("sha256"):
             lines.append(_("{role} {name}: file {old} -> {new}, other records").format(
-                role=key[0], name=name, old=shown(was.get("path")), new=shown(now.get("path"))))
+                role=key[0], name=name, old=shown_path(was.get("path")), new=shown_path(now.get("path"))))
         elif was.get("size") != now.get("size"):
             lines.append(_("{role} file {path}: size {old} -> {new} bytes, records changed").format(
-                role=key[0], path=shown(now.get("path")), old=was.get("size"), new=now.get("size")))
+                role=key[0], path=shown_path(now.get("path")), old=was.get("size"), new=now.get("size")))
         elif was.get("sha256") != now.get("sha256"):
             lines.append(_("{role} file {path}: same size ({size} bytes) but its records' sha256 changed (records replaced)").format(
-                role=key[0], path=shown(now.get("path")), size=now.get("size")))
+                role=key[0], path=shown_path(now.get("path")), size=now.get("size")))
     for key in before:
         if key not in after:
-            lines.append(_("{role} {name}: the run trained on it, this resume does not").format(role=key[0], name=shown(key[1])))
+            lines.append(_("{role} {name}: the run trained on it, this resume does not").format(role=key[0], name=shown_path(key[1])))
     return lines
 

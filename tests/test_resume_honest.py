@@ -254,3 +254,15 @@ def test_llamafactory_s_resume_from_checkpoint_is_checked_alike(tmp_path, capsys
     assert "model_name_or_path: 'ftui-demo' ->" in _err(capsys) and _snapshot(run) == before and not started
     assert cli.main(["train", str(config), "--detach", "--allow-changed"]) == 0
     assert _err(capsys).count("trust_remote_code is on") == 1 and started[0]["resume"].name == "step-4"
+
+
+def test_a_long_dataset_path_is_named_whole():
+    """A difference names the file: a path past the 80 characters other values are cut at (a CI
+    machine's temporary folders are that deep) is shown whole."""
+    from ftui.resume_checks import fingerprint_changes
+
+    path = "/" + "/".join(["a-rather-deep-folder"] * 8) + "/qa.json"
+    old = {"datasets": [{"role": "train", "name": path, "path": path, "size": 10, "sha256": "x"}]}
+    new = {"datasets": [{"role": "train", "name": path, "path": path, "size": 10, "sha256": "y"}]}
+    lines = fingerprint_changes(old, new)
+    assert len(path) > 80 and lines and all(path in line for line in lines), lines

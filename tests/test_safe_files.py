@@ -67,11 +67,11 @@ def other_user():
     """A throwaway unprivileged local user, removed after the test."""
     reason = _can_add_users()
     if reason:
-        pytest.skip(reason)
+        pytest.skip("the attack needs a second local user, and none can be made here: {why}".format(why=reason))
     name = "ftuiatk" + uuid.uuid4().hex[:8]
     made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
     if made.returncode != 0:
-        pytest.skip(f"useradd failed here: {made.stderr.strip()}")
+        pytest.skip("the attack needs a second local user, and useradd failed here: {why}".format(why=made.stderr.strip()))
     try:
         yield pwd.getpwnam(name)
     finally:
