@@ -618,7 +618,7 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     the user did not say --allow-changed."""
     from ftui import data_fingerprint
     from ftui.paths import FINAL_DIR, TRAINER_STATE
-    from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown
+    from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
     from ftui.runs import checkpoints
 
     try:
@@ -631,10 +631,10 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
         err.print(error_line(mismatch + " " + _("(nothing in {run} was changed)").format(run=run_dir.name)))
         return False
     changes = config_changes(saved.to_dict(include_unsupported=False), cfg.to_dict(include_unsupported=False))
-    guarded = [_("{key}: {old} -> {new}").format(key=k, old=shown(a), new=shown(b)) for k, a, b in changes if k in GUARDED_KEYS]
+    guarded = [_("{key}: {old} -> {new}").format(key=k, old=shown_path(a), new=shown_path(b)) for k, a, b in changes if k in GUARDED_KEYS]
     for k, a, b in changes:
         if k not in GUARDED_KEYS:
-            err.print(note_line(_("this resume changes {key}: {old} -> {new}").format(key=k, old=shown(a), new=shown(b))))
+            err.print(note_line(_("this resume changes {key}: {old} -> {new}").format(key=k, old=short_repr(a), new=short_repr(b))))
     recorded = data_fingerprint.read(run_dir)
     if recorded is None:
         err.print(note_line(_("{run} has no data fingerprint (it was started before ftui recorded one): its dataset files cannot "

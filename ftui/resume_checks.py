@@ -16,26 +16,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from ftui.bounded_input import short_repr
 from ftui.i18n import _
 
 # Keys whose change makes the resumed steps train another model or on other data: refused
 # unless the user says --allow-changed. Other keys (max_steps, learning_rate...) are listed.
 GUARDED_KEYS = ("model_name_or_path", "model_init", "dataset", "eval_dataset")
-SHOWN_CHARS = 80  # a value shown in a difference is cut here (a pasted list, a long prompt)
-# A dataset's name or file path is what a difference names: shown whole up to Linux's PATH_MAX (a
-# deep folder's path is often over 80 characters, and cut it would name no file)
+# A base model's or dataset's name or file path is what a difference names: shown whole up to
+# Linux's PATH_MAX (a deep folder's path is often longer than short_repr's cut, and cut it would
+# name no file). Other values are quoted as every message quotes a user's value: short_repr.
 PATH_CHARS = 4096
 
 
-def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """A config value as a difference shows it: repr (control characters escaped), capped."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 def shown_path(value: Any) -> str:
-    """A dataset's name or file path in a difference: whole, unless longer than any path can be."""
-    return shown(value, PATH_CHARS)
+    """A model's or dataset's name or file path in a difference: its repr (control characters
+    escaped), whole unless longer than any path can be."""
+    text = repr(value)
+    return text if len(text) <= PATH_CHARS else text[:PATH_CHARS] + "…"
 
 
 def checkpoint_mismatch(name: str, state: dict[str, Any], cfg: Any, world_size: int | None = None) -> str | None:
@@ -76,12 +73,12 @@ def fingerprint_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         was = before.get(key)
         name = shown_path(key[1])
         if now.get("error") and not (was or {}).get("error"):
-            lines.append(_("{role} {name}: cannot be read now ({error})").format(role=key[0], name=name, error=shown(now["error"])))
+            lines.append(_("{role} {name}: cannot be read now ({error})").format(role=key[0], name=name, error=short_repr(now["error"])))
         elif was is None:
             lines.append(_("{role} {name}: not in the run's fingerprint (a dataset the run did not train on)").format(role=key[0], name=name))
         elif was.get("hub") != now.get("hub"):
             lines.append(_("{role} {name}: hub dataset {old} -> {new}").format(
-                role=key[0], name=name, old=shown(was.get("hub")), new=shown(now.get("hub"))))
+                role=key[0], name=name, old=short_repr(was.get("hub")), new=short_repr(now.get("hub"))))
         elif was.get("path") != now.get("path") and was.get("sha256") != now.get("sha256"):
             lines.append(_("{role} {name}: file {old} -> {new}, other records").format(
                 role=key[0], name=name, old=shown_path(was.get("path")), new=shown_path(now.get("path"))))

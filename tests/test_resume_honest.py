@@ -266,3 +266,11 @@ def test_a_long_dataset_path_is_named_whole():
     new = {"datasets": [{"role": "train", "name": path, "path": path, "size": 10, "sha256": "y"}]}
     lines = fingerprint_changes(old, new)
     assert len(path) > 80 and lines and all(path in line for line in lines), lines
+
+
+def test_a_long_base_model_path_is_named_whole():
+    """The guarded keys name a model or a dataset: a path past short_repr's cut is shown whole."""
+    from ftui.resume_checks import shown_path
+
+    path = "/" + "/".join(["a-rather-deep-model-folder"] * 8)
+    assert len(path) > 200 and path in shown_path(path)
