@@ -78,13 +78,11 @@ def compute(cfg: Any) -> dict[str, Any]:
 
 
 def record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
-    """Writes the run's fingerprint whole or not at all (a temporary file renamed over it)."""
-    path = Path(run_dir) / DATA_FINGERPRINT_FILE
-    tmp = path.with_name(f".{DATA_FINGERPRINT_FILE}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(fingerprint, fh, indent=1)
-    os.replace(tmp, path)
+    """Writes the run's fingerprint whole or not at all (ftui.safe_files: a new file renamed
+    over it, never written through a link)."""
+    from ftui.safe_files import write_text
+
+    write_text(Path(run_dir) / DATA_FINGERPRINT_FILE, json.dumps(fingerprint, indent=1))
 
 
 def read(run_dir: Path) -> dict[str, Any] | None:
