@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.bounded_input import YAMLRefused, load_json, load_yaml, short_repr
+from ftui.bounded_input import YAMLRefused, load_yaml, short_repr
 from ftui.cli_help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
 from ftui.paths import default_runs_root
@@ -619,11 +619,12 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     from ftui import data_fingerprint
     from ftui.paths import FINAL_DIR, TRAINER_STATE
     from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
-    from ftui.runs import checkpoints
+    from ftui.events import UnreadableFile
+    from ftui.runs import checkpoints, read_trainer_state
 
     try:
-        state = load_json((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        state = read_trainer_state(ckpt)
+    except (OSError, ValueError, UnreadableFile) as e:
         err.print(error_line(_("{path} cannot be read ({error}); resume from an earlier checkpoint").format(path=ckpt / TRAINER_STATE, error=e)))
         return False
     mismatch = checkpoint_mismatch(ckpt.name, state if isinstance(state, dict) else {}, cfg)

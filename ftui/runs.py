@@ -971,14 +971,22 @@ class CheckpointMismatch(CheckpointError):
     is the settings, not another checkpoint (ftui.resume_checks.checkpoint_mismatch)."""
 
 
+def read_trainer_state(checkpoint: Path) -> Any:
+    """A checkpoint's trainer_state.json, parsed; read as every run file is (a run directory is
+    untrusted): a regular file only, so a FIFO cannot hang ``--resume``, at most 16 MiB, and
+    nesting deeper than the stack refused. OSError, UnreadableFile or ValueError when it
+    cannot be read."""
+    raw = read_at(checkpoint / TRAINER_STATE, 0, 16 << 20)
+    if raw is None:
+        raise FileNotFoundError("missing")
+    return load_json(raw)
+
+
 def checkpoint_damage(path: Path) -> str | None:
     """Why a complete checkpoint cannot be trusted (a file missing or of another size than
     when it was written), or None. Checkpoints from before the size list are trusted."""
     try:
-        raw = read_at(path / TRAINER_STATE, 0, 16 << 20)  # a regular file only: a FIFO must not hang --resume
-        if raw is None:
-            raise FileNotFoundError("missing")
-        state = load_json(raw)
+        state = read_trainer_state(path)
     except (OSError, ValueError, UnreadableFile) as err:
         return _("its {file} is unreadable ({reason})").format(file=TRAINER_STATE, reason=err)
     if not isinstance(state, dict):
