@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-import yaml
 
 from ftui.events import EVENTS_FILE, make_event
 from ftui.config import ConfigError, RunConfig, parse_config
