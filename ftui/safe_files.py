@@ -68,19 +68,25 @@ def replacing(target: str | os.PathLike[str], encoding: str = "utf-8") -> Iterat
         raise
 
 
-def _umask_mode() -> int | None:
-    """The mode ``open(..., "w")`` would have given (0666 less the umask), read from
-    /proc/self/status (Linux 4.7+) because os.umask can only be read by setting it, which
-    would race with the app's other threads creating files; None where it cannot be read
-    (the file then stays 0600)."""
+def current_umask() -> int | None:
+    """This process's umask, read from /proc/self/status (Linux 4.7+) because os.umask can only
+    be read by setting it, which would race with the app's other threads creating files; None
+    where it cannot be read."""
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
                 if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
+                    return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _umask_mode() -> int | None:
+    """The mode ``open(..., "w")`` would have given (0666 less the umask); None where the umask
+    cannot be read (the file then stays 0600)."""
+    umask = current_umask()
+    return None if umask is None else 0o666 & ~umask
 
 
 def write_text(target: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:

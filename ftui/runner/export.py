@@ -269,19 +269,6 @@ class OutDirTaken(ExportDirError):
     """The out dir gained content after the export was prepared, and force was not given."""
 
 
-def _umask() -> int:
-    """This process's umask, read without setting it (os.umask would change it for every
-    thread for an instant): Linux's /proc/self/status, else the usual 022."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
-
-
 def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     """Puts the finished export at ``out``. A missing or empty out dir is replaced by one
     rename (rename(2) replaces an empty directory and never follows a link). A non-empty one
@@ -291,8 +278,10 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     complete beside the old one before the old one goes."""
     from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
     from ftui.owned_dirs import make_temp_dir, remove
+    from ftui.safe_files import current_umask
 
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp made it 0700; the export gets the mode a new directory gets
+    umask = current_umask()
+    tmp.chmod(0o777 & ~(0o022 if umask is None else umask))  # mkdtemp made it 0700; the export gets the mode a new directory gets
     try:
         os.rename(tmp, out)
     except OSError as err:
