@@ -346,15 +346,11 @@ def leftover_note(job_dir: Path) -> str | None:
              "once its job has ended").format(tmp=tmp, parent=tmp.parent)
 
 
-JOB_SPEC_MAX = 1 << 20  # an export's job.json is a few hundred bytes
-
-
 def export_job_out_parents(run_dirs: list[Path], limit: int = 200) -> list[Path]:
     """Where the runs' export jobs wrote (their out dirs' parents, each once; at most ``limit``
     job specs read), and FTUI_HOME/exports: where ``ftui runs`` looks for what killed exports
     left."""
-    from ftui.bounded_input import load_json
-    from ftui.events import UnreadableFile, read_at
+    from ftui.jobs.offline import read_job_spec  # bounded and never blocking: a run directory is untrusted
 
     parents = {ftui_home() / "exports": None}
     read = 0
@@ -367,11 +363,7 @@ def export_job_out_parents(run_dirs: list[Path], limit: int = 200) -> list[Path]
             if read >= limit:
                 return list(parents)
             read += 1
-            try:  # a run directory is untrusted: bounded, never blocking (read_at), nesting refused (load_json)
-                spec = load_json(read_at(job / JOB_SPEC_FILE, 0, JOB_SPEC_MAX) or b"{}")
-            except (OSError, ValueError, UnreadableFile):
-                continue
-            out = spec.get("out") if isinstance(spec, dict) else None
+            out = read_job_spec(job).get("out")
             if isinstance(out, str) and out.startswith("/"):
                 parents[Path(out).parent] = None
     return list(parents)

@@ -129,9 +129,17 @@ def list_jobs(run_dir: Path, kind: str) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.is_dir() and (p / JOB_SPEC_FILE).is_file()), key=lambda p: p.name)
 
 
+JOB_SPEC_MAX = 1 << 20  # a job's job.json is a few hundred bytes
+
+
 def read_job_spec(job_dir: Path) -> dict[str, Any]:
+    """A job's job.json ({} when it cannot be read or is not a mapping): a run directory is
+    untrusted, so the read is bounded and never blocks on a FIFO (read_at), and nesting deeper
+    than the stack is refused (load_json)."""
+    from ftui.events import UnreadableFile, read_at
+
     try:
-        data = load_json((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json(read_at(job_dir / JOB_SPEC_FILE, 0, JOB_SPEC_MAX) or b"{}")
+    except (OSError, ValueError, UnreadableFile):
         return {}
     return data if isinstance(data, dict) else {}
