@@ -26,7 +26,7 @@ from datasets import Dataset
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, Trainer,
                           TrainerCallback, TrainingArguments)
 
-from ftui.paths import resolve_model_path
+from ftui.rundir.paths import resolve_model_path
 
 
 def load_records(cfg: dict) -> list[dict]:

@@ -117,7 +117,7 @@ def run_ftui(config: Path, env: dict[str, str] | None = None, timeout: float = 3
     cfg = yaml.safe_load(config.read_text())
     root = Path(cfg["output_dir"])
     before = set(root.iterdir()) if root.exists() else set()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from ftui.cli import main; sys.exit(main())", "train", str(config)],
+    proc = subprocess.run([sys.executable, "-c", "import sys; from ftui.cli.main import main; sys.exit(main())", "train", str(config)],
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     new = sorted(set(root.iterdir()) - before) if root.exists() else []
     if proc.returncode != 0 or not new:

@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from ftui.events import make_event
+from ftui.rundir.events import make_event
 
 
 def write(run: Path, n: int, world: int = 8) -> Path:

@@ -24,8 +24,8 @@ from benchlib import RESULTS, machine  # noqa: E402
 from make_events import write  # noqa: E402
 
 OPS = {
-    "ftui runs (list_runs)": "from ftui.runs import list_runs; r = list_runs(ROOT); assert r[0].status == 'completed', r[0].status",
-    "ftui watch (finished run)": "import io; from ftui.watch import watch_run; "
+    "ftui runs (list_runs)": "from ftui.rundir.runs import list_runs; r = list_runs(ROOT); assert r[0].status == 'completed', r[0].status",
+    "ftui watch (finished run)": "import io; from ftui.cli.watch import watch_run; "
                                  "assert watch_run(RUN, interval=0.01, out=io.StringIO()) == 'completed'",
     "supervisor final check (has_run_end)": "from ftui.jobs.supervise import has_run_end; assert has_run_end(RUN)",
 }
@@ -34,7 +34,7 @@ CHILD = """
 import resource, sys, time
 from pathlib import Path
 ROOT = Path(sys.argv[1]); RUN = ROOT / "long"
-import ftui, ftui.runs, ftui.watch, ftui.jobs.supervise  # imports are not the operation
+import ftui, ftui.rundir.runs, ftui.cli.watch, ftui.jobs.supervise  # imports are not the operation
 assert ftui.__file__.startswith(sys.argv[2]), ftui.__file__
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
@@ -55,7 +55,7 @@ def measure(tree: Path, root: Path, op: str) -> dict[str, float]:
 
 def make_run(root: Path, n: int) -> Path:
     run = write(root / "long", n)
-    from ftui.events import make_event
+    from ftui.rundir.events import make_event
 
     with open(run / "events.jsonl", "a") as fh:
         fh.write(json.dumps(make_event("run_end", t=1.7e9 + 3.6 * n + 40, status="completed", reason=f"{n} steps")) + "\n")

@@ -1,5 +1,5 @@
 """Benchmark: time from process start to the first painted frame of `ftui` (the launch
-form), measured in a fresh interpreter each time (imports included: ftui.cli's, as the `ftui`
+form), measured in a fresh interpreter each time (imports included: ftui.cli.main's, as the `ftui`
 command pays them, then the app's), median of 7 runs.
 
 Run: python bench/tui_first_frame.py [--quick]"""
@@ -18,7 +18,7 @@ from pathlib import Path
 
 PROBE = r"""
 import time
-import ftui.cli  # the `ftui` command imports it before it opens the app
+import ftui.cli.main  # the `ftui` command imports it before it opens the app
 from ftui.tui.app import FtuiApp
 
 from ftui.tui.screens.launch import LaunchScreen

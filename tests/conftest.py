@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.events import EVENTS_FILE, read_all
-from ftui.config import demo_config
+from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.config.run_config import demo_config
 from ftui.jobs.launch import prepare_run, launch_command
 from ftui.jobs.torch_env import torch_process_env
 
@@ -143,7 +143,7 @@ def demo_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     unset, so the test of launch.json sees ftui set them."""
     folder = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_DEVICE_ORDER", "OMP_WAIT_POLICY")}
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", "--preset", "demo", "--set", f"output_dir={folder / 'runs'}"],
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", "--preset", "demo", "--set", f"output_dir={folder / 'runs'}"],
                           cwd=folder, capture_output=True, text=True, timeout=600, env=env)
     runs = sorted(p for p in (folder / "runs").iterdir() if p.is_dir()) if (folder / "runs").is_dir() else []
     assert proc.returncode == 0 and len(runs) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -213,7 +213,7 @@ def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.Co
 
 def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[list[dict], subprocess.CompletedProcess]:
     """Resumes a run from a checkpoint in the foreground; returns the events of the resumed part."""
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
 
     cfg, _ = load_config(run_dir / "config.yaml")
     env = torch_process_env()  # what a job's processes get (launch.start_run)

@@ -1,13 +1,13 @@
 """A stand-in for pynvml (the module nvidia-ml-py installs), so tests can show ftui machines
 with GPUs it does not have: which GPUs exist, their UUIDs, compute capabilities, MIG
-instances. ``use_fake_nvml(monkeypatch, [FakeGpu(...), ...])`` puts it behind ftui.gpu."""
+instances. ``use_fake_nvml(monkeypatch, [FakeGpu(...), ...])`` puts it behind ftui.machine.gpu."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-import ftui.gpu
+import ftui.machine.gpu
 
 
 class FakeNvmlError(Exception):
@@ -78,9 +78,9 @@ class FakeNvml:
 
 def use_fake_nvml(monkeypatch, gpus: list[FakeGpu]) -> FakeNvml:
     fake = FakeNvml(gpus)
-    monkeypatch.setattr(ftui.gpu, "pynvml", fake)
-    monkeypatch.setattr(ftui.gpu, "_state", {"initialised": False, "ok": False})
-    monkeypatch.setattr(ftui.gpu, "_inventory", {})
+    monkeypatch.setattr(ftui.machine.gpu, "pynvml", fake)
+    monkeypatch.setattr(ftui.machine.gpu, "_state", {"initialised": False, "ok": False})
+    monkeypatch.setattr(ftui.machine.gpu, "_inventory", {})
     return fake
 
 

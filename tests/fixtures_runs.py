@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from ftui.events import make_event
+from ftui.rundir.events import make_event
 
 T0 = 1_700_000_000.0
 
@@ -66,7 +66,7 @@ def dpo_figures(step: int, prefix: str = "") -> dict:
 
 
 def fixed_sampler():
-    from ftui.gpu import GpuSample, HostSample
+    from ftui.machine.gpu import GpuSample, HostSample
 
     gpus = [GpuSample(i, "NVIDIA H100 80GB HBM3", 97.0, 61 << 30, 80 << 30, 612.0, 64.0) for i in range(2)]
     return gpus, HostSample(12.0, 40 << 30, 128 << 30)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ftui.bounded_input import ALIAS_EXPANSION_LIMIT, JSONTooDeep, YAMLRefused, load_json, load_yaml, short_repr
+from ftui.safety.bounded_input import ALIAS_EXPANSION_LIMIT, JSONTooDeep, YAMLRefused, load_json, load_yaml, short_repr
 
 # nine levels of nine aliases: 387,420,489 strings once written out, 560 bytes on disk
 BOMB = "".join(
@@ -33,7 +33,7 @@ def capped_ftui(*args: str, cwd: Path = ROOT, timeout: int = 120) -> subprocess.
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
-    return subprocess.run([sys.executable, "-m", "ftui.cli", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "ftui.cli.main", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=cwd, preexec_fn=cap)
 
 
@@ -90,7 +90,7 @@ def test_ftui_config_refuses_the_bomb_before_the_app_starts(tmp_path):
 
 
 def test_a_set_value_that_is_a_bomb_is_refused(capsys):
-    from ftui.cli import _parse_set
+    from ftui.cli.main import _parse_set
 
     value = "[" + ", ".join(  # the anchors as one flow value
 line.split(": ", 1)[1] for line in BOMB.splitlines()[2:]) + "]"
@@ -108,7 +108,7 @@ def test_too_deep_yaml_config_is_one_line_exit_2(tmp_path):
 
 
 def test_a_huge_value_is_quoted_capped_in_the_unknown_key_message(tmp_path):
-    from ftui.config import ConfigError, load_config
+    from ftui.config.run_config import ConfigError, load_config
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"model_name_or_path": "ftui-demo", "dataset": "ftui_demo", "strange_key": ["x" * 1000] * 1000}))
@@ -152,7 +152,7 @@ def test_load_json_says_too_deep_as_a_value_error():
 
 
 def test_reading_a_too_deep_dataset_is_a_data_format_error(tmp_path):
-    from ftui.records import DataFormatError, DatasetSpec, read_records
+    from ftui.data.records import DataFormatError, DatasetSpec, read_records
 
     deep_dataset(tmp_path)
     with pytest.raises(DataFormatError, match="nested deeper"):
@@ -186,8 +186,8 @@ def test_ftui_data_on_a_too_deep_dataset_is_one_line_exit_2(tmp_path):
 
 def test_a_child_that_fails_with_a_traceback_is_one_line_in_the_parent(tmp_path, capsys, monkeypatch):
     """Whatever the encoding child dies of, ftui data prints its last line, not the traceback."""
-    from ftui.cli import main
-    from ftui.examples import EncodedExamples
+    from ftui.cli.main import main
+    from ftui.data.examples import EncodedExamples
 
     crash = "def f(n): return f(n + 1)\nf(0)\n"
     monkeypatch.setattr(EncodedExamples, "command", lambda self, config: [sys.executable, "-c", crash])
@@ -211,7 +211,7 @@ async def test_the_forms_load_refuses_the_bomb_and_stays_up(tmp_path, monkeypatc
 
 
 def test_ftui_config_with_an_unreadable_file_is_exit_2_and_invalid_settings_still_open_the_form(tmp_path, monkeypatch, capsys):
-    from ftui.cli import main
+    from ftui.cli.main import main
     from ftui.tui.app import FtuiApp
 
     opened = []
@@ -229,7 +229,7 @@ def test_ftui_config_with_an_unreadable_file_is_exit_2_and_invalid_settings_stil
 def test_predict_and_eval_on_a_too_deep_registry_are_one_line_exit_2(tmp_path, command):
     import shutil
 
-    from ftui.paths import DEMO_MODEL_DIR
+    from ftui.rundir.paths import DEMO_MODEL_DIR
 
     model = tmp_path / "model"
     shutil.copytree(DEMO_MODEL_DIR, model)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from conftest import wait_for
 from tests.test_tui_pilot import until
-from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
+from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
 
 QUESTION = "What is ftui?"
 ANSWER = "ftui is a terminal dashboard for fine-tuning language models on GPU servers."
@@ -82,15 +82,15 @@ def test_worker_stops_mid_answer_and_survives_a_bad_model_path(demo_run):
 
 
 def test_cli_chat_with_a_missing_run_exits_2(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", "--run", "nope", "--root", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "chat", "--run", "nope", "--root", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "nope" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "chat"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--run" in out.stderr
 
 
 def test_cli_chat_refuses_options_of_the_other_source(capsys):
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     for argv, says in ((["--model", "m", "--base"], "--checkpoint and --base go with --run"),
                        (["--model", "m", "--checkpoint", "4"], "--checkpoint and --base go with --run"),
@@ -105,13 +105,13 @@ def test_cli_chat_refuses_a_source_that_is_not_there_before_loading_a_model(tmp_
     """A missing checkpoint, a run with no weights yet or a device this machine lacks: exit 2
     and what to give, as ftui predict says it (it was exit 1, after starting the model's process,
     and a device torch does not know was said in torch's words)."""
-    import ftui.chat_client
+    import ftui.jobs.chat_client
     from conftest import tiny_config
-    from ftui.cli import main
-    from ftui.gpu import gpu_count
+    from ftui.cli.main import main
+    from ftui.machine.gpu import gpu_count
     from ftui.jobs.launch import prepare_run
 
-    monkeypatch.setattr(ftui.chat_client, "ChatWorker", lambda: pytest.fail("no model is loaded for a refused source"))
+    monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", lambda: pytest.fail("no model is loaded for a refused source"))
     run = prepare_run(tiny_config(tmp_path, output_dir=str(tmp_path / "runs")))
     cases = [(["--run", str(run), "--checkpoint", "999"], "999"),
              (["--run", str(run)], "no final/ and no checkpoint yet"),
@@ -150,10 +150,10 @@ def test_the_chat_repl_saves_and_a_failed_save_keeps_the_conversation(tmp_path, 
     import builtins
     import json
 
-    import ftui.chat_client
-    from ftui.cli import main
+    import ftui.jobs.chat_client
+    from ftui.cli.main import main
 
-    monkeypatch.setattr(ftui.chat_client, "ChatWorker", FakeChatWorker)
+    monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", FakeChatWorker)
     good = tmp_path / "conv.json"
     lines = iter(["hello", f"/save {tmp_path / 'missing' / 'conv.json'}", f"/save {good}", "/clear", f"/save {tmp_path / 'empty.json'}"])
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.fixtures_runs import write_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def test_watch_prints_plain_lines_and_exits_by_status(tmp_path):
@@ -48,7 +48,7 @@ def test_help_lists_every_command():
 
 
 def test_every_command_takes_the_runs_root_as_root_and_train_keeps_the_old_name():
-    from ftui.cli import build_parser
+    from ftui.cli.main import build_parser
 
     for cmd in ("train", "runs", "attach", "watch", "chat"):
         out = subprocess.run([*FTUI, cmd, "--help"], capture_output=True, text=True).stdout
@@ -67,10 +67,10 @@ def test_every_reader_reads_once_more_when_the_launcher_is_gone(tmp_path, monkey
 
     from rich.console import Console
 
-    import ftui.runs as runs
-    from ftui.events import make_event
-    from ftui.follow import follow_run
-    from ftui.watch import watch_run
+    import ftui.rundir.runs as runs
+    from ftui.rundir.events import make_event
+    from ftui.cli.follow import follow_run
+    from ftui.cli.watch import watch_run
 
     run = write_run(tmp_path / "runs", "late-1", steps=5, max_steps=5)
 
@@ -89,7 +89,7 @@ def test_every_reader_reads_once_more_when_the_launcher_is_gone(tmp_path, monkey
 def test_watch_lines_carry_a_new_stages_figures(tmp_path):
     import io
 
-    from ftui.watch import watch_run
+    from ftui.cli.watch import watch_run
 
     run = write_run(tmp_path / "runs", "dpo-1", steps=50, max_steps=50, end="completed",
                     step_extras={"rewards/accuracies": 0.75, "\x1b[2Jevil": 1.0}, eval_extras={"eval_rewards/margins": 1.2})
@@ -125,8 +125,8 @@ def test_a_failure_is_told_once(tmp_path):
 
     from rich.console import Console
 
-    from ftui.events import EventWriter
-    from ftui.follow import follow_run
+    from ftui.rundir.events import EventWriter
+    from ftui.cli.follow import follow_run
 
     root = tmp_path / "runs"
     run = write_run(root, "bad-1", steps=2, max_steps=10)
@@ -161,7 +161,7 @@ def test_runs_in_a_terminal_shows_each_run_id_whole_at_80_columns(tmp_path, monk
 
     from rich.console import Console
 
-    from ftui import cli
+    from ftui.cli.main import main as cli
 
     root = tmp_path / "runs"
     ids = ["t-20261123-025821", "llama3-lora-sft-20261123-031502"]
@@ -182,8 +182,8 @@ def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_th
 
     from rich.console import Console
 
-    from ftui.events import EventWriter
-    from ftui.follow import follow_run
+    from ftui.rundir.events import EventWriter
+    from ftui.cli.follow import follow_run
 
     job = tmp_path / "runs" / "base-1" / "predict" / "p1"
     job.mkdir(parents=True)
@@ -207,7 +207,7 @@ def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_th
 
 def test_ctrl_c_in_a_command_with_nothing_to_stop_exits_130_without_a_traceback(monkeypatch, capsys):
     """ftui chat / data / plan had no handler: Ctrl-C printed Python's traceback."""
-    from ftui import cli
+    from ftui.cli.main import main as cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -226,8 +226,8 @@ def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_pat
 
     from rich.console import Console
 
-    from ftui.events import EventWriter
-    from ftui.follow import follow_run
+    from ftui.rundir.events import EventWriter
+    from ftui.cli.follow import follow_run
 
     job = tmp_path / "runs" / "base-1" / "export" / "x1"
     job.mkdir(parents=True)
@@ -251,7 +251,8 @@ def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_pat
 
 
 def test_version_prints_the_packages_version(capsys):
-    from ftui import __version__, cli
+    from ftui import __version__
+    from ftui.cli.main import main as cli
 
     with pytest.raises(SystemExit) as info:
         cli.main(["--version"])

@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from ftui.config import ConfigError, RunConfig, load_config, parse_config, validate_config
+from ftui.config.run_config import ConfigError, RunConfig, load_config, parse_config, validate_config
 
 LF_LORA_SFT = """\
 ### model
@@ -105,7 +105,7 @@ def test_a_number_field_refuses_nan_inf_and_true_instead_of_reading_them_oddly()
 
 
 def test_required_fields_say_so_in_words_and_other_problems_show_at_the_same_time():
-    from ftui.config import validate_config
+    from ftui.config.run_config import validate_config
 
     cfg, problems = validate_config({"model_name_or_path": "./no/such/model", "dataset": "", "bf16": True, "fp16": True})
     by_field = {p.field: p.message for p in problems}
@@ -179,7 +179,7 @@ def test_yaml_tags_are_not_executed(tmp_path):
 def test_cli_train_with_bad_config_exits_2_with_messages(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model_name_or_path: org/m\ndataset: x\nlearning_rate: -1\nbf16: true\nfp16: maybe\n")
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert "learning_rate = -1" in proc.stderr and "fp16 = 'maybe'" in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing was started

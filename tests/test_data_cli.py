@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ftui.cli import main
-from ftui.config import load_config
-from ftui.examples import example_text
+from ftui.cli.main import main
+from ftui.config.run_config import load_config
+from ftui.data.examples import example_text
 
 MARKUP = "[bold red]not markup[/bold red] :x:"
 
@@ -28,7 +28,7 @@ def write_config(tmp_path: Path, **overrides) -> Path:
 
 
 def ftui_data(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftui.cli", "data", *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
 def stage_examples(config: Path) -> list[dict]:
@@ -62,7 +62,7 @@ def test_dump_is_what_the_sft_stage_trains_on(tmp_path, capsys):
     assert "4 examples held out for eval" in proc.stderr and "wrote 12 examples" in proc.stderr
     assert not (tmp_path / "out.jsonl.part").exists()
     # an existing file is replaced only with --force; a directory or a device never
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     out.write_text("the user's own file\n")
     assert main(["data", str(config), "--dump", str(out)]) == 2
@@ -137,7 +137,7 @@ def test_a_hub_that_cannot_be_reached_fails_at_once_with_the_hint(tmp_path):
     config = write_config(tmp_path, model_name_or_path="someorg/somemodel")
     env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_CACHE=str(tmp_path / "empty-cache"))  # nothing listens there
     env.pop("HF_HUB_OFFLINE", None)
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "data", str(config), "--show", "1"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", str(config), "--show", "1"], capture_output=True, text=True,
                           timeout=600, cwd=ROOT, env=env)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 1, proc.stderr
@@ -149,7 +149,7 @@ def test_showing_examples_never_writes_tokenized_path_but_reads_it_once_written(
     left to the first training run (a preview saved ids that later runs with another template
     or cutoff_len read instead of their data)."""
     from conftest import tiny_config
-    from ftui.examples import EncodedExamples
+    from ftui.data.examples import EncodedExamples
 
     enc = tmp_path / "enc"
     cfg = tiny_config(tmp_path, tokenized_path=str(enc))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ftui.runs import delete_run, indexed_run_dirs, record_run
+from ftui.rundir.runs import delete_run, indexed_run_dirs, record_run
 from tests.fixtures_runs import write_run
 
 
@@ -47,7 +47,7 @@ def test_deleting_a_run_that_is_a_link_removes_the_link_only(tmp_path):
 
 
 def test_cli_question_says_exactly_what_goes(tmp_path, monkeypatch, capsys):
-    from ftui import cli
+    from ftui.cli.main import main as cli
 
     root, link, target = linked_run(tmp_path)
     asked: list[str] = []
@@ -85,7 +85,7 @@ async def test_runs_screen_deletes_the_link_not_its_target(tmp_path):
 KILLED_DELETE = """
 import os, shutil, signal, sys
 from pathlib import Path
-from ftui.runs import delete_run
+from ftui.rundir.runs import delete_run
 def killed(path, *args, **kwargs):
     p = Path(path)
     print(next(q for q in (p, *p.parents) if q.name.endswith(".deleting")), flush=True)
@@ -111,7 +111,7 @@ def test_a_killed_deletes_leftover_is_finished_by_ftui_runs_and_the_next_delete(
     """Finding 8: a delete killed midway left .RUN-….deleting/ forever. `ftui runs` and the next
     delete in the same runs root remove it and say so; a delete still at work is left alone,
     and so is a look-alike directory the user made."""
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     root = tmp_path / "runs"
     for name in ("a-1", "b-1", "c-1"):
@@ -147,7 +147,7 @@ def test_a_run_that_changed_after_the_question_is_not_deleted(tmp_path, swap):
     """Delete removes what its question showed: the user agreed to remove a link (its target
     kept), and a directory is there now, or agreed to delete a directory that is now a link to
     another run: refused, nothing deleted."""
-    from ftui.runs import RunDeleteError, delete_plan
+    from ftui.rundir.runs import RunDeleteError, delete_plan
 
     root, link, target = linked_run(tmp_path)
     if swap == "link-became-directory":

@@ -13,11 +13,11 @@ import time
 import pytest
 
 from conftest import wait_for
-from ftui.events import read_all
+from ftui.rundir.events import read_all
 from ftui.jobs.launch import stop_run
-from ftui.runs import list_runs, pid_alive, read_launch_info
+from ftui.rundir.runs import list_runs, pid_alive, read_launch_info
 
-FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli"
+FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli.main"
 
 
 def new_shell(session: str, cwd) -> None:

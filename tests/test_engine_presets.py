@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ftui.config import validate_config
+from ftui.config.run_config import validate_config
 from ftui.presets.engine_presets import PRESET_NAMES, PRESET_DIR, describe, fill_deepspeed, load_preset
 
 BASE = dict(model_name_or_path="ftui-demo", model_init="random", cutoff_len=128, dataset="ftui_demo")  # as the demo preset: valid
@@ -87,11 +87,11 @@ def test_a_users_deepspeed_file_is_checked(tmp_path, monkeypatch):
 
 
 def test_cli_presets_lists_each_with_when_to_use_it():
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "presets"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "presets"], capture_output=True, text=True, check=True).stdout
     lines = out.strip().splitlines()
     assert [ln.split()[0] for ln in lines] == list(PRESET_NAMES)
     assert all("When:" in ln for ln in lines)
-    one = subprocess.run([sys.executable, "-m", "ftui.cli", "presets", "zero2"], capture_output=True, text=True, check=True).stdout
+    one = subprocess.run([sys.executable, "-m", "ftui.cli.main", "presets", "zero2"], capture_output=True, text=True, check=True).stdout
     assert json.loads(one)["zero_optimization"]["stage"] == 2
-    bad = subprocess.run([sys.executable, "-m", "ftui.cli", "presets", "zero9"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "ftui.cli.main", "presets", "zero9"], capture_output=True, text=True)
     assert bad.returncode == 2 and "zero3_offload" in bad.stderr

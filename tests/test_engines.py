@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from conftest import ENGINE_MAX_STEPS as MAX_STEPS, resume_sync, steps_of, tiny_config, train_sync
-from ftui.events import validate_event
+from ftui.rundir.events import validate_event
 
 pytestmark = pytest.mark.dist
 
@@ -164,7 +164,7 @@ def test_last_checkpoint_loads_as_the_final_weights(engine_runs, preset):
     what final/ holds."""
     import torch
 
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.runner.weights import load_weights, locate
 
     run_dir, _ = engine_runs(preset, DEFAULT_METHOD[preset])

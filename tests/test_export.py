@@ -35,7 +35,7 @@ def demo_copy(demo_run, tmp_path_factory) -> Path:
 
 def export_in_process(run_dir: Path, out: Path, which: str | None = None, dtype: str = "fp32", **kw) -> dict:
     """The export job's body without a process of its own (the CLI test runs the real job)."""
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.jobs.export import prepare_export
     from ftui.runner.export import _Emitter, write_export
     from ftui.runner.faults import StopRequest
@@ -50,7 +50,7 @@ def trained_logits(run_dir: Path):
     """What the run trained, as training left it: final/ (the adapter through peft)."""
     import torch
 
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.runner.weights import load_weights, locate
 
     cfg, _ = load_config(run_dir / "config.yaml")
@@ -118,7 +118,7 @@ def test_shards_modelfile_generation_config_and_no_secrets(demo_copy, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.runner.export import _Emitter, write_export
     from ftui.runner.faults import StopRequest
     from ftui.jobs.export import prepare_export
@@ -152,7 +152,7 @@ def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tm
     from ftui.jobs.export_out import write_marker
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.runner.engines import DistInfo
 
     out = tmp_path / "model"
@@ -176,7 +176,7 @@ def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tm
 
 def test_refusals_say_what_to_do(demo_copy, tmp_path, capsys):
     """Every refusal is a usage error (exit 2) before any job starts, with the way out."""
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     jobs_before = sorted((demo_copy / "export").iterdir()) if (demo_copy / "export").exists() else []
 
@@ -198,7 +198,7 @@ def test_refusals_say_what_to_do(demo_copy, tmp_path, capsys):
 
 def test_memory_and_disk_are_checked_before_the_job(demo_copy, tmp_path):
     from ftui.jobs.export import ExportError, export_needs, prepare_export
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
 
     cfg, _ = load_config(demo_copy / "config.yaml")
     needs = export_needs(demo_copy, cfg, None, "bf16", None)
@@ -224,14 +224,14 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     answers what `ftui chat --run --prompt` answers (greedy): the trained answer."""
     run = demo_copy
     out = tmp_path / "exported"
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "export", str(run), "--out", str(out), "--dtype", "fp32", "--gguf", "q8_0"],
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "export", str(run), "--out", str(out), "--dtype", "fp32", "--gguf", "q8_0"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == str(out) and any(f"ftui chat --model {out}" in line for line in lines), proc.stdout
     assert "host memory" in proc.stdout
     job = sorted((run / "export").iterdir())[-1]
-    from ftui.events import read_all
+    from ftui.rundir.events import read_all
 
     events = read_all(job / "events.jsonl")
     kinds = [e["event"] for e in events]
@@ -254,7 +254,7 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     assert f"FROM ./{result['gguf']}" in (out / "Modelfile").read_text()
 
     def answer(*source: str) -> str:
-        p = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", *source, "--prompt", QUESTION, "--temperature", "0",
+        p = subprocess.run([sys.executable, "-m", "ftui.cli.main", "chat", *source, "--prompt", QUESTION, "--temperature", "0",
                             "--device", "cpu"], capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr
         return p.stdout
@@ -267,7 +267,7 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
 def test_modelfile_follows_the_template():
     """TEMPLATE is the run's format in Go template text (LLaMA-Factory's conversion), with the
     system text inside the first user turn for LLaMA-2-style templates; stop tokens once each."""
-    from ftui.modelfile import modelfile, ollama_template
+    from ftui.data.modelfile import modelfile, ollama_template
     from ftui.presets.templates import TEMPLATES
 
     qwen = modelfile(TEMPLATES["qwen"], None, "<|im_end|>", ["<|im_end|>", "<|im_end|>", "<|endoftext|>"], 32768)
@@ -289,7 +289,7 @@ def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch)
     current directory (`--out ""`), ftui's own directory or anything holding a run; an
     earlier ftui export it may replace, and nothing else (issue 39)."""
     from ftui.jobs.export import out_dir_problem
-    from ftui.paths import default_runs_root, ftui_home
+    from ftui.rundir.paths import default_runs_root, ftui_home
 
     def run_at(path: Path) -> Path:
         path.mkdir(parents=True)

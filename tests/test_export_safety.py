@@ -3,7 +3,7 @@ deletes what ftui did not write, never follows a symbolic link to delete, writes
 unpredictable temporary directory, and what a killed export leaves is found and removed.
 
 The jobs run in this process (``ftui.runner.export.export``) on the session's demo run (no
-training of their own); the CLI is driven through ``ftui.cli.main``.
+training of their own); the CLI is driven through ``ftui.cli.main.main``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def tree(path: Path) -> dict[str, str]:
 
 
 def run_export(job_dir: Path):
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
     from ftui.runner.engines import DistInfo
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
@@ -49,7 +49,7 @@ def run_export(job_dir: Path):
 def test_force_refuses_a_folder_ftui_did_not_write_and_a_link_to_one(demo_copy, tmp_path, capsys):  # noqa: F811
     """Finding 2: --force over a git clone deleted it. Now refused (exit 2), naming what is
     there; a symbolic link to it is refused too; nothing is deleted, no job is made."""
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     clone = user_folder(tmp_path / "project")
     before = tree(clone)
@@ -145,8 +145,8 @@ def test_the_temporary_directory_is_unpredictable_and_a_planted_name_is_harmless
 
 
 def test_a_temporary_directory_that_cannot_be_made_is_said_so(demo_copy, tmp_path, monkeypatch):  # noqa: F811
-    import ftui.owned_dirs
-    from ftui.config import load_config
+    import ftui.safety.owned_dirs
+    from ftui.config.run_config import load_config
     from ftui.jobs.export import prepare_export
     from ftui.runner.export import ExportDirError
     from ftui.runner.faults import hint_for
@@ -156,7 +156,7 @@ def test_a_temporary_directory_that_cannot_be_made_is_said_so(demo_copy, tmp_pat
     def refused(*_a, **_k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(ftui.owned_dirs.tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(ftui.safety.owned_dirs.tempfile, "mkdtemp", refused)
     with pytest.raises(ExportDirError, match="cannot create the export's temporary directory") as err:
         run_export(job_dir)
     cfg, _ = load_config(job_dir / "config.yaml")
@@ -164,7 +164,7 @@ def test_a_temporary_directory_that_cannot_be_made_is_said_so(demo_copy, tmp_pat
 
 
 def test_a_failure_names_the_temporary_directory_it_leaves(demo_copy, tmp_path, monkeypatch):  # noqa: F811
-    import ftui.owned_dirs
+    import ftui.safety.owned_dirs
     import ftui.runner.export as runner_export
     from ftui.jobs.export import prepare_export
 
@@ -175,7 +175,7 @@ def test_a_failure_names_the_temporary_directory_it_leaves(demo_copy, tmp_path, 
         raise RuntimeError("the disk went away")
 
     monkeypatch.setattr(runner_export, "write_export", broken)
-    monkeypatch.setattr(ftui.owned_dirs, "remove", lambda path, fd=None: [f"{path}: Permission denied"])
+    monkeypatch.setattr(ftui.safety.owned_dirs, "remove", lambda path, fd=None: [f"{path}: Permission denied"])
     with pytest.raises(runner_export.ExportDirError) as err:
         run_export(job_dir)
     left = next(p for p in tmp_path.iterdir() if p.name.startswith(".model.ftui-export-"))
@@ -186,7 +186,7 @@ KILLED_EXPORT = """
 import os, signal, sys
 from pathlib import Path
 from ftui.jobs.export_out import TEMP_KIND, temp_prefix
-from ftui.owned_dirs import make_temp_dir
+from ftui.safety.owned_dirs import make_temp_dir
 out = Path(sys.argv[1])
 tmp, _lock = make_temp_dir(out.parent, temp_prefix(out), "", TEMP_KIND, job=sys.argv[2], out=str(out))
 with open(tmp / "model-00001-of-00002.safetensors", "wb") as fh:
@@ -214,7 +214,7 @@ def test_a_killed_exports_leftover_is_removed_by_the_next_export_and_a_live_ones
     parent removes it and says so; a live job's directory, a look-alike the user made and a
     marker that is not ftui's are left alone."""
     from ftui.jobs.export import sweep_out_parent
-    from ftui.owned_dirs import MARKER
+    from ftui.safety.owned_dirs import MARKER
 
     out = tmp_path / "exports" / "model"
     out.parent.mkdir()
@@ -242,10 +242,10 @@ def test_ftui_runs_and_the_failed_export_name_or_remove_the_leftover(tmp_path, c
     """`ftui runs` removes what killed exports left in FTUI_HOME/exports (and beside the runs'
     export out dirs), in one line on stderr; after a failed job, ftui export names its
     temporary directory while its job lives, and removes it once the job is gone."""
-    from ftui.cli import main
-    from ftui.events import make_event
+    from ftui.cli.main import main
+    from ftui.rundir.events import make_event
     from ftui.jobs.export import leftover_note
-    from ftui.paths import ftui_home
+    from ftui.rundir.paths import ftui_home
     from tests.fixtures_runs import write_run
 
     root = tmp_path / "runs"

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ftui.config import FieldProblem, cross_field_problems, demo_config, for_another_machine, load_config
+from ftui.config.run_config import FieldProblem, cross_field_problems, demo_config, for_another_machine, load_config
 from ftui.runner import attention as A
 from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
 from ftui.runner.loss import token_loss_sum
@@ -418,7 +418,7 @@ def test_fa2_is_refused_on_the_cpu_and_for_fp32():
 
 
 def test_fa2_needs_torch_2_10(monkeypatch):
-    import ftui.config as C
+    import ftui.config.run_config as C
 
     monkeypatch.setattr(C, "gpu_present", lambda picked=None: True)
     monkeypatch.setattr(C, "_installed_torch", lambda: (2, 9))
@@ -617,7 +617,7 @@ def test_fa2_refuses_a_model_whose_attention_it_cannot_run(tmp_path):
 
 
 def test_fa2_refuses_qwen2_moe_s_sliding_window_which_its_layers_do_not_pass_on():
-    from ftui.config import fa2_model_problem
+    from ftui.config.run_config import fa2_model_problem
 
     assert fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": False}) is None  # Qwen1.5-MoE as released
     assert "sliding window" in fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": True})

@@ -5,8 +5,8 @@ run numbers them (cuda:N), with nvidia-smi's number kept for the dashboard. NVML
 import pytest
 import yaml
 
-from ftui import gpu
-from ftui.config import validate_config
+from ftui.machine import gpu
+from ftui.config.run_config import validate_config
 from tests.fake_nvml import FakeGpu, four_gpus, use_fake_nvml
 
 
@@ -114,7 +114,7 @@ def test_bf16_on_ampere_is_accepted(monkeypatch):
 
 
 def test_ftui_train_refuses_bf16_on_a_volta_gpu(monkeypatch, tmp_path, capsys):
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     machine(monkeypatch, [FakeGpu(name="Tesla V100-SXM2-32GB", uuid="GPU-aaaa", capability=(7, 0))])
     conf = tmp_path / "c.yaml"

@@ -3,8 +3,8 @@ job's job.json, a run's data fingerprint) are untrusted like any run file: one n
 than Python's stack, or of the wrong shape, is read as "not ftui's" (kept, not followed), never
 a RecursionError or AttributeError traceback from ``ftui runs``, ``ftui export --force`` or a
 resume. Where the five parts of issue 39 meet: the O_NOFOLLOW marker read that
-``ftui.owned_dirs`` and ``ftui.jobs.export_out`` share (``open_marker``) and the bounded JSON
-reader (``ftui.bounded_input.load_json``)."""
+``ftui.safety.owned_dirs`` and ``ftui.jobs.export_out`` share (``open_marker``) and the bounded JSON
+reader (``ftui.safety.bounded_input.load_json``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ DEEP = "[" * 60_000  # deeper than json.loads follows; smaller than either marke
 
 def test_a_leftover_pattern_directory_with_a_too_deep_marker_is_kept_and_the_sweep_goes_on(tmp_path):
     from ftui.jobs.export_out import sweep_leftovers
-    from ftui.owned_dirs import MARKER
+    from ftui.safety.owned_dirs import MARKER
 
     odd = tmp_path / ".model.ftui-export-abc"
     odd.mkdir()
@@ -38,9 +38,9 @@ def test_force_onto_a_folder_with_a_too_deep_export_marker_is_refused_in_a_line(
 
 
 def test_ftui_runs_reads_past_export_job_specs_that_are_too_deep_or_not_mappings(tmp_path, capsys):
-    from ftui.cli import main
+    from ftui.cli.main import main
     from ftui.jobs.export import export_job_out_parents
-    from ftui.paths import EXPORT_DIR, JOB_SPEC_FILE
+    from ftui.rundir.paths import EXPORT_DIR, JOB_SPEC_FILE
     from tests.fixtures_runs import write_run
 
     root = tmp_path / "runs"
@@ -54,8 +54,8 @@ def test_ftui_runs_reads_past_export_job_specs_that_are_too_deep_or_not_mappings
 
 
 def test_a_too_deep_data_fingerprint_reads_as_none(tmp_path):
-    from ftui import data_fingerprint
-    from ftui.paths import DATA_FINGERPRINT_FILE
+    from ftui.data import fingerprint as data_fingerprint
+    from ftui.rundir.paths import DATA_FINGERPRINT_FILE
 
     (tmp_path / DATA_FINGERPRINT_FILE).write_text(DEEP)
     assert data_fingerprint.read(tmp_path) is None
@@ -71,7 +71,7 @@ def test_an_earlier_export_left_aside_by_a_killed_force_export_is_put_back_not_s
     back at OUT instead of removing it with the job's leftovers (nothing the user had is lost);
     once OUT holds an export again, a leftover aside is only swept."""
     from ftui.jobs.export_out import ASIDE_KIND, aside_prefix, sweep_leftovers
-    from ftui.owned_dirs import make_temp_dir, release
+    from ftui.safety.owned_dirs import make_temp_dir, release
 
     out = tmp_path / "model"
     aside, fd = make_temp_dir(tmp_path, aside_prefix(out), "", ASIDE_KIND, out=str(out))
@@ -93,8 +93,8 @@ def test_runs_with_a_too_deep_launch_record_events_line_or_trainer_state_are_lis
     """Run files nested deeper than json.loads follows: `ftui runs` lists the runs (a launch
     record it cannot read is said as such, an events line that is not an event is skipped) and
     a checkpoint whose trainer_state.json is one is named unreadable (resume skips it)."""
-    from ftui.cli import main
-    from ftui.runs import checkpoint_damage, summarize_run
+    from ftui.cli.main import main
+    from ftui.rundir.runs import checkpoint_damage, summarize_run
     from tests.fixtures_runs import write_run
 
     root = tmp_path / "runs"
@@ -117,7 +117,7 @@ def test_a_temporary_directory_swept_before_its_marker_is_in_is_made_again(tmp_p
     """A sweep (`ftui runs`, another export) that runs between mkdtemp and the marker takes
     the new, empty directory for a leftover and removes it; the export then makes another
     instead of failing to start."""
-    from ftui import owned_dirs
+    from ftui.safety import owned_dirs
     from ftui.jobs.export_out import sweep_leftovers
 
     real_claim = owned_dirs.claim

@@ -20,11 +20,11 @@ import pytest
 from rich.table import Table
 from rich.text import Text
 
-from ftui.events import make_event
-from ftui.safe_text import SafeConsole, VisibleWriter, visible
+from ftui.rundir.events import make_event
+from ftui.safety.text import SafeConsole, VisibleWriter, visible
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 LINK = "[link=file:///etc/passwd]x[/link]"
 HOSTILE = [
@@ -55,7 +55,7 @@ PAYLOADS = ("\x1b]", "\x1b[2J", "\x1b[H", "\x9b", "\x9d", "\x9c", "\x07", "\x7f"
 def cli_console(buffer: io.StringIO, terminal: bool) -> SafeConsole:
     """The CLI's console (safe_console's settings) writing to ``buffer``, as to a pipe or a
     colour terminal."""
-    from ftui.cli import safe_console
+    from ftui.cli.main import safe_console
 
     assert isinstance(safe_console(), SafeConsole)
     return SafeConsole(file=buffer, force_terminal=terminal, color_system="standard" if terminal else None, emoji=False,
@@ -187,7 +187,7 @@ def test_runs_over_a_pipe_shows_a_hostile_reason_literally(tmp_path):
 def test_the_train_follower_shows_a_hostile_run_and_job_literally(tmp_path, terminal):
     """``ftui train`` / predict / eval / export follow a job with follow_run on the CLI's
     console (and on its own default one)."""
-    from ftui.follow import follow_run
+    from ftui.cli.follow import follow_run
 
     run, job = hostile_run(tmp_path / "runs"), hostile_export_job(tmp_path)
     for target in (run, job):
@@ -209,7 +209,7 @@ def test_the_train_follower_shows_a_hostile_run_and_job_literally(tmp_path, term
 
 def test_cli_follow_of_ftui_train_prints_the_hostile_end_through_its_console(tmp_path, monkeypatch, capfd):
     """``ftui train``'s own path after the start (_follow_job), to a pipe."""
-    import ftui.cli as cli
+    import ftui.cli.main as cli
 
     run = hostile_run(tmp_path / "runs")
     summary, interrupted = cli._follow_job(run, cli.safe_console())
@@ -264,10 +264,10 @@ def model_dir(tmp_path: Path) -> Path:
 def test_chat_prompt_and_repl_show_a_streamed_hostile_answer_literally(tmp_path, monkeypatch, capfd):
     import builtins
 
-    import ftui.chat_client
-    from ftui.cli import main
+    import ftui.jobs.chat_client
+    from ftui.cli.main import main
 
-    monkeypatch.setattr(ftui.chat_client, "ChatWorker", HostileChatWorker)
+    monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", HostileChatWorker)
     model = model_dir(tmp_path)
     assert main(["chat", "--model", str(model), "--prompt", "hi"]) == 0
     out, err = capfd.readouterr()
@@ -293,7 +293,7 @@ def test_chat_prompt_and_repl_show_a_streamed_hostile_answer_literally(tmp_path,
 
 def test_data_show_prints_hostile_examples_literally():
     """``ftui data --show``'s text of an example (the runner's segments of it), on the CLI's console."""
-    from ftui.examples import example_text
+    from ftui.data.examples import example_text
 
     for terminal in (False, True):
         buffer = io.StringIO()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config, train_sync
-from ftui.config import ConfigError, parse_config
-from ftui.model_files import download_warning
+from ftui.config.run_config import ConfigError, parse_config
+from ftui.plan.model_files import download_warning
 from ftui.runner import hub
 
 

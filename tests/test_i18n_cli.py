@@ -10,7 +10,7 @@ from rich.cells import cell_len
 
 from tests.fixtures_runs import write_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def ftui(*args: str, lang: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -96,7 +96,7 @@ def test_runs_list_has_chinese_headings_aligned_by_cells(tmp_path):
 
 @pytest.mark.parametrize("width", [24, 40, 80])
 def test_wrap_cells_keeps_every_line_within_the_width(width):
-    from ftui.cli_help import wrap_cells
+    from ftui.cli.help import wrap_cells
 
     text = "将运行的 final/ 或检查点合并为独立的模型目录（safetensors、分词器、Modelfile；加 --gguf 时还有 GGUF）。"
     lines = wrap_cells(text, width)

@@ -100,7 +100,7 @@ def test_ftui_train_prints_validation_problems_in_chinese(tmp_path):
     bad.write_text("model_name_or_path: m\ndataset: d\nlearning_rate: -1\nlora_rank: zero\nbf16: true\nfp16: true\n",
                    encoding="utf-8")
     env = {**os.environ, "FTUI_LANG": "zh", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(bad)], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(bad)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
@@ -138,9 +138,9 @@ def test_preset_texts_marked_for_the_catalog_are_the_files_own():
 
 
 def test_config_problems_presets_and_dataset_errors_in_chinese(zh, tmp_path):
-    from ftui.config import validate_config
+    from ftui.config.run_config import validate_config
     from ftui.presets.choices import engine_description
-    from ftui.records import DataFormatError, DatasetSpec, to_messages
+    from ftui.data.records import DataFormatError, DatasetSpec, to_messages
 
     _cfg, problems = validate_config({"model_name_or_path": "m", "dataset": "d", "stage": "ppo", "use_galore": True,
                                       "lora_rank": 0, "max_steps": 0})

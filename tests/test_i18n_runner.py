@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from ftui.events import read_all
+from ftui.rundir.events import read_all
 from ftui.i18n import set_language
-from ftui.paths import CONFIG_FILE, EVENTS_FILE
+from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 

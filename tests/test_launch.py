@@ -12,11 +12,11 @@ import psutil
 import pytest
 
 from conftest import wait_for
-from ftui.events import EVENTS_FILE, read_all
+from ftui.rundir.events import EVENTS_FILE, read_all
 from ftui.jobs.launch import is_rank, run_processes, stop_run
-from ftui.runs import list_runs, summarize_run
+from ftui.rundir.runs import list_runs, summarize_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 LONG = ["--set", "max_steps=5000", "--set", "max_samples=16", "--set", "logging_steps=1"]
 
 
@@ -40,7 +40,7 @@ def test_completed_run_exits_0_and_is_listed(demo_train):
     to its end, exits 0, and the run is listed as completed."""
     run, proc = demo_train
     launch = json.loads((run / "launch.json").read_text())
-    assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.gpu do
+    assert launch["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # cuda:N numbered as nvidia-smi and ftui.machine.gpu do
     assert launch["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # idle OpenMP threads sleep (ftui.jobs.torch_env)
     start = next(e for e in read_all(run / EVENTS_FILE) if e["event"] == "run_start")
     assert start["cpu_threads"] == int(os.environ["OMP_NUM_THREADS"])  # the user's number (conftest's), not the cores'
@@ -129,7 +129,7 @@ def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
 
 
 def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
-    from ftui.runs import write_launch_info
+    from ftui.rundir.runs import write_launch_info
 
     run = tmp_path / "runs" / "x-1"
     run.mkdir(parents=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftui.config import qlora_unavailable_reason
+from ftui.config.run_config import qlora_unavailable_reason
 from ftui.presets.templates import TEMPLATES
 from tests.conftest import LLAMAFACTORY_DATA
 
@@ -63,7 +63,7 @@ def test_model(tmp_path_factory) -> Path:
     """The demo's tiny Llama with random weights saved, and room for the examples' cutoff_len."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from ftui.paths import DEMO_MODEL_DIR
+    from ftui.rundir.paths import DEMO_MODEL_DIR
 
     folder = tmp_path_factory.mktemp("lf-test-model")
     config = AutoConfig.from_pretrained(DEMO_MODEL_DIR)
@@ -85,7 +85,7 @@ def swapped(name: str, folder: Path, model: Path | str) -> Path:
 
 
 def ftui_train(config: Path, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(config), "--set", "max_steps=2", "--set", "logging_steps=1"],
+    return subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(config), "--set", "max_steps=2", "--set", "logging_steps=1"],
                           capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ftui.config import RunConfig, validate_config
-from ftui.paths import DEMO_MODEL_DIR
+from ftui.config.run_config import RunConfig, validate_config
+from ftui.rundir.paths import DEMO_MODEL_DIR
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED
 
 DEMO = {"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "cutoff_len": 128}
@@ -47,7 +47,7 @@ def test_a_refused_key_at_llamafactorys_default_asks_for_nothing_and_passes(key,
 
 
 def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_stages():
-    from ftui.config import parse_config
+    from ftui.config.run_config import parse_config
     from ftui.tui.screens.launch import config_to_form
 
     cfg, warnings = parse_config(DEMO | {"neat_packing": True})
@@ -60,7 +60,7 @@ def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_sta
 
 
 def test_keys_without_effect_are_one_warning():
-    from ftui.config import parse_config
+    from ftui.config.run_config import parse_config
 
     _cfg, warnings = parse_config(DEMO | {"plot_loss": True, "ddp_timeout": 9, "dataloader_num_workers": 4, "use_galore": False})
     assert warnings == ["4 key(s) kept in the file with no effect on what is trained: "
@@ -78,7 +78,7 @@ def test_a_key_nobody_knows_is_refused_with_the_closest_name():
 
 
 def test_a_misspelt_set_stops_ftui_train_before_anything_is_made(tmp_path, capsys):
-    from ftui import cli
+    from ftui.cli.main import main as cli
 
     code = cli.main(["train", "--root", str(tmp_path / "runs"), "--preset", "demo", "--set", "lerning_rate=1e-3"])
     err = " ".join(capsys.readouterr().err.split())
@@ -148,7 +148,7 @@ def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
 
 
 def test_multimodal_datasets_are_refused_before_a_run(lf_data, tmp_path):
-    from ftui.records import dataset_path_problem
+    from ftui.data.records import dataset_path_problem
 
     problem = dataset_path_problem("identity,mllm_demo", str(lf_data))
     assert "mllm_demo" in problem and "images column" in problem and "multimodal" in problem
@@ -167,7 +167,7 @@ def test_a_multimodal_or_pre_quantized_model_is_refused(tmp_path):
 
 def test_ftui_train_and_plan_exit_2_naming_a_refused_key(tmp_path):
     for command in ("train", "plan"):
-        proc = subprocess.run([sys.executable, "-m", "ftui.cli", command, "--preset", "demo", "--set", "ray_num_workers=4",
+        proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", command, "--preset", "demo", "--set", "ray_num_workers=4",
                                "--set", "use_badam=true"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
         said = " ".join(proc.stderr.split())
         assert proc.returncode == 2 and "ray_num_workers = 4: not supported" in said and "use_badam = True" in said, said
@@ -196,8 +196,8 @@ def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_k
     --resume RUN --checkpoint step-N`, the YAML's keys that differ from the run's as --set."""
     import argparse
 
-    from ftui.cli import _as_resume_args, build_parser
-    from ftui.config import demo_config
+    from ftui.cli.main import _as_resume_args, build_parser
+    from ftui.config.run_config import demo_config
 
     run = tmp_path / "runs" / "demo-1"
     (run / "checkpoints" / "step-2").mkdir(parents=True)

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from ftui.config import demo_config
+from ftui.config.run_config import demo_config
 from ftui.runner.engines import DistInfo
 from ftui.runner.engines.base import Engine, build_optimizer, param_groups
 from ftui.runner.model import apply_method, load_model
@@ -191,7 +191,7 @@ def test_qlora_double_quantization_follows_the_config(monkeypatch, double):
 
 
 def test_mix_strategy_orders_records_as_llamafactory():
-    from ftui.records import DatasetSpec
+    from ftui.data.records import DatasetSpec
     from ftui.runner.data import mix_datasets
 
     reference = json.loads(MIX_REFERENCE.read_text())

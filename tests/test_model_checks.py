@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Label
 
-from ftui.config import ConfigError, parse_config
-from ftui.paths import DEMO_MODEL_DIR
+from ftui.config.run_config import ConfigError, parse_config
+from ftui.rundir.paths import DEMO_MODEL_DIR
 from tests.test_tui_pilot import make_app, until
 
 DEMO_DATA = Path(__file__).resolve().parent.parent / "ftui" / "presets" / "demo" / "dataset.json"
@@ -36,7 +36,7 @@ def config_only(tmp_path) -> Path:
 
 
 def train_cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "ftui.cli", "train", "--preset", "demo", "--runs-root", str(tmp_path / "runs"), *args],
+    return subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", "--preset", "demo", "--runs-root", str(tmp_path / "runs"), *args],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
 
 
@@ -126,7 +126,7 @@ def test_ftui_train_and_plan_refuse_a_cutoff_len_beyond_the_model(tmp_path):
     folder = model_folder(tmp_path, max_position_embeddings=2048)
     sets = ["--set", f"model_name_or_path={folder}", "--set", "model_init=pretrained", "--set", "cutoff_len=4096"]
     train = train_cli(tmp_path, *sets)
-    plan = subprocess.run([sys.executable, "-m", "ftui.cli", "plan", "--preset", "demo", *sets], capture_output=True, text=True,
+    plan = subprocess.run([sys.executable, "-m", "ftui.cli.main", "plan", "--preset", "demo", *sets], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
     for proc in (train, plan):
         said = " ".join(proc.stderr.split())
@@ -154,7 +154,7 @@ def cache_snapshot(tmp_path, name, *files) -> Path:
 
 
 def test_a_hub_model_neither_local_nor_cached_gets_a_warning_not_a_refusal(tmp_path):
-    from ftui.model_files import download_warning
+    from ftui.plan.model_files import download_warning
 
     advice = download_warning("org/absent", random_init=False)
     assert "not a local folder and not in the hub cache" in advice and str(tmp_path / "hub") in advice
@@ -177,7 +177,7 @@ def test_offline_a_hub_model_not_cached_is_refused(tmp_path, monkeypatch):
 
 
 def test_ftui_plan_warns_about_a_hub_model_before_anything_else(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "plan", "--preset", "demo",
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "plan", "--preset", "demo",
                            "--set", "model_name_or_path=org/absent", "--set", "model_init=pretrained"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
     said = " ".join(proc.stderr.split())
@@ -218,8 +218,8 @@ async def test_form_warns_next_to_the_model_field_and_still_allows_start(tmp_pat
 @pytest.mark.parametrize("name", ["a\x00b", "org/a\x00b", "x" * 100_000, "/" + "x" * 5000, "~nosuchuser/m", "org/" + "x" * 5000],
                          ids=["nul", "nul-hub", "long", "long-path", "no-such-user", "long-hub"])
 def test_names_no_filesystem_takes_are_answered_not_raised(name):
-    from ftui.model_files import download_warning
-    from ftui.config import validate_config
+    from ftui.plan.model_files import download_warning
+    from ftui.config.run_config import validate_config
 
     download_warning(name, random_init=False)  # the form calls it per keystroke: a pasted name must not crash it
     validate_config({"model_name_or_path": name, "dataset": "x"})

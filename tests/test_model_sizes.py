@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftui.cli import main
-from ftui.config import validate_config
-from ftui.model_sizes import MOST_SIZE, size_problems
-from ftui.paths import DEMO_MODEL_DIR
-from ftui.plan import ModelShape, UnknownModel
+from ftui.cli.main import main
+from ftui.config.run_config import validate_config
+from ftui.plan.model_sizes import MOST_SIZE, size_problems
+from ftui.rundir.paths import DEMO_MODEL_DIR
+from ftui.plan.planner import ModelShape, UnknownModel
 
 ABSURD = [("hidden_size", "1e999", "inf"), ("num_attention_heads", "0", "0"), ("num_hidden_layers", "-1", "-1")]
 
@@ -86,7 +86,7 @@ def test_plan_for_another_machine_refuses_them_too(tmp_path, capsys):
 
 
 def test_an_infinite_rope_factor_sets_no_limit_instead_of_crashing(tmp_path):
-    from ftui.config import position_limit
+    from ftui.config.run_config import position_limit
 
     assert position_limit({"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": float("inf")}}) is None
     assert position_limit({"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})[0] == 1024

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from conftest import wait_for
-from ftui.gpu import gpu_count
-from ftui.paths import EVAL_RESULTS_FILE, EVENTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+from ftui.machine.gpu import gpu_count
+from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 QUICK = ["--temperature", "0", "--max-new-tokens", "40"]
 
 
@@ -130,7 +130,7 @@ def test_llamafactorys_predict_yaml_runs_a_predict_job(demo_run, tmp_path):
 
 def test_llamafactorys_predict_yaml_becomes_a_predict_job_and_without_generation_is_refused(demo_run, tmp_path, monkeypatch):
     import ftui.jobs.offline as offline
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     started = []
     monkeypatch.setattr(offline, "start_job", lambda kind, job_dir, cfg: started.append((kind, job_dir, cfg)))
@@ -171,7 +171,7 @@ def test_eval_takes_its_own_cutoff_len_and_batch_and_predict_its_cutoff_len(tmp_
     """--cutoff-len (both) and eval's --batch-size replace the run's settings in the job's config:
     the options the jobs' failure hints name."""
     import ftui.jobs.offline as offline
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     model = tmp_path / "model"  # a model directory as far as the CLI looks (the job is not started)
     model.mkdir()
@@ -213,7 +213,7 @@ def test_a_model_outside_a_run_gets_a_cutoff_len_it_allows_or_the_one_given(demo
     """`ftui predict --model DIR` of a model made for 512 positions (the demo's, exported): the
     default 2048 refused it, and --cutoff-len was not read before that refusal."""
     import ftui.jobs.offline
-    from ftui import cli
+    from ftui.cli.main import main as cli
     started = []
     monkeypatch.setattr(ftui.jobs.offline, "start_job", lambda kind, job_dir, cfg: started.append(cfg) or {})
     monkeypatch.setattr(cli, "_follow_job", lambda *a, **k: (type("S", (), {"status": "completed"})(), False))

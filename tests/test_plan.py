@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from ftui.plan import CUDA_CONTEXT_BYTES, GIB, gib, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
-from ftui.config import demo_config, parse_config
+from ftui.plan.planner import CUDA_CONTEXT_BYTES, GIB, gib, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
+from ftui.config.run_config import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}
@@ -169,7 +169,7 @@ def test_ftui_plan_cli(llama7b, tmp_path):
     conf = tmp_path / "c.yaml"
     (tmp_path / "x.json").write_text('[{"instruction": "q", "output": "a"}]')
     conf.write_text(f"model_name_or_path: {llama7b}\ndataset: {tmp_path / 'x.json'}\nfinetuning_type: full\nbf16: true\ncutoff_len: 2048\n")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "ftui.cli", "plan", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ftui.cli.main", "plan", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
     no_fit = run(str(conf), "--gpu-memory", "80")
     assert no_fit.returncode == 1, no_fit.stderr
     assert "does not fit" in no_fit.stdout and "try" in no_fit.stdout and "optimizer" in no_fit.stdout
@@ -229,7 +229,7 @@ def test_the_verdict_states_what_it_assumed_for_the_context_and_nccl(llama7b, mo
 
 
 def test_ftui_plan_reads_the_gpu_generation_from_nvml_and_says_what_it_assumed(llama7b, tmp_path, monkeypatch, capsys):
-    from ftui.cli import main
+    from ftui.cli.main import main
     from tests.fake_nvml import FakeGpu, use_fake_nvml
 
     use_fake_nvml(monkeypatch, [FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}", capability=(9, 0)) for i in range(8)])
@@ -323,7 +323,7 @@ def test_preference_stages_count_their_reference_copy_their_rows_and_their_logit
 def test_ftui_plan_for_gpus_elsewhere_does_not_ask_this_machine(llama7b, tmp_path, monkeypatch, capsys):
     """From a login node without GPUs: fp16, device cuda and QLoRA are refused for a run here,
     but `ftui plan --gpu-memory` plans for GPUs elsewhere and takes them."""
-    from ftui.cli import main
+    from ftui.cli.main import main
     from tests.fake_nvml import use_fake_nvml
 
     use_fake_nvml(monkeypatch, [])
@@ -341,7 +341,7 @@ def test_ftui_plan_for_gpus_elsewhere_does_not_ask_this_machine(llama7b, tmp_pat
 def test_a_cpu_runs_plan_is_host_memory_without_gpu_overheads(capsys):
     """device: cpu (the demo): no CUDA context or NCCL rows, no 'no GPU seen' advice; with
     --gpu-memory the user asks about a GPU, and gets the GPU's view."""
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     assert main(["plan", "--preset", "demo"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -383,7 +383,7 @@ def test_attention_kernels_change_what_a_layer_keeps():
 
 
 def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa(llama7b):
-    from ftui.config import RunConfig
+    from ftui.config.run_config import RunConfig
 
     base = dict(model_name_or_path=str(llama7b), dataset="x.json", bf16=True, cutoff_len=2048, per_device_train_batch_size=1,
                 finetuning_type="lora")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config import RunConfig
-from ftui.paths import DEMO_MODEL_DIR
-from ftui.plan import GIB, ModelShape, estimate_for
+from ftui.config.run_config import RunConfig
+from ftui.rundir.paths import DEMO_MODEL_DIR
+from ftui.plan.planner import GIB, ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config import RunConfig
-from ftui.plan import ModelShape, estimate_for
+from ftui.config.run_config import RunConfig
+from ftui.plan.planner import ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 RESULTS = BENCH / "results"

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from conftest import tiny_config
-from ftui.events import make_event
-from ftui.runs import RunSummary
+from ftui.rundir.events import make_event
+from ftui.rundir.runs import RunSummary
 from ftui.tui.state import RunState
 from ftui.tui.widgets import RunHeader
-from ftui.watch import watch_run
+from ftui.cli.watch import watch_run
 
 
 def test_tokenizing_reports_progress_every_so_often(tmp_path, demo_tokenizer, monkeypatch):

@@ -1,4 +1,4 @@
-"""Pre-training (stage: pt) data: raw-text records (ftui.records) and the rows built from them
+"""Pre-training (stage: pt) data: raw-text records (ftui.data.records) and the rows built from them
 (ftui.runner.pretrain_text), checked token for token against what LLaMA-Factory 0.9.5 itself
 made of the same data (tests/data/llamafactory_pt/reference.json; see its README)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, ROOT
-from ftui.records import DataFormatError, DatasetSpec, read_records, resolve_datasets, to_messages, to_text
+from ftui.data.records import DataFormatError, DatasetSpec, read_records, resolve_datasets, to_messages, to_text
 from ftui.runner.pretrain_text import pretrain_eos, pretrain_labels, pretrain_packing, pretrain_rows
 
 REFERENCE = json.loads((DATA / "llamafactory_pt" / "reference.json").read_text())
@@ -39,7 +39,7 @@ def case_id(case: dict) -> str:
 
 
 def documents(case: dict, lf_data: Path, tmp_path: Path) -> list[str]:
-    """The case's documents, read by ftui.records from the same registry entry."""
+    """The case's documents, read by ftui.data.records from the same registry entry."""
     if case["dataset"] == "edge_demo":
         (tmp_path / "edge_demo.txt").write_bytes(REFERENCE["edge_text"].encode())
         (tmp_path / "dataset_info.json").write_text(json.dumps(
@@ -115,7 +115,7 @@ def test_a_txt_file_is_one_document_per_line_blank_lines_kept(tmp_path):
 
 
 def test_a_txt_preview_reads_a_bounded_head(tmp_path, monkeypatch):
-    import ftui.records as records
+    import ftui.data.records as records
 
     monkeypatch.setattr(records, "TEXT_PREVIEW_BYTES", 65)
     spec = text_spec(tmp_path, "big.txt", (("é" * 40 + "\n") * 100).encode())  # 81 bytes a line
@@ -169,7 +169,7 @@ def test_a_sharegpt_dataset_is_refused_for_pretraining(lf_data):
 
 
 def test_sft_still_reads_alpaca_and_names_raw_text_as_pt(tmp_path):
-    from ftui.records import apply_detected_format
+    from ftui.data.records import apply_detected_format
 
     spec = text_spec(tmp_path, "docs.txt", b"just text\n")
     with pytest.raises(DataFormatError, match=r"raw text, a 'text' field, is for stage: pt"):

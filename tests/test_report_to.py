@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import steps_of, tiny_config, train_sync
-from ftui.config import ConfigError, parse_config, reporter_names
-from ftui.events import EventWriter, read_all
+from ftui.config.run_config import ConfigError, parse_config, reporter_names
+from ftui.rundir.events import EventWriter, read_all
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config, train_sync
-from ftui import cli
-from ftui.events import make_event
+from ftui.cli.main import main as cli
+from ftui.rundir.events import make_event
 from ftui.jobs import launch
 from ftui.jobs.launch import prepare_run
-from ftui.paths import DATA_FINGERPRINT_FILE, DEMO_DATASET_FILE, DEMO_MODEL_DIR
-from ftui.runs import summarize_run
+from ftui.rundir.paths import DATA_FINGERPRINT_FILE, DEMO_DATASET_FILE, DEMO_MODEL_DIR
+from ftui.rundir.runs import summarize_run
 from fixtures_runs import T0
 
 RECORDS = json.loads(DEMO_DATASET_FILE.read_text())
@@ -199,7 +199,7 @@ def test_trust_remote_code_is_warned_on_resume_and_join(tmp_path, capsys, starte
 
 def test_the_runner_s_hint_for_a_mismatched_checkpoint_asks_for_the_settings_not_another_checkpoint(tmp_path):
     from ftui.runner.faults import hint_for
-    from ftui.runs import CheckpointMismatch
+    from ftui.rundir.runs import CheckpointMismatch
 
     cfg = tiny_config(tmp_path)
     hint = hint_for(CheckpointMismatch("step-4 was saved with micro batch 4"), cfg, "train", tmp_path / "run-1")
@@ -211,7 +211,7 @@ def test_a_real_resume_with_a_refused_batch_then_the_advised_one_trains_on(tmp_p
     run, _events, proc = train_sync(tiny_config(tmp_path, max_steps=4, save_steps=2))
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = (run / "config.yaml").read_bytes()
-    ftui = [sys.executable, "-m", "ftui.cli", "train", "--resume", str(run)]
+    ftui = [sys.executable, "-m", "ftui.cli.main", "train", "--resume", str(run)]
     refused = subprocess.run([*ftui, "--set", "per_device_train_batch_size=2", "--set", "max_steps=6"],
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "Resume with the batch settings it was saved with" in refused.stderr
@@ -232,7 +232,7 @@ def test_a_real_resume_with_a_refused_batch_then_the_advised_one_trains_on(tmp_p
 def test_the_checkpoint_check_before_writing_is_the_runner_s_rule(tmp_path, settings, saved, says):
     """resume_checks.checkpoint_mismatch is what runner.checkpoint.load_checkpoint raises on,
     so the CLI refuses what the runner would, before it writes anything."""
-    from ftui.resume_checks import checkpoint_mismatch
+    from ftui.rundir.resume_checks import checkpoint_mismatch
 
     state = {"engine": "single", "world_size": 1, "micro_batch_size": 4, "accumulation": 1, **saved}
     found = checkpoint_mismatch("step-4", state, tiny_config(tmp_path, **settings))
@@ -259,7 +259,7 @@ def test_llamafactory_s_resume_from_checkpoint_is_checked_alike(tmp_path, capsys
 def test_a_long_dataset_path_is_named_whole():
     """A difference names the file: a path past the 80 characters other values are cut at (a CI
     machine's temporary folders are that deep) is shown whole."""
-    from ftui.resume_checks import fingerprint_changes
+    from ftui.rundir.resume_checks import fingerprint_changes
 
     path = "/" + "/".join(["a-rather-deep-folder"] * 8) + "/qa.json"
     old = {"datasets": [{"role": "train", "name": path, "path": path, "size": 10, "sha256": "x"}]}
@@ -270,7 +270,7 @@ def test_a_long_dataset_path_is_named_whole():
 
 def test_a_long_base_model_path_is_named_whole():
     """The guarded keys name a model or a dataset: a path past short_repr's cut is shown whole."""
-    from ftui.resume_checks import shown_path
+    from ftui.rundir.resume_checks import shown_path
 
     path = "/" + "/".join(["a-rather-deep-model-folder"] * 8)
     assert len(path) > 200 and path in shown_path(path)

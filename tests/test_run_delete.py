@@ -9,14 +9,14 @@ import subprocess
 import sys
 
 from conftest import tiny_config
-from ftui.config import default_runs_root
+from ftui.config.run_config import default_runs_root
 from ftui.jobs.launch import prepare_run
-from ftui.runs import RunDeleteError, delete_run, indexed_run_dirs, list_runs, run_index_path
+from ftui.rundir.runs import RunDeleteError, delete_run, indexed_run_dirs, list_runs, run_index_path
 from tests.fixtures_runs import write_run
 
 import pytest
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def ftui(*args, stdin: str | None = None):
@@ -98,7 +98,7 @@ def test_cli_delete_asks_refuses_live_and_unknown_runs(tmp_path):
 
 
 def test_cli_delete_asks_on_a_terminal(tmp_path, monkeypatch, capsys):
-    from ftui import cli
+    from ftui.cli.main import main as cli
 
     root = tmp_path / "runs"
     done = write_run(root, "done-1", steps=3, max_steps=3, end="completed")

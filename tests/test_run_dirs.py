@@ -18,13 +18,14 @@ import pytest
 
 from conftest import tiny_config, wait_for
 from fixtures_runs import T0, write_run
-from ftui import cli, watch
-from ftui.events import make_event
+from ftui.cli.main import main as cli
+from ftui.cli.main import watch
+from ftui.rundir.events import make_event
 from ftui.jobs import supervise
 from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
-from ftui.runs import RunsRootError, earlier_segments, launcher_gone, list_runs, summarize_run, write_launch_info
+from ftui.rundir.runs import RunsRootError, earlier_segments, launcher_gone, list_runs, summarize_run, write_launch_info
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def append(run: Path, *lines: str) -> None:
@@ -380,7 +381,7 @@ def long_run(tmp_path):
 
 
 def test_the_summary_of_a_long_run_reads_its_head_and_tail_only(long_run, counted_reads, monkeypatch):
-    import ftui.runs as runs
+    import ftui.rundir.runs as runs
 
     root, run, size = long_run
     monkeypatch.setattr(runs, "SUMMARY_HEAD", 8 << 10)
@@ -397,7 +398,7 @@ def test_the_summary_of_a_long_run_reads_its_head_and_tail_only(long_run, counte
 
 
 def test_the_supervisors_final_check_reads_the_tail_only(long_run, counted_reads, monkeypatch):
-    import ftui.events as events
+    import ftui.rundir.events as events
 
     _root, run, size = long_run
     monkeypatch.setattr(events, "LIFECYCLE_TAIL", 32 << 10)
@@ -421,7 +422,7 @@ def test_watch_of_a_long_finished_run_reads_a_bounded_part(long_run, counted_rea
 
 
 def test_the_reader_never_reads_more_than_its_cap(tmp_path, counted_reads, monkeypatch):
-    import ftui.events as events
+    import ftui.rundir.events as events
 
     monkeypatch.setattr(events, "MAX_READ", 4096)
     monkeypatch.setattr(events, "MAX_LINE", 10_000)
@@ -464,8 +465,8 @@ def test_a_stop_right_after_launch_ends_stopped(tmp_path):
 def test_a_nodes_supervisor_records_how_each_of_its_jobs_ended(tmp_path):
     """Node K > 0 keeps its own records in RUN/nodes/node-K, where no rank writes events: its
     supervisor writes one run_end per job, also after an earlier job's (a resumed multi-node run)."""
-    from ftui.events import read_all
-    from ftui.paths import node_dir
+    from ftui.rundir.events import read_all
+    from ftui.rundir.paths import node_dir
 
     home = node_dir(tmp_path, 1)
     assert home == tmp_path / "nodes" / "node-1" and node_dir(tmp_path, 0) == tmp_path

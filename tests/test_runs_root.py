@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 from conftest import tiny_config
-from ftui import cli
-from ftui.config import default_runs_root
+from ftui.cli.main import main as cli
+from ftui.config.run_config import default_runs_root
 from ftui.jobs.launch import prepare_run
-from ftui.paths import ftui_home
-from ftui.runs import list_runs, resolve_run, run_index_path
+from ftui.rundir.paths import ftui_home
+from ftui.rundir.runs import list_runs, resolve_run, run_index_path
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def test_the_default_runs_root_is_per_user_not_per_directory(tmp_path, monkeypatch):

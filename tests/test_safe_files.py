@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from ftui.safe_files import NotARegularFile, replacing, write_text
+from ftui.safety.files import NotARegularFile, replacing, write_text
 
 PRECIOUS = "my thesis, no copy elsewhere\n"
 
 
 def ftui_data_dump(out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ftui.cli", "data", "--preset", "demo", "--set", "max_samples=4", "--dump", str(out)],
+    return subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", "--preset", "demo", "--set", "max_samples=4", "--dump", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
@@ -47,7 +47,7 @@ def test_a_link_at_the_dump_name_is_still_refused(tmp_path):
     victim.write_text(PRECIOUS)
     out = tmp_path / "out.jsonl"
     out.symlink_to(victim)
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "data", "--preset", "demo", "--dump", str(out), "--force"],
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", "--preset", "demo", "--dump", str(out), "--force"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
     assert victim.read_text() == PRECIOUS and out.is_symlink()
@@ -149,7 +149,7 @@ def test_the_file_gets_the_mode_open_would_have_given(tmp_path):
 
 def test_a_chat_saved_onto_a_link_does_not_write_through_it(tmp_path):
     """ftui chat's /save and the chat screen's save go through Conversation.save."""
-    from ftui.chat_client import Conversation, GenerationSettings
+    from ftui.jobs.chat_client import Conversation, GenerationSettings
 
     victim = tmp_path / "victim.txt"
     victim.write_text(PRECIOUS)
@@ -164,7 +164,7 @@ def test_a_chat_saved_onto_a_link_does_not_write_through_it(tmp_path):
 
 
 async def test_the_forms_save_onto_a_link_does_not_write_through_it(tmp_path, monkeypatch):
-    """The launch form's Save (F4) writes a typed path through ftui.safe_files."""
+    """The launch form's Save (F4) writes a typed path through ftui.safety.files."""
     from tests.test_tui_pilot import make_app, until
 
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import resume_sync, steps_of, tiny_config, train_sync
-from ftui.config import validate_config
+from ftui.config.run_config import validate_config
 from tests.test_lf_examples import EXAMPLES, test_model  # noqa: F401  (test_model: a session fixture)
 
 
@@ -51,7 +51,7 @@ def test_dpo_with_lora_separates_the_training_pairs_and_chats(tmp_path, lf_data)
     assert "adapter off" in (run_dir / "train.log").read_text()
     assert (run_dir / "final" / "adapter_config.json").is_file()
     # final/ is an adapter over the base as for SFT: chat loads and answers with it
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "chat", "--run", str(run_dir), "--prompt", "Hi!",
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "chat", "--run", str(run_dir), "--prompt", "Hi!",
                           "--temperature", "0", "--max-new-tokens", "8", "--device", "cpu"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.rstrip("\n"), out.stderr[-2000:]  # some answer (random weights: any text)
@@ -109,7 +109,7 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     assert (chosen - rejected).mean().item() == pytest.approx(last["eval_rewards_margin"], rel=1e-3, abs=1e-3)
     assert torch.isfinite(scores).all()
     # ftui eval reports the reward model's accuracy on pairs from final/ (its saved value head)
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "eval", str(run_dir), "--dataset", "dpo_en_demo",
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "eval", str(run_dir), "--dataset", "dpo_en_demo",
                           "--dataset-dir", str(lf_data), "--max-samples", "8"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     job = Path(out.stdout.strip().splitlines()[-1].strip())
@@ -154,7 +154,7 @@ def test_llamafactory_preference_examples_train(name, tmp_path, lf_data, test_mo
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     # shortened with --set only: two steps of the example's own batch (1 x 8 accumulation)
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path), "--set", "max_steps=2",
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(path), "--set", "max_steps=2",
                            "--set", "max_samples=8", "--set", "cutoff_len=128", "--set", "logging_steps=1"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -188,7 +188,7 @@ def test_preference_stages_refuse_what_they_cannot_do():
     ("kto", "alpaca_en_demo", "no true/false kto_tag"),
 ])
 def test_a_dataset_that_does_not_fit_the_stage_is_named(lf_data, stage, dataset, says):
-    from ftui.records import DataFormatError, check_format, read_records, resolve_datasets
+    from ftui.data.records import DataFormatError, check_format, read_records, resolve_datasets
 
     spec = resolve_datasets(dataset, str(lf_data))[0]
     with pytest.raises(DataFormatError, match=says):
@@ -196,7 +196,7 @@ def test_a_dataset_that_does_not_fit_the_stage_is_named(lf_data, stage, dataset,
 
 
 def test_a_ranking_file_given_by_path_is_recognised(tmp_path):
-    from ftui.records import check_format, read_records, resolve_datasets
+    from ftui.data.records import check_format, read_records, resolve_datasets
 
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([{"instruction": "2+2?", "input": "", "chosen": "4", "rejected": "5"}]))
@@ -233,7 +233,7 @@ def test_every_engine_trains_the_preference_stages(tmp_path, lf_data, stage, eng
 
 
 def test_tokenized_path_keeps_pairs_and_feedback_and_refuses_another_stages(tmp_path, lf_data, demo_tokenizer):
-    from ftui.records import DataFormatError
+    from ftui.data.records import DataFormatError
     from ftui.runner.stages import make_stage
 
     for stage in ("dpo", "kto"):
@@ -253,14 +253,14 @@ def test_ftui_data_shows_both_answers_of_a_pair(tmp_path, lf_data):
     cfg = pref_config(tmp_path, lf_data, max_samples=2, eval_dataset=None)
     path = tmp_path / "dpo.yaml"
     cfg.save(path)
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "data", str(path), "--show", "1"],
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", str(path), "--show", "1"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "example 1 (chosen):" in out.stdout and "example 1 (rejected):" in out.stdout
 
 
 def test_ftui_train_refuses_a_registry_dataset_of_another_stage_before_the_run(tmp_path, lf_data):
-    from ftui.records import dataset_path_problem
+    from ftui.data.records import dataset_path_problem
 
     assert "fits stage dpo or rm, not sft" in dataset_path_problem("alpaca_en_demo,dpo_en_demo", str(lf_data), "sft")
     assert "no kto_tag column" in dataset_path_problem("alpaca_en_demo", str(lf_data), "kto")
@@ -269,6 +269,6 @@ def test_ftui_train_refuses_a_registry_dataset_of_another_stage_before_the_run(t
     cfg = pref_config(tmp_path, lf_data, stage="sft", dataset="dpo_en_demo", eval_dataset=None)
     path = tmp_path / "sft.yaml"
     cfg.save(path)
-    out = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(path)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "fits stage dpo or rm" in " ".join(out.stderr.split())
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run was started

@@ -75,11 +75,11 @@ def test_llamafactory_pretrain_example_trains_through_the_cli(tmp_path, lf_data,
     config.write_text(yaml.safe_dump(example))
     sets = ["cutoff_len=64", "max_steps=12", "gradient_accumulation_steps=2", "per_device_train_batch_size=4",
             "learning_rate=1e-2", "logging_steps=1", "lora_rank=16"]
-    proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(config), *[a for s in sets for a in ("--set", s)]],
+    proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(config), *[a for s in sets for a in ("--set", s)]],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
-    from ftui.events import read_all
+    from ftui.rundir.events import read_all
 
     events = read_all(run_dir / "events.jsonl")
     start, steps = check_pt_run(events, proc, run_dir)

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from conftest import steps_of, tiny_config, train_sync, wait_for
-from ftui.events import EVENTS_FILE, read_all
-from ftui.runs import checkpoints, read_launch_info, summarize_run
+from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.rundir.runs import checkpoints, read_launch_info, summarize_run
 
 
 def wait_for_exit(pid: int, timeout=180.0) -> None:
@@ -49,7 +49,7 @@ def test_sigterm_to_the_group_stops_saves_and_resumes_exactly(tmp_path):
     # Resume (the CLI path), three more steps; compare with a run that was never stopped.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cli = subprocess.run(
-        [sys.executable, "-m", "ftui.cli", "train", "--resume", str(run_dir), "--set", f"max_steps={last + 3}"],
+        [sys.executable, "-m", "ftui.cli.main", "train", "--resume", str(run_dir), "--set", f"max_steps={last + 3}"],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
@@ -88,9 +88,9 @@ def test_two_nodes_on_localhost_form_one_job_in_one_run_directory(tmp_path, caps
     RUN/nodes/node-1."""
     import yaml
 
-    from ftui.cli import main
+    from ftui.cli.main import main
     from ftui.jobs.launch import other_node_commands, prepare_run, start_run
-    from ftui.runs import read_launch_info
+    from ftui.rundir.runs import read_launch_info
 
     port = _free_port()
     cfg0 = tiny_config(tmp_path, run_name="multi", engine="ddp", nproc_per_node=1, nnodes=2,
@@ -129,7 +129,7 @@ def test_two_nodes_on_localhost_form_one_job_in_one_run_directory(tmp_path, caps
 
 
 def test_a_config_with_a_node_rank_above_0_is_refused_saying_how_nodes_join():
-    from ftui.config import validate_config
+    from ftui.config.run_config import validate_config
 
     cfg, problems = validate_config(dict(model_name_or_path="m", dataset="d", engine="ddp", nnodes=2, node_rank=1,
                                          rdzv_endpoint="10.0.0.1:29500"))

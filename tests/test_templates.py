@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from ftui.conversation import ConversationError, EncodeOptions, Renderer, fix_tokenizer, split_budget
+from ftui.data.conversation import ConversationError, EncodeOptions, Renderer, fix_tokenizer, split_budget
 from ftui.presets.templates import TEMPLATES
-from ftui.records import check_format, read_records, resolve_datasets, to_conversation
+from ftui.data.records import check_format, read_records, resolve_datasets, to_conversation
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "tests" / "data" / "llamafactory_templates"
@@ -98,7 +98,7 @@ def test_split_budget_keeps_short_answer_and_cuts_prompt():
 
 
 def test_a_broken_turn_order_is_skipped_as_llamafactory_does():
-    from ftui.records import DatasetSpec
+    from ftui.data.records import DatasetSpec
 
     spec = DatasetSpec(name="d", formatting="sharegpt")
     record = {"conversations": [{"from": "human", "value": "a"}, {"from": "human", "value": "b"}, {"from": "gpt", "value": "c"}]}
@@ -176,7 +176,7 @@ def test_llama3_adds_its_stop_words_as_tokens_and_the_model_grows_to_fit(tmp_pat
     ({"template": "glm4", "train_on_prompt": True}, "train_on_prompt"),
 ])
 def test_config_refuses_encoding_keys_that_cannot_work(keys, field):
-    from ftui.config import validate_config
+    from ftui.config.run_config import validate_config
 
     cfg, problems = validate_config({"model_name_or_path": "m", "dataset": "d", **keys})
     assert cfg is None and any(p.field == field for p in problems), problems

@@ -1,4 +1,4 @@
-"""ftui's predict metrics (ftui/text_metrics.py) against LLaMA-Factory's own numbers.
+"""ftui's predict metrics (ftui/data/text_metrics.py) against LLaMA-Factory's own numbers.
 
 The reference is LLaMA-Factory 0.9.5's ComputeSimilarity (llamafactory/train/sft/metric.py), run by
 tests/data/llamafactory_predict/make_reference.py in a venv of its own over the English and Chinese
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ftui import text_metrics
+from ftui.data import text_metrics
 
 REF_DIR = Path(__file__).parent / "data" / "llamafactory_predict"
 REFERENCE = json.loads((REF_DIR / "reference.json").read_text(encoding="utf-8"))
@@ -77,14 +77,14 @@ def _run_python(code: str, env: dict, *flags: str) -> subprocess.CompletedProces
 
 def test_the_module_imports_neither_torch_nor_the_metric_packages():
     """The app and CLI import it without the optional extra installed (and never torch)."""
-    probe = ("import sys, ftui.text_metrics\n"
+    probe = ("import sys, ftui.data.text_metrics\n"
              "print([m for m in ('torch', 'transformers', 'nltk', 'jieba', 'rouge_chinese') if m in sys.modules])")
     proc = _run_python(probe, {})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
 
-SCORE_ONE = ("from ftui.text_metrics import example_scores\n"
+SCORE_ONE = ("from ftui.data.text_metrics import example_scores\n"
              "print(example_scores('北京是中国的首都。', '中国的首都是北京。')['rouge-l'])\n")
 
 

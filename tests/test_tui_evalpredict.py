@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, DataTable, Input, ProgressBar
 
-from ftui.events import make_event
+from ftui.rundir.events import make_event
 from ftui.tui.predictions import Example, pair_examples, shown, visible
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.evalpredict import EvalPredictScreen
@@ -298,7 +298,7 @@ def test_browser_snapshot(snap_compare, tmp_path, run):
 async def test_browser_of_a_job_without_predictions_or_metric_packages(tmp_path, run, monkeypatch):
     """A job still running has no predictions file yet: the browser says so. Without the metric
     packages the examples are listed unscored, with the reason."""
-    import ftui.text_metrics
+    import ftui.data.text_metrics
 
     running = write_job(run, "20240101-000000", ROWS, end=None)
     done = write_job(run, "20240101-000100", ROWS)
@@ -308,7 +308,7 @@ async def test_browser_of_a_job_without_predictions_or_metric_packages(tmp_path,
         await until(pilot, lambda: app.screen.problem is not None)
         assert "not there yet" in app.screen.problem
         app.pop_screen()
-        monkeypatch.setattr(ftui.text_metrics, "metrics_unavailable", lambda: "nltk is not installed: pip install 'ftui[predict]'")
+        monkeypatch.setattr(ftui.data.text_metrics, "metrics_unavailable", lambda: "nltk is not installed: pip install 'ftui[predict]'")
         app.push_screen(PredictionsScreen(done))
         await until(pilot, lambda: "no per-example scores" in app.screen.status.plain)
         assert len(app.screen.visible_items) == 4 and all(not e.scores for e in app.screen.visible_items)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, TextArea
 
-from ftui.events import SCHEMA_VERSION, make_event
+from ftui.rundir.events import SCHEMA_VERSION, make_event
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.chat import read_sources
 from ftui.tui.screens.export import ExportScreen, export_choices
@@ -50,7 +50,7 @@ def _room(monkeypatch):
 def export_events(monkeypatch):
     """The ``export`` event as readers know it (the lead's events.py adds it; until then
     readers skip an unknown kind)."""
-    from ftui import events
+    from ftui.rundir import events
 
     if "export" not in events.REQUIRED:
         monkeypatch.setitem(events.REQUIRED, "export", ("out", "files"))

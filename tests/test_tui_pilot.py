@@ -82,10 +82,10 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
     pressed meanwhile starts once the newest values are checked, with those values."""
     import threading
 
-    import ftui.config
+    import ftui.config.run_config
     from ftui.tui.screens import launch
 
-    validate, release, threads = ftui.config.validate_config, threading.Event(), []
+    validate, release, threads = ftui.config.run_config.validate_config, threading.Event(), []
 
     def slow_validate(data):
         threads.append(threading.current_thread() is threading.main_thread())
@@ -94,7 +94,7 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
         return validate(data)
 
     started = []
-    monkeypatch.setattr(ftui.config, "validate_config", slow_validate)
+    monkeypatch.setattr(ftui.config.run_config, "validate_config", slow_validate)
     monkeypatch.setattr(launch.LaunchScreen, "start_run", lambda self, cfg: started.append(cfg))
     app = make_app(tmp_path)
     try:
@@ -211,7 +211,7 @@ async def assert_loaded_yaml_kept(pilot, app, screen, out):
 
 
 async def test_ftui_config_opens_the_form_with_the_yaml_as_it_is(tmp_path, monkeypatch):
-    from ftui.cli import main
+    from ftui.cli.main import main
 
     src = tmp_path / "lf.yaml"
     src.write_text(LF_LORA_SFT)
@@ -353,7 +353,7 @@ async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_t
 
 
 async def test_form_defaults_equal_runconfig_defaults():
-    from ftui.config import config_defaults
+    from ftui.config.run_config import config_defaults
     from ftui.tui.screens.launch import FORM_DEFAULTS
 
     defaults = config_defaults()
@@ -815,7 +815,7 @@ async def test_an_ended_run_shows_its_peaks_not_the_machines_load_and_offers_no_
     the sampler stops, and Stop leaves the footer."""
     import json
 
-    from ftui.events import make_event
+    from ftui.rundir.events import make_event
 
     run = write_run(tmp_path / "runs", "ending", steps=20, max_steps=40)  # another host's: counts as live
     app = make_app(tmp_path, attach=run, clock=lambda: T0 + 100)
@@ -1028,7 +1028,7 @@ PREFERENCE_ROWS = {"dpo": {"pref_beta", "pref_loss", "dpo_label_smoothing", "sim
 async def test_preference_fields_show_and_reach_the_config_only_for_their_stage(tmp_path):
     """Issue 15: beta, loss, ... appear for dpo, the KTO weights for kto, none for sft; each
     pref_loss is offered with a few words on what it is."""
-    from ftui.config import RunConfig
+    from ftui.config.run_config import RunConfig
     from ftui.presets.choices import PREF_LOSSES
     from ftui.tui.screens.launch import FIELDS
 

@@ -7,7 +7,7 @@ import json
 import sys
 
 from conftest import tiny_config, wait_for
-from ftui.url_secrets import redact_urls
+from ftui.safety.url_secrets import redact_urls
 
 TOKEN = "hf_s3cr3tT0kenValue"
 ENDPOINT = f"https://user:{TOKEN}@mirror.example/hf"
@@ -46,7 +46,7 @@ def test_launch_json_records_the_endpoint_without_its_credentials(tmp_path, monk
 
 def test_the_hub_advice_shows_the_mirror_without_its_credentials(monkeypatch):
     """The form's download warning and a failed run's hint say which endpoint a run downloads from."""
-    from ftui.model_files import hub_unreachable_advice
+    from ftui.plan.model_files import hub_unreachable_advice
 
     monkeypatch.setenv("HF_ENDPOINT", ENDPOINT)
     monkeypatch.delenv("USE_MODELSCOPE_HUB", raising=False)
@@ -62,7 +62,7 @@ def test_a_failed_runs_reason_does_not_record_the_url_credentials(tmp_path):
     """A hub error quotes the URL it tried: run_end's reason and error_message blank its userinfo."""
     import subprocess
 
-    from ftui.events import read_all
+    from ftui.rundir.events import read_all
     from ftui.jobs.launch import prepare_run
 
     run = prepare_run(tiny_config(tmp_path, device="cpu"))

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftui.config import RunConfig, load_config
+from ftui.config.run_config import RunConfig, load_config
 from ftui.i18n import _
-from ftui.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
+from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
 
 DTYPES = ("bf16", "fp16", "fp32")
 GGUF_TYPES = ("f16", "bf16", "q8_0")
@@ -140,8 +140,8 @@ def _kept_from_force(target: Path, runs_root: Path | None) -> str | None:
     current directory, ftui's own directory (FTUI_HOME: the runs root, the run index), the runs
     root, an indexed run or any run directory found within FORCE_SCAN_DEPTH levels. Says what
     it holds, or None when replacing it loses no run."""
-    from ftui.paths import default_runs_root
-    from ftui.runs import indexed_run_dirs
+    from ftui.rundir.paths import default_runs_root
+    from ftui.rundir.runs import indexed_run_dirs
 
     def holds(path: Path | None) -> bool:
         if path is None:
@@ -185,7 +185,7 @@ class ExportNeeds:
     disk_bytes: int  # what it writes under out (safetensors, plus the GGUF file)
 
     def describe(self) -> str:
-        from ftui.plan import count
+        from ftui.plan.planner import count
 
         return _("{params} parameters: about {memory} of host memory and {disk} of disk").format(
             params=count(self.params), memory=fmt_bytes(self.host_bytes), disk=fmt_bytes(self.disk_bytes))
@@ -203,7 +203,7 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     plus the process. The GGUF file is written after the model is freed, from the exported
     shards one tensor at a time (streamed into the file): about twice the largest tensor
     (the embeddings) in fp32. Disk: the shards in ``dtype`` and the GGUF file."""
-    from ftui.plan import ModelShape, UnknownModel, read_model_config
+    from ftui.plan.planner import ModelShape, UnknownModel, read_model_config
 
     try:
         config = read_model_config(base_model_source(run_dir, cfg))
@@ -236,7 +236,7 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
 
     avail = psutil.virtual_memory().available if available_memory is None else available_memory
     if needs.host_bytes > avail:
-        from ftui.plan import count
+        from ftui.plan.planner import count
 
         return _("the export needs about {memory} of host memory ({params} parameters in fp32), and {available} is available; "
                  "free memory (stop other jobs) or export on a larger machine").format(
@@ -255,7 +255,7 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
 
 def source_problem(run_dir: Path, which: str | None) -> str | None:
     """A checkpoint that is not there, or a run with nothing to export, said before the job."""
-    from ftui.runs import CheckpointError, checkpoints, resolve_checkpoint
+    from ftui.rundir.runs import CheckpointError, checkpoints, resolve_checkpoint
 
     if which not in (None, "final"):
         try:
@@ -331,9 +331,9 @@ def leftover_note(job_dir: Path) -> str | None:
     """After an export job that did not complete: its temporary directory, if one is left (a
     job killed with kill -9 or by the OOM killer cannot remove it). Removed here when its job
     is certainly gone; else named, with what removes it."""
-    from ftui.events import read_all
+    from ftui.rundir.events import read_all
     from ftui.jobs.export_out import sweep_leftovers
-    from ftui.paths import EVENTS_FILE
+    from ftui.rundir.paths import EVENTS_FILE
 
     temps = [e["temp_dir"] for e in read_all(job_dir / EVENTS_FILE) if isinstance(e.get("temp_dir"), str)]
     if not temps or not os.path.lexists(temps[-1]):

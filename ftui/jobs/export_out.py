@@ -12,7 +12,7 @@ followed to delete: ``--out`` that is a link is refused (the job renames directo
 link would be replaced, or its target emptied); the old export is moved aside by a rename,
 which never follows links, and checked once more after the move, right before it is removed.
 
-The new export is written to a temporary directory beside ``out`` (``ftui.owned_dirs``: an
+The new export is written to a temporary directory beside ``out`` (``ftui.safety.owned_dirs``: an
 unpredictable name, mode 0700, marked and locked by the job) and renamed into place only when
 complete; an earlier one is moved aside into another such directory first and removed once the
 new one is in place. What a killed job leaves (``.OUT.ftui-export-*``, ``.OUT.ftui-replaced-*``)
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.i18n import _
-from ftui.owned_dirs import MARKER as TEMP_MARKER, inspect, open_marker, release, sweep, sweep_line
+from ftui.safety.owned_dirs import MARKER as TEMP_MARKER, inspect, open_marker, release, sweep, sweep_line
 
 EXPORT_MARKER = ".ftui-export.json"
 MARKER_MAX = 1 << 20

@@ -12,7 +12,7 @@ is always told by its files.
 
 Several nodes make one run directory, node 0's, on a filesystem they share: the other nodes
 join it (``join_target``), their ranks write their part of every checkpoint there, and each
-node's supervisor keeps its own records in ``RUN/nodes/node-K`` (``ftui.paths.node_dir``).
+node's supervisor keeps its own records in ``RUN/nodes/node-K`` (``ftui.rundir.paths.node_dir``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any
 
 import psutil
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
-from ftui.paths import LAUNCH_FILE, node_dir
-from ftui.url_secrets import redact_urls
-from ftui.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
+from ftui.rundir.paths import LAUNCH_FILE, node_dir
+from ftui.safety.url_secrets import redact_urls
+from ftui.rundir.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
                        write_launch_info)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
@@ -97,7 +97,7 @@ def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
     the data fingerprint a resume compares with (each dataset file's size and sha256: a read
     of every file, so the app calls this in a worker) and, when the run is outside the
     default runs root, adds it to the user's run index."""
-    from ftui import data_fingerprint
+    from ftui.data import fingerprint as data_fingerprint
 
     fingerprint = data_fingerprint.compute(cfg)
     label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"

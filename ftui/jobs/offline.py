@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ftui.bounded_input import load_json
-from ftui.config import RunConfig, gpu_present, load_config
+from ftui.safety.bounded_input import load_json
+from ftui.config.run_config import RunConfig, gpu_present, load_config
 from ftui.i18n import _
-from ftui.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
-from ftui.records import dataset_path_problem
+from ftui.rundir.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
+from ftui.data.records import dataset_path_problem
 
 KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
@@ -136,7 +136,7 @@ def read_job_spec(job_dir: Path) -> dict[str, Any]:
     """A job's job.json ({} when it cannot be read or is not a mapping): a run directory is
     untrusted, so the read is bounded and never blocks on a FIFO (read_at), and nesting deeper
     than the stack is refused (load_json)."""
-    from ftui.events import UnreadableFile, read_at
+    from ftui.rundir.events import UnreadableFile, read_at
 
     try:
         data = load_json(read_at(job_dir / JOB_SPEC_FILE, 0, JOB_SPEC_MAX) or b"{}")

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from ftui.i18n import _
-from ftui.paths import STORE_PREFIX
+from ftui.rundir.paths import STORE_PREFIX
 
 STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
 # Set beside OMP_NUM_THREADS=1 when that is the launcher's default, not the user's: a rank that

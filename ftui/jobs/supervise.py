@@ -37,9 +37,9 @@ from pathlib import Path
 
 import psutil
 
-from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
+from ftui.rundir.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
 from ftui.i18n import N_, _
-from ftui.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
+from ftui.rundir.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
 
 POLL_S = 2.0
 # the run's end is written in the language the run was started in (FTUI_LANG, inherited)
@@ -99,7 +99,7 @@ def has_run_end(run_dir: Path) -> bool:
 
 def read_hang_timeout(run_dir: Path) -> int:
     try:
-        from ftui.config import load_config
+        from ftui.config.run_config import load_config
 
         return load_config(run_dir / CONFIG_FILE)[0].hang_timeout
     except Exception:  # a config the runner cannot read fails there, with a message

@@ -13,7 +13,7 @@ def torch_process_env(extra: dict[str, str] | None = None, base: dict[str, str] 
     - ``PYTHONUNBUFFERED=1`` (always): the ranks' lines reach train.log and the app as written;
     - ``TOKENIZERS_PARALLELISM=false``: the tokenizers' threads would be forked with the data
       loader's workers (and warn about it);
-    - ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: cuda:N numbered as NVML (ftui.gpu) and nvidia-smi do;
+    - ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: cuda:N numbered as NVML (ftui.machine.gpu) and nvidia-smi do;
     - ``OMP_WAIT_POLICY=PASSIVE``: OpenMP threads that wait for work sleep instead of spinning.
       A CPU run's intra-op threads otherwise spin at every op while a thread that shares its
       core with another busy process waits for its time slice: the demo's steps took 2.5 s

@@ -16,9 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ftui.bounded_input import load_json
+from ftui.safety.bounded_input import load_json
 from ftui.i18n import N_, _
-from ftui.paths import ENGINE_PRESETS_DIR
+from ftui.rundir.paths import ENGINE_PRESETS_DIR
 
 PRESET_DIR = ENGINE_PRESETS_DIR
 
@@ -152,7 +152,7 @@ MAX_DEEPSPEED_BYTES = 1 << 20
 def read_user_deepspeed(path: str) -> dict[str, Any]:
     """A user's DeepSpeed JSON (LLaMA-Factory's ``deepspeed:`` key); raises ValueError with
     a message a user can act on."""
-    from ftui.events import UnreadableFile, read_at  # a regular file, a bounded read: the form checks it per keystroke
+    from ftui.rundir.events import UnreadableFile, read_at  # a regular file, a bounded read: the form checks it per keystroke
 
     p = Path(path).expanduser()
     try:

@@ -1,7 +1,7 @@
 """Named chat templates, as data: LLaMA-Factory 0.9.5's formats, token for token.
 
 Used when the RunConfig names a ``template`` (LLaMA-Factory's key); with none, a model's
-tokenizer renders conversations with its own chat template. ``ftui.conversation`` is the one
+tokenizer renders conversations with its own chat template. ``ftui.data.conversation`` is the one
 renderer that turns a conversation into token ids with an entry of this table.
 
 Each turn of a conversation is rendered from a **slot**: a tuple of pieces, each one
@@ -19,7 +19,7 @@ With ``system_in_user`` (LLaMA-2 style) the system text goes inside the first us
 To add a template: one ``Template(...)`` entry in TEMPLATES below; only the fields that
 differ from the defaults need writing (assistant: the text then EOS; function calls: the
 assistant slot; observations: the user slot; system: the bare text). If it uses a tool-call
-syntax not in ``ftui.conversation.TOOL_FORMATS``, add a formatter there. Check it against
+syntax not in ``ftui.data.conversation.TOOL_FORMATS``, add a formatter there. Check it against
 LLaMA-Factory with tests/data/llamafactory_templates/make_reference.py.
 """
 
@@ -69,7 +69,7 @@ class Template:
     # The assistant slot has no EOS; one EOS ends the whole example instead (and, in the
     # labels, stands in for the first token of each later prompt).
     efficient_eos: bool = False
-    tool_format: str = "default"  # a key of ftui.conversation.TOOL_FORMATS
+    tool_format: str = "default"  # a key of ftui.data.conversation.TOOL_FORMATS
     reasoning: bool = False  # thinking blocks: enable_thinking decides whether they are learnt
     thought_words: tuple[str, str] = THINK
     tool_call_words: tuple[str, str] = ("<tool_call>", "</tool_call>")

@@ -29,9 +29,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ftui.config import ConfigError, RunConfig, load_config
+from ftui.config.run_config import ConfigError, RunConfig, load_config
 from ftui.i18n import _
-from ftui.paths import CONFIG_FILE, resolve_model_path
+from ftui.rundir.paths import CONFIG_FILE, resolve_model_path
 
 
 class ChatError(Exception):
@@ -188,7 +188,7 @@ class ChatModel:
     def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
         from transformers import AutoTokenizer
 
-        from ftui.conversation import fix_tokenizer, to_jinja
+        from ftui.data.conversation import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
         from ftui.runner.model import chat_template_for
 

@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ftui.i18n import _
-from ftui.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
-from ftui.resume_checks import checkpoint_mismatch
-from ftui.runs import CheckpointError, CheckpointMismatch, checkpoints
+from ftui.rundir.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
+from ftui.rundir.resume_checks import checkpoint_mismatch
+from ftui.rundir.runs import CheckpointError, CheckpointMismatch, checkpoints
 
 FORMAT = 1
 

@@ -2,7 +2,7 @@
 
 A stage (``ftui.runner.stages``) turns records into :class:`Example` rows (input ids and
 labels, ``IGNORE`` where no loss is taken); this module loads the records
-(``ftui.records``: LLaMA-Factory's formats and registry; hub names through ``datasets``),
+(``ftui.data.records``: LLaMA-Factory's formats and registry; hub names through ``datasets``),
 splits off the eval share, packs short rows and collates batches. The collator counts
 real (non-padding), labelled and predicted tokens on the host, so the training loop needs
 no device sync to know them.
@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.i18n import _
-from ftui.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
+from ftui.data.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
@@ -169,7 +169,7 @@ def load_tokenized(path: str, parse: Callable[[Any, str], list[Any]] = token_exa
 def has_tokenized(path: str | None) -> bool:
     from pathlib import Path
 
-    from ftui.records import TOKENIZED_MARKER
+    from ftui.data.records import TOKENIZED_MARKER
 
     return bool(path) and (Path(path).expanduser() / TOKENIZED_MARKER).is_file()
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from ftui.config import RunConfig
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR
+from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo
 from ftui.runner.engines.base import Engine

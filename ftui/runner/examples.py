@@ -20,10 +20,10 @@ import os
 import sys
 from typing import Any
 
-from ftui.config import ConfigError, load_config
-from ftui.examples import ROW_PREFIXES
+from ftui.config.run_config import ConfigError, load_config
+from ftui.data.examples import ROW_PREFIXES
 from ftui.i18n import _
-from ftui.records import DataFormatError
+from ftui.data.records import DataFormatError
 from ftui.runner.data import IGNORE, example_columns
 from ftui.runner.hub import HubProblem
 from ftui.runner.model import load_tokenizer
@@ -46,7 +46,7 @@ def masked_segments(tokenizer: Any, ids: list[int], labels: list[int]) -> list[l
 
 def say(kind: str, text: str) -> None:
     """One of this process's own lines on stderr: ``kind`` (ftui data, hint, warning, note)
-    stays in English, as ftui.examples tells these lines from the libraries' output by it;
+    stays in English, as ftui.data.examples tells these lines from the libraries' output by it;
     ``text`` is already in the user's language."""
     print(f"{kind}: {text}", file=sys.stderr)
 

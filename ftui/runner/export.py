@@ -15,7 +15,7 @@ whole: ``ftui.jobs.export_out``):
 - a reward model's value head beside it (``value_head.safetensors``, as LLaMA-Factory copies it);
 - the tokenizer with the chat template the run trained with, ``generation_config.json`` whose
   ``eos_token_id`` lists the template's stop tokens, an Ollama ``Modelfile``
-  (``ftui.modelfile``) and ``ftui_export.json`` (where it came from; no config secrets);
+  (``ftui.data.modelfile``) and ``ftui_export.json`` (where it came from; no config secrets);
 - last, ``.ftui-export.json``: the files it wrote, so a later ``--force`` replaces them and
   nothing else;
 - with ``gguf``, a GGUF file written from the exported shards (``ftui.runner.gguf_export``).
@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 
-from ftui.config import RunConfig
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import FINAL_DIR, JOB_SPEC_FILE
+from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest
 
@@ -69,7 +69,7 @@ class ExportDirError(RuntimeError):
 def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
            resume: Path | None) -> tuple[str, str]:
     from ftui.jobs.export_out import TEMP_KIND, temp_prefix
-    from ftui.owned_dirs import make_temp_dir, release, remove
+    from ftui.safety.owned_dirs import make_temp_dir, release, remove
 
     spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
     out = Path(spec["out"])
@@ -207,7 +207,7 @@ def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
     exports it); with the stop token ids and the named template (None: the tokenizer's own)."""
     from transformers import AutoTokenizer
 
-    from ftui.conversation import fix_tokenizer
+    from ftui.data.conversation import fix_tokenizer
     from ftui.presets.templates import TEMPLATES
     from ftui.runner.model import chat_template_for, template_name_for
 
@@ -252,7 +252,7 @@ def _copy_value_head(weights: Any, head: dict[str, torch.Tensor], dest: Path) ->
 
 
 def _write_modelfile(dest: Path, tokenizer: Any, stop_ids: list[int], template: str | None, cfg: RunConfig, gguf_name: str | None) -> None:
-    from ftui.modelfile import modelfile
+    from ftui.data.modelfile import modelfile
     from ftui.presets.templates import TEMPLATES
 
     try:
@@ -277,8 +277,8 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     more), the new one renamed into place, then the old one removed: the new export is
     complete beside the old one before the old one goes."""
     from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
-    from ftui.owned_dirs import make_temp_dir, remove
-    from ftui.safe_files import current_umask
+    from ftui.safety.owned_dirs import make_temp_dir, remove
+    from ftui.safety.files import current_umask
 
     umask = current_umask()
     tmp.chmod(0o777 & ~(0o022 if umask is None else umask))  # mkdtemp made it 0700; the export gets the mode a new directory gets

@@ -16,14 +16,14 @@ from typing import Any, Iterator
 
 import torch
 
-from ftui.config import RunConfig
-from ftui.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
+from ftui.config.run_config import RunConfig
+from ftui.rundir.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.i18n import _
-from ftui.paths import CONFIG_FILE, HEARTBEAT_DIR
+from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
-from ftui.records import DataFormatError
+from ftui.data.records import DataFormatError
 from ftui.runner.hub import HubProblem
-from ftui.runs import CheckpointError, CheckpointMismatch
+from ftui.rundir.runs import CheckpointError, CheckpointMismatch
 
 
 class NonFiniteLoss(RuntimeError):
@@ -174,7 +174,7 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Pa
     # wraps huggingface_hub's error, which wraps httpx's; say what to do instead of its text.
     unreachable = ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
     if any(type(link).__name__ in unreachable or "couldn't connect to" in str(link) for link in exception_chain(exc)):
-        from ftui.model_files import download_warning, hub_endpoint, shown_endpoint
+        from ftui.plan.model_files import download_warning, hub_endpoint, shown_endpoint
 
         advice = download_warning(cfg.model_name_or_path, cfg.model_init == "random")
         return advice or _("the hub ({endpoint}) could not be reached for a dataset or a file the model needs: "
@@ -192,7 +192,7 @@ def _checkpoint_before(run_dir: Path | None, step: int | None) -> int | None:
     """The newest complete checkpoint's step below ``step`` (the first NaN), or None."""
     if run_dir is None or step is None:
         return None
-    from ftui.runs import checkpoints
+    from ftui.rundir.runs import checkpoints
 
     try:
         steps = [s for s, _path in checkpoints(run_dir) if s < step]

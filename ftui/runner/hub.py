@@ -19,9 +19,9 @@ import urllib.error
 import urllib.request
 
 from ftui.i18n import _
-from ftui.model_files import (cached_for_run, hub_endpoint, hub_offline, hub_unreachable_advice, is_folder,
+from ftui.plan.model_files import (cached_for_run, hub_endpoint, hub_offline, hub_unreachable_advice, is_folder,
                               looks_like_path, modelscope_endpoint, modelscope_missing, shown_endpoint, use_modelscope)
-from ftui.paths import resolve_model_path
+from ftui.rundir.paths import resolve_model_path
 
 PROBE_TIMEOUT_S = 5.0
 

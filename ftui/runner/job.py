@@ -15,14 +15,14 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from ftui.config import RunConfig, load_config
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig, load_config
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import CONFIG_FILE, EVENTS_FILE
+from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest, die_with_parent, disk_full, disk_full_hint, hint_for
 from ftui.runner.report import Reporters, open_reporters
-from ftui.url_secrets import redact_urls
+from ftui.safety.url_secrets import redact_urls
 
 # body(run_dir, cfg, info, writer, stop, resume) -> (status, reason)
 JobBody = Callable[[Path, RunConfig, DistInfo, "EventWriter | None", StopRequest, "Path | None"], tuple[str, str]]
@@ -60,7 +60,7 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
         except OSError:
             pass  # the log is on a full disk too: the run_end below still says why
         if writer is not None:
-            # a hub error quotes the URL it tried: HF_ENDPOINT's user:token@ is blanked (ftui.url_secrets)
+            # a hub error quotes the URL it tried: HF_ENDPOINT's user:token@ is blanked (ftui.safety.url_secrets)
             reason = redact_urls(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
             full = writer.disk_full or disk_full(exc)
             write_end(writer, status="failed", reason=_("disk full: {reason}").format(reason=reason) if full else reason,

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from ftui.config import RunConfig
-from ftui.conversation import split_budget
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig
+from ftui.data.conversation import split_budget
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import JOB_SPEC_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
-from ftui.records import DataFormatError, to_conversation
+from ftui.rundir.paths import JOB_SPEC_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+from ftui.data.records import DataFormatError, to_conversation
 from ftui.runner.data import load_all
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo
@@ -208,7 +208,7 @@ def merge_parts(job_dir: Path, world_size: int) -> list[dict[str, Any]]:
 def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed: float, writer: EventWriter) -> dict[str, Any]:
     """predict_results.json: LLaMA-Factory's metric names (when the metric packages are
     installed), and how fast it went."""
-    from ftui.text_metrics import corpus_scores, metrics_unavailable
+    from ftui.data.text_metrics import corpus_scores, metrics_unavailable
 
     results: dict[str, Any] = {}
     missing = metrics_unavailable()

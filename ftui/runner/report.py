@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ftui.config import RunConfig, reporter_names
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig, reporter_names
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import TENSORBOARD_DIR
+from ftui.rundir.paths import TENSORBOARD_DIR
 
 # transformers' names where they differ from the event's field
 TAG_NAMES = {"lr": "learning_rate"}

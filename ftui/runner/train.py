@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from ftui.config import RunConfig
-from ftui.events import EventWriter
+from ftui.config.run_config import RunConfig
+from ftui.rundir.events import EventWriter
 from ftui.i18n import _
-from ftui.paths import BASE_MODEL_DIR
+from ftui.rundir.paths import BASE_MODEL_DIR
 from ftui.runner import attention
 from ftui.runner.checkpoint import load_checkpoint
 from ftui.runner.data import DataFormatError, run_sampler

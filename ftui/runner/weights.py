@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.i18n import _
-from ftui.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
+from ftui.rundir.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source
-from ftui.runs import CheckpointError, resolve_checkpoint
+from ftui.rundir.runs import CheckpointError, resolve_checkpoint
 
 
 class WeightsError(Exception):
@@ -161,7 +161,7 @@ def fit_vocab(model: nn.Module, weights: TrainedWeights, cfg: RunConfig | None) 
         return model
     from transformers import AutoTokenizer
 
-    from ftui.conversation import fix_tokenizer
+    from ftui.data.conversation import fix_tokenizer
     from ftui.presets.templates import TEMPLATES
     from ftui.runner.model import grow_embeddings
 

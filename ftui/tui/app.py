@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from ftui.i18n import LANGUAGES, N_, _, current_language, set_language
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 from ftui.tui.screens.launch import LaunchScreen
 from ftui.tui.screens.modals import Confirm
 
@@ -67,7 +67,7 @@ class FtuiApp(App):
 
     @work(thread=True, group="live")
     def find_live_run(self) -> None:
-        from ftui.runs import RunsRootError, list_runs
+        from ftui.rundir.runs import RunsRootError, list_runs
 
         try:
             live = [r for r in list_runs(self.runs_root) if r.live]

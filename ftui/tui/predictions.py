@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable
 from rich.text import Text
 
 from ftui.i18n import _
-from ftui.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
-from ftui.safe_text import visible  # the one rule for untrusted text; imported here by its old name's users
+from ftui.rundir.paths import EVAL_RESULTS_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
+from ftui.safety.text import visible  # the one rule for untrusted text; imported here by its old name's users
 
 SCORES = ("bleu-4", "rouge-l")  # each example's own figures the browser shows
 RESULTS_MAX = 1 << 20  # a results file is a few hundred bytes: more is not one ftui wrote
@@ -91,7 +91,7 @@ def score_examples(rows: list[Example], scorer: Callable[[str, str], dict[str, f
     """Fills each example's scores (``text_metrics.example_scores``, about 1 ms each);
     ``progress(done)`` every ``every`` examples. False when cancelled before the end."""
     if scorer is None:
-        from ftui.text_metrics import example_scores as scorer
+        from ftui.data.text_metrics import example_scores as scorer
     for n, row in enumerate(rows, 1):
         if cancelled():
             return False

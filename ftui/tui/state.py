@@ -15,9 +15,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ftui.events import StepColumns, extra_figures
-from ftui.follow import EtaWindow, fmt_prepare
-from ftui.runs import END_STATUSES, RunSummary
+from ftui.rundir.events import StepColumns, extra_figures
+from ftui.cli.follow import EtaWindow, fmt_prepare
+from ftui.rundir.runs import END_STATUSES, RunSummary
 
 
 def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list[float], list[float]]:

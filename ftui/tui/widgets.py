@@ -2,7 +2,7 @@
 
 All text that comes from a run (model names, log lines, error messages) is untrusted: it
 is put into ``rich.text.Text`` objects or escaped, never parsed as markup, and its control
-characters are shown as escapes (``ftui.safe_text.visible``): Textual passes ESC through.
+characters are shown as escapes (``ftui.safety.text.visible``): Textual passes ESC through.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from rich.text import Text
 from textual.widgets import RichLog, Static
 from textual_plotext import PlotextPlot
 
-from ftui.events import fmt_figure
-from ftui.follow import fmt_duration
-from ftui.gpu import GpuSample, HostSample
+from ftui.rundir.events import fmt_figure
+from ftui.cli.follow import fmt_duration
+from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 from ftui.tui.state import RunView, ema, ordered_figures
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from ftui.jobs.launch import stop_run
-from ftui.runs import summarize_run
+from ftui.rundir.runs import summarize_run
 from tests.test_e2e_tmux import FTUI_CMD, new_shell, only_run_keeps_training, start_demo_in_app, tmux, wait_screen
 
 pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="drives the app in a real terminal through tmux, which is not installed (.ci/run installs it)")]
@@ -24,7 +24,7 @@ def test_kill_9_of_the_app_leaves_the_run_going(tmp_path):
     try:
         start_demo_in_app(session)
         shell = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
-        (app,) = [p for p in psutil.Process(shell).children() if "ftui.cli" in " ".join(p.cmdline())]
+        (app,) = [p for p in psutil.Process(shell).children() if "ftui.cli.main" in " ".join(p.cmdline())]
         os.kill(app.pid, signal.SIGKILL)
         deadline = time.time() + 30
         while app.is_running() and app.status() != psutil.STATUS_ZOMBIE and time.time() < deadline:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config
-from ftui.config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
+from ftui.config.run_config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
 from ftui.runner.data import DataFormatError
 from ftui.runner.stages import build_datasets
 
@@ -35,7 +35,7 @@ def test_any_mapping_validates_or_gives_per_field_messages(data):
 def test_any_yaml_text_loads_or_raises_config_error(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("y") / "c.yaml"
     path.write_text(text, encoding="utf-8")
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
 
     try:
         load_config(path)
@@ -114,7 +114,7 @@ def test_cli_bad_yaml_is_a_message_and_exit_2(tmp_path):
     for text in ("{{{", "- a\n- b\n", "!!python/object/apply:os.system ['echo pwned']", "learning_rate: [1, 2]\nmodel_name_or_path: m\ndataset: x\n"):
         f = tmp_path / "c.yaml"
         f.write_text(text)
-        proc = subprocess.run([sys.executable, "-m", "ftui.cli", "train", str(f)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(f)], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error" in proc.stderr, (text, proc.stderr)
         assert "pwned" not in proc.stdout
     assert yaml  # safe_load is what rejected the python tag above

@@ -16,12 +16,12 @@ import psutil
 import pytest
 
 from conftest import tiny_config, wait_for
-from ftui.events import EVENTS_FILE, read_all
+from ftui.rundir.events import EVENTS_FILE, read_all
 from ftui.jobs.launch import prepare_run, run_processes
-from ftui.runs import checkpoints, resolve_checkpoint, summarize_run
+from ftui.rundir.runs import checkpoints, resolve_checkpoint, summarize_run
 from tests.test_launch import gone, steps_written
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 def start_detached(tmp_path, cfg):

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from conftest import tiny_config, train_sync, wait_for
-from ftui.events import EVENTS_FILE, RESERVE_FILE, read_all
+from ftui.rundir.events import EVENTS_FILE, RESERVE_FILE, read_all
 from ftui.jobs.launch import launch_command, prepare_run
 from ftui.jobs.torch_env import torch_process_env
-from ftui.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
+from ftui.rundir.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     def limit_file_size():  # each checkpoint file of this model is ~10 MB; events stay far below 1 MB
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    from ftui.config import load_config
+    from ftui.config.run_config import load_config
 
     rc, _ = load_config(run / "config.yaml")
     cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])

@@ -12,11 +12,11 @@ import pytest
 from textual.widgets import Button, Input, Label
 
 from conftest import tiny_config, train_sync
-from ftui.events import EVENTS_FILE
-from ftui.records import DatasetPathError, read_records, resolve_datasets
+from ftui.rundir.events import EVENTS_FILE
+from ftui.data.records import DatasetPathError, read_records, resolve_datasets
 from tests.test_tui_pilot import make_app, open_form, text_of, until
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123"  # a fake token, shaped like a real one
 RECORD = {"instruction": "hi", "output": "hello"}
 
@@ -86,7 +86,7 @@ def test_a_bad_record_holding_a_token_is_not_copied_into_the_logs(tmp_path):
 
 
 def test_a_record_preview_is_short_escaped_and_redacted(tmp_path):
-    from ftui.records import DataFormatError, DatasetSpec, to_messages
+    from ftui.data.records import DataFormatError, DatasetSpec, to_messages
 
     record = {"note": TOKEN, "instruction": "x\x1b[31m" + "y" * 5000, "output": 7}
     with pytest.raises(DataFormatError) as info:

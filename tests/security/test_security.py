@@ -15,12 +15,12 @@ import psutil
 import pytest
 import yaml
 
-from ftui.events import EVENTS_FILE, make_event
-from ftui.config import ConfigError, RunConfig, parse_config
-from ftui.runs import create_run_dir, resolve_run
+from ftui.rundir.events import EVENTS_FILE, make_event
+from ftui.config.run_config import ConfigError, RunConfig, parse_config
+from ftui.rundir.runs import create_run_dir, resolve_run
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 
-FTUI = [sys.executable, "-m", "ftui.cli"]
+FTUI = [sys.executable, "-m", "ftui.cli.main"]
 PACKAGE = Path(__file__).resolve().parents[2] / "ftui"
 
 
@@ -140,7 +140,7 @@ def test_no_pickle_no_unsafe_yaml_in_the_package():
                 # the one yaml.load: safe_load's own call with its bounded SafeLoader subclass
                 loader = kw.get("Loader")
                 assert isinstance(loader, ast.Name), f"{path}: yaml.load without a named Loader"
-                from ftui import bounded_input
+                from ftui.safety import bounded_input
                 assert issubclass(getattr(bounded_input, loader.id), yaml.SafeLoader), f"{path}: yaml.load with {loader.id}"
             elif owner == "yaml":
                 assert name not in ("load", "load_all", "unsafe_load", "full_load"), f"{path}: yaml.{name}"

@@ -30,9 +30,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.i18n import _
-from ftui.paths import STATE_DIR
+from ftui.rundir.paths import STATE_DIR
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ftui.i18n import _
-from ftui.paths import DEEPSPEED_TAG
+from ftui.rundir.paths import DEEPSPEED_TAG
 from ftui.presets.engine_presets import fill_deepspeed, load_preset, read_user_deepspeed
 from ftui.runner.engines.base import Engine, StepOutcome, build_optimizer, param_groups
 

@@ -1,7 +1,7 @@
 """Training stages: what differs between SFT, pre-training and the preference stages (dpo, kto, rm).
 
 Adding a stage: a module here with a :class:`Stage` subclass, one line in ``STAGES``, and its
-name in ``ftui.presets.choices.STAGE_DESCRIPTIONS`` (the config's list); a record reader in ``ftui.records`` only
+name in ``ftui.presets.choices.STAGE_DESCRIPTIONS`` (the config's list); a record reader in ``ftui.data.records`` only
 when the stage reads a new data format. The loop, the engines, events, checkpoints and the
 dashboard need no change (see docs/architecture.md).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.runner.data import TokenizedData
 from ftui.runner.stages.base import MicroLoss, Stage
 

@@ -25,9 +25,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ftui.config import RunConfig
+from ftui.config.run_config import RunConfig
 from ftui.i18n import _
-from ftui.records import DatasetSpec
+from ftui.data.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,
                               save_tokenized, split_eval, token_examples)
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss

@@ -27,9 +27,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ftui.conversation import ConversationError, split_budget
+from ftui.data.conversation import ConversationError, split_budget
 from ftui.i18n import _
-from ftui.records import DataFormatError, DatasetSpec
+from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.runner.data import Batch, Collator, Progress, TokenizedData
 from ftui.runner.distributed import mean_over_ranks
 from ftui.runner.stages.base import MicroLoss

@@ -32,10 +32,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ftui.conversation import Conversation, ConversationError, Renderer, split_budget
+from ftui.data.conversation import Conversation, ConversationError, Renderer, split_budget
 from ftui.i18n import _
-from ftui.preference_records import Comparison, as_messages, to_comparison
-from ftui.records import DataFormatError, DatasetSpec
+from ftui.data.preference_records import Comparison, as_messages, to_comparison
+from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
 from ftui.runner.engines.base import local_numel
 from ftui.runner.faults import developer_note

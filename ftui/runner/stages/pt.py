@@ -1,6 +1,6 @@
 """Pre-training (``stage: pt``): raw text, every token carries loss.
 
-Documents come from raw-text datasets (``ftui.records.to_text``: a dataset_info entry with
+Documents come from raw-text datasets (``ftui.data.records.to_text``: a dataset_info entry with
 ``columns: {prompt: text}``, a ``.txt`` file with one document per line, json / jsonl /
 parquet with a text column). They are tokenized and turned into rows as LLaMA-Factory's
 pre-training processor does (``ftui.runner.pretrain_text``, checked token for token against
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ftui.i18n import _
-from ftui.records import DataFormatError, DatasetSpec, to_text
+from ftui.data.records import DataFormatError, DatasetSpec, to_text
 from ftui.runner.data import Example, Progress, TokenizedData
 from ftui.runner.pretrain_text import pretrain_eos, pretrain_labels, pretrain_packing, pretrain_rows
 from ftui.runner.stages.base import Stage

@@ -2,10 +2,10 @@
 loss on the assistant's turns, token for token as LLaMA-Factory 0.9.5 makes its examples.
 
 With a named ``template`` (``ftui.presets.templates``) each record becomes a conversation
-(``ftui.records.to_conversation``) that ``ftui.conversation.Renderer`` encodes turn by turn;
+(``ftui.data.records.to_conversation``) that ``ftui.data.conversation.Renderer`` encodes turn by turn;
 with none, the tokenizer's own chat template renders it and the assistant's turns are found
 by rendering prefix by prefix. Either way the turns pair up (prompt, answer) and
-``ftui.conversation.assemble`` fits them in ``cutoff_len`` pair by pair (a long prompt is cut,
+``ftui.data.conversation.assemble`` fits them in ``cutoff_len`` pair by pair (a long prompt is cut,
 not the example dropped), masks prompts (``train_on_prompt``: not) and, with
 ``mask_history``, learns only the last answer. Short examples can be packed into full rows.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ftui.conversation import ConversationError, EncodeOptions, Encoded, Renderer, assemble
+from ftui.data.conversation import ConversationError, EncodeOptions, Encoded, Renderer, assemble
 from ftui.i18n import _
-from ftui.records import DataFormatError, DatasetSpec, to_conversation, to_messages
+from ftui.data.records import DataFormatError, DatasetSpec, to_conversation, to_messages
 from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_examples
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage

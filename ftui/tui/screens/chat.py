@@ -1,11 +1,11 @@
 """Chat with a run's model: pick final/ or a checkpoint (or any model path), stream answers,
 and compare with the base model side by side.
 
-The models live in chat worker processes (``ftui.chat_client.ChatWorker``): loading and
+The models live in chat worker processes (``ftui.jobs.chat_client.ChatWorker``): loading and
 reading replies happen in thread workers, which hand results to the UI thread with
 ``call_from_thread``. Everything a model writes is shown as plain ``Text``, never parsed as
 markup, so ``[bold]`` or ``[/]`` in an answer prints literally, and its control characters show
-as escapes (``ftui.safe_text``): an escape sequence in an answer is never obeyed.
+as escapes (``ftui.safety.text``): an escape sequence in an answer is never obeyed.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Label, Select, Static
 
-from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
-from ftui.gpu import device_choices, inventory_read
+from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
+from ftui.machine.gpu import device_choices, inventory_read
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
-from ftui.runs import FINAL_DIR, checkpoints
+from ftui.safety.text import visible
+from ftui.rundir.runs import FINAL_DIR, checkpoints
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel, relabel_options, word
 from ftui.tui.ui_thread import to_ui

@@ -23,11 +23,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from ftui.events import EVENTS_FILE, EventReader
-from ftui.gpu import sample_gpus, sample_host
+from ftui.rundir.events import EVENTS_FILE, EventReader
+from ftui.machine.gpu import sample_gpus, sample_host
 from ftui.i18n import N_, _
-from ftui.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
-from ftui.safe_text import visible
+from ftui.rundir.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
+from ftui.safety.text import visible
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter

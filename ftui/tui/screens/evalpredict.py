@@ -23,11 +23,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
-from ftui.bounded_input import load_yaml
+from ftui.safety.bounded_input import load_yaml
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
-from ftui.paths import CONFIG_FILE
-from ftui.runs import RunSummary, summarize_run
+from ftui.safety.text import visible
+from ftui.rundir.paths import CONFIG_FILE
+from ftui.rundir.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, source_choices
@@ -246,10 +246,10 @@ class EvalPredictScreen(JobScreen):
     def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
               generation: dict[str, Any], nproc: int) -> None:
         """Prepares the job's directory and starts it detached, as ``ftui predict`` / ``ftui eval`` do."""
-        from ftui.config import ConfigError
+        from ftui.config.run_config import ConfigError
         from ftui.jobs import offline
         from ftui.jobs.launch import RunBusy
-        from ftui.records import dataset_path_problem
+        from ftui.data.records import dataset_path_problem
 
         problem = dataset_path_problem(dataset, dataset_dir)
         if problem:

@@ -26,9 +26,9 @@ from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
 from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir, fmt_bytes
-from ftui.runs import RunSummary, summarize_run
+from ftui.rundir.runs import RunSummary, summarize_run
 from ftui.tui.footer import FittingFooter
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
@@ -66,9 +66,9 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
            runs_root: Path | None) -> Text:
     """What the form's export needs and what stands in its way, as the form shows it (file
     reads: call it from a worker). The same checks ``prepare_export`` makes at Start."""
-    from ftui.config import ConfigError, load_config
+    from ftui.config.run_config import ConfigError, load_config
     from ftui.jobs.export import ExportError, export_needs, out_dir_problem, parse_shard_size, resources_problem, source_problem
-    from ftui.paths import CONFIG_FILE
+    from ftui.rundir.paths import CONFIG_FILE
 
     problems: list[str] = []
 
@@ -278,7 +278,7 @@ class ExportScreen(JobScreen):
     @work(thread=True, exclusive=True, group="start")
     def start(self, which: str | None, out: str, dtype: str, shard: str, gguf: str | None, force: bool) -> None:
         """Prepares the job's directory and starts it detached, as ``ftui export`` does."""
-        from ftui.config import ConfigError
+        from ftui.config.run_config import ConfigError
         from ftui.jobs import export
         from ftui.jobs.launch import RunBusy
 

@@ -18,8 +18,8 @@ from textual.widgets import Button, DataTable, Label, Select, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
-from ftui.runs import RunFollower, RunSummary
+from ftui.safety.text import visible
+from ftui.rundir.runs import RunFollower, RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel
 from ftui.tui.screens.modals import Confirm

@@ -26,10 +26,10 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, Switch
 from textual.worker import get_current_worker
 
-from ftui.bounded_input import load_yaml, yaml_reason
-from ftui.safe_files import write_text
+from ftui.safety.bounded_input import load_yaml, yaml_reason
+from ftui.safety.files import write_text
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS, STAGE_SHORT, engine_description
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
@@ -38,7 +38,7 @@ from ftui.tui.screens.modals import AskPath, ShowText
 from ftui.tui.ui_thread import to_ui
 
 if TYPE_CHECKING:
-    from ftui.config import FieldProblem, RunConfig
+    from ftui.config.run_config import FieldProblem, RunConfig
 
 METHODS = ("full", "lora", "qlora", "freeze")
 # Defaults of the form before the RunConfig model is loaded (it is imported after the first
@@ -384,7 +384,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.paths import default_runs_root  # not ftui.config: its pydantic model is built after the first frame
+        from ftui.rundir.paths import default_runs_root  # not ftui.config.run_config: its pydantic model is built after the first frame
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
@@ -440,7 +440,7 @@ class LaunchScreen(Screen):
             self._after_validation = then
         if not self._ready:
             return
-        from ftui.gpu import inventory_read
+        from ftui.machine.gpu import inventory_read
 
         if not inventory_read():
             # The checks ask NVML about the GPUs; only once detect_hardware has read them (its
@@ -461,9 +461,9 @@ class LaunchScreen(Screen):
         (``dataset_problem``: the datasets' registry; ``fit_problem``: the records' format).
         ``recheck_datasets``: the registry is read again (the preview may not have read the
         latest dataset_info.json)."""
-        from ftui.config import FieldProblem, validate_config
-        from ftui.model_files import download_warning
-        from ftui.records import dataset_path_problem
+        from ftui.config.run_config import FieldProblem, validate_config
+        from ftui.plan.model_files import download_warning
+        from ftui.data.records import dataset_path_problem
 
         cfg, problems = validate_config(data)
         rechecked = None
@@ -534,7 +534,7 @@ class LaunchScreen(Screen):
         status = _("{n} problem(s) to fix").format(n=len(problems)) if problems else _("ready")
         if values.get("trust_remote_code"):
             status += " · " + _("trust_remote_code is ON: Python code from the model's repository will run")
-        from ftui.config import RunConfig, kept_without_effect
+        from ftui.config.run_config import RunConfig, kept_without_effect
 
         ignored = kept_without_effect({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         if ignored:  # the full list is under Output and in the notification shown at load
@@ -619,7 +619,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str, stage: str = "sft") -> None:
-        from ftui.records import dataset_path_problem
+        from ftui.data.records import dataset_path_problem
 
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
         if problem != self._dataset_problem:
@@ -643,7 +643,7 @@ class LaunchScreen(Screen):
     def render_first_example(self, cfg: "RunConfig") -> None:
         """The first training example as the run encodes it (``ftui data --show 1``), from the
         first records only and the hub's caches only: a preview never downloads."""
-        from ftui.examples import EncodedExamples, ExamplesFailed, example_text
+        from ftui.data.examples import EncodedExamples, ExamplesFailed, example_text
 
         few = min(cfg.max_samples or PREVIEW_RECORDS, PREVIEW_RECORDS)
         job = EncodedExamples(cfg.model_copy(update={"max_samples": few, "val_size": 0.0}), limit=1, text=True, offline=True)
@@ -695,7 +695,7 @@ class LaunchScreen(Screen):
     @work(thread=True, exclusive=True, group="plan")
     def plan_memory(self, cfg: "RunConfig") -> None:
         """The planner's verdict for the config as it stands (reads config.json, samples NVML)."""
-        from ftui.plan import UnknownModel, plan
+        from ftui.plan.planner import UnknownModel, plan
 
         gpu_bytes = None
         sampler = getattr(self.app, "sampler", None)
@@ -719,7 +719,7 @@ class LaunchScreen(Screen):
     def _gpus_changed(self, value: str, always: bool = False) -> None:
         """GPUs picked (or unpicked): count and check those once the value reads as a list
         (not while "1," is being typed); ``always``: else those the environment leaves."""
-        from ftui.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config: its model is built in a worker
+        from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config.run_config: its model is built in a worker
 
         picked = gpus_as_text(value)
         valid = picked is None or GPU_LIST.fullmatch(picked) is not None
@@ -730,7 +730,7 @@ class LaunchScreen(Screen):
     def detect_hardware(self, picked: str | None = None) -> None:
         """NVML: the GPUs a run would use (``picked``: the form's gpus, else those
         CUDA_VISIBLE_DEVICES leaves), whether they do bf16, and the machine's list to pick from."""
-        from ftui.gpu import bf16_unsupported_reason, gpu_count, machine_gpus, visibility_note
+        from ftui.machine.gpu import bf16_unsupported_reason, gpu_count, machine_gpus, visibility_note
 
         n, reason, listed = gpu_count(picked), bf16_unsupported_reason(None, picked), machine_gpus()
         note = visibility_note() if picked is None else _("gpus {picked}: the run's CUDA_VISIBLE_DEVICES ({n} GPU(s))").format(
@@ -776,7 +776,7 @@ class LaunchScreen(Screen):
     @work(thread=True, exclusive=True, group="demo")
     def read_demo(self) -> None:
         """The demo preset, validated off the UI thread (its checks stat the shipped files)."""
-        from ftui.config import demo_config
+        from ftui.config.run_config import demo_config
 
         to_ui(self, self._fill_demo, demo_config().to_dict(False))
 
@@ -843,7 +843,7 @@ class LaunchScreen(Screen):
     def _show_kept_keys(self) -> str | None:
         """Lists the loaded keys ftui does not support under Output (wrapped, it stays after the
         notification); returns that warning."""
-        from ftui.config import RunConfig, unsupported_warning
+        from ftui.config.run_config import RunConfig, unsupported_warning
 
         warning = unsupported_warning({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))
@@ -858,7 +858,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, group="io")
     def save_yaml(self, path: str, data: dict[str, Any]) -> None:
-        from ftui.config import RunConfig
+        from ftui.config.run_config import RunConfig
 
         try:
             cfg = RunConfig.model_validate(data) if not self.problems else None
@@ -885,7 +885,7 @@ class LaunchScreen(Screen):
     def show_command(self, cfg: "RunConfig", yaml_path: str | None) -> None:
         """`ftui train FILE` when FILE (last saved or loaded) holds what the form shows, else
         how to get there; the launch command beneath, for reference (it reads the file)."""
-        from ftui.config import ConfigError, load_config
+        from ftui.config.run_config import ConfigError, load_config
 
         saved = False
         if yaml_path is not None:
@@ -983,7 +983,7 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
     """The Data group's preview: the first records of the first two datasets as read (or why
     they cannot be), and why the data does not fit the stage (None when it does). Reads files:
     call it from a worker. The Evaluate & Predict screen shows the same."""
-    from ftui.records import DataFormatError, HubDataset, check_format, read_records, record_preview, resolve_datasets
+    from ftui.data.records import DataFormatError, HubDataset, check_format, read_records, record_preview, resolve_datasets
 
     text = Text()
     fit_problem = None

@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 
 
 class Confirm(ModalScreen[bool]):

@@ -274,7 +274,7 @@ class PredictionsScreen(ExamplesScreen):
 def score_all(screen: ExamplesScreen, rows: list[Example]) -> list[dict[str, float]] | str | None:
     """Each row's scores, computed on copies in the calling worker (the UI thread assigns them);
     a string when the metric packages are missing; None when the screen was left."""
-    from ftui.text_metrics import metrics_unavailable
+    from ftui.data.text_metrics import metrics_unavailable
 
     missing = metrics_unavailable()
     if missing:

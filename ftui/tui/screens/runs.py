@@ -17,9 +17,9 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_plan,
+from ftui.rundir.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_plan,
                        delete_run, list_row, list_runs)
-from ftui.safe_text import visible
+from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures

@@ -4,7 +4,7 @@ LLaMA-Factory 0.9.5 encodes supervised examples.
 The whole path, re-written from LLaMA-Factory's documented behaviour and checked token for
 token against its output (tests/test_templates.py, tests/data/llamafactory_templates/):
 
-1. A record becomes a :class:`Conversation` (``ftui.records.to_conversation``): a system
+1. A record becomes a :class:`Conversation` (``ftui.data.records.to_conversation``): a system
    prompt, the tools (JSON text), and turns that alternate user-or-observation /
    assistant-or-function, ending with the answer.
 2. ``fix_tokenizer``: the template's first stop word becomes EOS where it says so, the other
@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable
 
-from ftui.bounded_input import load_json
+from ftui.safety.bounded_input import load_json
 from ftui.i18n import _
 from ftui.presets.templates import EOS, TEMPLATES, Piece, Slot, Special, Template, Token
 

@@ -24,12 +24,12 @@ from typing import Any, Callable
 
 import psutil
 
-from ftui.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
+from ftui.rundir.paths import (CHECKPOINTS_DIR, CONFIG_FILE, EVENTS_FILE, FINAL_DIR, HEARTBEAT_DIR, LAUNCH_FILE, LOCK_FILE, LOG_FILE,  # noqa: F401 (re-exported)
                         RUN_INDEX_FILE, STOP_FILE, TRAINER_STATE, default_runs_root, ftui_home)
-from ftui.bounded_input import load_json  # json.loads with a too-deep document as a ValueError
+from ftui.safety.bounded_input import load_json  # json.loads with a too-deep document as a ValueError
 from ftui.i18n import N_, _
-from ftui.safe_text import visible
-from ftui.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
+from ftui.safety.text import visible
+from ftui.rundir.events import RUN_END_STATUSES, EventReader, UnreadableFile, file_size, line_start_after, read_at, read_complete_lines
 
 LIVE_STATUSES = ("starting", "running")
 # A run_end says completed, stopped or failed; only a reader can conclude these two (the job is
@@ -513,7 +513,7 @@ def _config_scalars(run_dir: Path) -> dict[Any, str | int | float]:
     """config.yaml's settings that are plain text or numbers ({} when it cannot be read or
     is not a mapping: a run directory is untrusted)."""
     try:
-        from ftui.bounded_input import load_yaml
+        from ftui.safety.bounded_input import load_yaml
 
         data = load_yaml(read_at(run_dir / CONFIG_FILE, 0, 1 << 20) or b"") or {}
         return {k: v for k, v in data.items() if isinstance(v, (str, int, float))}
@@ -529,7 +529,7 @@ LIST_HEADINGS = {"run": N_("run"), "status": N_("status"), "model": N_("model"),
 
 def list_row(r: RunSummary) -> dict[str, str]:
     """A run as ``ftui runs`` and the runs screen show it: every LIST_COLUMNS cell as text."""
-    from ftui.follow import fmt_duration  # follow imports this module
+    from ftui.cli.follow import fmt_duration  # follow imports this module
 
     return {
         "run": r.run_id, "status": r.status,
@@ -707,7 +707,7 @@ class RunDeleteError(RuntimeError):
 
 
 RUN_MARKERS = (LAUNCH_FILE, EVENTS_FILE, LOG_FILE, LOCK_FILE)  # beside config.yaml, one of these: a run ftui started
-DELETE_KIND = "delete"  # ftui.owned_dirs' marker kind of a run being deleted
+DELETE_KIND = "delete"  # ftui.safety.owned_dirs' marker kind of a run being deleted
 DELETING_NAME = re.compile(r"\..+\.deleting")  # .RUN.RANDOM.deleting: a run being deleted (no listing shows dot-names)
 
 
@@ -775,11 +775,11 @@ def delete_run(run_dir: str | os.PathLike[str], asked: DeletePlan | None = None)
     A live run is refused (stop it first). The job lock is held while the directory goes,
     so a ``--resume`` started meanwhile waits for it and then finds no run (it cannot train
     into a half-deleted directory). The directory is marked as being deleted
-    (``ftui.owned_dirs``: a marker this process keeps locked) and renamed to
+    (``ftui.safety.owned_dirs``: a marker this process keeps locked) and renamed to
     ``.RUN.RANDOM.deleting``, which no listing shows: the run leaves every list at once, however
     long the removal of its checkpoints takes. A delete killed midway leaves that directory,
     which the next delete in the same runs root and ``ftui runs`` recognise and remove."""
-    from ftui.owned_dirs import MARKER, claim, release, remove
+    from ftui.safety.owned_dirs import MARKER, claim, release, remove
 
     plan = delete_plan(run_dir)
     if asked is not None and plan != asked:
@@ -833,7 +833,7 @@ def delete_run(run_dir: str | os.PathLike[str], asked: DeletePlan | None = None)
 def sweep_deleting(root: Path) -> str | None:
     """Finishes the deletes that were killed midway in ``root`` (``.RUN.*.deleting`` directories
     marked by a delete whose process is gone); one line saying so, or None."""
-    from ftui.owned_dirs import sweep, sweep_line
+    from ftui.safety.owned_dirs import sweep, sweep_line
 
     removed, failed = sweep(root, DELETING_NAME, (DELETE_KIND,))
     return sweep_line(removed, failed, "delete")
@@ -842,7 +842,7 @@ def sweep_deleting(root: Path) -> str | None:
 def live_job_dirs(run_dir: Path) -> list[Path]:
     """The run's predict, eval and export jobs that are running (each holds its own lock in
     RUN/KIND/ID): deleting the run would pull the weights and files from under them."""
-    from ftui.paths import EVAL_DIR, EXPORT_DIR, PREDICT_DIR
+    from ftui.rundir.paths import EVAL_DIR, EXPORT_DIR, PREDICT_DIR
 
     live = []
     for kind in (PREDICT_DIR, EVAL_DIR, EXPORT_DIR):
@@ -968,7 +968,7 @@ class CheckpointError(RuntimeError):
 class CheckpointMismatch(CheckpointError):
     """A sound checkpoint saved with settings the config no longer has (engine, batch,
     accumulation, DeepSpeed's ranks): every checkpoint of the run refuses it alike, so the fix
-    is the settings, not another checkpoint (ftui.resume_checks.checkpoint_mismatch)."""
+    is the settings, not another checkpoint (ftui.rundir.resume_checks.checkpoint_mismatch)."""
 
 
 def read_trainer_state(checkpoint: Path) -> Any:

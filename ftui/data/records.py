@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 
-from ftui.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
+from ftui.safety.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
 from ftui.i18n import N_, _
-from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
-from ftui.paths import DEMO_DATASET, DEMO_DATASET_FILE
+from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
+from ftui.rundir.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
 BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
@@ -175,7 +175,7 @@ def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = Non
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     if stage is not None:
-        from ftui.preference_records import registry_fit_problem
+        from ftui.data.preference_records import registry_fit_problem
 
         for spec in specs:
             problem = registry_fit_problem(spec, stage)
@@ -478,7 +478,7 @@ def _sharegpt(record: dict[str, Any], spec: DatasetSpec, index: int) -> tuple[li
 
 def to_conversation(record: Any, spec: DatasetSpec, index: int) -> Conversation | None:
     """One record as LLaMA-Factory's converters leave it, for a named template
-    (``ftui.conversation``): the system prompt, the tools as written, and turns that must
+    (``ftui.data.conversation``): the system prompt, the tools as written, and turns that must
     alternate user-or-observation / assistant-or-function. None for a conversation whose
     turns do not (LLaMA-Factory skips those too); DataFormatError for a malformed record."""
     if spec.formatting == "alpaca":
@@ -546,7 +546,7 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
             raise DataFormatError(_("dataset {name} is a preference (ranking) dataset; it fits stage dpo or rm, not pt").format(
                 name=repr(spec.name)))
         return _("raw text")
-    from ftui.preference_records import stage_fit_problem
+    from ftui.data.preference_records import stage_fit_problem
 
     if not spec.explicit_format and isinstance(first, dict) and "chosen" in first and "rejected" in first:
         spec.formatting = "sharegpt" if ("conversations" in first or "messages" in first) else "alpaca"
@@ -566,7 +566,7 @@ def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tu
     if stage == "pt":
         return to_text(record, spec, index), ""
     if stage in ("dpo", "rm", "kto"):
-        from ftui.preference_records import comparison_preview
+        from ftui.data.preference_records import comparison_preview
 
         return comparison_preview(record, spec, index, stage)
     messages, _tools = to_messages(record, spec, index)

@@ -22,8 +22,8 @@ import os
 import warnings
 from collections.abc import Iterable
 
-from .i18n import ngettext
-from .paths import ftui_home
+from ftui.i18n import ngettext
+from ftui.rundir.paths import ftui_home
 
 METRICS = ("bleu-4", "rouge-1", "rouge-2", "rouge-l")
 ROUGE_METRICS = ("rouge-1", "rouge-2", "rouge-l")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ftui.i18n import N_, _
-from ftui.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
-from ftui.records import DataFormatError, DatasetSpec, _fail, _text, to_conversation
+from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
+from ftui.data.records import DataFormatError, DatasetSpec, _fail, _text, to_conversation
 
 # English (N_): translated where a message shows it
 RANKING_EXPECTED = {

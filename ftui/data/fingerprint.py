@@ -2,7 +2,7 @@
 
 A resume compares the run's fingerprint (``data_fingerprint.json`` in the run directory)
 with the files it is about to read, so records replaced or cut between a stop and a resume
-are named instead of silently changing the loss curve (ftui.resume_checks). Torch-free and
+are named instead of silently changing the loss curve (ftui.rundir.resume_checks). Torch-free and
 streamed: hashing reads each file once in 1 MiB blocks (hashlib.file_digest), so a large
 dataset costs one read, not its size in memory. The app computes it in the worker that starts
 a run (prepare_run), the CLI before it starts or resumes one.
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ftui.paths import DATA_FINGERPRINT_FILE
+from ftui.rundir.paths import DATA_FINGERPRINT_FILE
 
 FORMAT = 1
 READ_MAX = 16 << 20  # a fingerprint is a few hundred bytes per dataset file
@@ -35,7 +35,7 @@ def file_digest(path: Path) -> tuple[int, str]:
 def _folder_digest(path: Path) -> tuple[int, str]:
     """A dataset folder (the runner reads its data files, in name order) as one size and hash:
     each file's name and bytes in that order, so renaming, adding or changing a file shows."""
-    from ftui.records import DATA_SUFFIXES
+    from ftui.data.records import DATA_SUFFIXES
 
     total, digest = 0, hashlib.sha256()
     for f in sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES and p.is_file()):
@@ -62,7 +62,7 @@ def _entry(role: str, spec: Any) -> dict[str, Any]:
 def compute(cfg: Any) -> dict[str, Any]:
     """The fingerprint of ``cfg``'s training and eval datasets, as they resolve now (a name
     that no longer resolves is recorded with the reason: the run itself says more)."""
-    from ftui.records import DataFormatError, resolve_datasets
+    from ftui.data.records import DataFormatError, resolve_datasets
 
     entries: list[dict[str, Any]] = []
     for role, names in (("dataset", cfg.dataset), ("eval_dataset", cfg.eval_dataset)):
@@ -78,9 +78,9 @@ def compute(cfg: Any) -> dict[str, Any]:
 
 
 def record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
-    """Writes the run's fingerprint whole or not at all (ftui.safe_files: a new file renamed
+    """Writes the run's fingerprint whole or not at all (ftui.safety.files: a new file renamed
     over it, never written through a link)."""
-    from ftui.safe_files import write_text
+    from ftui.safety.files import write_text
 
     write_text(Path(run_dir) / DATA_FINGERPRINT_FILE, json.dumps(fingerprint, indent=1))
 
@@ -88,8 +88,8 @@ def record(run_dir: Path, fingerprint: dict[str, Any]) -> None:
 def read(run_dir: Path) -> dict[str, Any] | None:
     """The run's recorded fingerprint; None for a run started before ftui recorded one (or
     whose file is unreadable or not ftui's: it cannot be compared either)."""
-    from ftui.bounded_input import load_json
-    from ftui.events import UnreadableFile, read_at
+    from ftui.safety.bounded_input import load_json
+    from ftui.rundir.events import UnreadableFile, read_at
 
     try:  # a run directory is untrusted: bounded, never blocking (read_at), nesting refused (load_json)
         data = load_json(read_at(Path(run_dir) / DATA_FINGERPRINT_FILE, 0, READ_MAX) or b"")

@@ -24,17 +24,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ftui.bounded_input import YAMLRefused, load_yaml, short_repr, yaml_reason
+from ftui.safety.bounded_input import YAMLRefused, load_yaml, short_repr, yaml_reason
 from ftui.i18n import N_, _, current_language
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
 from ftui.presets.families import FA2_MODEL_TYPES, runs_sdpa
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
-from ftui.conversation import TOOL_FORMATS
+from ftui.data.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
 from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
 
-from ftui.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
-from ftui.gpu_picks import GPU_LIST, gpus_as_text
+from ftui.rundir.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
+from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text
 
 
 # optim values ftui builds (LLaMA-Factory / transformers' names); the bitsandbytes ones need it and a CUDA GPU
@@ -73,7 +73,7 @@ class RunConfig(BaseModel):
     )
     trust_remote_code: bool = False
     template: str | None = Field(None, description=N_("a built-in chat template name (LLaMA-Factory's); empty: the tokenizer's own"))
-    # --- How conversations are encoded (LLaMA-Factory's keys; ftui.conversation)
+    # --- How conversations are encoded (LLaMA-Factory's keys; ftui.data.conversation)
     tool_format: str | None = Field(None, description=N_("how tools and function calls are written (default, qwen, qwen3_5, llama3, mistral, glm4); empty: the template's"))
     train_on_prompt: bool = Field(False, description=N_("learn the prompts too, not only the answers"))
     mask_history: bool = Field(False, description=N_("learn only the last answer of a conversation (and keep the last turns first when cutting)"))
@@ -455,7 +455,7 @@ def flash_attn_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.precision == "fp32":
         return [FieldProblem("flash_attn", "fa2", _("FlashAttention-2 computes in bf16 or fp16; turn on bf16 (or pure_bf16, fp16), or use flash_attn: auto for an fp32 run"))]
     if _THIS_MACHINE.get():
-        from ftui.gpu import first_pre_ampere  # NVML, not torch: this runs in the dashboard too
+        from ftui.machine.gpu import first_pre_ampere  # NVML, not torch: this runs in the dashboard too
 
         old = first_pre_ampere(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
         if old is not None:
@@ -480,7 +480,7 @@ def attention_model_problems(cfg: RunConfig) -> list[FieldProblem]:
     others with eager attention)."""
     if cfg.flash_attn not in ("fa2", "sdpa"):
         return []
-    from ftui.plan import read_model_config
+    from ftui.plan.planner import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)
@@ -561,7 +561,7 @@ def cross_field_problems(cfg: RunConfig, model_known: bool = True) -> list[Field
                                                 "supports it) or fp32") if cfg.device == "auto" else
                                 _("fp16 needs a CUDA GPU; for a CPU run use bf16 (CPU autocast supports it) or fp32")))
     if cfg.precision == "bf16" and cfg.device != "cpu" and _THIS_MACHINE.get():  # no GPU seen: None (a CPU run does bf16 through autocast)
-        from ftui.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
+        from ftui.machine.gpu import bf16_unsupported_reason  # NVML, not torch: this runs in the dashboard too
 
         reason = bf16_unsupported_reason(cfg.nproc_per_node, cfg.gpus)  # the GPUs this node's ranks use
         if reason:
@@ -660,13 +660,13 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.interleave_probs is not None:
         out += _interleave_problems(cfg)
     if cfg.tokenized_path:
-        from ftui.records import tokenized_data_problem
+        from ftui.data.records import tokenized_data_problem
 
         problem = tokenized_data_problem(cfg.tokenized_path)
         if problem:
             out.append(FieldProblem("tokenized_path", cfg.tokenized_path, problem))
     if cfg.resume_from_checkpoint:
-        from ftui.runs import resume_target_problem
+        from ftui.rundir.runs import resume_target_problem
 
         problem = resume_target_problem(cfg.resume_from_checkpoint)
         if problem:
@@ -723,7 +723,7 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     model_init is random) or a tokenizer; a hub model missing from the cache under
     HF_HUB_OFFLINE; USE_MODELSCOPE_HUB=1 without the modelscope package. From file names only
     (no torch, no network): the form runs it per keystroke."""
-    from ftui.model_files import (cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path,
+    from ftui.plan.model_files import (cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path,
                                   modelscope_missing, use_modelscope)
 
     name = cfg.model_name_or_path
@@ -755,10 +755,10 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
 
 def model_size_problems(cfg: RunConfig) -> list[FieldProblem]:
     """The sizes in the model's config.json (on disk or in the hub cache) that are not positive
-    whole numbers (ftui.model_sizes): refused by name before the planner or a run computes with
+    whole numbers (ftui.plan.model_sizes): refused by name before the planner or a run computes with
     them. A hub model not here yet is checked by transformers as it loads."""
-    from ftui.model_sizes import size_problems
-    from ftui.plan import read_model_config
+    from ftui.plan.model_sizes import size_problems
+    from ftui.plan.planner import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)
@@ -800,7 +800,7 @@ def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
     stretched by its rope_scaling where it has one). Past them a model with a table of
     positions fails, and a RoPE model meets positions it was never trained on; LLaMA-Factory
     goes further only where rope scaling is set, and so does ftui."""
-    from ftui.plan import read_model_config
+    from ftui.plan.planner import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)  # a local folder or the hub cache: no network
@@ -822,7 +822,7 @@ def fitting_cutoff_len(model_name_or_path: str, wanted: int) -> int:
     """``wanted``, lowered to the positions the model allows (cutoff_problems' limit): the
     cutoff_len for a model scored outside a run (ftui predict / eval --model), whose user set
     none, so that the default (2048) does not refuse a model made for fewer."""
-    from ftui.plan import read_model_config
+    from ftui.plan.planner import read_model_config
 
     try:
         limit = position_limit(read_model_config(model_name_or_path))
@@ -839,7 +839,7 @@ def multimodal_model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """A model with a vision or audio tower (Qwen-VL, LLaVA, Gemma 3 4B+ ...): ftui trains the
     text-only causal LMs; LLaMA-Factory's multimodal plug-ins (image/video/audio processing,
     frozen towers) are not part of it, so such a model is refused instead of half-trained."""
-    from ftui.plan import read_model_config
+    from ftui.plan.planner import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)
@@ -931,7 +931,7 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
     twice = sorted({e for e in entries if entries.count(e) > 1})
     if twice:
         return [FieldProblem("gpus", cfg.gpus, _("GPU {gpu} is named twice (CUDA would then show no GPU at all)").format(gpu=twice[0]))]
-    from ftui.gpu import gpus_named, visible_gpus  # NVML, not torch: this runs in the dashboard too
+    from ftui.machine.gpu import gpus_named, visible_gpus  # NVML, not torch: this runs in the dashboard too
 
     out = []
     machine = gpus_named(None) if _THIS_MACHINE.get() else []
@@ -950,7 +950,7 @@ def gpu_pick_problems(cfg: RunConfig) -> list[FieldProblem]:
 def gpu_present(picked: str | None = None) -> bool:
     if not _THIS_MACHINE.get():
         return True
-    from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
+    from ftui.machine.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
 
     return gpu_count(picked) > 0
 
@@ -976,7 +976,7 @@ def qlora_unavailable_reason() -> str | None:
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
         return _("bitsandbytes is not installed (pip install 'ftui[qlora]')")
-    from ftui.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
+    from ftui.machine.gpu import gpu_count  # NVML, not torch: this runs in the dashboard too
 
     if gpu_count() == 0:
         return _("no CUDA GPU was found")

@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ftui.i18n import N_, _
-from ftui.runs import RunFollower, RunSummary, reason_text
-from ftui.safe_text import SafeConsole
+from ftui.rundir.runs import RunFollower, RunSummary, reason_text
+from ftui.safety.text import SafeConsole
 
 
 class EtaWindow:

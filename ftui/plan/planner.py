@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ftui.bounded_input import load_json
+from ftui.safety.bounded_input import load_json
 from ftui.i18n import _
-from ftui.paths import DEMO_MODEL, DEMO_MODEL_DIR
+from ftui.rundir.paths import DEMO_MODEL, DEMO_MODEL_DIR
 from ftui.presets.families import runs_sdpa
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, more_memory_saving, read_user_deepspeed, spec_from
 
@@ -135,7 +135,7 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
-        from ftui.model_sizes import size_problems
+        from ftui.plan.model_sizes import size_problems
 
         problems = size_problems(cfg)  # infinity, 0, -1: refused by name before any arithmetic
         if problems:
@@ -184,7 +184,7 @@ def read_model_config(model_name_or_path: str) -> dict[str, Any]:
     if model_name_or_path == DEMO_MODEL:
         candidates = [DEMO_CONFIG]
     else:
-        from ftui.model_files import cached_snapshots
+        from ftui.plan.model_files import cached_snapshots
 
         try:
             candidates = [Path(model_name_or_path).expanduser() / "config.json"]
@@ -584,7 +584,7 @@ def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = Non
     config.json is missing."""
     shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
     if getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
-        from ftui.gpu import compute_capabilities, sample_gpus
+        from ftui.machine.gpu import compute_capabilities, sample_gpus
 
         picked = getattr(cfg, "gpus", None)  # the run's own GPUs, else those CUDA_VISIBLE_DEVICES leaves
         if gpu_bytes is None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftui.bounded_input import load_json
+from ftui.safety.bounded_input import load_json
 from ftui.i18n import _, ngettext
 
 MARKER = ".ftui-temp.json"

@@ -1,7 +1,7 @@
 """What a model folder holds (config.json, weights, tokenizer) and what the Hugging Face hub
 cache holds, told from file names alone: no torch, no network, fast enough to run on every
 keystroke of the launch form. A run that lacks one of these fails only after loading for a
-while, with transformers' own message; validation says it first (ftui.config).
+while, with transformers' own message; validation says it first (ftui.config.run_config).
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def hub_endpoint() -> str:
 
 
 def shown_endpoint(endpoint: str) -> str:
-    """An endpoint as messages show it: a user:token@ inside the URL blanked (ftui.url_secrets);
+    """An endpoint as messages show it: a user:token@ inside the URL blanked (ftui.safety.url_secrets);
     the real one (hub_endpoint) is what is connected to."""
-    from ftui.url_secrets import redact_urls
+    from ftui.safety.url_secrets import redact_urls
 
     return redact_urls(endpoint)
 
@@ -122,7 +122,7 @@ def download_warning(name: str, random_init: bool) -> str | None:
     download it (and, with no network, fail within seconds with this same advice). From the
     cache's files alone: no network call. ModelScope's cache layout changes between its
     versions, so with USE_MODELSCOPE_HUB=1 the advice is always given."""
-    from ftui.paths import DEMO_MODEL
+    from ftui.rundir.paths import DEMO_MODEL
 
     name = name.strip()
     if not name or name == DEMO_MODEL or looks_like_path(name) or is_folder(name) or hub_offline():

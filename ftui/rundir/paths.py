@@ -12,7 +12,7 @@ from pathlib import Path
 # --- A run directory
 CONFIG_FILE = "config.yaml"  # the resolved RunConfig the job reads
 LAUNCH_FILE = "launch.json"  # the supervisor's pid, start time, host and command
-EVENTS_FILE = "events.jsonl"  # the event stream (ftui.events), written by rank 0
+EVENTS_FILE = "events.jsonl"  # the event stream (ftui.rundir.events), written by rank 0
 LOG_FILE = "train.log"  # every process's stdout and stderr
 DATA_FINGERPRINT_FILE = "data_fingerprint.json"  # each dataset file's path, size and sha256 at the start (a resume compares)
 RESERVE_FILE = ".run-end-reserve"  # room kept on disk for the final run_end
@@ -80,7 +80,7 @@ def default_runs_root() -> str:
 
 
 # --- What ships with ftui
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 ENGINE_PRESETS_DIR = PRESETS_DIR / "engines"
 DEMO_DIR = PRESETS_DIR / "demo"
 DEMO_MODEL = "ftui-demo"  # a model name that means the shipped tiny Llama config + tokenizer

@@ -1,7 +1,7 @@
 """``ftui watch RUN``: plain progress lines for terminals without a TTY
 (``ssh host ftui watch RUN`` without ``-t``, CI logs, ``| tee``). No colours, no cursor
 movement: one line per new step event (at most one per interval), then the final status.
-What the run directory says is shown literally (``ftui.safe_text``): no escape sequence in a
+What the run directory says is shown literally (``ftui.safety.text``): no escape sequence in a
 failure reason or a warning reaches the terminal.
 
 A long run's history is not replayed: watch reads the head of events.jsonl (run_start)
@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ftui.events import StepColumns, extra_figures, fmt_figure
-from ftui.follow import JOB_ENGINES, EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
+from ftui.rundir.events import StepColumns, extra_figures, fmt_figure
+from ftui.cli.follow import JOB_ENGINES, EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
 from ftui.i18n import _
-from ftui.runs import RunFollower, RunSummary, reason_text
-from ftui.safe_text import VisibleWriter
+from ftui.rundir.runs import RunFollower, RunSummary, reason_text
+from ftui.safety.text import VisibleWriter
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
 HEAD_BYTES = 256 << 10

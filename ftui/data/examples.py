@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 from rich.text import Text
 
 from ftui.i18n import N_, _
-from ftui.safe_text import visible  # control characters as escapes; newlines and tabs are the text's layout
+from ftui.safety.text import visible  # control characters as escapes; newlines and tabs are the text's layout
 
 if TYPE_CHECKING:
-    from ftui.config import RunConfig
+    from ftui.config.run_config import RunConfig
 
 IGNORE = -100  # a label with no loss (ftui.runner.data.IGNORE)
 OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
@@ -77,7 +77,7 @@ class EncodedExamples:
         left out, so that showing the examples (ftui data, the form's preview) never writes it:
         the first training run does (and a later one with another template or cutoff must not
         find ids a preview saved). One that holds data is read, as the run would read it."""
-        from ftui.records import TOKENIZED_MARKER
+        from ftui.data.records import TOKENIZED_MARKER
 
         path = self.cfg.tokenized_path
         if path and not (Path(path).expanduser() / TOKENIZED_MARKER).is_file():

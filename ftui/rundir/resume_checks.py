@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ftui.bounded_input import short_repr
+from ftui.safety.bounded_input import short_repr
 from ftui.i18n import _
 
 # Keys whose change makes the resumed steps train another model or on other data: refused

@@ -34,14 +34,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ftui.bounded_input import YAMLRefused, load_yaml, short_repr
-from ftui.cli_help import SuggestingParser, use_cell_width
+from ftui.safety.bounded_input import YAMLRefused, load_yaml, short_repr
+from ftui.cli.help import SuggestingParser, use_cell_width
 from ftui.i18n import N_, _
-from ftui.paths import default_runs_root
-from ftui.safe_text import SafeConsole, VisibleWriter, visible
+from ftui.rundir.paths import default_runs_root
+from ftui.safety.text import SafeConsole, VisibleWriter, visible
 
 if TYPE_CHECKING:
-    from ftui.config import RunConfig
+    from ftui.config.run_config import RunConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
@@ -58,7 +58,7 @@ PLAN_PARTS = (("weights", N_("weights")), ("gradients", N_("gradients")), ("opti
 def safe_console(stderr: bool = False) -> Console:
     """Every console here prints untrusted text (dataset records, run names, model output,
     failure reasons): a SafeConsole shows its control characters as escapes, to a terminal and a
-    pipe alike (ftui.safe_text); callers escape markup, and emoji codes (``:x:``), which
+    pipe alike (ftui.safety.text); callers escape markup, and emoji codes (``:x:``), which
     rich.markup.escape leaves alone, are never replaced. Lines are not broken at the console's
     width (80 columns when the output is not a terminal): a path or a command printed whole can
     be copied (the terminal wraps it)."""
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
             j.add_argument("--batch-size", type=int, help=_("examples scored together per process (default: the run's "
                                                             "per_device_eval_batch_size)"))
 
-    from ftui.cli_export import add_parser as add_export_parser
+    from ftui.cli.export import add_parser as add_export_parser
 
     add_export_parser(sub)
     r = sub.add_parser("runs", help=_("list your runs (the default runs root's and those output_dir put elsewhere)"))
@@ -271,7 +271,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("predict", "eval"):
         return cmd_offline_job(args)
     if args.command == "export":
-        from ftui.cli_export import cmd_export
+        from ftui.cli.export import cmd_export
 
         return cmd_export(args)
     if args.command == "attach":
@@ -304,7 +304,7 @@ def _apply_app_options(args: argparse.Namespace) -> bool:
 
 
 def _resolve(ref: str, root: str | None, err: Console) -> Path | None:
-    from ftui.runs import resolve_run
+    from ftui.rundir.runs import resolve_run
 
     try:
         return resolve_run(ref, root or default_runs_root())
@@ -318,7 +318,7 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     initial = None
     if args.app_config:
-        from ftui.config import ConfigError, load_config  # pydantic's model: only for --config
+        from ftui.config.run_config import ConfigError, load_config  # pydantic's model: only for --config
 
         try:
             load_config(args.app_config)
@@ -348,7 +348,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from ftui.watch import watch_run
+    from ftui.cli.watch import watch_run
 
     run_dir = _resolve(args.run, args.root, safe_console(stderr=True))
     if run_dir is None:
@@ -374,7 +374,7 @@ def _refused_live(run_dir: Path, summary: Any, err: Console, then: str = "") -> 
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from ftui.runs import RunDeleteError, delete_plan, delete_run, summarize_run
+    from ftui.rundir.runs import RunDeleteError, delete_plan, delete_run, summarize_run
 
     err = safe_console(stderr=True)
     run_dir = _resolve(args.run, args.root, err)
@@ -479,7 +479,7 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     """The config of ftui train / data / plan, checked; ``data_needed`` False (plan --gpu-memory,
     for another machine): the datasets need not be here, only a registry entry that names them
     must be sound."""
-    from ftui.config import ConfigError, demo_config, load_config
+    from ftui.config.run_config import ConfigError, demo_config, load_config
 
     if args.preset and args.config:
         err.print(error_line(_("give a CONFIG.yaml or --preset {preset}, not both (--set changes a key of either)").format(preset=args.preset)))
@@ -501,12 +501,12 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     except ConfigError as e:
         err.print(error_line(str(e)))
         return None
-    from ftui.model_files import download_warning
+    from ftui.plan.model_files import download_warning
 
     for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
         if w:
             err.print(warning_line(w))
-    from ftui.records import dataset_path_problem
+    from ftui.data.records import dataset_path_problem
 
     problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=data_needed)
     if problem:
@@ -530,7 +530,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.runs import FINAL_DIR, checkpoints, live_job_dirs, reason_text, summarize_run
+    from ftui.rundir.runs import FINAL_DIR, checkpoints, live_job_dirs, reason_text, summarize_run
 
     if args.config or args.preset:
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
@@ -581,10 +581,10 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
 def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tuple[Path, RunConfig, Path] | None:
     """With the run's lock held: its config with the overrides and the checkpoint, checked
     (resume_checks) before the config, the fingerprint or the Stop request are written."""
-    from ftui import data_fingerprint
-    from ftui.config import ConfigError, load_config
-    from ftui.paths import STOP_FILE
-    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.data import fingerprint as data_fingerprint
+    from ftui.config.run_config import ConfigError, load_config
+    from ftui.rundir.paths import STOP_FILE
+    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
     overrides = _parse_set(args.overrides)
     try:
@@ -616,11 +616,11 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     """Says what the resume changes and replaces; False (said why) when it must not go on:
     the checkpoint cannot load with these settings, or the base model or the data differ and
     the user did not say --allow-changed."""
-    from ftui import data_fingerprint
-    from ftui.paths import FINAL_DIR, TRAINER_STATE
-    from ftui.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
-    from ftui.events import UnreadableFile
-    from ftui.runs import checkpoints, read_trainer_state
+    from ftui.data import fingerprint as data_fingerprint
+    from ftui.rundir.paths import FINAL_DIR, TRAINER_STATE
+    from ftui.rundir.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
+    from ftui.rundir.events import UnreadableFile
+    from ftui.rundir.runs import checkpoints, read_trainer_state
 
     try:
         state = read_trainer_state(ckpt)
@@ -669,9 +669,9 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
     as --set overrides, so the YAML's settings are the ones trained with, as in LLaMA-Factory."""
     import json
 
-    from ftui.config import ConfigError
-    from ftui.config import load_config as read_config
-    from ftui.runs import CONFIG_FILE, resume_target
+    from ftui.config.run_config import ConfigError
+    from ftui.config.run_config import load_config as read_config
+    from ftui.rundir.runs import CONFIG_FILE, resume_target
 
     run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
     try:
@@ -718,7 +718,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except OSError as e:
             err.print(error_line(_("cannot create a run directory under {path}: {reason}").format(path=cfg.output_dir, reason=e)))
             return EXIT_FAILED
-    from ftui.events import EVENTS_FILE
+    from ftui.rundir.events import EVENTS_FILE
 
     events_path = run_dir / EVENTS_FILE
     offset = events_path.stat().st_size if resume and events_path.exists() else 0
@@ -741,12 +741,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         out.print(escape(_("follow it with: ftui attach {run}   (or: ftui watch {run})").format(run=run_dir.name)))
         return EXIT_OK
     summary, interrupted = _follow_job(run_dir, out, offset)
-    from ftui.runs import checkpoints
+    from ftui.rundir.runs import checkpoints
 
     if summary.status != "completed" and checkpoints(run_dir):
         out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
     if summary.status == "completed":
-        from ftui.paths import FINAL_DIR
+        from ftui.rundir.paths import FINAL_DIR
 
         if (run_dir / FINAL_DIR).is_dir():  # where the result is, and what uses it
             out.print(escape(_("the trained model: {path} (ftui chat --run {run}; ftui predict {run} --dataset ...; "
@@ -763,7 +763,7 @@ JOB_INTERRUPTS = (N_("stopping: what is done is kept"), N_("killing the job"))
 def _follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, str] = TRAIN_INTERRUPTS) -> tuple[Any, bool]:
     """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it, each
     saying ``says``); returns its summary and whether the user interrupted it."""
-    from ftui.follow import follow_run
+    from ftui.cli.follow import follow_run
     from ftui.jobs.launch import stop_run
 
     interrupts = []
@@ -785,11 +785,11 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     --node-rank K``): node K > 0 of a multi-node run joins the run directory node 0 made, on
     a filesystem the nodes share; its ranks write their part of each checkpoint there and its
     supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
-    from ftui.config import ConfigError, load_config
-    from ftui.events import EVENTS_FILE
+    from ftui.config.run_config import ConfigError, load_config
+    from ftui.rundir.events import EVENTS_FILE
     from ftui.jobs.launch import RunBusy, join_target, start_run
-    from ftui.paths import LOG_FILE, node_dir
-    from ftui.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.rundir.paths import LOG_FILE, node_dir
+    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
     rank = args.node_rank
     if rank < 0:
@@ -860,7 +860,7 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_offline_job(args: argparse.Namespace) -> int:
     """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it."""
-    from ftui.config import ConfigError, parse_config
+    from ftui.config.run_config import ConfigError, parse_config
     from ftui.jobs.launch import RunBusy
     from ftui.jobs.offline import JobError, prepare_job, source_of, start_job
 
@@ -895,7 +895,7 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
         if cutoff_len is not None:
             data = {**data, "cutoff_len": cutoff_len}
         elif "cutoff_len" not in data:  # none given: the default, or the model's limit below it
-            from ftui.config import RunConfig, fitting_cutoff_len
+            from ftui.config.run_config import RunConfig, fitting_cutoff_len
 
             data = {**data, "cutoff_len": fitting_cutoff_len(str(args.model), RunConfig.model_fields["cutoff_len"].default)}
         try:
@@ -940,10 +940,10 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
 def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> str | None:
     """A checkpoint that is not there, a run without weights, a model path that is not a model:
     said before the job starts."""
-    from ftui.paths import FINAL_DIR
+    from ftui.rundir.paths import FINAL_DIR
 
     if run_dir is None:
-        from ftui.paths import resolve_model_path
+        from ftui.rundir.paths import resolve_model_path
 
         if not (Path(resolve_model_path(args.model)).expanduser() / "config.json").is_file():
             return _("{path} is not a model directory (no config.json); give a directory written by save_pretrained").format(path=args.model)
@@ -951,14 +951,14 @@ def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> s
             return _("{path} is not a LoRA adapter directory (no adapter_config.json)").format(path=args.adapter)
         return None
     if args.checkpoint:
-        from ftui.runs import CheckpointError, resolve_checkpoint
+        from ftui.rundir.runs import CheckpointError, resolve_checkpoint
 
         try:
             resolve_checkpoint(run_dir, str(args.checkpoint).removeprefix("step-"))
         except CheckpointError as e:
             return str(e)
     elif not args.base and not (run_dir / FINAL_DIR).is_dir():
-        from ftui.runs import checkpoints
+        from ftui.rundir.runs import checkpoints
 
         if not checkpoints(run_dir):
             return _("{run} has no final/ and no checkpoint yet; use --base for the model it started from").format(run=run_dir.name)
@@ -966,7 +966,7 @@ def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> s
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from ftui.chat_client import ChatWorker, Conversation, GenerationSettings
+    from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
 
     err = safe_console(stderr=True)
     if bool(args.run) == bool(args.model):
@@ -997,7 +997,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         spec = {"model": args.model, "adapter": args.adapter}
     problem = _offline_source_problem(run_dir, args)  # said before a model is loaded, as predict does (exit 2)
     if problem is None and args.device.startswith("cuda"):
-        from ftui.gpu import gpu_count
+        from ftui.machine.gpu import gpu_count
 
         count, wanted = gpu_count(), int(args.device.partition(":")[2] or 0)
         if wanted >= count:
@@ -1090,13 +1090,13 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
-    from ftui.plan import GIB, SLACK, UnknownModel, count, gib, plan
+    from ftui.plan.planner import GIB, SLACK, UnknownModel, count, gib, plan
 
     out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None
     from contextlib import nullcontext
 
-    from ftui.config import for_another_machine
+    from ftui.config.run_config import for_another_machine
 
     # --gpu-memory: planned for GPUs that need not be here (a login node): this machine's GPUs
     # and packages do not decide what is valid
@@ -1150,7 +1150,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """The config's training examples, encoded by the runner in a child process."""
-    from ftui.examples import EncodedExamples, ExamplesFailed, example_text
+    from ftui.data.examples import EncodedExamples, ExamplesFailed, example_text
 
     out, err = safe_console(), safe_console(stderr=True)
     if (args.show is None) == (args.dump is None):
@@ -1178,7 +1178,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     count = 0
     try:
         if target is not None:
-            from ftui.safe_files import replacing
+            from ftui.safety.files import replacing
 
             with replacing(target) as fh:  # a new, randomly named file beside OUT (no planted OUT.part is followed), then renamed
                 for row in examples:
@@ -1229,11 +1229,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
     """What interrupted deletes (in the runs root) and exports (beside the runs' export out
-    dirs) left, removed when certainly ftui's and abandoned (ftui.owned_dirs); one line each on
+    dirs) left, removed when certainly ftui's and abandoned (ftui.safety.owned_dirs); one line each on
     stderr, so the listing scripts read stays as it was."""
     from ftui.jobs.export import export_job_out_parents
     from ftui.jobs.export_out import sweep_leftovers
-    from ftui.runs import sweep_deleting
+    from ftui.rundir.runs import sweep_deleting
 
     lines = [sweep_deleting(root), *(sweep_leftovers(p) for p in export_job_out_parents(run_dirs))]
     for line in filter(None, lines):
@@ -1243,7 +1243,7 @@ def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from rich.cells import cell_len
 
-    from ftui.runs import LIST_COLUMNS, LIST_HEADINGS, RunsRootError, list_row, list_runs, reason_text
+    from ftui.rundir.runs import LIST_COLUMNS, LIST_HEADINGS, RunsRootError, list_row, list_runs, reason_text
 
     root = args.root or default_runs_root()
     console = safe_console()

@@ -1,5 +1,5 @@
 """``ftui export RUN --out DIR``: the command's arguments and what it does (the job itself is
-``ftui.jobs.export`` + ``ftui.runner.export``). Kept apart from ftui.cli, which is long enough."""
+``ftui.jobs.export`` + ``ftui.runner.export``). Kept apart from ftui.cli.main, which is long enough."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ftui.i18n import N_, _
 from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES
-from ftui.paths import default_runs_root
+from ftui.rundir.paths import default_runs_root
 
 HELP = N_("merge a run's final/ or checkpoint into a standalone model directory (safetensors, tokenizer, Modelfile; GGUF with --gguf)")
 
@@ -38,9 +38,9 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ftui.cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
-    from ftui.config import ConfigError
-    from ftui.follow import follow_run
+    from ftui.cli.main import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
+    from ftui.config.run_config import ConfigError
+    from ftui.cli.follow import follow_run
     from ftui.jobs.export import ExportError, leftover_note, prepare_export, start_export, sweep_out_parent
     from ftui.jobs.launch import RunBusy, stop_run
 
@@ -94,8 +94,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def export_result(job_dir: Path) -> dict[str, Any]:
     """The job's ``export`` event (empty when there is none: a failed or stopped job)."""
-    from ftui.events import read_all
-    from ftui.paths import EVENTS_FILE
+    from ftui.rundir.events import read_all
+    from ftui.rundir.paths import EVENTS_FILE
 
     found = [e for e in read_all(job_dir / EVENTS_FILE) if e.get("event") == "export"]
     return found[-1] if found else {}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ftui.i18n import _
-from ftui.paths import EVENTS_FILE, RESERVE_FILE  # noqa: F401 (re-exported)
+from ftui.rundir.paths import EVENTS_FILE, RESERVE_FILE  # noqa: F401 (re-exported)
 
 SCHEMA_VERSION = 1
 # Room kept beside events.jsonl for the final record (RESERVE_FILE): the supervisor fills it at

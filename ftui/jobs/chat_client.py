@@ -58,7 +58,7 @@ class Conversation:
         data: dict[str, Any] = {"model": model, "settings": settings.request(), "messages": self.messages}
         if compared_with is not None:
             data["compared_with"] = compared_with
-        from ftui.safe_files import replacing
+        from ftui.safety.files import replacing
 
         with replacing(path) as fh:  # a typed path: no link there is followed, no predictable temporary name
             json.dump(data, fh, indent=1, ensure_ascii=False)
@@ -72,7 +72,7 @@ class ChatWorker:
             [python or sys.executable, "-m", "ftui.runner", "chat"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, encoding="utf-8", bufsize=1,
-            env=torch_process_env(),  # PCI order unless the user chose one: the app's cuda:N (ftui.gpu) is the worker's
+            env=torch_process_env(),  # PCI order unless the user chose one: the app's cuda:N (ftui.machine.gpu) is the worker's
         )
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)
