@@ -161,7 +161,7 @@ def test_runs_in_a_terminal_shows_each_run_id_whole_at_80_columns(tmp_path, monk
 
     from rich.console import Console
 
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     root = tmp_path / "runs"
     ids = ["t-20261123-025821", "llama3-lora-sft-20261123-031502"]
@@ -207,7 +207,7 @@ def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_th
 
 def test_ctrl_c_in_a_command_with_nothing_to_stop_exits_130_without_a_traceback(monkeypatch, capsys):
     """ftui chat / data / plan had no handler: Ctrl-C printed Python's traceback."""
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -252,7 +252,7 @@ def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_pat
 
 def test_version_prints_the_packages_version(capsys):
     from ftui import __version__
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     with pytest.raises(SystemExit) as info:
         cli.main(["--version"])

@@ -47,7 +47,7 @@ def test_deleting_a_run_that_is_a_link_removes_the_link_only(tmp_path):
 
 
 def test_cli_question_says_exactly_what_goes(tmp_path, monkeypatch, capsys):
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     root, link, target = linked_run(tmp_path)
     asked: list[str] = []

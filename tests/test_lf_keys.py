@@ -78,7 +78,7 @@ def test_a_key_nobody_knows_is_refused_with_the_closest_name():
 
 
 def test_a_misspelt_set_stops_ftui_train_before_anything_is_made(tmp_path, capsys):
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     code = cli.main(["train", "--root", str(tmp_path / "runs"), "--preset", "demo", "--set", "lerning_rate=1e-3"])
     err = " ".join(capsys.readouterr().err.split())

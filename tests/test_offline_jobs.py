@@ -213,7 +213,7 @@ def test_a_model_outside_a_run_gets_a_cutoff_len_it_allows_or_the_one_given(demo
     """`ftui predict --model DIR` of a model made for 512 positions (the demo's, exported): the
     default 2048 refused it, and --cutoff-len was not read before that refusal."""
     import ftui.jobs.offline
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
     started = []
     monkeypatch.setattr(ftui.jobs.offline, "start_job", lambda kind, job_dir, cfg: started.append(cfg) or {})
     monkeypatch.setattr(cli, "_follow_job", lambda *a, **k: (type("S", (), {"status": "completed"})(), False))

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config, train_sync
-from ftui.cli.main import main as cli
+from ftui.cli import main as cli
 from ftui.rundir.events import make_event
 from ftui.jobs import launch
 from ftui.jobs.launch import prepare_run

@@ -98,7 +98,7 @@ def test_cli_delete_asks_refuses_live_and_unknown_runs(tmp_path):
 
 
 def test_cli_delete_asks_on_a_terminal(tmp_path, monkeypatch, capsys):
-    from ftui.cli.main import main as cli
+    from ftui.cli import main as cli
 
     root = tmp_path / "runs"
     done = write_run(root, "done-1", steps=3, max_steps=3, end="completed")

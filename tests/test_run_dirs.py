@@ -18,8 +18,8 @@ import pytest
 
 from conftest import tiny_config, wait_for
 from fixtures_runs import T0, write_run
-from ftui.cli.main import main as cli
-from ftui.cli.main import watch
+from ftui.cli import main as cli
+from ftui.cli import watch
 from ftui.rundir.events import make_event
 from ftui.jobs import supervise
 from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from conftest import tiny_config
-from ftui.cli.main import main as cli
+from ftui.cli import main as cli
 from ftui.config.run_config import default_runs_root
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.paths import ftui_home
