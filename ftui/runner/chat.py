@@ -14,8 +14,8 @@ view starts two). Requests (one JSON object per line on stdin):
 Replies (stdout): {"type": "ready"}, {"type": "loaded", ...}, {"type": "token", "id", "text"},
 {"type": "done", "id", "tokens", "seconds", "tokens_per_s", "stopped"}, {"type": "error", "id"?,
 "message"}. Errors are messages, never tracebacks on the app's screen (those go to stderr).
-Generation runs in a thread with transformers' TextIteratorStreamer, so "stop" is read while
-tokens stream.
+Generation (``ftui.runner.generate``, the routine the predict job uses too) runs in a thread
+with transformers' TextIteratorStreamer, so "stop" is read while tokens stream.
 """
 
 from __future__ import annotations
@@ -214,14 +214,15 @@ class ChatModel:
 
     # --- Generation
 
-    def prompt_ids(self, messages: list[dict[str, str]], system: str | None) -> Any:
+    def prompt_ids(self, messages: list[dict[str, str]], system: str | None) -> list[int]:
         msgs = ([{"role": "system", "content": system}] if system else []) + list(messages)
         text = self.tokenizer.apply_chat_template(msgs, chat_template=self.template, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.device)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def generate(self, req: dict[str, Any], out: Out, stop: threading.Event) -> None:
-        import torch
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        from ftui.runner.generate import CHAT_DEFAULTS, generate, sampling_kwargs
 
         class StopOnRequest(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):  # noqa: D401 (transformers' signature)
@@ -234,14 +235,8 @@ class ChatModel:
         if not messages or not all(isinstance(m, dict) and m.get("role") and isinstance(m.get("content"), str) for m in messages):
             raise ChatError(_("messages must be a list of {role, content}"))
         ids = self.prompt_ids(messages, req.get("system"))
-        temperature = float(req.get("temperature", 0.7))
-        kwargs: dict[str, Any] = dict(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=int(req.get("max_new_tokens", 256)),
-            do_sample=temperature > 0, pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.stop_ids or self.tokenizer.eos_token_id, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
-        )
-        if temperature > 0:
-            kwargs.update(temperature=temperature, top_p=float(req.get("top_p", 0.9)))
+        sampling = sampling_kwargs(req, CHAT_DEFAULTS)
+
         class CountingStreamer(TextIteratorStreamer):
             """Counts generated tokens (for tokens/s) as they pass to the text decoder."""
 
@@ -257,8 +252,8 @@ class ChatModel:
 
         def run() -> None:
             try:
-                with torch.no_grad():
-                    self.model.generate(**kwargs, streamer=streamer)
+                generate(self, [ids], sampling, streamer=streamer,
+                         stopping_criteria=StoppingCriteriaList([StopOnRequest()]))
             except BaseException as exc:  # reported below, after the stream ends
                 errors.append(exc)
                 streamer.end()

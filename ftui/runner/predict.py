@@ -7,12 +7,13 @@ config.yaml is the run's own config with the datasets to predict (so the run's t
 cutoff_len encode the prompts), its job.json names the model source and the generation
 settings. Each record's last answer is the label; everything before it is the prompt, encoded
 as LLaMA-Factory's unsupervised processor does (``encode_oneturn``; the prompt and the answer
-share ``cutoff_len``), and the model continues it: batches left-padded, with the KV cache,
-ending at EOS or the template's stop words. Several processes each take every N-th example;
-each writes its answers to a part file as it goes, so a stopped job keeps what it did; rank 0
-then writes ``generated_predictions.jsonl`` (``{"prompt", "predict", "label"}``, dataset
-order) and ``predict_results.json`` (``predict_bleu-4``, ``predict_rouge-1/2/l`` as
-LLaMA-Factory computes them, examples and tokens per second).
+share ``cutoff_len``), and the model continues it (``ftui.runner.generate``, as the chat worker
+does): batches left-padded, with the KV cache, ending at EOS or the template's stop words.
+Several processes each take every N-th example; each writes its answers to a part file as it
+goes, so a stopped job keeps what it did; rank 0 then writes ``generated_predictions.jsonl``
+(``{"prompt", "predict", "label"}``, dataset order) and ``predict_results.json``
+(``predict_bleu-4``, ``predict_rouge-1/2/l`` as LLaMA-Factory computes them, examples and
+tokens per second).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ftui.runner.data import load_all
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import Heartbeat, StopRequest
+from ftui.runner.generate import PREDICT_DEFAULTS, generate, sampling_kwargs
 from ftui.runner.job import run_job
 from ftui.runner.stages.preference import ComparisonEncoder
 
@@ -95,33 +97,6 @@ def prompts(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
     return out
 
 
-@torch.no_grad()
-def generate(loaded: Any, batch: list[dict[str, Any]], settings: dict[str, Any]) -> list[tuple[str, int]]:
-    """(answer, its token count) for a batch of prompts: left-padded, sampled or greedy."""
-    tok, model = loaded.tokenizer, loaded.model
-    width = max(len(x["ids"]) for x in batch)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for r, x in enumerate(batch):
-        ids[r, width - len(x["ids"]):] = torch.tensor(x["ids"])
-        mask[r, width - len(x["ids"]):] = 1
-    temperature = float(settings.get("temperature", 0.95))
-    sample = temperature > 0
-    out = model.generate(
-        input_ids=ids.to(loaded.device), attention_mask=mask.to(loaded.device),
-        max_new_tokens=int(settings.get("max_new_tokens", 512)), do_sample=sample,
-        **({"temperature": temperature, "top_p": float(settings.get("top_p", 0.7))} if sample else {}),
-        eos_token_id=loaded.stop_ids or tok.eos_token_id, pad_token_id=pad,
-    )
-    answers = []
-    stops = set(loaded.stop_ids)
-    for row in out[:, width:].tolist():
-        n = next((k for k, t in enumerate(row) if t in stops), len(row))
-        answers.append((tok.decode(row[:n], skip_special_tokens=True), n))
-    return answers
-
-
 def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
             resume: Path | None = None) -> tuple[str, str]:
     spec = read_spec(job_dir)
@@ -147,7 +122,8 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
                 if stop.requested:
                     break
                 batch = [items[k] for k in mine[start:start + bs]]
-                for k, x, (answer, n) in zip(mine[start:start + bs], batch, generate(loaded, batch, settings)):
+                answers = generate(loaded, [x["ids"] for x in batch], sampling_kwargs(settings, PREDICT_DEFAULTS))
+                for k, x, (answer, n) in zip(mine[start:start + bs], batch, answers):
                     prompt = loaded.tokenizer.decode(x["ids"], skip_special_tokens=False)
                     part.write(json.dumps({"index": k, "prompt": prompt, "predict": answer, "label": x["label"], "tokens": n},
                                           ensure_ascii=False) + "\n")
