@@ -85,7 +85,8 @@ def test_reward_model_ranks_the_pairs_and_final_scores_them(tmp_path, lf_data):
     import torch
 
     from ftui.runner.model import load_tokenizer
-    from ftui.runner.reward import VALUE_HEAD_FILE, load_reward_model, score
+    from ftui.runner.reward import VALUE_HEAD_FILE, score
+    from ftui.runner.weights import load_reward_model
     from ftui.runner.stages import make_stage
 
     cfg = pref_config(tmp_path, lf_data, stage="rm", learning_rate=1e-3, max_steps=12)

@@ -97,24 +97,6 @@ def load_value_head(path: Path) -> ValueHead:
     return head.eval()
 
 
-def load_reward_model(final: Path, base: Path | None = None, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """A trained reward model from its final/ folder, ready to score: the full model, or the
-    base with the adapter merged, with the value head on. ``model(**inputs).logits[..., 0]``
-    is then the value per position; ``score`` gives the answer's score."""
-    from ftui.runner.weights import load_pretrained, with_adapter
-
-    final = Path(final)
-    if (final / "adapter_config.json").is_file():
-        if base is None:
-            raise ValueError(_("a LoRA reward model needs its base model's folder"))
-        model = with_adapter(load_pretrained(base, dtype), final)
-        model = model.merge_and_unload()
-    else:
-        model = load_pretrained(final, dtype)
-    install_value_head(model, load_value_head(final / VALUE_HEAD_FILE))
-    return model.eval()
-
-
 @torch.no_grad()
 def score(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Each row's score: the value at its last real token (right padding)."""

@@ -234,3 +234,21 @@ def _load_deepspeed(model: nn.Module, ckpt: Path, cfg: RunConfig) -> None:
         raise WeightsError(_("{name} lacks {n} trained weight(s) of this run's model (first: {first}); "
                              "it was written for another model or method").format(name=ckpt.name, n=len(missing), first=missing[0]))
     model.load_state_dict(state, strict=False)
+
+
+def load_reward_model(final: Path, base: Path | None = None, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """A trained reward model from its final/ folder, ready to score: the full model, or the
+    base with the adapter merged, with the value head on. ``model(**inputs).logits[..., 0]``
+    is then the value per position; ``ftui.runner.reward.score`` gives the answer's score."""
+    from ftui.runner.reward import VALUE_HEAD_FILE, install_value_head, load_value_head
+
+    final = Path(final)
+    if (final / "adapter_config.json").is_file():
+        if base is None:
+            raise ValueError(_("a LoRA reward model needs its base model's folder"))
+        model = with_adapter(load_pretrained(base, dtype), final)
+        model = model.merge_and_unload()
+    else:
+        model = load_pretrained(final, dtype)
+    install_value_head(model, load_value_head(final / VALUE_HEAD_FILE))
+    return model.eval()

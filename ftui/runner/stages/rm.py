@@ -6,7 +6,7 @@ The value head (``ftui.runner.reward``: TRL's layout, a dropout of 0.1 and a lin
 one number) takes the last hidden states in place of the output projection, so no logits are
 computed; an answer's score is the value at its last token. final/ holds the model (or the
 adapter) as for SFT, plus ``value_head.safetensors`` with TRL's / LLaMA-Factory's key names;
-``ftui.runner.reward.load_reward_model`` loads both and scores. Figures (means per pair): the
+``ftui.runner.weights.load_reward_model`` loads both and scores. Figures (means per pair): the
 chosen and rejected scores, their margin, and the share of pairs scored the right way round.
 """
 
