@@ -152,7 +152,8 @@ def test_load_json_says_too_deep_as_a_value_error():
 
 
 def test_reading_a_too_deep_dataset_is_a_data_format_error(tmp_path):
-    from ftui.data.records import DataFormatError, DatasetSpec, read_records
+    from ftui.data.dataset_files import read_records
+    from ftui.data.records import DataFormatError, DatasetSpec
 
     deep_dataset(tmp_path)
     with pytest.raises(DataFormatError, match="nested deeper"):

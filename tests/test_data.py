@@ -72,7 +72,7 @@ def test_unknown_format_bad_json_lines_empty_and_non_utf8(tmp_path, demo_tokeniz
 
 
 def test_an_unknown_dataset_name_offers_the_closest_registered_names(tmp_path):
-    from ftui.data.records import resolve_datasets
+    from ftui.data.registry import resolve_datasets
 
     names = ["alpaca_en_demo", "alpaca_zh_demo", "identity"] + [f"set{i:02d}" for i in range(20)]
     (tmp_path / "dataset_info.json").write_text(json.dumps({n: {"file_name": f"{n}.json"} for n in names}))

@@ -148,7 +148,7 @@ def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
 
 
 def test_multimodal_datasets_are_refused_before_a_run(lf_data, tmp_path):
-    from ftui.data.records import dataset_path_problem
+    from ftui.data.registry import dataset_path_problem
 
     problem = dataset_path_problem("identity,mllm_demo", str(lf_data))
     assert "mllm_demo" in problem and "images column" in problem and "multimodal" in problem

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, ROOT
-from ftui.data.records import DataFormatError, DatasetSpec, read_records, resolve_datasets, to_messages, to_text
+from ftui.data.dataset_files import read_records
+from ftui.data.records import DataFormatError, DatasetSpec, to_messages, to_text
+from ftui.data.registry import resolve_datasets
 from ftui.runner.pretrain_text import pretrain_eos, pretrain_labels, pretrain_packing, pretrain_rows
 
 REFERENCE = json.loads((DATA / "llamafactory_pt" / "reference.json").read_text())
@@ -39,7 +41,7 @@ def case_id(case: dict) -> str:
 
 
 def documents(case: dict, lf_data: Path, tmp_path: Path) -> list[str]:
-    """The case's documents, read by ftui.data.records from the same registry entry."""
+    """The case's documents, read by ftui.data.dataset_files from the same registry entry."""
     if case["dataset"] == "edge_demo":
         (tmp_path / "edge_demo.txt").write_bytes(REFERENCE["edge_text"].encode())
         (tmp_path / "dataset_info.json").write_text(json.dumps(
@@ -115,12 +117,12 @@ def test_a_txt_file_is_one_document_per_line_blank_lines_kept(tmp_path):
 
 
 def test_a_txt_preview_reads_a_bounded_head(tmp_path, monkeypatch):
-    import ftui.data.records as records
+    import ftui.data.dataset_files as dataset_files
 
-    monkeypatch.setattr(records, "TEXT_PREVIEW_BYTES", 65)
+    monkeypatch.setattr(dataset_files, "TEXT_PREVIEW_BYTES", 65)
     spec = text_spec(tmp_path, "big.txt", (("é" * 40 + "\n") * 100).encode())  # 81 bytes a line
     assert read_records(spec, limit=3) == [{"text": "é" * 32}]  # cut inside one line, not inside a character
-    monkeypatch.setattr(records, "TEXT_PREVIEW_BYTES", 200)
+    monkeypatch.setattr(dataset_files, "TEXT_PREVIEW_BYTES", 200)
     assert read_records(spec, limit=3) == [{"text": "é" * 40}] * 2  # whole lines where the head holds some
     assert len(read_records(spec)) == 100
 

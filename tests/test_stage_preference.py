@@ -189,7 +189,10 @@ def test_preference_stages_refuse_what_they_cannot_do():
     ("kto", "alpaca_en_demo", "no true/false kto_tag"),
 ])
 def test_a_dataset_that_does_not_fit_the_stage_is_named(lf_data, stage, dataset, says):
-    from ftui.data.records import DataFormatError, check_format, read_records, resolve_datasets
+    from ftui.data.dataset_files import read_records
+    from ftui.data.records import DataFormatError
+    from ftui.data.registry import resolve_datasets
+    from ftui.data.stage_formats import check_format
 
     spec = resolve_datasets(dataset, str(lf_data))[0]
     with pytest.raises(DataFormatError, match=says):
@@ -197,7 +200,9 @@ def test_a_dataset_that_does_not_fit_the_stage_is_named(lf_data, stage, dataset,
 
 
 def test_a_ranking_file_given_by_path_is_recognised(tmp_path):
-    from ftui.data.records import check_format, read_records, resolve_datasets
+    from ftui.data.dataset_files import read_records
+    from ftui.data.registry import resolve_datasets
+    from ftui.data.stage_formats import check_format
 
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([{"instruction": "2+2?", "input": "", "chosen": "4", "rejected": "5"}]))
@@ -261,7 +266,7 @@ def test_ftui_data_shows_both_answers_of_a_pair(tmp_path, lf_data):
 
 
 def test_ftui_train_refuses_a_registry_dataset_of_another_stage_before_the_run(tmp_path, lf_data):
-    from ftui.data.records import dataset_path_problem
+    from ftui.data.registry import dataset_path_problem
 
     assert "fits stage dpo or rm, not sft" in dataset_path_problem("alpaca_en_demo,dpo_en_demo", str(lf_data), "sft")
     assert "no kto_tag column" in dataset_path_problem("alpaca_en_demo", str(lf_data), "kto")

@@ -20,7 +20,10 @@ import pytest
 
 from ftui.data.conversation import ConversationError, EncodeOptions, Renderer, fix_tokenizer, split_budget
 from ftui.presets.templates import TEMPLATES
-from ftui.data.records import check_format, read_records, resolve_datasets, to_conversation
+from ftui.data.dataset_files import read_records
+from ftui.data.records import to_conversation
+from ftui.data.registry import resolve_datasets
+from ftui.data.stage_formats import check_format
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "tests" / "data" / "llamafactory_templates"

@@ -506,7 +506,7 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
         if w:
             err.print(warning_line(w))
-    from ftui.data.records import dataset_path_problem
+    from ftui.data.registry import dataset_path_problem
 
     problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=data_needed)
     if problem:

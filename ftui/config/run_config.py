@@ -660,7 +660,7 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.interleave_probs is not None:
         out += _interleave_problems(cfg)
     if cfg.tokenized_path:
-        from ftui.data.records import tokenized_data_problem
+        from ftui.data.registry import tokenized_data_problem
 
         problem = tokenized_data_problem(cfg.tokenized_path)
         if problem:

@@ -77,7 +77,7 @@ class EncodedExamples:
         left out, so that showing the examples (ftui data, the form's preview) never writes it:
         the first training run does (and a later one with another template or cutoff must not
         find ids a preview saved). One that holds data is read, as the run would read it."""
-        from ftui.data.records import TOKENIZED_MARKER
+        from ftui.data.registry import TOKENIZED_MARKER
 
         path = self.cfg.tokenized_path
         if path and not (Path(path).expanduser() / TOKENIZED_MARKER).is_file():

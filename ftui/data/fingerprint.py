@@ -35,7 +35,7 @@ def file_digest(path: Path) -> tuple[int, str]:
 def _folder_digest(path: Path) -> tuple[int, str]:
     """A dataset folder (the runner reads its data files, in name order) as one size and hash:
     each file's name and bytes in that order, so renaming, adding or changing a file shows."""
-    from ftui.data.records import DATA_SUFFIXES
+    from ftui.data.dataset_files import DATA_SUFFIXES
 
     total, digest = 0, hashlib.sha256()
     for f in sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES and p.is_file()):
@@ -62,7 +62,8 @@ def _entry(role: str, spec: Any) -> dict[str, Any]:
 def compute(cfg: Any) -> dict[str, Any]:
     """The fingerprint of ``cfg``'s training and eval datasets, as they resolve now (a name
     that no longer resolves is recorded with the reason: the run itself says more)."""
-    from ftui.data.records import DataFormatError, resolve_datasets
+    from ftui.data.records import DataFormatError
+    from ftui.data.registry import resolve_datasets
 
     entries: list[dict[str, Any]] = []
     for role, names in (("dataset", cfg.dataset), ("eval_dataset", cfg.eval_dataset)):

@@ -1,30 +1,26 @@
-"""Dataset records: LLaMA-Factory's registry, alpaca and sharegpt formats, as chat messages
-(or, for pre-training, as raw document text).
+"""Dataset records as chat messages, conversations or documents: LLaMA-Factory's alpaca and
+sharegpt formats (and, for pre-training, raw document text), with a message that shows the
+offending record when one is wrong.
 
-Finds datasets named in a ``dataset_info.json`` registry (LLaMA-Factory's own file works),
-local json / jsonl / parquet / txt files or ``datasets`` hub names, reads their records and
-turns each into chat messages (``to_messages``) or a document (``to_text``), with a message
-that shows the offending record when one is wrong.
-No torch here: the launch form previews and checks datasets with this same code.
+A record becomes chat messages (``to_messages``), the turns a named template encodes
+(``to_conversation``) or a document (``to_text``). Finding the datasets is
+``ftui.data.registry``, reading their files ``ftui.data.dataset_files``, and how each stage
+reads them ``ftui.data.stage_formats``. No torch here: the launch form previews and checks
+datasets with this same code.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
 from ftui.safety.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
 from ftui.i18n import N_, _
 from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
-from ftui.rundir.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
-BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": None, "tools": None}
 SHAREGPT_TAGS = {
@@ -42,8 +38,6 @@ TEXT_EXPECTED = N_(
     "(LLaMA-Factory's c4_demo/wiki_demo use columns: prompt: text), a 'text' field in a file "
     "given by path, or one document per line of a .txt file"
 )
-TEXT_PREVIEW_BYTES = 1 << 20  # a preview (read_records with a limit) reads at most this much of a .txt
-DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".txt")
 
 
 class DataFormatError(ValueError):
@@ -90,262 +84,6 @@ class DatasetSpec:
 
     def tag(self, key: str) -> str:
         return self.tags.get(key, SHAREGPT_TAGS[key])
-
-
-def load_registry(dataset_dir: str | Path) -> dict[str, Any]:
-    path = Path(dataset_dir).expanduser() / "dataset_info.json"
-    if not _exists(path):
-        return {}
-    try:
-        data = load_json(path.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
-    if not isinstance(data, dict):
-        raise DataFormatError(_("{path} must map dataset names to entries").format(path=path))
-    return data
-
-
-def unknown_dataset_message(name: str, registry: dict[str, Any], dataset_dir: str) -> str:
-    """What a dataset name that is neither registered nor a file says: the registry names
-    closest to it; or, when dataset_info.json is not there at all, that (with the directory
-    a relative dataset_dir was read from: a run started elsewhere reads it from here)."""
-    where = Path(dataset_dir).expanduser() / "dataset_info.json"
-    shown = repr(_clip(name, 200))
-    if name.startswith(("/", "./", "../", "~")) or Path(name).suffix.lower() in (".json", ".jsonl", ".parquet", ".txt", ".csv"):
-        if Path(name).expanduser().is_absolute():
-            return _("dataset {name}: no such file").format(name=shown)
-        return _("dataset {name}: no such file here ({cwd}) or in dataset_dir ({dir})").format(
-            name=shown, cwd=_clip(os.getcwd(), 200), dir=_clip(dataset_dir, 200))
-    if not _exists(where):
-        relative = "" if where.is_absolute() else " " + _("(dataset_dir {dir} is read from the current directory, {cwd})").format(
-            dir=repr(_clip(dataset_dir, 200)), cwd=_clip(os.getcwd(), 200))
-        return _("dataset {name} is not a file, and there is no {registry}{relative}; point dataset_dir at the folder that holds "
-                 "dataset_info.json (--set dataset_dir=PATH; ftui predict / eval: --dataset-dir PATH), or give a "
-                 ".json/.jsonl/.parquet/.txt path or a hub name").format(
-                     name=shown, registry=_clip(str(where), 200), relative=relative)
-    close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.6)
-    if close:
-        known = _("did you mean {names}?").format(names=", ".join(_clip(k, 40) for k in close))
-    else:
-        names = sorted(registry)
-        known = _("known: {names}").format(names=", ".join(_clip(k, 40) for k in names[:8]) or _("none"))
-        if len(names) > 8:
-            known += " " + _("... {n} in all").format(n=len(names))
-    return _("dataset {name} is neither in {registry} ({known}) nor a file; give a registry name, a "
-             ".json/.jsonl/.parquet/.txt path or a hub name").format(name=shown, registry=_clip(str(where), 200), known=known)
-
-
-def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
-    """The comma-separated ``dataset`` setting as specs: registry names first, then file paths."""
-    registry = load_registry(dataset_dir)
-    specs = []
-    for name in [n.strip() for n in dataset.split(",") if n.strip()]:
-        entry = registry.get(name) or BUILTIN_REGISTRY.get(name)
-        if entry is not None:
-            specs.append(_spec_from_entry(name, entry, dataset_dir if name in registry else None))
-            continue
-        path = Path(name).expanduser()
-        if not path.is_absolute() and not _exists(path):
-            path = Path(dataset_dir).expanduser() / name
-        if _exists(path):
-            specs.append(DatasetSpec(name=name, file_name=str(path), explicit_format=False))
-        elif "/" in name and not name.startswith((".", "/", "~")) and len(name) < 200:
-            specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
-        else:
-            raise DataFormatError(unknown_dataset_message(name, registry, dataset_dir))
-    return specs
-
-
-def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = None, unresolved: bool = False) -> str | None:
-    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir, it is multimodal,
-    or, given the ``stage``, its entry says it does not fit: a ranking set for sft, none for
-    dpo), else None. Checked before a run starts (CLI, form) from the registry alone; other
-    dataset problems are left to the run, which reports them with the offending record.
-    ``unresolved``: also a name that is neither in the registry nor a file nor a hub name, or
-    an unreadable registry (the CLI refuses those before starting a job that would fail; the
-    form's preview says them in its own place)."""
-    if unresolved and not [n for n in dataset.split(",") if n.strip()]:
-        return _("no dataset given; name one from dataset_info.json or give a file")
-    try:
-        specs = resolve_datasets(dataset, dataset_dir)
-    except (DatasetPathError, DatasetRefused) as err:
-        return str(err)
-    except DataFormatError as err:
-        return str(err) if unresolved else None
-    except (OSError, ValueError, AttributeError, TypeError):
-        return None
-    if stage is not None:
-        from ftui.data.preference_records import registry_fit_problem
-
-        for spec in specs:
-            problem = registry_fit_problem(spec, stage)
-            if problem:
-                return problem
-    return None
-
-
-TOKENIZED_MARKER = "dataset_dict.json"  # what `datasets`' save_to_disk writes (ftui's and LLaMA-Factory's tokenized_path)
-
-
-def tokenized_data_problem(path_text: str) -> str | None:
-    """Why ``tokenized_path`` cannot be used: it exists but is not encoded data saved by ftui
-    or LLaMA-Factory (a folder with dataset_dict.json). A missing folder is fine: the run writes it."""
-    path = Path(path_text).expanduser()
-    if not _exists(path):
-        return None
-    if not path.is_dir():
-        return _("this is a file; tokenized_path names a folder (written by the first run, read by later ones)")
-    if not (path / TOKENIZED_MARKER).is_file() and any(path.iterdir()):
-        return _("this folder holds no encoded data ({marker} is missing) and is not empty; "
-                 "give a new folder (the run writes it) or one an earlier run wrote").format(marker=TOKENIZED_MARKER)
-    return None
-
-
-def _exists(path: Path) -> bool:
-    """Path.exists, False where the name cannot even be looked up (a 100 KB paste: ENAMETOOLONG)."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
-
-
-def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
-    media = [c for c in MEDIA_COLUMNS if (entry.get("columns") or {}).get(c)]
-    if media:
-        raise DatasetRefused(_("dataset {name} has a {column} column: {refusal}").format(
-            name=repr(_clip(name, 80)), column=media[0], refusal=_(MULTIMODAL_REFUSAL)))
-    file_name = entry.get("file_name")
-    if file_name and dataset_dir is not None:
-        file_name = registry_path(name, str(file_name), dataset_dir)
-    fmt = entry.get("formatting", "alpaca")
-    if fmt not in EXPECTED:
-        raise DataFormatError(_("dataset {name} has formatting {formatting}; ftui reads alpaca and sharegpt").format(
-            name=repr(name), formatting=short_repr(fmt)))
-    return DatasetSpec(
-        name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
-        columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
-        split=entry.get("split", "train"), subset=entry.get("subset"), ranking=bool(entry.get("ranking")),
-    )
-
-
-def registry_path(name: str, file_name: str, dataset_dir: str) -> str:
-    """A registry entry's file, which must stay inside dataset_dir. Checked on the path as
-    written (no symlink is followed): a link the user placed inside dataset_dir is their
-    choice, an absolute path or a ``..`` in the registry entry is not."""
-    root = os.path.normpath(os.path.abspath(Path(dataset_dir).expanduser()))
-    joined = os.path.normpath(os.path.join(root, file_name))
-    if Path(file_name).is_absolute() or os.path.commonpath([root, joined]) != root:
-        raise DatasetPathError(
-            _("dataset {name} in {registry}: file_name {file_name} leaves dataset_dir; registry entries may only name files "
-              "inside {root} (copy or link the file there, or give its path as the dataset instead)").format(
-                name=repr(_clip(name, 80)), registry=_clip(str(Path(dataset_dir) / "dataset_info.json"), 200),
-                file_name=repr(_clip(file_name, 200)), root=_clip(root, 200))
-        )
-    return joined
-
-
-def read_records(spec: DatasetSpec, limit: int | None = None) -> list[dict[str, Any]]:
-    """Records of one dataset as dicts (json, jsonl, parquet, or a hub dataset); ``limit``
-    reads only the first few where the format allows (a preview of a huge jsonl)."""
-    if spec.file_name:
-        records = _read_file(Path(spec.file_name), limit)
-        return records if limit is None else records[:limit]
-    raise HubDataset(spec.hf_hub_url or spec.name)
-
-
-class HubDataset(LookupError):
-    """A hub dataset: the runner loads it with `datasets` (heavy, networked), the form does not."""
-
-
-def _read_file(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    # json / jsonl are read with the standard library rather than `datasets` so that a bad
-    # record can be shown with its line number, and nothing is cached under ~/.cache.
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in DATA_SUFFIXES)
-        return [r for f in files for r in _read_file(f, limit)]
-    if not path.exists():
-        raise DataFormatError(_("dataset file {path} does not exist").format(path=path))
-    suffix = path.suffix.lower()
-    if suffix == ".txt":
-        return _read_text_lines(path, limit)
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    if limit is not None and suffix == ".jsonl":
-        return _read_jsonl_head(path, limit)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataFormatError(_("{path} is not UTF-8 text (byte {byte}); save it as UTF-8").format(path=path, byte=err.start)) from None
-    if not text.strip():
-        raise DataFormatError(_("{path} is empty; it needs a list of records").format(path=path))
-    if suffix == ".jsonl" or (suffix != ".json" and not text.lstrip().startswith("[")):
-        records = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(load_json(line))
-                except ValueError as err:
-                    raise _not_json(path, n, err, line) from None
-        return records
-    try:
-        data = load_json(text)
-    except ValueError as err:
-        raise DataFormatError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise DataFormatError(_("{path} must hold a JSON list of records").format(path=path))
-    return data
-
-
-def _read_jsonl_head(path: Path, limit: int) -> list[dict[str, Any]]:
-    records = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    records.append(load_json(line))
-                except ValueError as err:
-                    raise _not_json(path, n, err, line) from None
-            if len(records) >= limit:
-                break
-    if not records:
-        raise DataFormatError(_("{path} is empty; it needs a list of records").format(path=path))
-    return records
-
-
-def _not_json(path: Path, n: int, err: ValueError, line: str) -> DataFormatError:
-    return DataFormatError(_("{path} line {n} is not JSON ({error}): {line}").format(path=path, n=n, error=err, line=_snippet(line)))
-
-
-def _read_text_lines(path: Path, limit: int | None = None) -> list[dict[str, str]]:
-    """A .txt file as LLaMA-Factory loads it (`datasets`' text loader): one ``{"text": line}``
-    record per line, \\n, \\r\\n and a lone \\r all ending a line, only the line ending
-    removed, blank lines kept (as empty documents: LLaMA-Factory trains them as a lone EOS).
-    Other characters str.splitlines() would split on (\\u2028, \\x0c, ...) stay inside the line.
-    A preview (``limit``) reads at most TEXT_PREVIEW_BYTES, so a huge file opens at once."""
-    with open(path, "rb") as fh:
-        data = fh.read() if limit is None else fh.read(TEXT_PREVIEW_BYTES + 1)
-    clipped = limit is not None and len(data) > TEXT_PREVIEW_BYTES
-    if clipped:  # whole lines only, where the first MiB holds a line ending
-        data = data[:TEXT_PREVIEW_BYTES]
-        data = data[: data.rfind(b"\n") + 1] or data
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        if not (clipped and err.reason == "unexpected end of data"):  # not merely a character cut by the preview
-            line = data.count(b"\n", 0, err.start) + 1
-            raise DataFormatError(_("{path} is not UTF-8 text (byte {byte}, line {line}); save it as UTF-8").format(
-                path=path, byte=err.start, line=line)) from None
-        text = data[: err.start].decode("utf-8")
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the file's last line ending does not start another document
-    if not lines:
-        raise DataFormatError(_("{path} is empty; it needs one document per line").format(path=path))
-    return [{"text": line} for line in (lines if limit is None else lines[:limit])]
 
 
 def apply_detected_format(spec: DatasetSpec, first: Any) -> None:
@@ -533,46 +271,6 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
             name=repr(spec.name), expected=_(TEXT_EXPECTED)))
     query = spec.columns.get("query")
     return prompt, (query if isinstance(query, str) and query else None)
-
-
-def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
-    """Settles how ``stage`` reads the dataset (from its first record, for a file given by
-    path) and names it: raw text for pt, else alpaca or sharegpt."""
-    if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
-        raise DatasetRefused(_("dataset {name} record 0 has {column}: {refusal}").format(
-            name=repr(spec.name), column=next(c for c in MEDIA_COLUMNS if first.get(c)), refusal=_(MULTIMODAL_REFUSAL)))
-    if stage == "pt":
-        if spec.ranking:
-            raise DataFormatError(_("dataset {name} is a preference (ranking) dataset; it fits stage dpo or rm, not pt").format(
-                name=repr(spec.name)))
-        return _("raw text")
-    from ftui.data.preference_records import stage_fit_problem
-
-    if not spec.explicit_format and isinstance(first, dict) and "chosen" in first and "rejected" in first:
-        spec.formatting = "sharegpt" if ("conversations" in first or "messages" in first) else "alpaca"
-    else:
-        apply_detected_format(spec, first)
-    problem = stage_fit_problem(spec, first, stage)
-    if problem:
-        raise DataFormatError(problem)
-    kind = {"dpo": _("{formatting} ranking format"), "rm": _("{formatting} ranking format"),
-            "kto": _("{formatting} feedback format")}.get(stage, _("{formatting} format"))
-    return kind.format(formatting=spec.formatting)
-
-
-def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
-    """(what the model reads, what it learns) of one record, as ``stage`` reads it: the launch
-    form's preview. Raises DataFormatError showing the record, as training would."""
-    if stage == "pt":
-        return to_text(record, spec, index), ""
-    if stage in ("dpo", "rm", "kto"):
-        from ftui.data.preference_records import comparison_preview
-
-        return comparison_preview(record, spec, index, stage)
-    messages, _tools = to_messages(record, spec, index)
-    user = next((m["content"] for m in messages if m["role"] == "user"), "")
-    answer = next((m["content"] for m in messages if m["role"] == "assistant"), "")
-    return user, answer
 
 
 def to_text(record: Any, spec: DatasetSpec, index: int) -> str:

@@ -21,7 +21,7 @@ from ftui.safety.bounded_input import load_json
 from ftui.config.run_config import RunConfig, gpu_present, load_config
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
-from ftui.data.records import dataset_path_problem
+from ftui.data.registry import dataset_path_problem
 
 KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)

@@ -2,10 +2,10 @@
 
 A stage (``ftui.runner.stages``) turns records into :class:`Example` rows (input ids and
 labels, ``IGNORE`` where no loss is taken); this module loads the records
-(``ftui.data.records``: LLaMA-Factory's formats and registry; hub names through ``datasets``),
-splits off the eval share, packs short rows and collates batches. The collator counts
-real (non-padding), labelled and predicted tokens on the host, so the training loop needs
-no device sync to know them.
+(``ftui.data.registry``, ``ftui.data.dataset_files``: LLaMA-Factory's registry and files; hub
+names through ``datasets``), splits off the eval share, packs short rows and collates batches.
+The collator counts real (non-padding), labelled and predicted tokens on the host, so the
+training loop needs no device sync to know them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import torch
 
 from ftui.config.run_config import RunConfig
 from ftui.i18n import _
-from ftui.data.records import DataFormatError, DatasetSpec, HubDataset, check_format, read_records, resolve_datasets
+from ftui.data.dataset_files import HubDataset, read_records
+from ftui.data.records import DataFormatError, DatasetSpec
+from ftui.data.registry import resolve_datasets
+from ftui.data.stage_formats import check_format
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
@@ -169,7 +172,7 @@ def load_tokenized(path: str, parse: Callable[[Any, str], list[Any]] = token_exa
 def has_tokenized(path: str | None) -> bool:
     from pathlib import Path
 
-    from ftui.data.records import TOKENIZED_MARKER
+    from ftui.data.registry import TOKENIZED_MARKER
 
     return bool(path) and (Path(path).expanduser() / TOKENIZED_MARKER).is_file()
 

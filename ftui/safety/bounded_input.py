@@ -12,7 +12,7 @@ document nested deeper than Python's recursion limit is refused with one line to
 which nothing above them expects).
 
 Used wherever ftui reads YAML (configs, ``--set`` values, ``ftui --config``, the form's Load,
-a run's config.yaml) and dataset JSON (ftui.data.records).
+a run's config.yaml) and dataset JSON (ftui.data.dataset_files).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from textual.widgets import Button, Input, Label
 
 from conftest import tiny_config, train_sync
 from ftui.rundir.events import EVENTS_FILE
-from ftui.data.records import DatasetPathError, read_records, resolve_datasets
+from ftui.data.dataset_files import read_records
+from ftui.data.records import DatasetPathError
+from ftui.data.registry import resolve_datasets
 from tests.test_tui_pilot import make_app, open_form, text_of, until
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]

@@ -249,7 +249,7 @@ class EvalPredictScreen(JobScreen):
         from ftui.config.run_config import ConfigError
         from ftui.jobs import offline
         from ftui.jobs.launch import RunBusy
-        from ftui.data.records import dataset_path_problem
+        from ftui.data.registry import dataset_path_problem
 
         problem = dataset_path_problem(dataset, dataset_dir)
         if problem:

@@ -463,7 +463,7 @@ class LaunchScreen(Screen):
         latest dataset_info.json)."""
         from ftui.config.run_config import FieldProblem, validate_config
         from ftui.plan.model_files import download_warning
-        from ftui.data.records import dataset_path_problem
+        from ftui.data.registry import dataset_path_problem
 
         cfg, problems = validate_config(data)
         rechecked = None
@@ -619,7 +619,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview_dataset(self, dataset: str, dataset_dir: str, stage: str = "sft") -> None:
-        from ftui.data.records import dataset_path_problem
+        from ftui.data.registry import dataset_path_problem
 
         problem = dataset_path_problem(dataset, dataset_dir) if dataset.strip() else None
         if problem != self._dataset_problem:
@@ -983,7 +983,10 @@ def records_preview(dataset: str, dataset_dir: str, stage: str = "sft") -> tuple
     """The Data group's preview: the first records of the first two datasets as read (or why
     they cannot be), and why the data does not fit the stage (None when it does). Reads files:
     call it from a worker. The Evaluate & Predict screen shows the same."""
-    from ftui.data.records import DataFormatError, HubDataset, check_format, read_records, record_preview, resolve_datasets
+    from ftui.data.dataset_files import HubDataset, read_records
+    from ftui.data.records import DataFormatError
+    from ftui.data.registry import resolve_datasets
+    from ftui.data.stage_formats import check_format, record_preview
 
     text = Text()
     fit_problem = None
