@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ftui.data.conversation import fix_tokenizer
+from ftui.data.chat_template import fix_tokenizer
 from ftui.presets.templates import TEMPLATES
 from ftui.runner.stages import make_stage
 from ftui.runner.loss import sequence_logps

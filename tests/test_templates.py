@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.data.conversation import ConversationError, EncodeOptions, Renderer, fix_tokenizer, split_budget
+from ftui.data.chat_template import fix_tokenizer
+from ftui.data.conversation import ConversationError, EncodeOptions, Renderer, split_budget
 from ftui.presets.templates import TEMPLATES
 from ftui.data.dataset_files import read_records
 from ftui.data.records import to_conversation

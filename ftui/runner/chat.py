@@ -188,7 +188,7 @@ class ChatModel:
     def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
         from transformers import AutoTokenizer
 
-        from ftui.data.conversation import fix_tokenizer, to_jinja
+        from ftui.data.chat_template import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
         from ftui.runner.model import chat_template_for
 

@@ -207,7 +207,7 @@ def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
     exports it); with the stop token ids and the named template (None: the tokenizer's own)."""
     from transformers import AutoTokenizer
 
-    from ftui.data.conversation import fix_tokenizer
+    from ftui.data.chat_template import fix_tokenizer
     from ftui.presets.templates import TEMPLATES
     from ftui.runner.model import chat_template_for, template_name_for
 

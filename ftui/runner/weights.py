@@ -161,7 +161,7 @@ def fit_vocab(model: nn.Module, weights: TrainedWeights, cfg: RunConfig | None) 
         return model
     from transformers import AutoTokenizer
 
-    from ftui.data.conversation import fix_tokenizer
+    from ftui.data.chat_template import fix_tokenizer
     from ftui.presets.templates import TEMPLATES
     from ftui.runner.model import grow_embeddings
 
