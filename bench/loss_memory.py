@@ -39,7 +39,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--against", type=Path, default=None, help="another ftui checkout: its chunked loss against this one's")
     args = ap.parse_args()
-    from ftui.plan.planner import ModelShape, estimate_for
+    from ftui.plan.model_shape import ModelShape
+    from ftui.plan.planner import estimate_for
     from ftui.config.run_config import parse_config
 
     model = dict(MODEL, vocab_size=8192) if args.quick else MODEL

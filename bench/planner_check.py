@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchlib import SHAPES, ftui_steps, machine, model_dir, record, run_ftui, varied_dataset, write_config  # noqa: E402
 
-from ftui.plan.planner import GIB, ModelShape, estimate_for  # noqa: E402
+from ftui.plan.model_shape import ModelShape  # noqa: E402
+from ftui.plan.planner import GIB, estimate_for  # noqa: E402
 from ftui.config.run_config import parse_config  # noqa: E402
 
 # About 85 M parameters: big enough that the training state dwarfs the process floor.

@@ -79,7 +79,8 @@ def worker(chunked: bool, vocab: int, tokens: int) -> dict:
 
 
 def planned_activations(chunked: bool, vocab: int, tokens: int) -> float:
-    from ftui.plan.planner import ModelShape, estimate
+    from ftui.plan.model_shape import ModelShape
+    from ftui.plan.planner import estimate
 
     shape = ModelShape.from_config(dict(MODEL, vocab_size=vocab, model_type="qwen2", tie_word_embeddings=False))
     return estimate(shape, method="full", precision="fp32", micro_batch=PAIRS, seq_len=tokens, training_stage="dpo",

@@ -16,7 +16,7 @@ from ftui.cli.main import main
 from ftui.config.run_config import validate_config
 from ftui.plan.model_sizes import MOST_SIZE, size_problems
 from ftui.rundir.paths import DEMO_MODEL_DIR
-from ftui.plan.planner import ModelShape, UnknownModel
+from ftui.plan.model_shape import ModelShape, UnknownModel
 
 ABSURD = [("hidden_size", "1e999", "inf"), ("num_attention_heads", "0", "0"), ("num_hidden_layers", "-1", "-1")]
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ftui.config.run_config import ConfigError, parse_config
-from ftui.plan.planner import ModelShape, estimate
+from ftui.plan.model_shape import ModelShape
+from ftui.plan.planner import estimate
 from ftui.tui.screens.launch import config_to_form, form_to_config
 from tests.conftest import steps_of, tiny_config, train_sync
 from tests.test_plan import LLAMA2_7B, P7, close
@@ -51,7 +52,7 @@ def test_the_planner_counts_8_bytes_per_trained_parameter_and_no_autocast_copy()
 def test_memory_advice_for_pure_bf16_names_torch_engines_not_deepspeed(tmp_path):
     import torch
 
-    from ftui.plan.planner import what_fits
+    from ftui.plan.verdict import what_fits
     from ftui.runner.faults import hint_for
 
     cfg = tiny_config(tmp_path, engine="ddp", nproc_per_node=2, pure_bf16=True)

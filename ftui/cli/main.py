@@ -1090,7 +1090,9 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
-    from ftui.plan.planner import GIB, SLACK, UnknownModel, count, gib, plan
+    from ftui.plan.model_shape import UnknownModel
+    from ftui.plan.planner import GIB, SLACK, count, gib
+    from ftui.plan.verdict import plan
 
     out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None

@@ -480,7 +480,7 @@ def attention_model_problems(cfg: RunConfig) -> list[FieldProblem]:
     others with eager attention)."""
     if cfg.flash_attn not in ("fa2", "sdpa"):
         return []
-    from ftui.plan.planner import read_model_config
+    from ftui.plan.model_shape import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)
@@ -758,7 +758,7 @@ def model_size_problems(cfg: RunConfig) -> list[FieldProblem]:
     whole numbers (ftui.plan.model_sizes): refused by name before the planner or a run computes with
     them. A hub model not here yet is checked by transformers as it loads."""
     from ftui.plan.model_sizes import size_problems
-    from ftui.plan.planner import read_model_config
+    from ftui.plan.model_shape import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)
@@ -800,7 +800,7 @@ def cutoff_problems(cfg: RunConfig) -> list[FieldProblem]:
     stretched by its rope_scaling where it has one). Past them a model with a table of
     positions fails, and a RoPE model meets positions it was never trained on; LLaMA-Factory
     goes further only where rope scaling is set, and so does ftui."""
-    from ftui.plan.planner import read_model_config
+    from ftui.plan.model_shape import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)  # a local folder or the hub cache: no network
@@ -822,7 +822,7 @@ def fitting_cutoff_len(model_name_or_path: str, wanted: int) -> int:
     """``wanted``, lowered to the positions the model allows (cutoff_problems' limit): the
     cutoff_len for a model scored outside a run (ftui predict / eval --model), whose user set
     none, so that the default (2048) does not refuse a model made for fewer."""
-    from ftui.plan.planner import read_model_config
+    from ftui.plan.model_shape import read_model_config
 
     try:
         limit = position_limit(read_model_config(model_name_or_path))
@@ -839,7 +839,7 @@ def multimodal_model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """A model with a vision or audio tower (Qwen-VL, LLaVA, Gemma 3 4B+ ...): ftui trains the
     text-only causal LMs; LLaMA-Factory's multimodal plug-ins (image/video/audio processing,
     frozen towers) are not part of it, so such a model is refused instead of half-trained."""
-    from ftui.plan.planner import read_model_config
+    from ftui.plan.model_shape import read_model_config
 
     try:
         model = read_model_config(cfg.model_name_or_path)

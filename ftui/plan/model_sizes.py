@@ -16,7 +16,7 @@ from typing import Any
 from ftui.safety.bounded_input import short_repr
 from ftui.i18n import _
 
-# What the planner (ftui.plan.planner.ModelShape) and the loader (transformers' config classes) read
+# What the planner (ftui.plan.model_shape.ModelShape) and the loader (transformers' config classes) read
 # as sizes. n_positions: GPT-2-style position tables (cutoff_problems reads it too).
 SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "head_dim", "max_position_embeddings", "n_positions")

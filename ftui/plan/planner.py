@@ -25,23 +25,20 @@ follows what ftui's runner really allocates, engine by engine:
 The estimate is what ``torch.cuda.max_memory_allocated`` would report; the verdict adds
 allocator slack (:data:`SLACK`) and what the processes hold outside the allocator (the CUDA
 context and NCCL's buffers, :func:`runtime_overhead`: assumed, and said so in the output)
-before comparing it with the GPU's memory. Checked against measured peaks in
-``bench/planner_check.py``.
+before comparing it with the GPU's memory (``ftui.plan.verdict``: ``plan``, the verdict and what
+would fit). The model's numbers come from ``ftui.plan.model_shape``. Checked against measured
+peaks in ``bench/planner_check.py``.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ftui.safety.bounded_input import load_json
 from ftui.i18n import _
-from ftui.rundir.paths import DEMO_MODEL, DEMO_MODEL_DIR
-from ftui.presets.families import runs_sdpa
-from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, more_memory_saving, read_user_deepspeed, spec_from
+from ftui.plan.model_shape import ModelShape, read_model_config
+from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
@@ -67,12 +64,7 @@ NCCL_COMMUNICATOR_BYTES = int(0.75 * GIB)
 NCCL_NVLS_BYTES = 2_415_919_104
 NVLS_MIN_LOCAL_PROCESSES = 3
 NVLS_MIN_COMPUTE_MAJOR = 9  # Hopper
-DEMO_CONFIG = DEMO_MODEL_DIR / "config.json"
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-class UnknownModel(ValueError):
-    """The model's config.json cannot be found or read."""
 
 
 @dataclass(frozen=True)
@@ -116,89 +108,6 @@ def runtime_overhead(*, deepspeed: bool, world_size: int, nproc_per_node: int, c
             and os.environ.get("NCCL_NVLS_ENABLE") != "0")
     return Overhead(communicators=2 if deepspeed else 1, nvls=nvls,
                     per_communicator=NCCL_COMMUNICATOR_BYTES + (NCCL_NVLS_BYTES if nvls else 0))
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers of a decoder-only transformer that decide its memory."""
-
-    vocab: int
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tied: bool = False
-    attention_bias: bool = False
-    sdpa: bool = True  # whether SDPA computes its attention (else flash_attn auto loads it eager: Gemma 2)
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
-        from ftui.plan.model_sizes import size_problems
-
-        problems = size_problems(cfg)  # infinity, 0, -1: refused by name before any arithmetic
-        if problems:
-            raise UnknownModel(problems[0])
-        cfg = cfg.get("text_config") or cfg  # multimodal configs nest the language model
-        try:
-            hidden = int(cfg["hidden_size"])
-            heads = int(cfg["num_attention_heads"])
-            return cls(
-                vocab=int(cfg["vocab_size"]), hidden=hidden, intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
-                layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                head_dim=int(cfg.get("head_dim") or hidden // heads), tied=bool(cfg.get("tie_word_embeddings", False)),
-                attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
-                sdpa=runs_sdpa(cfg),
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise UnknownModel(_("config.json lacks what the planner needs ({error}); it knows Llama-style decoder models").format(
-                error=err)) from None
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one decoder layer."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        h, i = self.hidden, self.intermediate
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-    @property
-    def layer_params(self) -> int:
-        shapes = self.linear_shapes()
-        n = sum(a * b for a, b in shapes.values()) + 2 * self.hidden  # two norms
-        if self.attention_bias:
-            n += shapes["q_proj"][1] + 2 * shapes["k_proj"][1]
-        return n
-
-    @property
-    def embed_params(self) -> int:
-        return self.vocab * self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.layers * self.layer_params + self.embed_params * (1 if self.tied else 2) + self.hidden
-
-
-def read_model_config(model_name_or_path: str) -> dict[str, Any]:
-    """config.json of the demo, a local model directory, or a hub model already in the cache."""
-    if model_name_or_path == DEMO_MODEL:
-        candidates = [DEMO_CONFIG]
-    else:
-        from ftui.plan.model_files import cached_snapshots
-
-        try:
-            candidates = [Path(model_name_or_path).expanduser() / "config.json"]
-        except RuntimeError:  # ~nosuchuser/...
-            candidates = []
-        candidates += [snapshot / "config.json" for snapshot in cached_snapshots(model_name_or_path)]
-    for path in candidates:
-        try:
-            data = load_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
-    raise UnknownModel(_("no config.json for {model} (not a local directory nor in the hub cache)").format(model=repr(model_name_or_path)))
 
 
 @dataclass
@@ -474,125 +383,3 @@ def attention_for(flash_attn: str, shape: ModelShape) -> str:
     if flash_attn == "auto":
         return "sdpa" if shape.sdpa else "eager"
     return {"fa2": "fa2", "disabled": "eager"}.get(flash_attn, "sdpa")
-
-
-@dataclass
-class Verdict:
-    estimate: Estimate
-    gpu_bytes: int | None  # the smallest GPU's memory; None: no GPU known
-    suggestions: list[str]
-
-    @property
-    def fits(self) -> bool | None:
-        return None if self.gpu_bytes is None else self.estimate.needed <= self.gpu_bytes
-
-    def short(self, unit: str = "GPU") -> tuple[str, str]:
-        """Two short lines for the launch form: the split, and the verdict with the best fix."""
-        e = self.estimate
-        split = _("~{total}/{unit}: weights {weights} · grads {gradients} · optimizer {optimizer} · activations {activations}").format(
-            total=gib(e.total), unit=unit, weights=gib(e.weights), gradients=gib(e.gradients), optimizer=gib(e.optimizer),
-            activations=gib(e.activations))
-        if e.host_bytes:
-            split += " · " + _("host {size}").format(size=gib(e.host_bytes))
-        if self.fits is None:
-            return split, ""
-        needs = _("needs ~{size} incl. {overhead}").format(size=gib(e.needed), overhead=e.overhead.brief())
-        gpus = gib(self.gpu_bytes or 0)
-        if self.fits:
-            return split, _("fits {size} GPUs ({needs})").format(size=gpus, needs=needs)
-        fix = (_("; try {change} (ftui plan lists more)").format(change=self.suggestions[0]) if self.suggestions
-               else _("; more or larger GPUs needed"))
-        return split, _("does NOT fit {size} GPUs ({needs})").format(size=gpus, needs=needs) + fix
-
-    def summary(self) -> str:
-        e = self.estimate
-        head = _("about {size} per GPU ({split})").format(size=gib(e.total), split=e.split())
-        if e.host_bytes:
-            head += _("; {size} per process in host memory (offload)").format(size=gib(e.host_bytes))
-        if self.fits is None:
-            return head + _("; no GPU seen: nothing to compare with")
-        needs = _("needs ~{size} with {overhead}").format(size=gib(e.needed), overhead=e.overhead.describe())
-        gpus = gib(self.gpu_bytes or 0)
-        if self.fits:
-            return head + _("; fits {size} GPUs ({needs})").format(size=gpus, needs=needs)
-        tail = (_("; try {changes}").format(changes=_("; or ").join(self.suggestions)) if self.suggestions
-                else _("; nothing ftui offers makes it fit: use more or larger GPUs"))
-        return head + _("; does NOT fit {size} GPUs ({needs})").format(size=gpus, needs=needs) + tail
-
-
-def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None) -> list[str]:
-    """Changes that make the run fit, least disruptive first: every combination of a more
-    memory-saving engine, a smaller micro batch (same effective batch), gradient
-    checkpointing, LoRA/QLoRA and, where attention is eager (``flash_attn: disabled``), SDPA
-    is estimated (a few hundred estimates, microseconds each)
-    and ranked by how much it changes the run."""
-    engines: list[tuple[str | None, int]] = [(None, 0)]
-    engine, seen = (None if cfg.deepspeed else cfg.engine), set()
-    pure = bool(getattr(cfg, "pure_bf16", False))
-    while more_memory_saving(engine, pure) not in (None, *seen):
-        engine = more_memory_saving(engine, pure)
-        seen.add(engine)
-        if not (engine in NEEDS_SEVERAL and cfg.world_size == 1):
-            engines.append((engine, len(engines)))
-    batches = [(cfg.per_device_train_batch_size, 0)]
-    while batches[-1][0] > 1:
-        batches.append((batches[-1][0] // 2, len(batches)))
-    ckpts = [(cfg.gradient_checkpointing, 0)] + ([(True, 1)] if not cfg.gradient_checkpointing else [])
-    methods = [(cfg.method, 0)]
-    if cfg.method == "full":
-        methods.append(("lora", 3))
-    if cfg.method in ("full", "lora") and cfg.precision != "fp32":
-        methods.append(("qlora", 4))
-    # eager attention (flash_attn: disabled) keeps every layer's softmax; SDPA computes the same
-    # (where it can compute this model's attention at all)
-    attentions = [(cfg.flash_attn, 0)] + ([("auto", 1)] if cfg.flash_attn == "disabled" and shape.sdpa else [])
-    found: list[tuple[int, bool, float, str]] = []
-    for (eng, c1), (mb, c2), (ck, c3), (method, c4), (attn, c5) in itertools.product(engines, batches, ckpts, methods, attentions):
-        cost = c1 + c2 + c3 + c4 + c5
-        if cost == 0:
-            continue
-        over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method,
-                                "flash_attn": attn}
-        if eng:
-            over["engine"] = eng
-        e = estimate_for(cfg, shape, compute_major, **over)
-        if e.needed > gpu_bytes:
-            continue
-        parts = []
-        if attn != cfg.flash_attn:
-            parts.append("flash_attn: auto")  # key names and values: not translated
-        if eng:
-            parts.append(f"engine {eng}")
-        if mb != cfg.per_device_train_batch_size:
-            accum = cfg.gradient_accumulation_steps * cfg.per_device_train_batch_size // mb
-            parts.append(_("per_device_train_batch_size {micro_batch} with gradient_accumulation_steps {accumulation}").format(
-                micro_batch=mb, accumulation=accum))
-        if ck and not cfg.gradient_checkpointing:
-            parts.append("gradient_checkpointing: true")
-        if method != cfg.method:
-            parts.append("finetuning_type lora" if method == "lora" else "QLoRA (finetuning_type lora, quantization_bit 4)")
-        # at equal cost, SDPA for eager attention first: the same result, no slower
-        found.append((cost, attn == cfg.flash_attn, e.total, " + ".join(parts) + f" (~{gib(e.total)})"))
-    found.sort()
-    return [text for _cost, _same_attention, _total, text in found[:limit]]
-
-
-def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = None) -> Verdict:
-    """The estimate for ``cfg`` and, against ``gpu_bytes`` (default: the smallest of the GPUs
-    its processes use: its ``gpus``, else the first CUDA_VISIBLE_DEVICES leaves), whether it fits and what would. ``compute_major`` (default: the
-    oldest of those GPUs, from NVML) sizes NCCL's buffers. Raises UnknownModel when
-    config.json is missing."""
-    shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
-    if getattr(cfg, "device", "auto") != "cpu":  # a CPU run is not compared with GPUs
-        from ftui.machine.gpu import compute_capabilities, sample_gpus
-
-        picked = getattr(cfg, "gpus", None)  # the run's own GPUs, else those CUDA_VISIBLE_DEVICES leaves
-        if gpu_bytes is None:
-            totals = [g.mem_total for g in sample_gpus(picked)[:cfg.nproc_per_node]]
-            gpu_bytes = min(totals) if totals else None
-        if compute_major is None:
-            majors = [major for _gpu, (major, _minor) in compute_capabilities(cfg.nproc_per_node, picked)]
-            compute_major = min(majors) if majors else None
-    e = estimate_for(cfg, shape, compute_major)
-    suggestions = what_fits(cfg, shape, gpu_bytes, compute_major=compute_major) if gpu_bytes is not None and e.needed > gpu_bytes else []
-    return Verdict(e, gpu_bytes, suggestions)
