@@ -26,6 +26,7 @@ import sys
 from ftui.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, error_line, safe_console
 from ftui.cli.data import cmd_data
 from ftui.cli.following import follow_job as _follow_job
+from ftui.cli.options import parse_set as _parse_set  # noqa: F401  (tests read --set through it here)
 from ftui.cli.parser import build_parser
 from ftui.cli.plan import cmd_plan
 from ftui.cli.presets import cmd_presets
