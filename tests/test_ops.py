@@ -35,7 +35,7 @@ def _ended(run: Path, status: str, checkpoint: bool = True) -> Path:
     ("missing", errors.RunNotFound, "no run"),
     ("completed", errors.NothingToResume, "there is nothing to resume"),
     ("no checkpoint", errors.CheckpointRefused, "checkpoint"),
-    ("busy", errors.RunBusy, "already has a job running"),
+    ("busy", errors.RunLocked, "already has a job running"),
 ])
 def test_a_refused_resume_raises_its_own_error_with_the_message_and_prints_nothing(tmp_path, capfd, case, error, says):
     import os

@@ -37,7 +37,7 @@ class NothingToResume(OpError):
     """A completed run without a checkpoint, or asked to resume with nothing changed."""
 
 
-class RunBusy(OpError):
+class RunLocked(OpError):
     """Another job holds the run directory's lock."""
 
 

@@ -64,7 +64,7 @@ def start_offline_job(kind: str, *, run_dir: Path | None, checkpoint: str | None
     checked, prepared, started."""
     from ftui.config.run_config import ConfigError
     from ftui.jobs import offline
-    from ftui.jobs.launch import RunBusy
+    from ftui.rundir.run_dir import RunBusy
 
     problem = source_problem(run_dir, checkpoint=checkpoint, base=base, model=model, adapter=adapter)
     if problem:
@@ -82,7 +82,7 @@ def start_offline_job(kind: str, *, run_dir: Path | None, checkpoint: str | None
     try:
         info = offline.start_job(kind, job_dir, cfg)  # looked up at the call: a test may stand a fake in
     except RunBusy as e:
-        raise errors.RunBusy(str(e)) from None
+        raise errors.RunLocked(str(e)) from None
     return JobStarted(kind, job_dir, info)
 
 
@@ -124,10 +124,10 @@ def sweep_beside_out(prepared: PreparedExport) -> str | None:
 def start_export(prepared: PreparedExport) -> JobStarted:
     """The prepared export job, started detached."""
     from ftui.jobs import export
-    from ftui.jobs.launch import RunBusy
+    from ftui.rundir.run_dir import RunBusy
 
     try:
         info = export.start_export(prepared.job_dir, prepared.cfg)  # looked up at the call: a test may stand a fake in
     except RunBusy as e:
-        raise errors.RunBusy(str(e)) from None
+        raise errors.RunLocked(str(e)) from None
     return JobStarted("export", prepared.job_dir, info)

@@ -79,7 +79,7 @@ def prepare_resume(request: ResumeRequest) -> PreparedResume:
     try:
         lock = RunDir(run_dir).lock(clear_stop=False)
     except RunBusy as e:
-        raise errors.RunBusy(str(e)) from None
+        raise errors.RunLocked(str(e)) from None
     except OSError as e:
         raise errors.LockFailed(_("cannot lock {path}: {reason}").format(path=run_dir, reason=e.strerror or e)) from None
     try:

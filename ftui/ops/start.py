@@ -44,11 +44,12 @@ def _launch(run_dir: Path, cfg: RunConfig, resume: Path | None = None, lock: int
     """launch.start_run, its refusals as the operations' errors. Looked up at each call (a test
     may stand a fake launcher in)."""
     from ftui.jobs import launch
+    from ftui.rundir.run_dir import RunBusy
 
     try:
         return launch.start_run(run_dir, cfg, resume=resume, lock=lock)
-    except launch.RunBusy as e:
-        raise errors.RunBusy(str(e)) from None
+    except RunBusy as e:
+        raise errors.RunLocked(str(e)) from None
 
 
 def start(cfg: RunConfig) -> Started:
@@ -126,7 +127,7 @@ def join(rank: int, *, config_path: str | None = None, resume_run: str | None = 
     offset = (home / EVENTS_FILE).stat().st_size if (home / EVENTS_FILE).exists() else 0
     try:
         info = _launch(run_dir, cfg, resume=resume)
-    except errors.RunBusy as e:
+    except errors.RunLocked as e:
         e.notices = notices
         raise
     except OSError as e:
