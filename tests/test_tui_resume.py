@@ -154,6 +154,7 @@ async def test_a_resume_with_changed_data_asks_first_naming_the_change_and_refus
         dash = app.screen
         await until(pilot, lambda: dash.view is not None and dash.view.status == "completed")
         assert not dash.check_action("resume", ())
-        app.resume_run(done)  # the palette's command reaches the same operation
+        (command,) = [c for c in app.get_system_commands(dash) if c.title == "Resume run"]
+        command.callback()  # the palette's command: the same operation, the same refusal
         await until(pilot, lambda: notified(app, "there is nothing to resume"))
         assert app.screen is dash and len(started) == 1
