@@ -158,3 +158,27 @@ async def test_a_resume_with_changed_data_asks_first_naming_the_change_and_refus
         command.callback()  # the palette's command: the same operation, the same refusal
         await until(pilot, lambda: notified(app, "there is nothing to resume"))
         assert app.screen is dash and len(started) == 1
+
+
+async def test_start_on_a_form_whose_resume_from_checkpoint_names_a_run_resumes_that_run(tmp_path, started):
+    """The form told the user to use a shell (ftui train --resume); Start now resumes the run
+    the key names, as `ftui train CONFIG.yaml` does, with the form's keys that differ as
+    overrides (max_steps here)."""
+    from textual.widgets import Button
+
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps(RECORDS[:40], indent=1))
+    run = _fake_run(tmp_path, "stopped", data)
+    initial = {**yaml.safe_load((run / "config.yaml").read_text()), "max_steps": 6,
+               "resume_from_checkpoint": str(run / "checkpoints" / "step-2")}
+    app = make_app(tmp_path, initial_config=initial)
+    async with app.run_test(size=(120, 40)) as pilot:
+        form = app.screen
+        await until(pilot, lambda: form.validated and not form.query_one("#start", Button).disabled)
+        await pilot.press("f5")
+        await until(pilot, lambda: started or app.screen.__class__.__name__ == "Confirm")
+        assert started, str(getattr(app.screen, "question", ""))  # the form's own data: nothing to allow
+        assert started[0]["resume"].name == "step-2" and started[0]["cfg"].max_steps == 6
+        assert Path(started[0]["run"]).resolve() == run.resolve()
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.run_dir.resolve() == run.resolve())
+    assert yaml.safe_load((run / "config.yaml").read_text())["max_steps"] == 6  # the override, saved as a resume saves it
