@@ -1,6 +1,6 @@
 """End to end in a real terminal (tmux): start `ftui`, launch the demo from the keyboard,
 watch the step counter move, quit the app, confirm the run goes on, `ftui attach` it and
-see all its steps."""
+see all its steps, stop it and resume it from its dashboard (key R)."""
 
 import os
 import re
@@ -106,7 +106,9 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
             tmux("send-keys", "-t", session, "s")
             wait_screen(session, r"Enter: Stop")
             tmux("send-keys", "-t", session, "Enter")
-            wait_screen(session, r"STOPPED: stop requested at step \d+|completed", timeout=240)
+            stopped = wait_screen(session, r"STOPPED: stop requested at step (\d+)|completed", timeout=240)
+            if stopped.group(1) is not None:
+                resume_from_the_dashboard(session, run, int(stopped.group(1)))
         tmux("send-keys", "-t", session, "C-q")
         wait_screen(session, r"[$#]\s*$")
         assert read_all(run / "events.jsonl")[-1]["status"] in ("stopped", "completed")
@@ -114,6 +116,22 @@ def test_launch_quit_and_reattach_in_tmux(tmp_path):
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
         if run is not None:
             stop_run(run, force=True)
+
+
+def resume_from_the_dashboard(session: str, run, stopped_at: int) -> None:
+    """Key R on the stopped run's dashboard resumes it (the checkpoint the Stop saved): the
+    same dashboard follows the new job past the step it stopped at; then it is stopped again."""
+    tmux("send-keys", "-t", session, "R")
+    wait_screen(session, r"step\s+(\d+) / 390", until=lambda m: int(m.group(1)) > stopped_at)
+    tmux("send-keys", "-t", session, "s")
+    wait_screen(session, r"Enter: Stop")
+    tmux("send-keys", "-t", session, "Enter")
+    wait_screen(session, r"STOPPED: stop requested at step (\d+)|completed", timeout=240,
+                until=lambda m: m.group(1) is None or int(m.group(1)) > stopped_at)
+    events = read_all(run / "events.jsonl")
+    assert [e["event"] for e in events].count("run_start") == 2
+    resumed_from = re.search(r"step-(\d+)$", read_launch_info(run)["resumed_from"])  # the checkpoint the Stop saved
+    assert resumed_from and int(resumed_from.group(1)) <= stopped_at
 
 
 @pytest.mark.slow  # CI time: the index of runs outside the root is tested without a terminal (test_runs_root.py)

@@ -1,5 +1,5 @@
 """``ftui export RUN --out DIR``: the command's arguments and what it does (the job itself is
-``ftui.jobs.export`` + ``ftui.runner.export``). Kept apart from ftui.cli.main, which is long enough."""
+``ftui.ops.jobs`` over ``ftui.jobs.export`` + ``ftui.runner.export``)."""
 
 from __future__ import annotations
 
@@ -38,36 +38,32 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ftui.cli.main import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
-    from ftui.config.run_config import ConfigError
+    from ftui.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, refusal, safe_console
     from ftui.cli.follow import follow_run
-    from ftui.jobs.export import ExportError, leftover_note, prepare_export, start_export, sweep_out_parent
-    from ftui.jobs.launch import RunBusy, stop_run
+    from ftui.cli.runs import resolve_run_arg
+    from ftui.jobs.export import leftover_note
+    from ftui.ops import jobs
+    from ftui.ops.control import stop
+    from ftui.ops.errors import OpError
 
     out, err = safe_console(), safe_console(stderr=True)
-    run_dir = _resolve(args.run, args.root, err)
+    run_dir = resolve_run_arg(args.run, args.root, err)
     if run_dir is None:
         return EXIT_USAGE
-    which = args.checkpoint
     try:
-        job_dir, cfg, needs = prepare_export(run_dir, which=which, out=Path(args.out), dtype=args.dtype,
-                                             max_shard_size=args.max_shard_size, gguf=args.gguf, force=args.force,
-                                             runs_root=Path(args.root or default_runs_root()))
-    except (ExportError, ConfigError) as e:
-        err.print(error_line(str(e)))
-        return EXIT_USAGE
-    except OSError as e:
-        err.print(error_line(str(e)))
-        return EXIT_FAILED
-    out.print(escape(_("export needs {what}").format(what=needs.describe())))
-    swept = sweep_out_parent(Path(args.out))
+        prepared = jobs.prepare_export(run_dir, which=args.checkpoint, out=Path(args.out), dtype=args.dtype,
+                                       max_shard_size=args.max_shard_size, gguf=args.gguf, force=args.force,
+                                       runs_root=Path(args.root or default_runs_root()))
+    except OpError as e:
+        return refusal(err, e)
+    out.print(escape(_("export needs {what}").format(what=prepared.needs.describe())))
+    swept = jobs.sweep_beside_out(prepared)
     if swept:
         err.print(escape(swept), soft_wrap=True)
     try:
-        start_export(job_dir, cfg)
-    except RunBusy as e:
-        err.print(error_line(str(e)))
-        return EXIT_USAGE
+        job_dir = jobs.start_export(prepared).job_dir
+    except OpError as e:
+        return refusal(err, e)
     out.print(_("{job} job started in {path}").format(job="export", path=escape(str(job_dir))), soft_wrap=True)
     if args.detach:
         out.print(escape(_("follow it with: ftui watch {path}").format(path=job_dir)), soft_wrap=True)
@@ -77,7 +73,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     def interrupted(count: int) -> None:
         interrupts.append(count)
         out.print("[yellow]" + _("stopping: nothing half-written is left") + "[/]" if count == 1 else "[red]" + _("killing the job") + "[/]")
-        stop_run(job_dir, force=count > 1)
+        stop(job_dir, force=count > 1)
 
     summary = follow_run(job_dir, out, on_interrupt=interrupted)
     if summary.status == "completed":

@@ -3,7 +3,8 @@ receive its JSON-line replies. No torch here (the dashboard and the CLI use it).
 
 Replies are read by a daemon thread into a queue, so a caller can wait with a timeout and
 never blocks on a worker that crashed: a closed stdout becomes an ``exit`` reply with the
-worker's last stderr lines.
+worker's last stderr lines. What the replies mean is decoded once, by ftui.jobs.chat_reply
+(the CLI's REPL and the app's chat screen both use it).
 """
 
 from __future__ import annotations

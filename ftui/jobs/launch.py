@@ -17,7 +17,6 @@ node's supervisor keeps its own records in ``RUN/nodes/node-K`` (``ftui.rundir.p
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import importlib.util
 import os
@@ -36,8 +35,9 @@ from ftui.config.run_config import RunConfig
 from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 from ftui.rundir.paths import LAUNCH_FILE, node_dir
+from ftui.rundir.run_dir import RunBusy, RunDir  # noqa: F401  (RunBusy: callers catch it from here)
 from ftui.safety.url_secrets import redact_urls
-from ftui.rundir.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
+from ftui.rundir.runs import (CONFIG_FILE, create_run_dir, earlier_segments, LOG_FILE, STOP_FILE, hostname, launcher_process, read_launch_info,
                        write_launch_info)
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
@@ -92,54 +92,34 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("<redacted>" if SECRET_NAME.search(k) else redact_urls(v)) for k, v in env.items()}
 
 
-def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
-    """Creates the run directory, writes the resolved config (without unsupported keys) and
-    the data fingerprint a resume compares with (each dataset file's size and sha256: a read
-    of every file, so the app calls this in a worker) and, when the run is outside the
-    default runs root, adds it to the user's run index."""
+def create_run(cfg: RunConfig, name: str | None = None) -> RunDir:
+    """Creates the run directory under ``cfg.output_dir``, writes the resolved config
+    (without unsupported keys) and the data fingerprint a resume compares with (each
+    dataset file's size and sha256: a read of every file, so the app calls this in a
+    worker) and, when the run is outside the default runs root, adds it to the user's run
+    index. The fingerprint is computed first: a dataset that cannot be read leaves no
+    directory behind."""
     from ftui.data import fingerprint as data_fingerprint
 
     fingerprint = data_fingerprint.compute(cfg)
     label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
-    run_dir = create_run_dir(cfg.output_dir, label)
-    cfg.save(run_dir / CONFIG_FILE, include_unsupported=False)
-    data_fingerprint.record(run_dir, fingerprint)
-    record_run(run_dir)
-    return run_dir
+    run = RunDir(create_run_dir(cfg.output_dir, label))
+    run.save_config(cfg)
+    data_fingerprint.record(run.path, fingerprint)
+    run.index()
+    return run
 
 
-class RunBusy(RuntimeError):
-    """Another job holds the run directory's lock; the message says what to do."""
+def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
+    """Creates the run directory with its config, data fingerprint and run index entry
+    (create_run, where the order is explained); returns its path."""
+    return create_run(cfg, name).path
 
 
 def lock_run_dir(run_dir: Path, wait_s: float = 2.0, clear_stop: bool = True) -> int:
-    """Takes the run directory's job lock and returns its descriptor (RunBusy if a job holds it).
-
-    One job per run directory: two jobs would interleave steps and write every checkpoint
-    and final/ twice. The lock is an flock on ``job.lock``: start_run hands the descriptor
-    to the supervisor, which holds it for the job's whole life, so it is released however
-    the job ends (a crash or kill -9 included) and never goes stale. Readers probe it for an
-    instant with a shared lock, hence the short wait. Taking it clears the previous job's
-    Stop request (``clear_stop`` False: a resume that may yet be refused leaves it, and
-    clears it once accepted)."""
-    path = Path(run_dir) / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            os.close(fd)
-            name = Path(run_dir).name
-            raise RunBusy(_("{run} already has a job running (it holds {lock}); follow it with ftui attach {run}, "
-                            "or stop it before starting another").format(run=name, lock=LOCK_FILE)) from None
-    if clear_stop:
-        (Path(run_dir) / STOP_FILE).unlink(missing_ok=True)
-    return fd
+    """The run directory's job lock (ftui.rundir.run_dir.RunDir.lock): its descriptor, or
+    RunBusy when another job holds it."""
+    return RunDir(Path(run_dir)).lock(wait_s=wait_s, clear_stop=clear_stop)
 
 
 def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None,

@@ -104,6 +104,74 @@ class FtuiApp(App):
 
         self.push_screen(ExportScreen(Path(run_dir)))
 
+    def resume_run(self, run_dir: Path, allow_changed: bool = False, checkpoint: str | None = None,
+                   overrides: dict[str, Any] | None = None) -> None:
+        """Resumes a stopped, failed or died run (from ``checkpoint``, else its newest complete
+        one; its config with ``overrides``), with the rules and refusals of ``ftui train
+        --resume`` (the same operation, ftui.ops): a refusal is said in a notification and the
+        app stays; a resume that would continue with another base model or other data asks
+        first, naming the changes (the CLI's --allow-changed). Then the run's dashboard follows
+        the resumed job. The dashboard's and the runs screen's key R, the palette and the launch
+        form (a config with resume_from_checkpoint) come here."""
+        from ftui.ops.resume import ResumeRequest
+
+        self._resume_in_worker(ResumeRequest(run=str(run_dir), checkpoint=checkpoint, overrides=dict(overrides or {}),
+                                             allow_changed=allow_changed))
+
+    def resume_from_config(self, cfg: Any) -> None:
+        """A config whose resume_from_checkpoint names a run (LLaMA-Factory's way to resume):
+        that run goes on from that checkpoint with the keys this config sets differently, as
+        ``ftui train CONFIG.yaml`` does."""
+        self._resume_config_in_worker(cfg)
+
+    @work(thread=True, group="resume")
+    def _resume_config_in_worker(self, cfg: Any) -> None:
+        from ftui.ops.resume import resume_target_request
+
+        run_dir, checkpoint, changed = resume_target_request(cfg)
+        self.call_from_thread(self.resume_run, run_dir, False, str(checkpoint) if checkpoint else None, changed)
+
+    @work(thread=True, group="resume", exclusive=True)
+    def _resume_in_worker(self, request: Any) -> None:
+        """The checks read the run's files and the datasets (their sha256): off the UI thread."""
+        from ftui.ops.errors import ChangesNeedConsent, OpError
+        from ftui.ops.start import resume
+
+        try:
+            started = resume(request)
+        except ChangesNeedConsent as refused:
+            self.call_from_thread(self._ask_to_resume_with_changes, request, refused.changes)
+        except OpError as refused:
+            said = [n.text for n in refused.notices] + [refused.message]
+            self.call_from_thread(self.notify, "\n".join(said), title=_("not resumed"), severity="error", timeout=20, markup=False)
+        except OSError as err:
+            self.call_from_thread(self.notify, _("cannot resume: {error}").format(error=err), severity="error", markup=False)
+        else:
+            self.call_from_thread(self._resumed, started)
+
+    def _ask_to_resume_with_changes(self, request: Any, changes: list[str]) -> None:
+        from dataclasses import replace
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._resume_in_worker(replace(request, allow_changed=True))
+
+        question = _("Resuming {run} would continue its checkpoint with another base model or other data:\n{changes}\n"
+                     "Resume anyway? (Or start a new run for them.)").format(run=Path(request.run).name, changes="\n".join(changes))
+        self.push_screen(Confirm(question, yes=_("Resume anyway"), danger=True), answered)
+
+    def _resumed(self, started: Any) -> None:
+        from ftui.tui.screens.dashboard import DashboardScreen
+
+        said = [_("run {run} resumed from {checkpoint}").format(run=started.run_dir.name, checkpoint=started.resumed_from.name)]
+        said += [n.text for n in started.notices]
+        self.notify("\n".join(said), severity="warning" if started.notices else "information", markup=False)
+        screen = self.screen
+        if isinstance(screen, DashboardScreen) and screen.run_dir.resolve() == started.run_dir.resolve():
+            screen.follow_resumed()  # the dashboard reads the new job's events as they come
+        else:
+            self.open_dashboard(started.run_dir)
+
     def action_show_launch(self) -> None:
         if self.launch_screen is None or self.launch_screen not in self.screen_stack:
             self.launch_screen = LaunchScreen(self.initial_config, str(self.runs_root))
@@ -150,6 +218,8 @@ class FtuiApp(App):
             yield SystemCommand(_("Show command"), _("ftui train on the saved YAML, and the launch command"), screen.action_command)
         if isinstance(screen, DashboardScreen):
             yield SystemCommand(_("Stop run"), _("Ask the run to stop (again: kill)"), screen.action_stop)
+            yield SystemCommand(_("Resume run"), _("Continue this stopped, failed or died run from its newest checkpoint (R)"),
+                                screen.action_resume)
             yield SystemCommand(_("Toggle smoothing"), _("Smooth the loss curve"), screen.action_smoothing)
             yield SystemCommand(_("Toggle window"), _("Whole run or the last steps"), screen.action_window)
             yield SystemCommand(_("Toggle log scale"), _("The plot's y axis on a log scale"), screen.action_log_scale)
@@ -163,6 +233,8 @@ class FtuiApp(App):
             yield SystemCommand(_("Overlay loss curves"), _("Plot the marked runs together"), screen.action_overlay)
             yield SystemCommand(_("Delete run"), _("Delete the highlighted run's directory (asks first; never a live run)"), screen.action_delete)
             if screen.current_run() is not None:
+                yield SystemCommand(_("Resume run"), _("Continue the highlighted stopped, failed or died run from its newest checkpoint (R)"),
+                                    screen.action_resume)
                 yield SystemCommand(_("Evaluate & Predict"), _("Score the highlighted run on a dataset, browse and compare its predictions"),
                                     screen.action_evalpredict)
                 yield SystemCommand(_("Export model"), _("The highlighted run's model as a standalone directory (merged, safetensors; GGUF)"),

@@ -363,6 +363,9 @@ class ChatScreen(Screen):
 
     @work(thread=True, group="chat-stream")
     def stream(self, pane: str, worker: Any, messages: list[dict[str, str]], settings: GenerationSettings) -> None:
+        """The answer's replies, decoded by ftui.jobs.chat_reply (as the CLI's REPL decodes them)."""
+        from ftui.jobs.chat_reply import Failed, Token, decode_reply
+
         rid = worker.generate(messages, settings)
         pending: list[str] = []
         last = time.monotonic()
@@ -373,19 +376,20 @@ class ChatScreen(Screen):
                 worker.kill()  # its reader then reports an exit, which ends this loop
                 killed = True
             reply = worker.get(timeout=0.05)
-            if reply is not None and reply.get("id") not in (None, rid):
-                continue
-            if reply is not None and reply["type"] == "token":
-                pending.append(reply["text"])
+            part = None if reply is None else decode_reply(reply, rid)
+            if reply is not None and part is None:
+                continue  # another answer's reply
+            if isinstance(part, Token):
+                pending.append(part.text)
             now = time.monotonic()
-            if pending and (reply is None or now - last > 0.05):  # batch tokens: at most ~20 redraws/s
+            if pending and (part is None or now - last > 0.05):  # batch tokens: at most ~20 redraws/s
                 self._call_ui(self._tokens, pane, "".join(pending))
                 pending, last = [], now
-            if reply is None or reply["type"] == "token":
+            if part is None or isinstance(part, Token):
                 continue
             if pending:
                 self._call_ui(self._tokens, pane, "".join(pending))
-            self._call_ui(self._finished, pane, {"type": "killed"} if killed and reply["type"] == "exit" else reply)
+            self._call_ui(self._finished, pane, part, killed and isinstance(part, Failed) and part.exited)
             return
 
     def _tokens(self, pane: str, text: str) -> None:
@@ -393,24 +397,28 @@ class ChatScreen(Screen):
             return
         self.query_one(f"#pane-{pane}", ChatPane).add_tokens(text)
 
-    def _finished(self, pane: str, reply: dict[str, Any]) -> None:
+    def _finished(self, pane: str, part: Any, killed: bool = False) -> None:
+        """The answer ended: ``part`` is its Done or Failed (ftui.jobs.chat_reply); ``killed``:
+        its worker was ended after a stop it could not read."""
+        from ftui.jobs.chat_reply import Done
+
         if self._closed:
             return
         self.busy.discard(pane)
         self.stop_asked.pop(pane, None)
         widget = self.query_one(f"#pane-{pane}", ChatPane)
         conv = self.conversations[pane]
-        if reply["type"] == "done":
-            note = _("{tokens} tokens · {rate} tokens/s").format(tokens=reply["tokens"], rate=f"{reply.get('tokens_per_s') or 0:.1f}")
-            note += " · " + _("stopped") if reply["stopped"] else ""
-            conv.answer(widget.finish(note))
-        elif reply["type"] == "killed":
+        if killed:
             conv.messages.pop()
             widget.finish(_("stopped (the model was still reading the prompt, so its worker was ended; reloading it)"))
             self.load_pane(pane, self.specs[pane])
+        elif isinstance(part, Done):
+            note = _("{tokens} tokens · {rate} tokens/s").format(tokens=part.tokens, rate=f"{part.rate:.1f}")
+            note += " · " + _("stopped") if part.stopped else ""
+            conv.answer(widget.finish(note))
         else:
             conv.messages.pop()  # the question stays on screen, not in the history sent next time
-            widget.show_error(reply.get("message", _("the answer failed")))
+            widget.show_error(part.message)
 
     # --- Actions
 

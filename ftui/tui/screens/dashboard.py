@@ -49,6 +49,7 @@ MIN_FIGURE_ROWS = 10
 class DashboardScreen(Screen):
     BINDINGS = [
         Binding("s", "stop", N_("Stop")),
+        Binding("R", "resume", N_("Resume")),  # in the footer once the run stopped, failed or died (RESUMABLE), in Stop's place
         Binding("m", "smoothing", N_("Smoothing")),
         Binding("l", "log_scale", N_("Log y")),
         Binding("v", "lr", N_("Loss/LR")),
@@ -65,6 +66,7 @@ class DashboardScreen(Screen):
     # Shown in the footer only once the run has ended, in Stop's place (their keys work throughout:
     # a live run's checkpoints can be scored or exported too, the palette lists them).
     ENDED_KEYS = frozenset({"evalpredict", "export"})
+    RESUMABLE = ("stopped", "failed", "died")  # the ends `ftui train --resume` continues (a completed run: with --set)
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
         super().__init__()
@@ -268,6 +270,8 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":  # nothing to stop once the run has ended: not offered in the footer
             return self.view is None or not self.view.ended
+        if action == "resume":  # offered once the run has stopped, failed or died
+            return self.view is not None and self.view.ended and self.view.status in self.RESUMABLE
         if action == "figure":  # nothing to cycle without extra figures (sft, pt)
             return self.view is not None and bool(self.view.figure_names)
         return True
@@ -347,11 +351,25 @@ class DashboardScreen(Screen):
 
         self.app.push_screen(Confirm(question, yes=_("Kill") if force else _("Stop"), danger=force), answered)
 
+    def action_resume(self) -> None:
+        """Resumes the run (ftui.ops, the rules of ``ftui train --resume``); this dashboard
+        then follows the resumed job."""
+        if self.view is None or not self.view.ended:  # a stray call (the palette) on a live run says why
+            self.notify(_("the run is still running: nothing to resume"), severity="warning")
+            return
+        self.app.resume_run(self.run_dir)
+
+    def follow_resumed(self) -> None:
+        """The run was resumed from here: its new job's end is announced again, and Stop means
+        a stop again (not a kill)."""
+        self._ended_seen_live = False
+        self.stop_requests = 0
+
     @work(thread=True, group="control")
     def send_stop(self, force: bool) -> None:
-        from ftui.jobs.launch import stop_run
+        from ftui.ops.control import stop
 
-        result = stop_run(self.run_dir, force=force)
+        result = stop(self.run_dir, force=force)
         word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
         self.app.call_from_thread(self.notify, visible(f"{word}: {result}"), markup=False)
 

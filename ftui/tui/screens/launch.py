@@ -903,9 +903,10 @@ class LaunchScreen(Screen):
         if self.config is None:
             self.notify(_("the form has problems: fix the fields marked in red"), severity="error")
             return
-        if self.config.resume_from_checkpoint:
-            self.notify(_("resume_from_checkpoint continues the run it names: from a shell, ftui train CONFIG.yaml "
-                          "(or ftui train --resume RUN); clear the key here to start a new run"), severity="error", markup=False)
+        if self.config.resume_from_checkpoint:  # the run it names goes on, as ftui train CONFIG.yaml does (ftui.ops)
+            self.notify(_("resume_from_checkpoint continues the run it names (clear the key here to start a new run instead)"),
+                        markup=False)
+            self.app.resume_from_config(self.config)
             return
         self.query_one("#start", Button).disabled = True
         self.start_run(self.config)
@@ -915,13 +916,15 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="start")
     def start_run(self, cfg: "RunConfig") -> None:
-        from ftui.jobs.launch import prepare_run, start_run
+        """The run's directory and job, made by the operation ``ftui train`` uses (ftui.ops.start)."""
+        from ftui.ops.errors import OpError
+        from ftui.ops.start import start
 
         try:
-            run_dir = prepare_run(cfg)
-            start_run(run_dir, cfg)
-        except OSError as err:
-            self.app.call_from_thread(self.notify, _("cannot start: {error}").format(error=err), severity="error", markup=False)
+            run_dir = start(cfg).run_dir
+        except OpError as err:
+            reason = err.__cause__ if isinstance(err.__cause__, OSError) else err.message
+            self.app.call_from_thread(self.notify, _("cannot start: {error}").format(error=reason), severity="error", markup=False)
             to_ui(self, self.revalidate)
             return
         self.app.call_from_thread(self.app.open_dashboard, run_dir)

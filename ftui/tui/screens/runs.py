@@ -1,6 +1,7 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
 loss curves are overlaid below the table (f: an extra figure of theirs instead, such as a
-preference run's rewards_margin), d deletes a run that no job runs (after a yes)."""
+preference run's rewards_margin), d deletes a run that no job runs (after a yes), R resumes a
+stopped, failed or died run (the app's resume, ftui.ops)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.rundir.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_plan,
-                       delete_run, list_row, list_runs)
+from ftui.rundir.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunFollower, RunsRootError, RunSummary, delete_plan,
+                       list_row, list_runs)
 from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
@@ -143,6 +144,7 @@ class RunsScreen(Screen):
         Binding("d", "delete", N_("Delete")),
         Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
         Binding("x", "export", N_("Export"), show=False),  # the same
+        Binding("R", "resume", N_("Resume"), show=False),  # the same (a run's dashboard shows it in its footer)
     ]
 
     def __init__(self, root: str | Path):
@@ -256,6 +258,18 @@ class RunsScreen(Screen):
         if run is not None:
             self.app.open_export(run.path)
 
+    def action_resume(self) -> None:
+        """Resumes the highlighted run (the app's resume: ftui.ops' rules, a refusal said in a
+        notification); its dashboard then follows the resumed job."""
+        run = self._current()
+        if run is None:
+            return
+        if run.live:
+            self.notify(_("{run} is {status}: nothing to resume (Enter attaches)").format(
+                run=visible(run.run_id), status=status_label(run.status)), severity="warning", markup=False)
+            return
+        self.app.resume_run(run.path)
+
     def action_attach(self) -> None:
         run = self._current()
         if run is not None:
@@ -361,9 +375,12 @@ class RunsScreen(Screen):
 
     @work(thread=True, group="delete")
     def delete_in_background(self, run: RunSummary, plan: DeletePlan) -> None:
+        from ftui.ops.control import delete
+        from ftui.ops.errors import OpError
+
         try:
-            done = delete_run(plan.run, asked=plan)  # refused if the run changed since the question
-        except (RunDeleteError, OSError) as err:
+            done = delete(plan)  # refused if the run changed since the question (ftui.ops, as ftui delete)
+        except (OpError, OSError) as err:
             self.app.call_from_thread(self.notify, _("not deleted: {error}").format(error=visible(err)), severity="error", markup=False)
             return
         to_ui(self, self._deleted, run, done)

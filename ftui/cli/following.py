@@ -1,0 +1,37 @@
+"""Following a started job in the terminal until it ends: Ctrl-C stops it, a second Ctrl-C
+kills it (``ftui train``, ``ftui predict`` / ``eval``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from ftui.i18n import N_, _
+
+# What Ctrl-C says while a training run / an offline job is followed: (first, second)
+TRAIN_INTERRUPTS = (N_("stopping: the ranks finish the current step (Ctrl-C again to kill)"), N_("killing the run"))
+JOB_INTERRUPTS = (N_("stopping: what is done is kept"), N_("killing the job"))
+
+
+def follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, str] = TRAIN_INTERRUPTS) -> tuple[Any, bool]:
+    """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it, each
+    saying ``says``); returns its summary and whether the user interrupted it."""
+    from ftui.cli.follow import follow_run
+    from ftui.ops.control import stop as stop_run
+
+    interrupts = []
+
+    def interrupted(count: int) -> None:
+        interrupts.append(count)
+        if count == 1:
+            out.print("[yellow]" + _(says[0]) + "[/]")
+            stop_run(job_dir)
+            return
+        said = stop_run(job_dir, force=True)  # said before: it may have ended gracefully meanwhile
+        out.print("[red]" + _(says[1]) + "[/]" if said == _("killed") else "[dim]" + escape(said) + "[/]")
+
+    return follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset), bool(interrupts)
+

@@ -1,0 +1,49 @@
+"""Stopping a job and deleting a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ftui.i18n import _
+from ftui.ops import errors
+from ftui.ops.lookup import refuse_live
+
+
+def stop(job_dir: Path, force: bool = False) -> str:
+    """Asks a job to stop (it finishes the step and saves a checkpoint), or kills it
+    (``force``); returns what was done, in words (ftui.jobs.launch.stop_run)."""
+    from ftui.jobs import launch
+
+    return launch.stop_run(job_dir, force=force)
+
+
+@dataclass(frozen=True)
+class DeleteQuestion:
+    """What a delete would remove, to ask about first: the plan (a run that is a link loses
+    only the link) and the run's summary (its status and progress, said in the question)."""
+
+    plan: Any
+    summary: Any
+
+
+def plan_delete(run_dir: Path) -> DeleteQuestion:
+    """What deleting the run removes; RunIsLive when a job runs in it (refused before asking;
+    delete checks again under the job lock)."""
+    from ftui.rundir.runs import delete_plan, summarize_run
+
+    summary = summarize_run(run_dir)
+    refuse_live(run_dir, summary, _("; nothing deleted"))
+    return DeleteQuestion(delete_plan(run_dir), summary)
+
+
+def delete(plan: Any) -> Any:
+    """Deletes the run the user was asked about (``plan``: refused if the run changed since
+    the question, or a job started in it); returns what was removed (ftui.rundir.runs.Deleted)."""
+    from ftui.rundir.runs import RunDeleteError, delete_run
+
+    try:
+        return delete_run(plan.run, asked=plan)
+    except RunDeleteError as e:
+        raise errors.DeleteRefused(str(e)) from None
