@@ -67,6 +67,8 @@ def run(tmp_path):
     (run / "config.yaml").write_text("model_name_or_path: ftui-demo\ndataset: alpaca_en_demo\ncutoff_len: 128\nmodel_init: random\n")
     (run / "final").mkdir()
     (run / "checkpoints" / "step-20").mkdir(parents=True)
+    # a complete checkpoint (Start checks the source as ftui predict does: a damaged one is refused)
+    (run / "checkpoints" / "step-20" / "trainer_state.json").write_text('{"global_step": 20}')
     return run
 
 
@@ -158,7 +160,7 @@ async def test_start_follows_progress_and_stop(tmp_path, run, monkeypatch, fake_
     from ftui.jobs import launch
 
     started, stops = fake_start, []
-    monkeypatch.setattr(launch, "stop_run", lambda job_dir, force=False: stops.append(force) or "stop requested")
+    monkeypatch.setattr(launch, "stop_run", lambda job_dir, force=False: stops.append(force) or "stop requested")  # under ftui.ops.control.stop
     app = app_with(tmp_path, run)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_screen(pilot, app)

@@ -56,7 +56,7 @@ class JobStarted:
 
 def start_offline_job(kind: str, *, run_dir: Path | None, checkpoint: str | None = None, base: bool = False,
                       model: str | None = None, adapter: str | None = None, model_config: RunConfig | None = None,
-                      root: Path, dataset: str, dataset_dir: str | None = None, max_samples: int | None = None,
+                      dataset: str, root: Path | None = None, dataset_dir: str | None = None, max_samples: int | None = None,
                       generation: dict[str, Any] | None = None, nproc: int = 1, device: str = "auto",
                       cutoff_len: int | None = None, eval_batch_size: int | None = None) -> JobStarted:
     """A predict or eval job of a run (``run_dir``: its final/, a checkpoint or its base) or
@@ -83,6 +83,8 @@ def start_offline_job(kind: str, *, run_dir: Path | None, checkpoint: str | None
         info = offline.start_job(kind, job_dir, cfg)  # looked up at the call: a test may stand a fake in
     except RunBusy as e:
         raise errors.RunLocked(str(e)) from None
+    except OSError as e:
+        raise errors.StartFailed(_("cannot start the job in {path}: {reason}").format(path=job_dir, reason=e)) from e
     return JobStarted(kind, job_dir, info)
 
 
@@ -130,4 +132,6 @@ def start_export(prepared: PreparedExport) -> JobStarted:
         info = export.start_export(prepared.job_dir, prepared.cfg)  # looked up at the call: a test may stand a fake in
     except RunBusy as e:
         raise errors.RunLocked(str(e)) from None
+    except OSError as e:
+        raise errors.StartFailed(_("cannot start the job in {path}: {reason}").format(path=prepared.job_dir, reason=e)) from e
     return JobStarted("export", prepared.job_dir, info)

@@ -245,11 +245,11 @@ class EvalPredictScreen(JobScreen):
     @work(thread=True, exclusive=True, group="start")
     def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
               generation: dict[str, Any], nproc: int) -> None:
-        """Prepares the job's directory and starts it detached, as ``ftui predict`` / ``ftui eval`` do."""
-        from ftui.config.run_config import ConfigError
-        from ftui.jobs import offline
-        from ftui.jobs.launch import RunBusy
+        """Prepares the job's directory and starts it detached: the operation ``ftui predict`` /
+        ``ftui eval`` call (ftui.ops.jobs.start_offline_job), its refusal shown here."""
         from ftui.data.registry import dataset_path_problem
+        from ftui.ops.errors import OpError
+        from ftui.ops.jobs import start_offline_job
 
         problem = dataset_path_problem(dataset, dataset_dir)
         if problem:
@@ -257,13 +257,13 @@ class EvalPredictScreen(JobScreen):
             return
         checkpoint, base = source_args(source_value)
         try:
-            job_dir, cfg = offline.prepare_job(kind, run_dir=self.run_dir, source=offline.source_of(self.run_dir, checkpoint, base, None, None),
-                                               dataset=dataset, dataset_dir=dataset_dir, max_samples=max_samples,
-                                               generation=generation if kind == "predict" else None, nproc=nproc)
-            offline.start_job(kind, job_dir, cfg)
-        except (offline.JobError, ConfigError, RunBusy, OSError, ValueError) as err:
+            started = start_offline_job(kind, run_dir=self.run_dir, checkpoint=checkpoint, base=base, dataset=dataset,
+                                        dataset_dir=dataset_dir, max_samples=max_samples,
+                                        generation=generation if kind == "predict" else None, nproc=nproc)
+        except (OpError, ValueError) as err:
             to_ui(self, self.start_failed, _("{kind} job not started: {error}").format(kind=kind, error=err))
             return
+        job_dir = started.job_dir
         to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:

@@ -277,24 +277,26 @@ class ExportScreen(JobScreen):
 
     @work(thread=True, exclusive=True, group="start")
     def start(self, which: str | None, out: str, dtype: str, shard: str, gguf: str | None, force: bool) -> None:
-        """Prepares the job's directory and starts it detached, as ``ftui export`` does."""
-        from ftui.config.run_config import ConfigError
-        from ftui.jobs import export
-        from ftui.jobs.launch import RunBusy
+        """Prepares the job's directory and starts it detached: the operations ``ftui export``
+        calls (ftui.ops.jobs), their refusal shown here."""
+        from ftui.ops import jobs
+        from ftui.ops.errors import OpError
 
+        if not out.strip():
+            to_ui(self, self.start_failed, _("export not started: {error}").format(error=_(NO_OUT_DIR)))
+            return
         try:
-            if not out.strip():
-                raise export.ExportError(_(NO_OUT_DIR))
-            job_dir, cfg, _needs = export.prepare_export(self.run_dir, which=which, out=Path(out.strip()).expanduser(), dtype=dtype,
-                                                         max_shard_size=shard, gguf=gguf, force=force,
-                                                         runs_root=getattr(self.app, "runs_root", None))
-            export.start_export(job_dir, cfg)
-        except (export.ExportError, ConfigError, RunBusy, OSError, ValueError) as err:
+            prepared = jobs.prepare_export(self.run_dir, which=which, out=Path(out.strip()).expanduser(), dtype=dtype,
+                                           max_shard_size=shard, gguf=gguf, force=force,
+                                           runs_root=getattr(self.app, "runs_root", None))
+            jobs.start_export(prepared)
+        except (OpError, ValueError) as err:
             to_ui(self, self.start_failed, _("export not started: {error}").format(error=err))
             return
-        swept = export.sweep_out_parent(Path(out.strip()))  # what killed exports left beside it
+        swept = jobs.sweep_beside_out(prepared)  # what killed exports left beside it
         if swept:
             self.app.call_from_thread(self.notify, swept, markup=False)
+        job_dir = prepared.job_dir
         to_ui(self, self.open_job, job_dir)
 
     def read_job_results(self, job_dir: Path) -> dict[str, Any]:

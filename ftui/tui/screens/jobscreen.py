@@ -150,7 +150,7 @@ class JobScreen(Screen):
 
     @work(thread=True, group="control")
     def send_stop(self, job_dir: Path, force: bool) -> None:
-        from ftui.jobs.launch import stop_run
+        from ftui.ops.control import stop as stop_run
 
         result = stop_run(job_dir, force=force)
         word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
