@@ -23,6 +23,7 @@ from ftui.safety.bounded_input import load_json, short_repr  # json.loads, a too
 from ftui.i18n import N_, _
 from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.rundir.paths import DEMO_DATASET, DEMO_DATASET_FILE
+from ftui.stages import CONVERSATIONS, PAIRS, RAW_TEXT, TAGGED_ANSWERS, find as find_stage
 
 BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
@@ -535,13 +536,21 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
     return prompt, (query if isinstance(query, str) and query else None)
 
 
+def data_kind(stage: str) -> str:
+    """The kind of records ``stage`` reads (its description, ftui.stages); conversations for a
+    name no stage has (the config's own check names it)."""
+    described = find_stage(stage)
+    return described.data if described is not None else CONVERSATIONS
+
+
 def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     """Settles how ``stage`` reads the dataset (from its first record, for a file given by
     path) and names it: raw text for pt, else alpaca or sharegpt."""
     if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
         raise DatasetRefused(_("dataset {name} record 0 has {column}: {refusal}").format(
             name=repr(spec.name), column=next(c for c in MEDIA_COLUMNS if first.get(c)), refusal=_(MULTIMODAL_REFUSAL)))
-    if stage == "pt":
+    kind = data_kind(stage)
+    if kind == RAW_TEXT:
         if spec.ranking:
             raise DataFormatError(_("dataset {name} is a preference (ranking) dataset; it fits stage dpo or rm, not pt").format(
                 name=repr(spec.name)))
@@ -555,17 +564,17 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     problem = stage_fit_problem(spec, first, stage)
     if problem:
         raise DataFormatError(problem)
-    kind = {"dpo": _("{formatting} ranking format"), "rm": _("{formatting} ranking format"),
-            "kto": _("{formatting} feedback format")}.get(stage, _("{formatting} format"))
-    return kind.format(formatting=spec.formatting)
+    named = {PAIRS: _("{formatting} ranking format"), TAGGED_ANSWERS: _("{formatting} feedback format")}.get(kind, _("{formatting} format"))
+    return named.format(formatting=spec.formatting)
 
 
 def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
     """(what the model reads, what it learns) of one record, as ``stage`` reads it: the launch
     form's preview. Raises DataFormatError showing the record, as training would."""
-    if stage == "pt":
+    kind = data_kind(stage)
+    if kind == RAW_TEXT:
         return to_text(record, spec, index), ""
-    if stage in ("dpo", "rm", "kto"):
+    if kind in (PAIRS, TAGGED_ANSWERS):
         from ftui.data.preference_records import comparison_preview
 
         return comparison_preview(record, spec, index, stage)
