@@ -628,7 +628,7 @@ def refused_key_problems(cfg: RunConfig) -> list[FieldProblem]:
     """LLaMA-Factory keys that would change the result and that ftui does not do: refused by
     name (ftui.presets.lf_keys), never trained without them."""
     return [FieldProblem(key, value, _("not supported: {reason}").format(reason=_(REFUSED[key])))
-            for key, value in sorted((cfg.model_extra or {}).items()) if classify(key, value) == "refused" and not stage_option_key(cfg, key)]
+            for key, value in sorted((cfg.model_extra or {}).items()) if classify(key, value) == "refused"]
 
 
 LORA_ONLY = ("use_dora", "use_rslora", "pissa_init", "loraplus_lr_ratio", "additional_target")
@@ -711,12 +711,6 @@ def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
             out += [FieldProblem(str(e["loc"][0]), own.get(str(e["loc"][0])), pydantic_message(e)) for e in err.errors() if e["loc"]]
     out += [FieldProblem(key, value, message) for key, value, message in stage.problems(cfg)]
     return out
-
-
-def stage_option_key(cfg: RunConfig, key: str) -> bool:
-    """Whether ``key`` (a key RunConfig has no field for) is one of the config's stage's own options."""
-    stage = find_stage(cfg.stage)
-    return stage is not None and key in stage.option_keys
 
 
 def _interleave_problems(cfg: RunConfig) -> list[FieldProblem]:
