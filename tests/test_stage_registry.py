@@ -188,6 +188,17 @@ def test_a_new_stage_is_one_description_module_and_one_runner_module(toy_stage, 
     (toy_field,) = [f for f in stage_option_fields() if f.key == "toy_weight"]
     assert toy_field.stages == ("toy",) and toy_field.label == "toy loss weight"
 
+    # ... and a form built with the stage there from the start (as a new module of ftui/stages is) has its field
+    probe = ("import ftui.stages\n"
+             f"ftui.stages.__path__.append({str(described)!r})\n"
+             "ftui.stages.refresh()\n"
+             "from ftui.tui.screens.launch import FIELDS, FORM_DEFAULTS, form_to_config\n"
+             "print(FIELDS['toy_weight'].stages, FORM_DEFAULTS['toy_weight'], [v for _l, v in FIELDS['stage'].options][-1],\n"
+             "      form_to_config({'stage': 'toy', 'toy_weight': '0.25'})['toy_weight'],\n"
+             "      'toy_weight' in form_to_config({'stage': 'sft', 'toy_weight': '0.25'}))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["('toy',)", "1.0", "toy", "0.25", "False"], out.stdout + out.stderr[-2000:]
+
     # one short run: the runner finds the stage as it finds the built-in ones
     run = prepare_run(cfg).resolve()
     script = ("import sys\nimport ftui.stages, ftui.runner.stages\n"
