@@ -26,12 +26,13 @@ from pydantic_core import PydanticCustomError
 
 from ftui.safety.bounded_input import YAMLRefused, load_yaml, short_repr, yaml_reason
 from ftui.i18n import N_, _, current_language
-from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGES
+from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS
 from ftui.presets.families import FA2_MODEL_TYPES, runs_sdpa
 from ftui.presets.engine_presets import NEEDS_SEVERAL, EngineSpec, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.data.conversation import TOOL_FORMATS
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, STAGE_REFUSED, classify
 from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
+from ftui.stages import PACKING_NEVER, find as find_stage, option_keys as stage_option_keys, stage_names
 
 from ftui.rundir.paths import DEMO_DATASET, DEMO_MODEL, default_runs_root, resolve_model_path  # noqa: F401 (re-exported)
 from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text
@@ -80,7 +81,7 @@ class RunConfig(BaseModel):
     default_system: str | None = Field(None, description=N_("the system prompt for records without one, instead of the template's"))
     enable_thinking: bool = Field(True, description=N_("reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt"))
     # --- Method
-    stage: Literal[STAGES] = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model"))  # type: ignore[valid-type]
+    stage: str = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model"))  # one of ftui.stages
     do_train: bool = True
     finetuning_type: Literal["full", "lora", "freeze"] = Field(
         "lora", description=N_("QLoRA is finetuning_type lora with quantization_bit 4")
@@ -196,7 +197,8 @@ class RunConfig(BaseModel):
     def _neat_packing_packs(cls, data: Any) -> Any:
         """LLaMA-Factory's neat_packing turns packing on with examples kept apart, which is how
         ftui packs an sft run; another stage keeps the key to be refused (stage_problems)."""
-        if isinstance(data, dict) and data.get("neat_packing") is True and data.get("stage", "sft") == "sft":
+        stage = find_stage(data.get("stage", "sft")) if isinstance(data, dict) else None
+        if stage is not None and stage.neat_packing and data.get("neat_packing") is True:
             data = {**data, "packing": True}
         return data
 
@@ -212,8 +214,14 @@ class RunConfig(BaseModel):
     @field_validator("stage", mode="before")
     @classmethod
     def _stage_known(cls, value: Any) -> Any:
+        """A stage some module of ftui.stages describes (read when validating: a stage a plugin
+        added is one); LLaMA-Factory's stages ftui lacks are refused saying so."""
         if isinstance(value, str) and value in STAGE_REFUSED:
-            raise ValueError(_("{reason}; ftui trains {stages}").format(reason=_(STAGE_REFUSED[value]), stages=", ".join(STAGES)))
+            raise ValueError(_("{reason}; ftui trains {stages}").format(reason=_(STAGE_REFUSED[value]), stages=", ".join(stage_names())))
+        if find_stage(value) is None:  # pydantic's own wording for a value not among the choices
+            names = [repr(n) for n in stage_names()]
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))})
         return value
 
     @field_validator("lora_target", "additional_target", "eval_dataset", "interleave_probs", "dataset", mode="before")
@@ -344,7 +352,7 @@ def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
     out = []
     known: list[str] = []  # every known name, listed once the first unknown key needs them
     for key, value in sorted((cfg.model_extra or {}).items()):
-        if classify(key, value) != "unknown":
+        if classify(key, value) != "unknown" or key in stage_option_keys():  # a stage's own option (another stage's: kept)
             continue
         known = known or sorted(known_key_names())
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
@@ -674,30 +682,34 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-PREFERENCE_STAGES = ("dpo", "kto", "rm")  # trained on answers compared (pairs, or tagged answers)
-
-
 def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
-    """What the preference stages cannot do, as LLaMA-Factory's processors for them cannot:
-    their examples are a prompt with whole answers compared, so they are never packed and
-    always learn the answers only."""
+    """What the config's stage cannot do, from its description (ftui.stages), as LLaMA-Factory's
+    processors rule it: neat_packing where the stage has none; packing, train_on_prompt and
+    mask_history for a stage whose examples are a prompt with whole answers compared (the
+    preference stages); its own options' values that RunConfig has no field for (a new
+    stage's), by its options' sub-model; and the stage's own rules."""
     out: list[FieldProblem] = []
-    if cfg.neat_packing and cfg.stage != "sft":
+    stage = find_stage(cfg.stage)
+    if stage is None:  # refused by the field's own validation
+        return out
+    if cfg.neat_packing and not stage.neat_packing:
         out.append(FieldProblem("neat_packing", True, _("neat_packing packs sft examples without attention between them (as "
                                                         "LLaMA-Factory allows it for stage sft only); remove it for stage {stage}").format(stage=cfg.stage)))
-    if cfg.stage not in PREFERENCE_STAGES:
-        return out
-    if cfg.packing:
+    if cfg.packing and stage.packing == PACKING_NEVER:
         out.append(FieldProblem("packing", True, _("stage {stage} compares whole answers, which packing would join; "
                                                    "set packing false (or empty)").format(stage=cfg.stage)))
-    for key in ("train_on_prompt", "mask_history"):
-        if getattr(cfg, key):
-            out.append(FieldProblem(key, True, _("stage {stage} learns from the last answer only, never the prompt or earlier "
-                                                 "turns (as LLaMA-Factory's preference processors); remove the key").format(stage=cfg.stage)))
-    if cfg.stage == "dpo" and cfg.dpo_label_smoothing and cfg.pref_loss != "sigmoid":
-        out.append(FieldProblem("dpo_label_smoothing", cfg.dpo_label_smoothing,
-                                _("label smoothing is part of the sigmoid (DPO) loss only, not {loss}; set it to 0 or pref_loss "
-                                  "sigmoid").format(loss=cfg.pref_loss)))
+    if stage.answers_only:
+        for key in ("train_on_prompt", "mask_history"):
+            if getattr(cfg, key):
+                out.append(FieldProblem(key, True, _("stage {stage} learns from the last answer only, never the prompt or earlier "
+                                                     "turns (as LLaMA-Factory's preference processors); remove the key").format(stage=cfg.stage)))
+    own = {k: v for k, v in (cfg.model_extra or {}).items() if k in stage.option_keys}  # RunConfig validated the others
+    if own:
+        try:
+            stage.options_model().model_validate(own)
+        except ValidationError as err:
+            out += [FieldProblem(str(e["loc"][0]), own.get(str(e["loc"][0])), pydantic_message(e)) for e in err.errors() if e["loc"]]
+    out += [FieldProblem(key, value, message) for key, value, message in stage.problems(cfg)]
     return out
 
 

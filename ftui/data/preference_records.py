@@ -19,7 +19,8 @@ from typing import Any
 
 from ftui.i18n import N_, _
 from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
-from ftui.data.records import DataFormatError, DatasetSpec, _fail, _text, to_conversation
+from ftui.data.records import DataFormatError, DatasetSpec, _fail, _text, data_kind, to_conversation
+from ftui.stages import PAIRS, TAGGED_ANSWERS
 
 # English (N_): translated where a message shows it
 RANKING_EXPECTED = {
@@ -52,14 +53,15 @@ def stage_fit_problem(spec: DatasetSpec, first: Any, stage: str) -> str | None:
     ranking = spec.ranking or (not spec.explicit_format and is_ranking_record(first))
     if ranking:
         spec.ranking = True
-    if stage in ("dpo", "rm") and not ranking:
+    kind = data_kind(stage)
+    if kind == PAIRS and not ranking:
         return _("dataset {name} has no chosen/rejected answers: stage {stage} trains on preference pairs (a dataset_info.json "
                  "entry with ranking: true and chosen/rejected columns, e.g. LLaMA-Factory's dpo_en_demo)").format(
             name=repr(spec.name), stage=stage)
-    if stage not in ("dpo", "rm") and ranking:
+    if kind != PAIRS and ranking:
         return _("dataset {name} is a preference (ranking) dataset with chosen/rejected answers; it fits stage dpo or rm, "
                  "not {stage}").format(name=repr(spec.name), stage=stage)
-    if stage == "kto":
+    if kind == TAGGED_ANSWERS:
         column = kto_column(spec)
         if not column or not isinstance(first, dict) or not isinstance(first.get(column), bool):
             return _("dataset {name} has no true/false kto_tag column: stage kto learns from answers tagged desirable "
@@ -70,9 +72,10 @@ def stage_fit_problem(spec: DatasetSpec, first: Any, stage: str) -> str | None:
 def registry_fit_problem(spec: DatasetSpec, stage: str) -> str | None:
     """What a dataset_info.json entry alone says against ``stage`` (files given by path are
     judged by their first record, when the run reads them)."""
-    if not spec.explicit_format or not (spec.ranking or stage in ("dpo", "rm", "kto")):
+    kind = data_kind(stage)
+    if not spec.explicit_format or not (spec.ranking or kind in (PAIRS, TAGGED_ANSWERS)):
         return None
-    if stage == "kto" and not spec.ranking:
+    if kind == TAGGED_ANSWERS and not spec.ranking:
         if not spec.columns.get("kto_tag"):
             return _("dataset {name} has no kto_tag column in its dataset_info.json entry: stage kto learns from "
                      "answers tagged desirable or not (columns: kto_tag: label, as LLaMA-Factory's kto_en_demo)").format(name=repr(spec.name))
@@ -84,7 +87,7 @@ def to_comparison(record: Any, spec: DatasetSpec, index: int, stage: str) -> Com
     """One record of a ranking (dpo, rm) or feedback (kto) dataset; None: LLaMA-Factory skips it."""
     if not isinstance(record, dict):
         raise _fail(spec, index, record, _("a record must be a JSON object"))
-    if stage == "kto":
+    if data_kind(stage) == TAGGED_ANSWERS:
         return _feedback(record, spec, index)
     return _ranking(record, spec, index)
 
@@ -166,7 +169,7 @@ def comparison_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -
     if comp is None:
         return _("(skipped: its turns do not alternate user and assistant)"), ""
     user = comp.prompt.turns[-1]["content"] if comp.prompt.turns else ""
-    if stage == "kto":
+    if data_kind(stage) == TAGGED_ANSWERS:
         tag = {True: _("desirable"), False: _("undesirable"), None: _("untagged: skipped")}[comp.desirable]
         return user, f"[{tag}] {comp.answers[0]['content']}"
     return user, f"chosen: {comp.answers[0]['content']}\nrejected: {comp.answers[1]['content']}"

@@ -20,6 +20,7 @@ from typing import Any
 from ftui.safety.bounded_input import load_json, short_repr  # json.loads, a too-deep document a ValueError
 from ftui.i18n import N_, _
 from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
+from ftui.stages import CONVERSATIONS, find as find_stage
 
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None, "tools": None}
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": None, "tools": None}
@@ -271,6 +272,13 @@ def text_columns(spec: DatasetSpec) -> tuple[str, str | None]:
             name=repr(spec.name), expected=_(TEXT_EXPECTED)))
     query = spec.columns.get("query")
     return prompt, (query if isinstance(query, str) and query else None)
+
+
+def data_kind(stage: str) -> str:
+    """The kind of records ``stage`` reads (its description, ftui.stages); conversations for a
+    name no stage has (the config's own check names it)."""
+    described = find_stage(stage)
+    return described.data if described is not None else CONVERSATIONS
 
 
 def to_text(record: Any, spec: DatasetSpec, index: int) -> str:

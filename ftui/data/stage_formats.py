@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ftui.i18n import _
+from ftui.stages import PAIRS, RAW_TEXT, TAGGED_ANSWERS
 from ftui.data.records import (MEDIA_COLUMNS, MULTIMODAL_REFUSAL, DataFormatError, DatasetRefused, DatasetSpec,
-                               apply_detected_format, to_messages, to_text)
+                               apply_detected_format, data_kind, to_messages, to_text)
 
 
 def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
@@ -19,7 +20,8 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
         raise DatasetRefused(_("dataset {name} record 0 has {column}: {refusal}").format(
             name=repr(spec.name), column=next(c for c in MEDIA_COLUMNS if first.get(c)), refusal=_(MULTIMODAL_REFUSAL)))
-    if stage == "pt":
+    kind = data_kind(stage)
+    if kind == RAW_TEXT:
         if spec.ranking:
             raise DataFormatError(_("dataset {name} is a preference (ranking) dataset; it fits stage dpo or rm, not pt").format(
                 name=repr(spec.name)))
@@ -33,17 +35,17 @@ def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     problem = stage_fit_problem(spec, first, stage)
     if problem:
         raise DataFormatError(problem)
-    kind = {"dpo": _("{formatting} ranking format"), "rm": _("{formatting} ranking format"),
-            "kto": _("{formatting} feedback format")}.get(stage, _("{formatting} format"))
-    return kind.format(formatting=spec.formatting)
+    named = {PAIRS: _("{formatting} ranking format"), TAGGED_ANSWERS: _("{formatting} feedback format")}.get(kind, _("{formatting} format"))
+    return named.format(formatting=spec.formatting)
 
 
 def record_preview(record: Any, spec: DatasetSpec, index: int, stage: str) -> tuple[str, str]:
     """(what the model reads, what it learns) of one record, as ``stage`` reads it: the launch
     form's preview. Raises DataFormatError showing the record, as training would."""
-    if stage == "pt":
+    kind = data_kind(stage)
+    if kind == RAW_TEXT:
         return to_text(record, spec, index), ""
-    if stage in ("dpo", "rm", "kto"):
+    if kind in (PAIRS, TAGGED_ANSWERS):
         from ftui.data.preference_records import comparison_preview
 
         return comparison_preview(record, spec, index, stage)

@@ -39,6 +39,7 @@ from typing import Any
 from ftui.i18n import _
 from ftui.plan.model_shape import ModelShape, read_model_config
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
+from ftui.stages import describe as describe_stage
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
@@ -177,7 +178,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              lora_target: str = "all", freeze_layers: int = 2, zero_stage: int | None = None, offload: bool | None = None,
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
-             pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True) -> Estimate:
+             pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True,
+             stage_options: dict[str, Any] | None = None) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -187,11 +189,14 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     ``fused_kernels``: ``torch_compile`` or Liger's kernels fuse the MLP's activation, which
     then saves its two inputs only (compiled) or its inputs and its output (Liger's kernel),
     not the activation and the product as well.
-    ``training_stage``: dpo and rm put a pair's two answers through the model (twice the rows), and dpo
-    and kto take the answers' log-probabilities in chunks as the loss is taken (ftui's own
-    chunks, also with ``liger``; full logits when ``chunked_loss`` is off) and, for full and
-    freeze, keep a frozen reference copy of the model (not for the reference-free orpo /
-    simpo); rm computes no logits (its value head gives one number a position). ``pure_bf16``
+    ``training_stage``: the stage's description (ftui.stages) gives its terms: the rows an
+    example keeps activations for (dpo and rm put a pair's two answers through the model,
+    twice the rows), its output (dpo and kto take the answers' log-probabilities in chunks as
+    the loss is taken, ftui's own chunks, also with ``liger``; full logits when
+    ``chunked_loss`` is off; rm computes no logits, its value head gives one number a
+    position), and whether, with ``pref_loss`` and ``stage_options`` (its other options'
+    values), it keeps a frozen reference model: a copy for full and freeze (not for the
+    reference-free orpo / simpo). ``pure_bf16``
     (torch engines): the weights, their gradients and AdamW's moments are bf16 (8 bytes per
     trained parameter), no autocast copy, the residual stream bf16 (transformers' RMSNorm
     keeps an fp32 copy of its input, as under LoRA in half precision); LoRA's adapters stay
@@ -259,8 +264,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         res_bytes = 4 if base_bytes == 4 else 2
 
     # --- a preference stage's frozen reference model (LoRA's is the base with the adapter off)
-    reference_free = training_stage == "dpo" and pref_loss in ("orpo", "simpo")
-    if training_stage in ("dpo", "kto") and method in ("full", "freeze") and not reference_free:
+    described = describe_stage(training_stage)
+    terms = described.planner
+    if method in ("full", "freeze") and described.needs_reference({"pref_loss": pref_loss, **(stage_options or {})}):
         if deepspeed:  # ZeRO-0/1/2: a copy in the policy's precision; ZeRO-3: partitioned like it
             reference = P * (2 if half else 4) / (W if stage == 3 else 1)
         else:  # single, DDP: the fp32 copy whole; FSDP: its shard (layers gathered in turn, as the policy's)
@@ -269,7 +275,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         notes.append(_("{stage}: a frozen reference copy of the model, {size} on each GPU").format(stage=training_stage, size=gib(reference)))
 
     # --- activations of one micro batch
-    rows = 2 if training_stage in ("dpo", "rm") else 1  # a pair's answers; kto's mismatched rows run without gradients
+    rows = terms.rows_with_gradients  # a pair's answers; kto's mismatched rows run without gradients
     tokens = micro_batch * seq_len * rows
     act = 2 if half else 4
     kv = shape.kv_heads * shape.head_dim
@@ -296,7 +302,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # of Liger's and compile's saving is not counted: the planner stays on the safe side.
         # Before this distinction the plan was 0.84x the peak of pure bf16 with compile and Liger.
         per_layer -= (1 if liger else 2) * shape.intermediate * act
-    if attention == "fa2" and training_stage != "pt" and (packing or micro_batch * rows > 1):
+    if attention == "fa2" and not terms.running_text and (packing or micro_batch * rows > 1):
         # With a mask (packed rows, or padding in a batch of several rows), SDPA in every
         # layer gets K and V repeated to every query head (transformers' repeat_kv: grouped
         # heads only) and turns transformers' boolean mask into a float bias in the compute
@@ -322,7 +328,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         layers_act = tokens * (saved_layers * shape.hidden * res_bytes + 2 * per_layer)
     else:
         layers_act = tokens * per_layer * (saved_layers + 1)  # +1: the gradients flowing back through a layer
-    if training_stage == "rm":
+    if terms.output == "value":
         logits = tokens * shape.hidden * act  # the value head's input; one value a position
     elif chunked_loss:
         # one chunk's logits at a time, plus the flattened copy of the last hidden states the
@@ -332,7 +338,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # do the same twice (forward, and the chunk recomputed in backward), one chunk at a time.
         chunk = min(tokens, max(64, LOSS_CHUNK_ELEMENTS // max(1, shape.vocab)))
         per_logit = 4 + (act if half else 0)
-        if liger and training_stage not in ("dpo", "kto"):  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
+        if liger and terms.output == "logits":  # Liger bounds a chunk's logits by LIGER_CHUNK_FACTOR x the hidden states' size
             chunk = min(tokens, _next_pow2(-(-tokens // -(-shape.vocab // (LIGER_CHUNK_FACTOR * shape.hidden)))))
             per_logit = act  # its kernel turns the logits into their gradient in place
         logits = chunk * shape.vocab * per_logit + tokens * shape.hidden * act
@@ -372,6 +378,7 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     chunked_loss=get("chunked_loss"), liger=get("enable_liger_kernel"),
                     fused_kernels=bool(get("torch_compile") or get("enable_liger_kernel")),
                     training_stage=getattr(cfg, "stage", "sft"), pref_loss=getattr(cfg, "pref_loss", "sigmoid"),
+                    stage_options=describe_stage(getattr(cfg, "stage", "sft")).option_values(cfg),
                     pure_bf16=bool(getattr(cfg, "pure_bf16", False)),
                     attention=attention_for(get("flash_attn"), shape),
                     packing=bool(cfg.packing))  # None (the stage's default): no examples kept apart by a mask

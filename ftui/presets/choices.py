@@ -1,25 +1,12 @@
-"""The fixed choices of a RunConfig (stages, engines, schedulers), without pydantic: the launch form
+"""The fixed choices of a RunConfig (engines, schedulers, pref_loss), without pydantic: the launch form
 draws them before the validation model is built, so `ftui` paints its first frame sooner."""
 
-from ftui.i18n import N_, _
+from ftui.i18n import _
 from ftui.presets.engine_presets import PRESET_NAMES, describe
+from ftui.stages.dpo import PREF_LOSSES as DPO_LOSSES
 
-# The training stages (LLaMA-Factory's names), each a module in ftui/runner/stages/, with what it trains on.
-# English, marked for extraction: translate with _() where shown.
-STAGE_DESCRIPTIONS = {
-    "sft": N_("supervised fine-tuning: conversations, loss on the answers"),
-    "pt": N_("pre-training: raw text, loss on every token"),
-    "dpo": N_("preference (DPO and variants): prompt, chosen and rejected answers"),
-    "kto": N_("preference (KTO): answers tagged desirable or not"),
-    "rm": N_("reward model: a value head scores answers, trained on chosen/rejected pairs"),
-}
-# What each stage is in a few words (the form's stage choices: "sft: supervised fine-tuning")
-STAGE_SHORT = {
-    "sft": N_("supervised fine-tuning"), "pt": N_("pre-training"), "dpo": N_("preference (DPO and variants)"),
-    "kto": N_("preference (KTO)"), "rm": N_("reward model"),
-}
-PREF_LOSSES = ("sigmoid", "hinge", "ipo", "orpo", "simpo")  # LLaMA-Factory's pref_loss choices ftui has
-STAGES = tuple(STAGE_DESCRIPTIONS)
+# The training stages are described in ftui/stages/ (their names, help, options): read them there.
+PREF_LOSSES = tuple(value for value, _what in DPO_LOSSES)  # LLaMA-Factory's pref_loss choices ftui has (stage dpo's option)
 ENGINES = PRESET_NAMES
 SCHEDULERS = (
     "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",

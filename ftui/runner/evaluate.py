@@ -64,7 +64,7 @@ def put_loss_path(stage: Any, loaded: Any, spec: dict[str, Any], cfg: RunConfig,
     """The stage's loss on the loaded model: as in training, except that a reward model gets
     its trained value head and a full-weights DPO/KTO model the base as its reference."""
     model = loaded.model
-    if stage.name == "rm":
+    if stage.description.value_head:
         from ftui.runner.reward import VALUE_HEAD_FILE, install_value_head, load_value_head
 
         head = Path(spec["source"]["run"]) / FINAL_DIR / VALUE_HEAD_FILE if spec["source"].get("run") else None
@@ -112,7 +112,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
         return "completed", ""
     if not fields:
         return "failed", _("no examples to score")
-    if cfg.stage in ("sft", "pt"):
+    if stage.description.perplexity:
         loss = fields["eval_loss"]
         fields["eval_perplexity"] = math.exp(loss) if loss < 700 else None
     step = model_step(spec)

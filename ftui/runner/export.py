@@ -42,6 +42,7 @@ from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest
+from ftui.stages import describe as describe_stage
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 MODELFILE = "Modelfile"
@@ -147,7 +148,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     run_dir = Path(spec["run"])
     dtype = DTYPES[spec["dtype"]]
     weights = locate(run_dir, cfg, spec.get("checkpoint") or None)
-    reward = cfg.stage == "rm"
+    reward = describe_stage(cfg.stage).value_head  # a reward model's value head goes with it
     emit.progress("load", 0, 1)
     emit.log(_("loading {label} ({kind}) in fp32").format(label=weights.label, kind=weights.kind))
     model = load_weights(weights, cfg, torch.float32, value_head=reward)

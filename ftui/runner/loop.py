@@ -1,7 +1,7 @@
 """The one training loop, shared by every stage and engine; it knows neither.
 
     for each optimizer step:
-        gather G micro batches from the feed
+        take G micro batches from the stage's batch source (the training rows, or batches it generates)
         one all-reduce: [real tokens, labelled tokens, loss tokens, stop requested, previous NaN flag]
         forward/backward each micro batch: stage.loss(...).total / (global loss tokens / dp ranks)
         engine.step(): clip, (unscale), optimizer step, zero grads; scheduler.step()
@@ -31,7 +31,6 @@ from ftui.runner import attention
 from ftui.runner.checkpoint import save_checkpoint
 from ftui.runner.engines import DistInfo, Engine
 from ftui.runner.faults import Heartbeat, NonFiniteLoss, StopRequest
-from ftui.runner.feed import Prefetcher, host_batches
 from ftui.runner.data import EpochSampler, TokenizedData
 from ftui.runner.metrics import Window, memory_row
 from ftui.runner.stages import Stage
@@ -140,7 +139,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         if writer is not None:
             writer.write("checkpoint", step=step, path=str(path))
 
-    stream = Prefetcher(host_batches(t.data.train, t.sampler, t.collator, start=step * accum), device, depth=2 * accum)
+    stream = stage.batches(t, start=step * accum)  # the dataset's rows, or batches the stage generates
     window = Window(device)
     flags = DeferredFlag(device, size=2)  # [stop requested anywhere, previous step's loss non-finite anywhere]
     eval_every = cfg.eval_steps or cfg.logging_steps * 10
@@ -152,7 +151,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
     engine.model.train()
     started_at = step  # 0, or where a resumed run starts
     while step < t.max_steps:
-        batches = [next(stream)[1] for _micro in range(accum)]
+        batches = [next(stream) for _micro in range(accum)]
         # Counts of this step on every rank, the stop request and the previous step's NaN
         # flag, in one all-reduce: every rank reaches the same decisions.
         counts = step_counts.to_device((sum(b.real_tokens for b in batches), sum(b.trainable_tokens for b in batches),

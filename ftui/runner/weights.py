@@ -23,6 +23,7 @@ from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source
 from ftui.rundir.runs import CheckpointError, resolve_checkpoint
+from ftui.stages import describe as describe_stage
 
 
 class WeightsError(Exception):
@@ -199,7 +200,7 @@ def _from_checkpoint(weights: TrainedWeights, cfg: RunConfig, value_head: bool =
 
     model = fit_vocab(load_pretrained(weights.base, torch.float32, cfg.trust_remote_code), weights, cfg)
     model = apply_method(model, cfg.model_copy(update={"gradient_checkpointing": False}))
-    if value_head and cfg.stage == "rm":  # the checkpoint holds the head as the run trained it
+    if value_head and describe_stage(cfg.stage).value_head:  # the checkpoint holds the head as the run trained it
         from ftui.runner.reward import install_value_head
 
         install_value_head(model)

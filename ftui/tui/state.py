@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from ftui.rundir.events import StepColumns, extra_figures
 from ftui.cli.follow import EtaWindow, fmt_prepare
 from ftui.rundir.runs import END_STATUSES, RunSummary
+from ftui.stages import plotted_first
 
 
 def downsample(xs: Sequence[float], ys: Sequence[float], max_points: int) -> tuple[list[float], list[float]]:
@@ -78,14 +79,12 @@ def figure_name(eval_name: str) -> str:
     return eval_name[len(EVAL_PREFIX):] if eval_name.startswith(EVAL_PREFIX) and len(eval_name) > len(EVAL_PREFIX) else eval_name
 
 
-# The extra figures plotted (and listed) first when a run has them (dpo, kto and rm log both);
-# any other extra figure follows, so a stage needs no code in the app to get its figures plotted.
-PREFERRED_FIGURES = ("rewards_margin", "rewards_accuracy")
-
-
 def ordered_figures(names: Sequence[str]) -> list[str]:
-    """Figure names with PREFERRED_FIGURES first (an eval's eval_NAME sorts as NAME), else as given."""
-    rank = {n: i for i, n in enumerate(PREFERRED_FIGURES)}
+    """Figure names with those the stages plot first (their descriptions' plotted_first:
+    rewards_margin and rewards_accuracy for dpo, kto and rm) first (an eval's eval_NAME sorts
+    as NAME), else as given: any other extra figure follows, so a stage needs no code in the
+    app to get its figures plotted."""
+    rank = {n: i for i, n in enumerate(plotted_first())}
     return sorted(names, key=lambda n: rank.get(figure_name(n), len(rank)))
 
 

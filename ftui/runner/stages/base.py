@@ -1,9 +1,13 @@
 """The seam between a training stage and the shared loop (``ftui.runner.loop``).
 
-A stage supplies three things and nothing else:
+A stage implements its description (``ftui.stages``: its name, figures, whether it keeps a
+reference model ...) and supplies three things and nothing else:
 
 - its data: records -> examples (``encode``), and how train rows are packed (``pack``);
-  loading, the eval split and batching are shared (``ftui.runner.data``);
+  loading, the eval split and batching are shared (``ftui.runner.data``); and where the
+  loop's micro batches come from (``batches``): by default the training rows in the
+  sampler's order (:class:`DatasetBatches`), or batches it generates as it trains
+  (:class:`GeneratedBatches`: rollouts for GRPO and PPO);
 - the loss of one micro batch (``loss``): a *sum* over the batch's loss units and, if the
   stage has them, extra figures (sums too, e.g. a preference stage's reward margins);
 - its evaluation (``evaluate``): by default the same loss over the eval examples.
@@ -19,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -30,7 +35,13 @@ from ftui.i18n import _
 from ftui.data.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,
                               save_tokenized, split_eval, token_examples)
+from ftui.runner.feed import Prefetcher, host_batches
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
+from ftui.stages import StageDescription, describe
+
+# The loop's Training state (ftui.runner.loop.Training) is typed here as Any:
+# the loop imports this module for Stage, and an import back, even a type-only one, is a circle.
+Training = Any
 
 
 @dataclass
@@ -41,16 +52,83 @@ class MicroLoss:
     figures: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+class BatchSource:
+    """Where the loop's micro batches come from: ``next()`` gives the next one on the device.
+    ``waited`` adds up the seconds the loop waited for them (the loop reads and resets it:
+    the step event's ``data_wait_s``)."""
+
+    waited: float = 0.0
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        raise NotImplementedError
+
+
+class DatasetBatches(BatchSource):
+    """The fixed training rows: this rank's share in the sampler's resumable order from the
+    ``start``-th micro batch, collated ahead of time in a thread (``ftui.runner.feed``)."""
+
+    def __init__(self, t: Training, start: int):
+        self.prefetcher = Prefetcher(host_batches(t.data.train, t.sampler, t.collator, start=start), t.device,
+                                     depth=2 * t.cfg.gradient_accumulation_steps)
+
+    @property
+    def waited(self) -> float:  # type: ignore[override]
+        return self.prefetcher.waited
+
+    @waited.setter
+    def waited(self, value: float) -> None:
+        self.prefetcher.waited = value
+
+    def __next__(self) -> Any:
+        return next(self.prefetcher)[1]
+
+
+class GeneratedBatches(BatchSource):
+    """Batches a stage makes as it trains instead of reading them (rollouts: the policy's own
+    answers, scored): ``generate(index)`` makes the ``index``-th micro batch of the run (a
+    resumed run goes on counting from where it stopped) on the loop's thread, where the model
+    is; the time it takes counts as the step's data wait."""
+
+    def __init__(self, generate: Callable[[int], Any], device: Any, start: int = 0):
+        self.generate = generate
+        self.device = device
+        self.index = start
+
+    def __next__(self) -> Any:
+        began = time.perf_counter()
+        batch = self.generate(self.index).to(self.device)
+        self.index += 1
+        self.waited += time.perf_counter() - began
+        return batch
+
+
 class Stage:
-    """A training stage: subclasses set ``name`` and implement ``encode``."""
+    """A training stage: subclasses set ``name`` (their description's, ftui.stages) and
+    implement ``encode``."""
 
     name = ""
-    figures: tuple[str, ...] = ()  # the names of MicroLoss.figures, in the order they are reported
 
     def __init__(self, cfg: RunConfig, tokenizer: Any):
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.head: nn.Module | None = None  # the output projection when the loss is computed in chunks
+
+    @property
+    def description(self) -> StageDescription:
+        return describe(self.name)
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The names of MicroLoss.figures, in the order they are reported: the description's."""
+        return self.description.figures
+
+    def batches(self, t: Training, start: int) -> BatchSource:
+        """The loop's micro batches from the ``start``-th of the run on: the training rows
+        (``t.data.train``, ``t.sampler``, ``t.collator``) unless the stage generates its own."""
+        return DatasetBatches(t, start)
 
     # --- data
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,

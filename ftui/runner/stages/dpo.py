@@ -22,10 +22,9 @@ from torch import nn
 
 from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.preference import PreferenceStage, Reference, forward_logps
+from ftui.stages.dpo import REFERENCE_FREE
 
 AVERAGED = ("ipo", "orpo", "simpo")  # losses on per-token average log-probabilities
-REFERENCE_FREE = ("orpo", "simpo")
-FIGURES = ("rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen", "logps_rejected")
 
 
 def preference_losses(cfg: Any, chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Tensor | None,
@@ -67,11 +66,10 @@ def pair_figures(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor, c
 
 class DPOStage(PreferenceStage):
     name = "dpo"
-    figures = FIGURES
 
     def __init__(self, cfg: Any, tokenizer: Any):
         super().__init__(cfg, tokenizer)
-        self.reference = Reference(cfg) if cfg.pref_loss not in REFERENCE_FREE else None
+        self.reference = Reference(cfg) if self.description.needs_reference(cfg) else None
 
     def keep_start(self, model: nn.Module) -> None:
         if self.reference is not None:

@@ -58,7 +58,6 @@ class FeedbackCollator(Collator):
 
 class KTOStage(PreferenceStage):
     name = "kto"
-    figures = ("rewards_accuracy", "rewards_margin", "kl")
 
     def __init__(self, cfg: Any, tokenizer: Any):
         super().__init__(cfg, tokenizer)

@@ -43,6 +43,7 @@ from ftui.runner.loss import install_chunked_loss, micro_batch_logps
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
 from ftui.runner.stages.sft import Encoder, encode_options
+from ftui.stages import PAIRS
 
 KL_ROTATION_BATCH = 1000  # LLaMA-Factory's preprocessing_batch_size: KTO's mismatched answers rotate within it
 
@@ -174,7 +175,7 @@ class PreferenceStage(Stage):
         return PairExample(answer_example(prompt, chosen, source, target), answer_example(prompt, rejected, source, target))
 
     def report_counts(self, out: TokenizedData, skipped: int, kept: int) -> None:
-        what = _("pairs") if self.name != "kto" else _("examples")
+        what = _("pairs") if self.description.data == PAIRS else _("examples")
         if skipped:
             out.warnings.append(_("{n} records were skipped: their turns do not alternate user and assistant, an answer is "
                                   "missing or not the assistant's, or (kto) the tag is not true/false (as LLaMA-Factory "

@@ -27,7 +27,6 @@ from ftui.runner.stages.preference import PreferenceStage
 
 class RewardStage(PreferenceStage):
     name = "rm"
-    figures = ("rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy")
 
     def prepare_model(self, model: nn.Module) -> None:
         """The value head replaces the output projection's work (the model's dropout stays as

@@ -30,9 +30,10 @@ from ftui.safety.bounded_input import load_yaml, yaml_reason
 from ftui.safety.files import write_text
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
-from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS, STAGE_DESCRIPTIONS, STAGE_SHORT, engine_description
+from ftui.presets.choices import ENGINES, SCHEDULERS, engine_description
 from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
+from ftui.stages import PAIRS, StageOption, descriptions as stage_descriptions, find as find_stage
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import AskPath, ShowText
 from ftui.tui.ui_thread import to_ui
@@ -46,8 +47,7 @@ METHODS = ("full", "lora", "qlora", "freeze")
 FORM_DEFAULTS: dict[str, Any] = {
     "model_name_or_path": "", "model_init": "pretrained", "template": None, "trust_remote_code": False,
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": None, "max_samples": None, "val_size": 0.0,
-    "stage": "sft", "pref_beta": 0.1, "pref_loss": "sigmoid", "pref_ftx": 0.0, "dpo_label_smoothing": 0.0, "simpo_gamma": 0.5,
-    "kto_chosen_weight": 1.0, "kto_rejected_weight": 1.0,
+    "stage": "sft", **{o.key: o.default for d in stage_descriptions().values() for o in d.options},  # each stage's own options
     "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
     "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False, "flash_attn": "auto",
@@ -64,12 +64,6 @@ PRECISIONS = ("bf16", "pure_bf16", "fp16", "fp32")  # LLaMA-Factory's compute ty
 # packing: unset means the stage's default (pt packs, sft does not), as in LLaMA-Factory
 PACKING = {N_("stage default (pt: on, sft: off)"): "default", N_("on"): "on", N_("off"): "off"}
 PACKING_VALUES = {"default": None, "on": True, "off": False}
-# pref_loss's choices as the form lists them (every one of PREF_LOSSES: a test checks)
-PREF_LOSS_DESCRIPTIONS = {
-    "sigmoid": "DPO", "hinge": N_("hinge (SLiC)"), "ipo": N_("IPO, squared margin"),
-    "orpo": N_("ORPO, no reference model"), "simpo": N_("SimPO, no reference model"),
-}
-PREFERENCE = ("dpo", "kto")  # the stages that take pref_beta and pref_ftx (pref_loss: dpo's alone)
 
 
 @dataclass(frozen=True)
@@ -85,6 +79,17 @@ class F:
     only_for: tuple[str, ...] = ()  # methods this field belongs to
     stages: tuple[str, ...] = ()  # stages this field belongs to (shown, and in the config, only for them)
     placeholder: str = ""
+
+
+def stage_option_fields() -> list[F]:
+    """The stages' own options (ftui.stages), each a field shown (and in the config) while a
+    stage that has it is chosen; an option several stages share (pref_beta) is one field."""
+    fields: dict[str, tuple[StageOption, list[str]]] = {}
+    for name, d in stage_descriptions().items():
+        for o in d.options:
+            fields.setdefault(o.key, (o, []))[1].append(name)
+    return [F(o.key, o.label, o.form_kind, tuple((f"{v}: {what}", v) for v, what in o.choices), stages=tuple(stages))
+            for o, stages in fields.values()]
 
 
 GROUPS: list[tuple[str, list[F]]] = [
@@ -103,15 +108,8 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("val_size", N_("validation share")),
     ]),
     (N_("Method"), [
-        F("stage", N_("stage"), "select", tuple((f"{s}: {STAGE_SHORT[s]}", s) for s in STAGE_DESCRIPTIONS)),
-        F("pref_beta", N_("beta (preference)"), stages=PREFERENCE),
-        F("pref_loss", N_("preference loss"), "select", tuple((f"{k}: {PREF_LOSS_DESCRIPTIONS.get(k, k)}", k) for k in PREF_LOSSES),
-          stages=("dpo",)),
-        F("dpo_label_smoothing", N_("label smoothing (sigmoid)"), stages=("dpo",)),
-        F("simpo_gamma", N_("SimPO target margin"), stages=("dpo",)),
-        F("pref_ftx", N_("SFT loss weight (chosen)"), stages=PREFERENCE),
-        F("kto_chosen_weight", N_("desirable weight"), stages=("kto",)),
-        F("kto_rejected_weight", N_("undesirable weight"), stages=("kto",)),
+        F("stage", N_("stage"), "select", tuple((f"{s}: {d.short}", s) for s, d in stage_descriptions().items())),
+        *stage_option_fields(),
         F("method", N_("method"), "select", tuple((m, m) for m in METHODS)),
         F("lora_rank", N_("LoRA rank"), only_for=("lora", "qlora")),
         F("lora_alpha", N_("LoRA alpha"), optional=True, only_for=("lora", "qlora"), placeholder=N_("2 x rank")),
@@ -164,10 +162,10 @@ PROBLEM_FIELD = {"bf16": "precision", "fp16": "precision", "pure_bf16": "precisi
 def option_labels(f: F) -> list[tuple[str, Any]]:
     """A select's options in the current language: the English labels translated, and the
     stage's and pref_loss's "name: what it is" with the name kept as LLaMA-Factory writes it."""
-    if f.key == "stage":
-        return [(f"{s}: {_(STAGE_SHORT[s])}", s) for s in STAGE_DESCRIPTIONS]
-    if f.key == "pref_loss":
-        return [(f"{k}: {_(PREF_LOSS_DESCRIPTIONS.get(k, k))}", k) for k in PREF_LOSSES]
+    if f.key == "stage":  # every stage described now (one a plugin added too)
+        return [(f"{s}: {_(d.short)}", s) for s, d in stage_descriptions().items()]
+    if f.stages and f.kind == "select":  # a stage's option: "value: what it is"
+        return [(f"{value}: {_(label.partition(': ')[2])}", value) for label, value in f.options]
     # A label that is the value itself (a method, template, engine or scheduler name) is a
     # name users search for: never looked up (another area's msgid could equal it).
     return [(_(label) if label and (label != value or f.key == "packing") else label, value) for label, value in f.options]
@@ -193,7 +191,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
 def neat_packing_of_sft(cfg: dict[str, Any]) -> bool:
     """A loaded sft config with LLaMA-Factory's neat_packing: the form shows it as packing on
     (another stage keeps the key, to be refused by name)."""
-    return cfg.get("neat_packing") is True and cfg.get("stage", "sft") == "sft"
+    stage = find_stage(cfg.get("stage", "sft"))
+    return cfg.get("neat_packing") is True and stage is not None and stage.neat_packing
 
 
 def shown_for(f: F, values: dict[str, Any]) -> bool:
@@ -950,7 +949,8 @@ def _shorten(text: str, n: int) -> str:
 def answer_parts(answer: str, stage: str) -> list[str]:
     """A record's answers as the preview lists them: a preference pair's chosen and rejected
     answer on lines of their own (preference_records.comparison_preview), else the answer."""
-    if stage in ("dpo", "rm") and "\nrejected: " in answer:
+    described = find_stage(stage)
+    if described is not None and described.data == PAIRS and "\nrejected: " in answer:
         chosen, rejected = answer.split("\nrejected: ", 1)
         return [chosen, "rejected: " + rejected]  # the column names: not translated
     return [answer] if answer else []
