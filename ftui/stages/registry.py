@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 import threading
 
 from ftui.stages.description import StageDescription, UnknownStage
@@ -37,7 +38,9 @@ def refresh() -> None:
 
 
 def _discover() -> dict[str, StageDescription]:
-    import ftui.stages as package
+    # The package that holds this module, imported before it by Python's import system: read
+    # from sys.modules rather than imported again, which would close a circle (package -> registry).
+    package = sys.modules[__name__.rpartition(".")[0]]
 
     found: dict[str, StageDescription] = {}
     for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
