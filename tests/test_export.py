@@ -231,7 +231,7 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     assert lines[-1] == str(out) and any(f"ftui chat --model {out}" in line for line in lines), proc.stdout
     assert "host memory" in proc.stdout
     job = sorted((run / "export").iterdir())[-1]
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
 
     events = read_all(job / "events.jsonl")
     kinds = [e["event"] for e in events]

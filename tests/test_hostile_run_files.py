@@ -94,7 +94,8 @@ def test_runs_with_a_too_deep_launch_record_events_line_or_trainer_state_are_lis
     record it cannot read is said as such, an events line that is not an event is skipped) and
     a checkpoint whose trainer_state.json is one is named unreadable (resume skips it)."""
     from ftui.cli.main import main
-    from ftui.rundir.runs import checkpoint_damage, summarize_run
+    from ftui.rundir.checkpoints import checkpoint_damage
+    from ftui.rundir.follower import summarize_run
     from tests.fixtures_runs import write_run
 
     root = tmp_path / "runs"

@@ -12,9 +12,11 @@ import psutil
 import pytest
 
 from conftest import wait_for
-from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.jobs.launch import is_rank, run_processes, stop_run
-from ftui.rundir.runs import list_runs, summarize_run
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.listing import list_runs
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 LONG = ["--set", "max_steps=5000", "--set", "max_samples=16", "--set", "logging_steps=1"]
@@ -129,7 +131,7 @@ def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
 
 
 def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
-    from ftui.rundir.runs import write_launch_info
+    from ftui.rundir.launch_record import write_launch_info
 
     run = tmp_path / "runs" / "x-1"
     run.mkdir(parents=True)

@@ -304,7 +304,7 @@ def _apply_app_options(args: argparse.Namespace) -> bool:
 
 
 def _resolve(ref: str, root: str | None, err: Console) -> Path | None:
-    from ftui.rundir.runs import resolve_run
+    from ftui.rundir.resolve import resolve_run
 
     try:
         return resolve_run(ref, root or default_runs_root())
@@ -374,7 +374,8 @@ def _refused_live(run_dir: Path, summary: Any, err: Console, then: str = "") -> 
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from ftui.rundir.runs import RunDeleteError, delete_plan, delete_run, summarize_run
+    from ftui.rundir.delete import delete_plan, delete_run, RunDeleteError
+    from ftui.rundir.follower import summarize_run
 
     err = safe_console(stderr=True)
     run_dir = _resolve(args.run, args.root, err)
@@ -530,7 +531,11 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     import os
 
     from ftui.jobs.launch import RunBusy, lock_run_dir
-    from ftui.rundir.runs import FINAL_DIR, checkpoints, live_job_dirs, reason_text, summarize_run
+    from ftui.rundir.checkpoints import checkpoints
+    from ftui.rundir.delete import live_job_dirs
+    from ftui.rundir.follower import summarize_run
+    from ftui.rundir.paths import FINAL_DIR
+    from ftui.rundir.summary import reason_text
 
     if args.config or args.preset:
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
@@ -584,7 +589,8 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
     from ftui.data import fingerprint as data_fingerprint
     from ftui.config.run_config import ConfigError, load_config
     from ftui.rundir.paths import STOP_FILE
-    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
+    from ftui.rundir.paths import CONFIG_FILE
 
     overrides = _parse_set(args.overrides)
     try:
@@ -619,8 +625,8 @@ def _resume_accepted(args: argparse.Namespace, run_dir: Path, saved: RunConfig, 
     from ftui.data import fingerprint as data_fingerprint
     from ftui.rundir.paths import FINAL_DIR, TRAINER_STATE
     from ftui.rundir.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
-    from ftui.rundir.events import UnreadableFile
-    from ftui.rundir.runs import checkpoints, read_trainer_state
+    from ftui.rundir.run_files import UnreadableFile
+    from ftui.rundir.checkpoints import checkpoints, read_trainer_state
 
     try:
         state = read_trainer_state(ckpt)
@@ -671,7 +677,8 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
 
     from ftui.config.run_config import ConfigError
     from ftui.config.run_config import load_config as read_config
-    from ftui.rundir.runs import CONFIG_FILE, resume_target
+    from ftui.rundir.checkpoints import resume_target
+    from ftui.rundir.paths import CONFIG_FILE
 
     run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
     try:
@@ -718,7 +725,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except OSError as e:
             err.print(error_line(_("cannot create a run directory under {path}: {reason}").format(path=cfg.output_dir, reason=e)))
             return EXIT_FAILED
-    from ftui.rundir.events import EVENTS_FILE
+    from ftui.rundir.paths import EVENTS_FILE
 
     events_path = run_dir / EVENTS_FILE
     offset = events_path.stat().st_size if resume and events_path.exists() else 0
@@ -741,7 +748,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         out.print(escape(_("follow it with: ftui attach {run}   (or: ftui watch {run})").format(run=run_dir.name)))
         return EXIT_OK
     summary, interrupted = _follow_job(run_dir, out, offset)
-    from ftui.rundir.runs import checkpoints
+    from ftui.rundir.checkpoints import checkpoints
 
     if summary.status != "completed" and checkpoints(run_dir):
         out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))
@@ -786,10 +793,11 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     a filesystem the nodes share; its ranks write their part of each checkpoint there and its
     supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
     from ftui.config.run_config import ConfigError, load_config
-    from ftui.rundir.events import EVENTS_FILE
+    from ftui.rundir.paths import EVENTS_FILE
     from ftui.jobs.launch import RunBusy, join_target, start_run
     from ftui.rundir.paths import LOG_FILE, node_dir
-    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
+    from ftui.rundir.paths import CONFIG_FILE
 
     rank = args.node_rank
     if rank < 0:
@@ -951,14 +959,14 @@ def _offline_source_problem(run_dir: Path | None, args: argparse.Namespace) -> s
             return _("{path} is not a LoRA adapter directory (no adapter_config.json)").format(path=args.adapter)
         return None
     if args.checkpoint:
-        from ftui.rundir.runs import CheckpointError, resolve_checkpoint
+        from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 
         try:
             resolve_checkpoint(run_dir, str(args.checkpoint).removeprefix("step-"))
         except CheckpointError as e:
             return str(e)
     elif not args.base and not (run_dir / FINAL_DIR).is_dir():
-        from ftui.rundir.runs import checkpoints
+        from ftui.rundir.checkpoints import checkpoints
 
         if not checkpoints(run_dir):
             return _("{run} has no final/ and no checkpoint yet; use --base for the model it started from").format(run=run_dir.name)
@@ -1233,7 +1241,7 @@ def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
     stderr, so the listing scripts read stays as it was."""
     from ftui.jobs.export import export_job_out_parents
     from ftui.jobs.export_out import sweep_leftovers
-    from ftui.rundir.runs import sweep_deleting
+    from ftui.rundir.delete import sweep_deleting
 
     lines = [sweep_deleting(root), *(sweep_leftovers(p) for p in export_job_out_parents(run_dirs))]
     for line in filter(None, lines):
@@ -1243,7 +1251,8 @@ def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     from rich.cells import cell_len
 
-    from ftui.rundir.runs import LIST_COLUMNS, LIST_HEADINGS, RunsRootError, list_row, list_runs, reason_text
+    from ftui.rundir.listing import LIST_COLUMNS, LIST_HEADINGS, list_row, list_runs, RunsRootError
+    from ftui.rundir.summary import reason_text
 
     root = args.root or default_runs_root()
     console = safe_console()

@@ -27,6 +27,7 @@ from typing import Any
 
 from ftui.config.run_config import RunConfig, load_config
 from ftui.i18n import _
+from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -64,10 +65,6 @@ def parse_shard_size(text: str | int) -> int:
     if value < 10**6:
         raise ExportError(_("shard size {size} is under 1MB; give at least 1MB (LLaMA-Factory's default is 5GB)").format(size=repr(text)))
     return value
-
-
-def fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def default_out_dir(run_dir: Path, which: str | None) -> Path:
@@ -141,7 +138,7 @@ def _kept_from_force(target: Path, runs_root: Path | None) -> str | None:
     root, an indexed run or any run directory found within FORCE_SCAN_DEPTH levels. Says what
     it holds, or None when replacing it loses no run."""
     from ftui.rundir.paths import default_runs_root
-    from ftui.rundir.runs import indexed_run_dirs
+    from ftui.rundir.index import indexed_run_dirs
 
     def holds(path: Path | None) -> bool:
         if path is None:
@@ -255,7 +252,7 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
 
 def source_problem(run_dir: Path, which: str | None) -> str | None:
     """A checkpoint that is not there, or a run with nothing to export, said before the job."""
-    from ftui.rundir.runs import CheckpointError, checkpoints, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, checkpoints, resolve_checkpoint
 
     if which not in (None, "final"):
         try:
@@ -331,7 +328,7 @@ def leftover_note(job_dir: Path) -> str | None:
     """After an export job that did not complete: its temporary directory, if one is left (a
     job killed with kill -9 or by the OOM killer cannot remove it). Removed here when its job
     is certainly gone; else named, with what removes it."""
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
     from ftui.jobs.export_out import sweep_leftovers
     from ftui.rundir.paths import EVENTS_FILE
 

@@ -37,8 +37,11 @@ from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 from ftui.rundir.paths import LAUNCH_FILE, node_dir
 from ftui.safety.url_secrets import redact_urls
-from ftui.rundir.runs import (CONFIG_FILE, earlier_segments, LOCK_FILE, LOG_FILE, STOP_FILE, create_run_dir, hostname, record_run, launcher_process, read_launch_info,
-                       write_launch_info)
+from ftui.rundir.follower import earlier_segments
+from ftui.rundir.index import record_run
+from ftui.rundir.launch_record import create_run_dir, hostname, read_launch_info, write_launch_info
+from ftui.rundir.liveness import launcher_process
+from ftui.rundir.paths import CONFIG_FILE, LOCK_FILE, LOG_FILE, STOP_FILE
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 

@@ -20,7 +20,7 @@ whole: ``ftui.jobs.export_out``):
   nothing else;
 - with ``gguf``, a GGUF file written from the exported shards (``ftui.runner.gguf_export``).
 
-Events: run_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
+Events: job_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
 save, gguf), an ``export`` event with the files and the commands to use them, run_end.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ftui.config.run_config import RunConfig
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
@@ -74,9 +74,9 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
     spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
     out = Path(spec["out"])
     emit = _Emitter(writer)
-    emit.event("run_start", run_id=job_dir.name, job="export", engine="export", precision=spec["dtype"], method=cfg.method,
-               world_size=1, nodes=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
-               trainable_params=0, max_steps=None, planned_tokens_per_step=0, source=spec.get("source_label"), out=spec["out"])
+    emit.event("job_start", run_id=job_dir.name, job="export", source=spec.get("source_label") or cfg.model_name_or_path, precision=spec["dtype"],
+               world_size=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
+               method=cfg.method, out=spec["out"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp, lock = make_temp_dir(out.parent, temp_prefix(out), "", TEMP_KIND, job=str(job_dir), out=str(out))

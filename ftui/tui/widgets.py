@@ -17,13 +17,12 @@ from rich.text import Text
 from textual.widgets import RichLog, Static
 from textual_plotext import PlotextPlot
 
-from ftui.rundir.events import fmt_figure
-from ftui.cli.follow import fmt_duration
+from ftui.rundir.formats import fmt_bytes, fmt_duration, fmt_figure, fmt_num
 from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
-from ftui.tui.state import RunView, ema, ordered_figures
+from ftui.tui.state import ema, ordered_figures, RunView
 
 STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
@@ -39,23 +38,9 @@ LEVEL_LABELS = {"info": N_("info"), "warning": N_("warning"), "error": N_("error
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "-"
-
-
 def status_label(status: str) -> str:
     """A run's (or a job's) status in the interface's language; one ftui does not know as it is."""
     return _(STATUS_LABELS[status]) if status in STATUS_LABELS else status
-
-
-def fmt_num(v: float | None, spec: str = ".4f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 class RunHeader(Static):

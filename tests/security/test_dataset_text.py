@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Button, Input, Label
 
 from conftest import tiny_config, train_sync
-from ftui.rundir.events import EVENTS_FILE
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.data.records import DatasetPathError, read_records, resolve_datasets
 from tests.test_tui_pilot import make_app, open_form, text_of, until
 

@@ -25,8 +25,10 @@ from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Sel
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir, fmt_bytes
-from ftui.rundir.runs import RunSummary, summarize_run
+from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir
+from ftui.rundir.formats import fmt_bytes
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.summary import RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.safety.text import visible
 from ftui.tui.relabel import relabel, relabel_options, word

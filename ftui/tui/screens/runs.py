@@ -17,12 +17,14 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.rundir.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunDeleteError, RunFollower, RunsRootError, RunSummary, delete_plan,
-                       delete_run, list_row, list_runs)
+from ftui.rundir.delete import delete_plan, delete_run, Deleted, DeletePlan, RunDeleteError
+from ftui.rundir.follower import RunFollower
+from ftui.rundir.listing import LIST_COLUMNS as COLUMNS, list_row, list_runs, RunsRootError
+from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.state import RunState, RunView, ordered_figures
+from ftui.tui.state import ordered_figures, RunState, RunView
 from ftui.tui.widgets import STATUS_STYLE, LossPlot, status_label
 from ftui.tui.ui_thread import to_ui
 

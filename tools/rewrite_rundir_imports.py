@@ -1,0 +1,97 @@
+"""One-off, for merging issue 40's branches: rewrites imports of the modules the `jobs` branch
+split or emptied (ftui.rundir.runs, the old ftui.rundir.events, ftui.cli.follow's formatters and
+ETA window, ftui.tui.state's extend_finite) to the modules that now define each name.
+
+    python tools/rewrite_rundir_imports.py FILE...     (rewrites in place, prints what it could not map)
+
+Delete this file once every branch is merged.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NEW_MODULES = ["paths", "run_files", "events", "event_writer", "event_reader", "launch_record", "liveness", "summary",
+               "fold", "follower", "index", "listing", "delete", "resolve", "checkpoints", "log_tail", "formats"]
+OLD = {"ftui.rundir.runs", "ftui.rundir.events", "ftui.cli.follow", "ftui.tui.state"}
+# names the old modules held that no new module defines at top level (only the first may be imported)
+GONE = {"JOB_ENGINES"}
+
+
+def defined_names() -> dict[str, str]:
+    where: dict[str, str] = {}
+    for mod in NEW_MODULES:
+        tree = ast.parse((ROOT / "ftui" / "rundir" / f"{mod}.py").read_text())
+        for node in tree.body:
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            for n in names:
+                where.setdefault(n, f"ftui.rundir.{mod}")  # paths first: its names win
+    return where
+
+
+def own_names(module: str) -> set[str]:
+    """Names a module that still exists defines itself (those stay imported from it)."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        return set()
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def rewrite(path: Path, where: dict[str, str]) -> list[str]:
+    text = path.read_text()
+    lines = text.split("\n")
+    tree = ast.parse(text)
+    problems = []
+    edits = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.module not in OLD:
+            continue
+        keep = own_names(node.module)
+        groups: dict[str, list[str]] = {}
+        for alias in node.names:
+            name = alias.name
+            target = node.module if name in keep else where.get(name)
+            if target is None:
+                problems.append(f"{path}:{node.lineno}: {name} from {node.module}: no module defines it now")
+                continue
+            groups.setdefault(target, []).append(name if alias.asname is None else f"{name} as {alias.asname}")
+        indent = lines[node.lineno - 1][: len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())]
+        new = [f"{indent}from {mod} import {', '.join(sorted(names, key=str.lower))}" for mod, names in sorted(groups.items())]
+        edits.append((node.lineno, node.end_lineno, new))
+    for start, end, new in sorted(edits, reverse=True):
+        lines[start - 1:end] = new
+    if edits:
+        path.write_text("\n".join(lines))
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    where = defined_names()
+    problems = []
+    for arg in argv:
+        problems += rewrite(Path(arg), where)
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
