@@ -149,7 +149,7 @@ def test_shards_modelfile_generation_config_and_no_secrets(demo_copy, tmp_path):
 
 def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tmp_path):
     from ftui.jobs.export import prepare_export
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
     from ftui.config.run_config import load_config
@@ -197,7 +197,7 @@ def test_refusals_say_what_to_do(demo_copy, tmp_path, capsys):
 
 
 def test_memory_and_disk_are_checked_before_the_job(demo_copy, tmp_path):
-    from ftui.jobs.export import ExportError, export_needs, prepare_export
+    from ftui.jobs.export import export_needs, ExportError, prepare_export
     from ftui.config.run_config import load_config
 
     cfg, _ = load_config(demo_copy / "config.yaml")
@@ -315,7 +315,7 @@ def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch)
     assert "current directory" in out_dir_problem(Path(""), force=True)
     assert "current directory" in out_dir_problem(tmp_path, force=True)  # holds it
     assert "ftui did not write" in out_dir_problem(plain, force=True)  # issue 39: only an earlier ftui export
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
 
     write_marker(plain, run="earlier")
     assert out_dir_problem(plain, force=True) is None

@@ -182,7 +182,8 @@ def test_one_node_starts_ftuis_launcher_and_several_nodes_torchrun(tmp_path):
 
 
 def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_path):
-    from ftui.jobs.spawn import STORE_ENV, loopback_interface, new_store_file, rank_environments
+    from ftui.jobs.spawn import loopback_interface, new_store_file, rank_environments
+    from ftui.rundir.rank_env import STORE_ENV
 
     store = new_store_file(tmp_path)
     assert store.parent == tmp_path and oct(store.stat().st_mode & 0o777) == "0o600" and store.stat().st_size == 0
@@ -195,7 +196,8 @@ def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_p
 
 
 def test_a_cpu_rank_computes_with_the_users_threads_or_its_share_of_the_cores(tmp_path):
-    from ftui.jobs.spawn import THREADS_DEFAULTED_ENV, new_store_file, rank_environments
+    from ftui.jobs.spawn import new_store_file, rank_environments
+    from ftui.rundir.rank_env import THREADS_DEFAULTED_ENV
     from ftui.runner.distributed import cpu_threads
 
     cores = len(os.sched_getaffinity(0))

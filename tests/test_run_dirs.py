@@ -22,7 +22,8 @@ from ftui.cli import main as cli
 from ftui.cli import watch
 from ftui.rundir.events import make_event
 from ftui.jobs import supervise
-from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
+from ftui.jobs.launch import prepare_run, run_processes, start_run, stop_run
+from ftui.rundir.lock import lock_run_dir, RunBusy
 from ftui.rundir.follower import earlier_segments, summarize_run
 from ftui.rundir.launch_record import write_launch_info
 from ftui.rundir.listing import list_runs, RunsRootError
@@ -92,7 +93,7 @@ def test_a_second_job_on_a_run_directory_is_refused(tmp_path):
 def test_a_crashed_jobs_lock_does_not_block(tmp_path):
     run = write_run(tmp_path / "runs", "crashed", steps=3, max_steps=10, end="stopped")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from ftui.jobs.launch import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
+                               "from ftui.rundir.lock import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
                                "time.sleep(300)", str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(RunBusy):

@@ -1,6 +1,8 @@
 """One-off, for merging issue 40's branches: rewrites imports of the modules the `jobs` branch
 split or emptied (ftui.rundir.runs, the old ftui.rundir.events, ftui.cli.follow's formatters and
-ETA window, ftui.tui.state's extend_finite) to the modules that now define each name.
+ETA window, ftui.tui.state's extend_finite) and of the names it moved so that the runner imports
+neither ftui.jobs nor the planner (MOVED, RENAMED) to the modules that now define each name.
+``import ftui.x as y`` and patch strings ("ftui.rundir.runs.NAME") are not rewritten: grep them.
 
     python tools/rewrite_rundir_imports.py FILE...     (rewrites in place, prints what it could not map)
 
@@ -17,6 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 NEW_MODULES = ["paths", "run_files", "events", "event_writer", "event_reader", "launch_record", "liveness", "summary",
                "fold", "follower", "index", "listing", "delete", "resolve", "checkpoints", "log_tail", "formats"]
 OLD = {"ftui.rundir.runs", "ftui.rundir.events", "ftui.cli.follow", "ftui.tui.state"}
+# Names moved out of modules that stay, so that the runner imports neither ftui.jobs nor the planner
+MOVED = {
+    "ftui.jobs.launch": {"RunBusy": "ftui.rundir.lock", "lock_run_dir": "ftui.rundir.lock"},
+    "ftui.jobs.spawn": {"STORE_ENV": "ftui.rundir.rank_env", "THREADS_DEFAULTED_ENV": "ftui.rundir.rank_env"},
+    "ftui.jobs.export": {"usage_commands": "ftui.safety.export_out", "fmt_bytes": "ftui.rundir.formats"},
+    "ftui.plan.planner": {"LIGER_CHUNK_FACTOR": "ftui.plan.loss_chunks", "LOSS_CHUNK_ELEMENTS": "ftui.plan.loss_chunks"},
+    "ftui.tui.widgets": {"fmt_bytes": "ftui.rundir.formats", "fmt_num": "ftui.rundir.formats"},
+}
+RENAMED = {"ftui.jobs.export_out": "ftui.safety.export_out"}  # the whole module moved
 # names the old modules held that no new module defines at top level (only the first may be imported)
 GONE = {"JOB_ENGINES"}
 
@@ -62,13 +73,18 @@ def rewrite(path: Path, where: dict[str, str]) -> list[str]:
     problems = []
     edits = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom) or node.module not in OLD:
+        if not isinstance(node, ast.ImportFrom) or node.module not in OLD | set(MOVED) | set(RENAMED):
             continue
-        keep = own_names(node.module)
+        keep = own_names(node.module) if node.module in OLD else set()
         groups: dict[str, list[str]] = {}
         for alias in node.names:
             name = alias.name
-            target = node.module if name in keep else where.get(name)
+            if node.module in RENAMED:
+                target = RENAMED[node.module]
+            elif node.module in MOVED:
+                target = MOVED[node.module].get(name, node.module)
+            else:
+                target = node.module if name in keep else where.get(name)
             if target is None:
                 problems.append(f"{path}:{node.lineno}: {name} from {node.module}: no module defines it now")
                 continue

@@ -42,7 +42,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ftui.config.run_config import ConfigError
     from ftui.cli.follow import follow_run
     from ftui.jobs.export import ExportError, leftover_note, prepare_export, start_export, sweep_out_parent
-    from ftui.jobs.launch import RunBusy, stop_run
+    from ftui.jobs.launch import stop_run
+    from ftui.rundir.lock import RunBusy
 
     out, err = safe_console(), safe_console(stderr=True)
     run_dir = _resolve(args.run, args.root, err)

@@ -530,7 +530,7 @@ def _prepare_resume(args: argparse.Namespace, err: Console) -> tuple[Path, RunCo
     config.yaml, events, Stop request and status as they were."""
     import os
 
-    from ftui.jobs.launch import RunBusy, lock_run_dir
+    from ftui.rundir.lock import lock_run_dir, RunBusy
     from ftui.rundir.checkpoints import checkpoints
     from ftui.rundir.delete import live_job_dirs
     from ftui.rundir.follower import summarize_run
@@ -693,7 +693,8 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ftui.jobs.launch import RunBusy, other_node_commands, prepare_run, start_run
+    from ftui.jobs.launch import other_node_commands, prepare_run, start_run
+    from ftui.rundir.lock import RunBusy
 
     out, err = safe_console(), safe_console(stderr=True)
     resume = lock = None
@@ -794,7 +795,8 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
     from ftui.config.run_config import ConfigError, load_config
     from ftui.rundir.paths import EVENTS_FILE
-    from ftui.jobs.launch import RunBusy, join_target, start_run
+    from ftui.jobs.launch import join_target, start_run
+    from ftui.rundir.lock import RunBusy
     from ftui.rundir.paths import LOG_FILE, node_dir
     from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
     from ftui.rundir.paths import CONFIG_FILE
@@ -869,7 +871,7 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_offline_job(args: argparse.Namespace) -> int:
     """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it."""
     from ftui.config.run_config import ConfigError, parse_config
-    from ftui.jobs.launch import RunBusy
+    from ftui.rundir.lock import RunBusy
     from ftui.jobs.offline import JobError, prepare_job, source_of, start_job
 
     out, err = safe_console(), safe_console(stderr=True)
@@ -1098,7 +1100,7 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
-    from ftui.plan.planner import GIB, SLACK, UnknownModel, count, gib, plan
+    from ftui.plan.planner import count, GIB, gib, plan, SLACK, UnknownModel
 
     out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None
@@ -1240,7 +1242,7 @@ def _sweep_leftovers(root: Path, run_dirs: list[Path]) -> None:
     dirs) left, removed when certainly ftui's and abandoned (ftui.safety.owned_dirs); one line each on
     stderr, so the listing scripts read stays as it was."""
     from ftui.jobs.export import export_job_out_parents
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
     from ftui.rundir.delete import sweep_deleting
 
     lines = [sweep_deleting(root), *(sweep_leftovers(p) for p in export_job_out_parents(run_dirs))]

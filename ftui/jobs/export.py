@@ -7,7 +7,7 @@ supervisor, Stop, ``attach`` and ``watch`` serve it: merging a 7B+ model takes m
 tens of GiB of host memory, and must outlive the app. What it writes goes to ``out``, which is
 never inside a run (a run's directory is its own: deleting the run would take the export) and
 never over a directory with something in it unless ``force``, and then only over an earlier
-ftui export (``ftui.jobs.export_out``: ftui never deletes what it did not write).
+ftui export (``ftui.safety.export_out``: ftui never deletes what it did not write).
 
 Before it starts, :func:`export_needs` says how much host memory and disk the job takes, from
 the model's config.json alone, and :func:`resources_problem` refuses when the machine has not
@@ -83,8 +83,8 @@ def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> st
     replace what it points to), never inside a run (or a run's job), never a run directory
     itself, never straight in the runs root (it would be listed as a run), never a file, never
     over a non-empty directory unless ``force``, and then only over an earlier ftui export
-    (``ftui.jobs.export_out.replace_problem``)."""
-    from ftui.jobs.export_out import link_problem, replace_problem
+    (``ftui.safety.export_out.replace_problem``)."""
+    from ftui.safety.export_out import link_problem, replace_problem
 
     given = out.expanduser()
     if given.is_symlink():
@@ -200,7 +200,7 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     plus the process. The GGUF file is written after the model is freed, from the exported
     shards one tensor at a time (streamed into the file): about twice the largest tensor
     (the embeddings) in fp32. Disk: the shards in ``dtype`` and the GGUF file."""
-    from ftui.plan.planner import ModelShape, UnknownModel, read_model_config
+    from ftui.plan.planner import ModelShape, read_model_config, UnknownModel
 
     try:
         config = read_model_config(base_model_source(run_dir, cfg))
@@ -315,7 +315,7 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
 def sweep_out_parent(out: Path) -> str | None:
     """Removes what killed exports left beside ``out`` (``export_out.sweep_leftovers``), before
     a new export goes there: one line saying so, or None."""
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
 
     try:
         parent = out.expanduser().resolve().parent
@@ -329,7 +329,7 @@ def leftover_note(job_dir: Path) -> str | None:
     job killed with kill -9 or by the OOM killer cannot remove it). Removed here when its job
     is certainly gone; else named, with what removes it."""
     from ftui.rundir.event_reader import read_all
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
     from ftui.rundir.paths import EVENTS_FILE
 
     temps = [e["temp_dir"] for e in read_all(job_dir / EVENTS_FILE) if isinstance(e.get("temp_dir"), str)]
@@ -378,15 +378,3 @@ def list_exports(run_dir: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted((p for p in folder.iterdir() if p.is_dir() and (p / JOB_SPEC_FILE).is_file()), key=lambda p: p.name)
-
-
-def usage_commands(out: Path, gguf_file: str | None = None) -> list[str]:
-    """What to run with the result (the end of the CLI's output and of the screen)."""
-    import shlex
-
-    name = re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "ftui-export"
-    cmds = [f"ftui chat --model {shlex.quote(str(out))}"]
-    cmds.append(f"ollama create {name} -f {shlex.quote(str(out / 'Modelfile'))}")
-    if gguf_file:
-        cmds.append(f"llama-cli -m {shlex.quote(str(out / gguf_file))} -cnv")
-    return cmds

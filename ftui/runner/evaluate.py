@@ -147,7 +147,7 @@ def record_in_run(spec: dict[str, Any], step: int, fields: dict[str, Any], extra
     run = spec.get("source", {}).get("run")
     if not run:
         return
-    from ftui.jobs.launch import RunBusy, lock_run_dir
+    from ftui.rundir.lock import lock_run_dir, RunBusy
 
     try:
         fd = lock_run_dir(Path(run), wait_s=0.5)

@@ -4,7 +4,7 @@ directory (``ftui export``, the Export screen).
 What it writes (in a temporary directory beside ``out``, made by ``tempfile.mkdtemp`` and
 marked as the job's, renamed at the end, so a crash or a Stop never leaves half an export, and
 an earlier ftui export at ``out`` given with ``force`` is only replaced once the new one is
-whole: ``ftui.jobs.export_out``):
+whole: ``ftui.safety.export_out``):
 
 - the model that plain ``transformers`` loads without peft: a LoRA / DoRA adapter merged into
   its base (peft's ``merge_and_unload``), a full or freeze fine-tune re-saved, a checkpoint of
@@ -68,7 +68,7 @@ class ExportDirError(RuntimeError):
 
 def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
            resume: Path | None) -> tuple[str, str]:
-    from ftui.jobs.export_out import TEMP_KIND, temp_prefix
+    from ftui.safety.export_out import TEMP_KIND, temp_prefix
     from ftui.safety.owned_dirs import make_temp_dir, release, remove
 
     spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
@@ -100,8 +100,8 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
             return "stopped", _("stopped before the export was complete; nothing was written to {out}").format(out=out)
         raise
     release(lock)
-    from ftui.jobs.export import usage_commands
-    from ftui.jobs.export_out import EXPORT_MARKER, TEMP_MARKER
+    from ftui.safety.export_out import usage_commands
+    from ftui.safety.export_out import EXPORT_MARKER, TEMP_MARKER
 
     shown = [p for p in out.iterdir() if p.name not in (EXPORT_MARKER, TEMP_MARKER)]
     files = sorted(p.name for p in shown)
@@ -195,7 +195,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
                   "stage": cfg.stage, "method": cfg.method, "base_model": cfg.model_name_or_path, "template": template,
                   "dtype": spec["dtype"], "gguf": gguf_name, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (dest / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
 
     write_marker(dest, run=str(run_dir), source=weights.label)  # last: what a later --force may replace
     return {"params": params, "gguf": gguf_name, "label": weights.label}
@@ -276,7 +276,7 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     aside into a marked temporary directory, checked again there (nothing can swap it any
     more), the new one renamed into place, then the old one removed: the new export is
     complete beside the old one before the old one goes."""
-    from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
+    from ftui.safety.export_out import ASIDE_KIND, aside_prefix, link_problem, replace_problem, TEMP_MARKER
     from ftui.safety.owned_dirs import make_temp_dir, remove
     from ftui.safety.files import current_umask
 

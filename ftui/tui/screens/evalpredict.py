@@ -34,7 +34,7 @@ from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, source_choices
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import STATUS_STYLE, status_label
+from ftui.tui.widgets import status_label, STATUS_STYLE
 from ftui.tui.ui_thread import to_ui
 
 KINDS = ((N_("predict: generate answers, BLEU / ROUGE"), "predict"), (N_("eval: loss and perplexity"), "eval"))
@@ -249,7 +249,7 @@ class EvalPredictScreen(JobScreen):
         """Prepares the job's directory and starts it detached, as ``ftui predict`` / ``ftui eval`` do."""
         from ftui.config.run_config import ConfigError
         from ftui.jobs import offline
-        from ftui.jobs.launch import RunBusy
+        from ftui.rundir.lock import RunBusy
         from ftui.data.records import dataset_path_problem
 
         problem = dataset_path_problem(dataset, dataset_dir)

@@ -3,7 +3,7 @@ from the run's final/ or a checkpoint, as ``ftui export`` makes it.
 
 The form says, before anything starts, what the export needs (host memory and disk, from the
 model's config.json) and why the out dir cannot take it (inside a run, not empty without
-force, or with force not an earlier ftui export: ``ftui.jobs.export_out``); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
+force, or with force not an earlier ftui export: ``ftui.safety.export_out``); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
 ``ftui.jobs.export``) and starts it detached: it is followed with the runs' own
 ``RunFollower`` (``JobScreen``), stopped with ``stop_run``, and outlives the screen and the
 app. At its end the screen shows the files it wrote and the commands that use them, as text
@@ -25,7 +25,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Sel
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir
+from ftui.jobs.export import default_out_dir, DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES
 from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.follower import summarize_run
 from ftui.rundir.summary import RunSummary
@@ -34,7 +34,7 @@ from ftui.safety.text import visible
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import STATUS_STYLE, status_label
+from ftui.tui.widgets import status_label, STATUS_STYLE
 from ftui.tui.ui_thread import to_ui
 
 NO_GGUF = "none"
@@ -69,7 +69,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     """What the form's export needs and what stands in its way, as the form shows it (file
     reads: call it from a worker). The same checks ``prepare_export`` makes at Start."""
     from ftui.config.run_config import ConfigError, load_config
-    from ftui.jobs.export import ExportError, export_needs, out_dir_problem, parse_shard_size, resources_problem, source_problem
+    from ftui.jobs.export import export_needs, ExportError, out_dir_problem, parse_shard_size, resources_problem, source_problem
     from ftui.rundir.paths import CONFIG_FILE
 
     problems: list[str] = []
@@ -105,7 +105,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
 def export_result(event: dict[str, Any], spec: dict[str, Any], listing: list[tuple[str, int]] | None) -> dict[str, Any]:
     """What an ended export wrote, from its ``export`` event; without one (a runner that
     wrote none), from job.json and the out dir's files. Only well-typed fields are taken."""
-    from ftui.jobs.export import usage_commands
+    from ftui.safety.export_out import usage_commands
 
     def strings(value: Any) -> list[str] | None:
         return [str(v) for v in value] if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
@@ -282,7 +282,7 @@ class ExportScreen(JobScreen):
         """Prepares the job's directory and starts it detached, as ``ftui export`` does."""
         from ftui.config.run_config import ConfigError
         from ftui.jobs import export
-        from ftui.jobs.launch import RunBusy
+        from ftui.rundir.lock import RunBusy
 
         try:
             if not out.strip():
