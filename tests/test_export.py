@@ -235,7 +235,7 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
 
     events = read_all(job / "events.jsonl")
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and events[-1]["status"] == "completed"
+    assert kinds[0] == "job_start" and events[0]["job"] == "export" and kinds[-1] == "run_end" and events[-1]["status"] == "completed"
     assert {e["phase"] for e in events if e["event"] == "progress"} == {"load", "save", "gguf"}  # full: no adapter to merge
     result = next(e for e in events if e["event"] == "export")
     assert result["out"] == str(out) and "model.safetensors" in result["files"]
