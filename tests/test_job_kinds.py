@@ -250,3 +250,19 @@ def test_events_files_written_by_jobs_are_all_well_formed(tmp_path):
     assert [e["event"] for e in events] == ["job_start", "progress", "progress", "predict", "run_end"]
     assert all(validate_event(e) == [] for e in events)
     assert json.loads((job / "events.jsonl").read_text().splitlines()[0])["job"] == "predict"
+
+
+@pytest.mark.parametrize("old_format", [False, True], ids=["job_start", "old run_start"])
+def test_the_dashboard_header_of_a_job_names_its_kind(tmp_path, old_format):
+    """ftui attach RUN/predict/ID: the header says what the job is (its kind), with no method
+    or engine it does not have ("None"), whichever start event the job wrote."""
+    from ftui.tui.state import RunState
+    from ftui.tui.widgets import RunHeader
+
+    job = predict_job(tmp_path / "p1", old_format)
+    state = RunState(RunSummary(run_id="p1", path=job), clock=lambda: T0 + 10)
+    state.apply(read_all(job / "events.jsonl"))
+    header = RunHeader()
+    header.update = lambda text: setattr(header, "shown", text.plain)
+    header.show(state.view())
+    assert header.shown.endswith(" │ m · predict · float32 · 1×") and "None" not in header.shown

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ftui.rundir.event_reader import StepColumns
-from ftui.rundir.events import extra_figures, START_EVENTS
+from ftui.rundir.events import START_EVENTS, TRAIN_JOB, extra_figures
 from ftui.rundir.fold import EtaWindow, RunFold, extend_finite
 from ftui.rundir.summary import END_STATUSES, RunSummary
 
@@ -107,6 +107,7 @@ class RunView:
 
     run_id: str
     status: str
+    job: str = TRAIN_JOB  # its kind (ftui.jobs.kinds): a job directory attached to has no method or engine
     model: str | None = None
     method: str | None = None
     engine: str | None = None
@@ -290,7 +291,7 @@ class RunState:
         recent_from = self.recent_from(s.loss_steps)
         lr_from = self.recent_from(self.lr_steps)
         return RunView(
-            run_id=s.run_id, status=s.status, model=s.model, method=s.method, engine=s.engine,
+            run_id=s.run_id, status=s.status, job=s.job, model=s.model, method=s.method, engine=s.engine,
             precision=s.precision, world_size=s.world_size, elapsed=elapsed,
             eta=None if s.ended is not None or s.status not in ("running",) else self.eta.eta(s.step, s.max_steps),
             step=s.step, max_steps=s.max_steps, epoch=st.get("epoch"), loss=st.get("loss"), lr=st.get("lr"),

@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widgets import RichLog, Static
 from textual_plotext import PlotextPlot
 
+from ftui.rundir.events import TRAIN_JOB
 from ftui.rundir.formats import fmt_bytes, fmt_duration, fmt_figure, fmt_num
 from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
@@ -58,9 +59,10 @@ class RunHeader(Static):
             line.append(" │ " + _("reading history {percent}%").format(percent=f"{100 * view.loading:.0f}"), style="yellow")
         if view.preparing and not view.ended:
             line.append(" │ " + visible(view.preparing, one_line=True), style="yellow")
-        if view.model:
-            line.append(visible(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", one_line=True),
-                        style="dim")
+        if view.model:  # a job (ftui attach RUN/predict/ID) has no method or engine: its kind says what it does
+            what = view.method if view.job == TRAIN_JOB else view.job
+            parts = (view.model, what, view.engine, view.precision, f"{view.world_size}×" if view.world_size else None)
+            line.append(visible(" │ " + " · ".join(str(p) for p in parts if p is not None), one_line=True), style="dim")
         self.update(line)
 
 
