@@ -16,7 +16,7 @@ import pytest
 from ftui.rundir.event_reader import read_all
 from ftui.rundir.paths import EVENTS_FILE
 from ftui.config.run_config import demo_config
-from ftui.jobs.launch import launch_command, prepare_run
+from ftui.jobs.launch import prepare_run, launch_command
 from ftui.jobs.torch_env import torch_process_env
 
 # One intra-op thread for every torch in the suite (this process and the runs it starts, which

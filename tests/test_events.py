@@ -122,7 +122,7 @@ def test_log_tailer_reads_only_new_complete_lines_and_starts_near_the_end(tmp_pa
 
 
 def test_extra_figures_are_the_unknown_finite_numbers_with_printable_short_names():
-    from ftui.rundir.events import extra_figures, MAX_EXTRA_FIGURES
+    from ftui.rundir.events import MAX_EXTRA_FIGURES, extra_figures
 
     step = make_event("step", step=3, epoch=0.1, loss=1.0, lr=1e-4, grad_norm=1.0, tokens=10, trainable_tokens=5,
                       tokens_per_s=9.0, step_time_s=1.0, mfu=None, loss_scale=None, mem=[], window_steps=1,

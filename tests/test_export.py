@@ -197,7 +197,7 @@ def test_refusals_say_what_to_do(demo_copy, tmp_path, capsys):
 
 
 def test_memory_and_disk_are_checked_before_the_job(demo_copy, tmp_path):
-    from ftui.jobs.export import export_needs, ExportError, prepare_export
+    from ftui.jobs.export import ExportError, export_needs, prepare_export
     from ftui.config.run_config import load_config
 
     cfg, _ = load_config(demo_copy / "config.yaml")

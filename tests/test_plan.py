@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ftui.plan.planner import CUDA_CONTEXT_BYTES, estimate, estimate_for, GIB, gib, ModelShape, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, plan, read_model_config
+from ftui.plan.planner import CUDA_CONTEXT_BYTES, GIB, gib, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, ModelShape, estimate, estimate_for, plan, read_model_config
 from ftui.config.run_config import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,

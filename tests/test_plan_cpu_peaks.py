@@ -16,7 +16,7 @@ import pytest
 
 from ftui.config.run_config import RunConfig
 from ftui.rundir.paths import DEMO_MODEL_DIR
-from ftui.plan.planner import estimate_for, GIB, ModelShape
+from ftui.plan.planner import GIB, ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ftui.config.run_config import RunConfig
-from ftui.plan.planner import estimate_for, ModelShape
+from ftui.plan.planner import ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 RESULTS = BENCH / "results"

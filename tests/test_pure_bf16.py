@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ftui.config.run_config import ConfigError, parse_config
-from ftui.plan.planner import estimate, ModelShape
+from ftui.plan.planner import ModelShape, estimate
 from ftui.tui.screens.launch import config_to_form, form_to_config
 from tests.conftest import steps_of, tiny_config, train_sync
 from tests.test_plan import LLAMA2_7B, P7, close

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, TextArea
 
-from ftui.rundir.events import make_event, SCHEMA_VERSION
+from ftui.rundir.events import SCHEMA_VERSION, make_event
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.chat import read_sources
 from ftui.tui.screens.export import ExportScreen, export_choices

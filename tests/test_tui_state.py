@@ -5,7 +5,7 @@ import pytest
 from ftui.rundir.event_reader import EventReader, read_all, StepColumns
 from ftui.rundir.fold import EtaWindow
 from ftui.rundir.summary import RunSummary
-from ftui.tui.state import downsample, ema, RunState
+from ftui.tui.state import RunState, downsample, ema
 from tests.fixtures_runs import T0, write_run
 
 

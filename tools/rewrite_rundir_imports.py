@@ -89,6 +89,8 @@ def rewrite(path: Path, where: dict[str, str]) -> list[str]:
                 problems.append(f"{path}:{node.lineno}: {name} from {node.module}: no module defines it now")
                 continue
             groups.setdefault(target, []).append(name if alias.asname is None else f"{name} as {alias.asname}")
+        if list(groups) == [node.module]:
+            continue  # nothing of it moved: the line stays as written
         indent = lines[node.lineno - 1][: len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip())]
         new = [f"{indent}from {mod} import {', '.join(sorted(names, key=str.lower))}" for mod, names in sorted(groups.items())]
         edits.append((node.lineno, node.end_lineno, new))

@@ -1100,7 +1100,7 @@ def _stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Exit 0 when it fits (or there is no GPU to compare with), 1 when it does not, 2 on bad input."""
-    from ftui.plan.planner import count, GIB, gib, plan, SLACK, UnknownModel
+    from ftui.plan.planner import GIB, SLACK, UnknownModel, count, gib, plan
 
     out, err = safe_console(), safe_console(stderr=True)
     args.node_rank = args.runs_root = None

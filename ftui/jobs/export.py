@@ -200,7 +200,7 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     plus the process. The GGUF file is written after the model is freed, from the exported
     shards one tensor at a time (streamed into the file): about twice the largest tensor
     (the embeddings) in fp32. Disk: the shards in ``dtype`` and the GGUF file."""
-    from ftui.plan.planner import ModelShape, read_model_config, UnknownModel
+    from ftui.plan.planner import ModelShape, UnknownModel, read_model_config
 
     try:
         config = read_model_config(base_model_source(run_dir, cfg))

@@ -77,7 +77,7 @@ class FtuiApp(App):
             self.call_from_thread(self._offer, live[0])
 
     def _offer(self, run) -> None:
-        from ftui.tui.widgets import status_label
+        from ftui.tui.widgets import status_label  # not on the first frame's path
 
         def answered(yes: bool | None) -> None:
             if yes:

@@ -23,7 +23,7 @@ from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
-from ftui.tui.state import ema, ordered_figures, RunView
+from ftui.tui.state import RunView, ema, ordered_figures
 
 STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",

@@ -34,7 +34,7 @@ from ftui.rundir.paths import LOG_FILE
 from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.state import ordered_figures, RunState, RunView
+from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
 from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader, status_label
 from ftui.tui.ui_thread import to_ui

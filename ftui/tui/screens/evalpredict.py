@@ -34,7 +34,7 @@ from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, source_choices
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import status_label, STATUS_STYLE
+from ftui.tui.widgets import STATUS_STYLE, status_label
 from ftui.tui.ui_thread import to_ui
 
 KINDS = ((N_("predict: generate answers, BLEU / ROUGE"), "predict"), (N_("eval: loss and perplexity"), "eval"))

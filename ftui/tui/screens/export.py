@@ -25,7 +25,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Sel
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.jobs.export import default_out_dir, DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES
+from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir
 from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.follower import summarize_run
 from ftui.rundir.summary import RunSummary
@@ -34,7 +34,7 @@ from ftui.safety.text import visible
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.chat import source_choices
 from ftui.tui.screens.jobscreen import JobScreen, field_row
-from ftui.tui.widgets import status_label, STATUS_STYLE
+from ftui.tui.widgets import STATUS_STYLE, status_label
 from ftui.tui.ui_thread import to_ui
 
 NO_GGUF = "none"
@@ -69,7 +69,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     """What the form's export needs and what stands in its way, as the form shows it (file
     reads: call it from a worker). The same checks ``prepare_export`` makes at Start."""
     from ftui.config.run_config import ConfigError, load_config
-    from ftui.jobs.export import export_needs, ExportError, out_dir_problem, parse_shard_size, resources_problem, source_problem
+    from ftui.jobs.export import ExportError, export_needs, out_dir_problem, parse_shard_size, resources_problem, source_problem
     from ftui.rundir.paths import CONFIG_FILE
 
     problems: list[str] = []

@@ -695,7 +695,7 @@ class LaunchScreen(Screen):
     @work(thread=True, exclusive=True, group="plan")
     def plan_memory(self, cfg: "RunConfig") -> None:
         """The planner's verdict for the config as it stands (reads config.json, samples NVML)."""
-        from ftui.plan.planner import plan, UnknownModel
+        from ftui.plan.planner import UnknownModel, plan
 
         gpu_bytes = None
         sampler = getattr(self.app, "sampler", None)

@@ -24,8 +24,8 @@ from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
-from ftui.tui.state import ordered_figures, RunState, RunView
-from ftui.tui.widgets import LossPlot, status_label, STATUS_STYLE
+from ftui.tui.state import RunState, RunView, ordered_figures
+from ftui.tui.widgets import STATUS_STYLE, LossPlot, status_label
 from ftui.tui.ui_thread import to_ui
 
 REFRESH_S = 2.0
