@@ -24,7 +24,7 @@ from benchlib import RESULTS, machine  # noqa: E402
 from make_events import write  # noqa: E402
 
 OPS = {
-    "ftui runs (list_runs)": "from ftui.rundir.runs import list_runs; r = list_runs(ROOT); assert r[0].status == 'completed', r[0].status",
+    "ftui runs (list_runs)": "from ftui.rundir.listing import list_runs; r = list_runs(ROOT); assert r[0].status == 'completed', r[0].status",
     "ftui watch (finished run)": "import io; from ftui.cli.watch import watch_run; "
                                  "assert watch_run(RUN, interval=0.01, out=io.StringIO()) == 'completed'",
     "supervisor final check (has_run_end)": "from ftui.jobs.supervise import has_run_end; assert has_run_end(RUN)",
@@ -34,7 +34,7 @@ CHILD = """
 import resource, sys, time
 from pathlib import Path
 ROOT = Path(sys.argv[1]); RUN = ROOT / "long"
-import ftui, ftui.rundir.runs, ftui.cli.watch, ftui.jobs.supervise  # imports are not the operation
+import ftui, ftui.rundir.listing, ftui.cli.watch, ftui.jobs.supervise  # imports are not the operation
 assert ftui.__file__.startswith(sys.argv[2]), ftui.__file__
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.config.run_config import demo_config
 from ftui.jobs.launch import prepare_run, launch_command
 from ftui.jobs.torch_env import torch_process_env

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from ftui.rundir.runs import CheckpointError, checkpoints, resolve_checkpoint
+from ftui.rundir.checkpoints import CheckpointError, checkpoints, resolve_checkpoint
 
 
 @pytest.fixture()

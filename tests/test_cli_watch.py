@@ -67,7 +67,7 @@ def test_every_reader_reads_once_more_when_the_launcher_is_gone(tmp_path, monkey
 
     from rich.console import Console
 
-    import ftui.rundir.runs as runs
+    import ftui.rundir.follower as follower
     from ftui.rundir.events import make_event
     from ftui.cli.follow import follow_run
     from ftui.cli.watch import watch_run
@@ -79,10 +79,10 @@ def test_every_reader_reads_once_more_when_the_launcher_is_gone(tmp_path, monkey
             fh.write(json.dumps(make_event("run_end", status="completed", reason="5 steps")) + "\n")
         return True
 
-    monkeypatch.setattr(runs, "launcher_gone", gone_after_writing_run_end)
+    monkeypatch.setattr(follower, "launcher_gone", gone_after_writing_run_end)
     status = {"watch": lambda: watch_run(run, interval=0.01, out=io.StringIO()),
               "follow": lambda: follow_run(run, Console(file=io.StringIO()), poll_s=0.01).status,
-              "summary": lambda: runs.summarize_run(run).status}[reader]()
+              "summary": lambda: follower.summarize_run(run).status}[reader]()
     assert status == "completed"
 
 
@@ -125,7 +125,7 @@ def test_a_failure_is_told_once(tmp_path):
 
     from rich.console import Console
 
-    from ftui.rundir.events import EventWriter
+    from ftui.rundir.event_writer import EventWriter
     from ftui.cli.follow import follow_run
 
     root = tmp_path / "runs"
@@ -182,7 +182,7 @@ def test_a_predict_job_is_followed_with_its_own_figures_and_its_results_under_th
 
     from rich.console import Console
 
-    from ftui.rundir.events import EventWriter
+    from ftui.rundir.event_writer import EventWriter
     from ftui.cli.follow import follow_run
 
     job = tmp_path / "runs" / "base-1" / "predict" / "p1"
@@ -220,13 +220,15 @@ def test_ctrl_c_in_a_command_with_nothing_to_stop_exits_130_without_a_traceback(
 
 def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_path):
     """ftui watch RUN/export/ID: a job header (no world_size / max_steps), each phase once (they
-    printed at their start and again at their end), a small export's size in MiB (not 0.00 GiB);
-    the follower shows no loss or tokens/s figures for it."""
+    printed at their start and again at their end), a small export's size in MiB (not 0.00 GiB,
+    in whole MiB as every reader writes sizes: ftui.rundir.formats.fmt_bytes); the follower shows
+    no loss or tokens/s figures for it. The job starts with the run_start export jobs wrote before
+    job_start: a run directory from an older ftui reads the same."""
     import io
 
     from rich.console import Console
 
-    from ftui.rundir.events import EventWriter
+    from ftui.rundir.event_writer import EventWriter
     from ftui.cli.follow import follow_run
 
     job = tmp_path / "runs" / "base-1" / "export" / "x1"
@@ -244,7 +246,7 @@ def test_an_export_job_is_watched_phase_by_phase_once_each_with_its_size(tmp_pat
     lines = subprocess.run([*FTUI, "watch", str(job)], capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert lines[0] == "x1: export base-1 final bf16 out=/models/out"
     assert lines.count("loading the weights") == 1 and lines.count("writing safetensors") == 1
-    assert "exported to /models/out: 2 files, 5.0 MiB" in lines and lines[-1] == "completed: exported base-1 final to /models/out"
+    assert "exported to /models/out: 2 files, 5 MiB" in lines and lines[-1] == "completed: exported base-1 final to /models/out"
     buffer = io.StringIO()
     follow_run(job, console=Console(file=buffer, width=200), poll_s=0.05)
     assert "tok/s" not in buffer.getvalue() and "loss" not in buffer.getvalue()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.rundir.runs import delete_run, indexed_run_dirs, record_run
+from ftui.rundir.delete import delete_run
+from ftui.rundir.index import indexed_run_dirs, record_run
 from tests.fixtures_runs import write_run
 
 
@@ -85,7 +86,7 @@ async def test_runs_screen_deletes_the_link_not_its_target(tmp_path):
 KILLED_DELETE = """
 import os, shutil, signal, sys
 from pathlib import Path
-from ftui.rundir.runs import delete_run
+from ftui.rundir.delete import delete_run
 def killed(path, *args, **kwargs):
     p = Path(path)
     print(next(q for q in (p, *p.parents) if q.name.endswith(".deleting")), flush=True)
@@ -147,7 +148,7 @@ def test_a_run_that_changed_after_the_question_is_not_deleted(tmp_path, swap):
     """Delete removes what its question showed: the user agreed to remove a link (its target
     kept), and a directory is there now, or agreed to delete a directory that is now a link to
     another run: refused, nothing deleted."""
-    from ftui.rundir.runs import RunDeleteError, delete_plan
+    from ftui.rundir.delete import delete_plan, RunDeleteError
 
     root, link, target = linked_run(tmp_path)
     if swap == "link-became-directory":

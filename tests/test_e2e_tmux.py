@@ -13,9 +13,11 @@ import time
 import pytest
 
 from conftest import wait_for
-from ftui.rundir.events import read_all
+from ftui.rundir.event_reader import read_all
 from ftui.jobs.launch import stop_run
-from ftui.rundir.runs import list_runs, pid_alive, read_launch_info
+from ftui.rundir.launch_record import read_launch_info
+from ftui.rundir.listing import list_runs
+from ftui.rundir.liveness import pid_alive
 
 FTUI_CMD = f"{shlex.quote(sys.executable)} -m ftui.cli.main"
 

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from ftui.rundir.events import EventReader, EventWriter, make_event, read_all, validate_event
+from ftui.rundir.event_reader import EventReader, read_all
+from ftui.rundir.event_writer import EventWriter
+from ftui.rundir.events import make_event, validate_event
 
 
 def step_fields(**over):
@@ -71,7 +73,7 @@ def test_reader_of_missing_file_is_empty(tmp_path):
 
 
 def test_compact_reading_gives_the_same_curves_as_full_parsing(tmp_path):
-    from ftui.rundir.events import StepColumns
+    from ftui.rundir.event_reader import StepColumns
 
     path = tmp_path / "events.jsonl"
     with EventWriter(path) as w:
@@ -103,7 +105,7 @@ def test_compact_reading_gives_the_same_curves_as_full_parsing(tmp_path):
 
 
 def test_log_tailer_reads_only_new_complete_lines_and_starts_near_the_end(tmp_path):
-    from ftui.rundir.runs import LogTailer
+    from ftui.rundir.log_tail import LogTailer
 
     log = tmp_path / "train.log"
     log.write_text("".join(f"old line {i}\n" for i in range(1000)))

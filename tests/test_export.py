@@ -149,7 +149,7 @@ def test_shards_modelfile_generation_config_and_no_secrets(demo_copy, tmp_path):
 
 def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tmp_path):
     from ftui.jobs.export import prepare_export
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
     from ftui.config.run_config import load_config
@@ -231,11 +231,11 @@ def test_cli_export_of_the_demo_chats_as_the_run(demo_copy, tmp_path):
     assert lines[-1] == str(out) and any(f"ftui chat --model {out}" in line for line in lines), proc.stdout
     assert "host memory" in proc.stdout
     job = sorted((run / "export").iterdir())[-1]
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
 
     events = read_all(job / "events.jsonl")
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and events[-1]["status"] == "completed"
+    assert kinds[0] == "job_start" and events[0]["job"] == "export" and kinds[-1] == "run_end" and events[-1]["status"] == "completed"
     assert {e["phase"] for e in events if e["event"] == "progress"} == {"load", "save", "gguf"}  # full: no adapter to merge
     result = next(e for e in events if e["event"] == "export")
     assert result["out"] == str(out) and "model.safetensors" in result["files"]
@@ -315,7 +315,7 @@ def test_force_never_replaces_a_directory_that_holds_runs(tmp_path, monkeypatch)
     assert "current directory" in out_dir_problem(Path(""), force=True)
     assert "current directory" in out_dir_problem(tmp_path, force=True)  # holds it
     assert "ftui did not write" in out_dir_problem(plain, force=True)  # issue 39: only an earlier ftui export
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
 
     write_marker(plain, run="earlier")
     assert out_dir_problem(plain, force=True) is None

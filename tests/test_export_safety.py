@@ -88,7 +88,7 @@ def test_the_job_checks_again_before_it_replaces(demo_copy, tmp_path):  # noqa: 
 
 def test_force_replaces_an_earlier_ftui_export_once_the_new_one_is_complete(demo_copy, tmp_path):  # noqa: F811
     from ftui.jobs.export import out_dir_problem, prepare_export
-    from ftui.jobs.export_out import EXPORT_MARKER
+    from ftui.safety.export_out import EXPORT_MARKER
 
     out = tmp_path / "model"
     job1, _, _ = prepare_export(demo_copy, which=None, out=out, dtype="fp32")
@@ -185,7 +185,7 @@ def test_a_failure_names_the_temporary_directory_it_leaves(demo_copy, tmp_path, 
 KILLED_EXPORT = """
 import os, signal, sys
 from pathlib import Path
-from ftui.jobs.export_out import TEMP_KIND, temp_prefix
+from ftui.safety.export_out import TEMP_KIND, temp_prefix
 from ftui.safety.owned_dirs import make_temp_dir
 out = Path(sys.argv[1])
 tmp, _lock = make_temp_dir(out.parent, temp_prefix(out), "", TEMP_KIND, job=sys.argv[2], out=str(out))

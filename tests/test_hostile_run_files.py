@@ -3,7 +3,7 @@ job's job.json, a run's data fingerprint) are untrusted like any run file: one n
 than Python's stack, or of the wrong shape, is read as "not ftui's" (kept, not followed), never
 a RecursionError or AttributeError traceback from ``ftui runs``, ``ftui export --force`` or a
 resume. Where the five parts of issue 39 meet: the O_NOFOLLOW marker read that
-``ftui.safety.owned_dirs`` and ``ftui.jobs.export_out`` share (``open_marker``) and the bounded JSON
+``ftui.safety.owned_dirs`` and ``ftui.safety.export_out`` share (``open_marker``) and the bounded JSON
 reader (``ftui.safety.bounded_input.load_json``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ DEEP = "[" * 60_000  # deeper than json.loads follows; smaller than either marke
 
 
 def test_a_leftover_pattern_directory_with_a_too_deep_marker_is_kept_and_the_sweep_goes_on(tmp_path):
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
     from ftui.safety.owned_dirs import MARKER
 
     odd = tmp_path / ".model.ftui-export-abc"
@@ -27,7 +27,7 @@ def test_a_leftover_pattern_directory_with_a_too_deep_marker_is_kept_and_the_swe
 
 
 def test_force_onto_a_folder_with_a_too_deep_export_marker_is_refused_in_a_line(tmp_path):
-    from ftui.jobs.export_out import EXPORT_MARKER, replace_problem
+    from ftui.safety.export_out import EXPORT_MARKER, replace_problem
 
     out = tmp_path / "out"
     out.mkdir()
@@ -70,7 +70,7 @@ def test_an_earlier_export_left_aside_by_a_killed_force_export_is_put_back_not_s
     .OUT.ftui-replaced-*, the new one not yet at OUT): the next sweep puts the earlier export
     back at OUT instead of removing it with the job's leftovers (nothing the user had is lost);
     once OUT holds an export again, a leftover aside is only swept."""
-    from ftui.jobs.export_out import ASIDE_KIND, aside_prefix, sweep_leftovers
+    from ftui.safety.export_out import ASIDE_KIND, aside_prefix, sweep_leftovers
     from ftui.safety.owned_dirs import make_temp_dir, release
 
     out = tmp_path / "model"
@@ -94,7 +94,8 @@ def test_runs_with_a_too_deep_launch_record_events_line_or_trainer_state_are_lis
     record it cannot read is said as such, an events line that is not an event is skipped) and
     a checkpoint whose trainer_state.json is one is named unreadable (resume skips it)."""
     from ftui.cli.main import main
-    from ftui.rundir.runs import checkpoint_damage, summarize_run
+    from ftui.rundir.checkpoints import checkpoint_damage
+    from ftui.rundir.follower import summarize_run
     from tests.fixtures_runs import write_run
 
     root = tmp_path / "runs"
@@ -118,7 +119,7 @@ def test_a_temporary_directory_swept_before_its_marker_is_in_is_made_again(tmp_p
     the new, empty directory for a leftover and removes it; the export then makes another
     instead of failing to start."""
     from ftui.safety import owned_dirs
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
 
     real_claim = owned_dirs.claim
     calls = []

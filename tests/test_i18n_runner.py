@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from ftui.rundir.events import read_all
+from ftui.rundir.event_reader import read_all
 from ftui.i18n import set_language
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 

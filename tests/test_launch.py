@@ -12,9 +12,11 @@ import psutil
 import pytest
 
 from conftest import wait_for
-from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.jobs.launch import is_rank, run_processes, stop_run
-from ftui.rundir.runs import list_runs, summarize_run
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.listing import list_runs
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 LONG = ["--set", "max_steps=5000", "--set", "max_samples=16", "--set", "logging_steps=1"]
@@ -129,7 +131,7 @@ def test_kill_of_the_launcher_leaves_no_rank_behind(tmp_path, victim):
 
 
 def test_died_status_when_launcher_is_gone_without_run_end(tmp_path):
-    from ftui.rundir.runs import write_launch_info
+    from ftui.rundir.launch_record import write_launch_info
 
     run = tmp_path / "runs" / "x-1"
     run.mkdir(parents=True)
@@ -180,7 +182,8 @@ def test_one_node_starts_ftuis_launcher_and_several_nodes_torchrun(tmp_path):
 
 
 def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_path):
-    from ftui.jobs.spawn import STORE_ENV, loopback_interface, new_store_file, rank_environments
+    from ftui.jobs.spawn import loopback_interface, new_store_file, rank_environments
+    from ftui.rundir.rank_env import STORE_ENV
 
     store = new_store_file(tmp_path)
     assert store.parent == tmp_path and oct(store.stat().st_mode & 0o777) == "0o600" and store.stat().st_size == 0
@@ -193,7 +196,8 @@ def test_ranks_get_loopback_sockets_a_private_store_and_no_rendezvous_port(tmp_p
 
 
 def test_a_cpu_rank_computes_with_the_users_threads_or_its_share_of_the_cores(tmp_path):
-    from ftui.jobs.spawn import THREADS_DEFAULTED_ENV, new_store_file, rank_environments
+    from ftui.jobs.spawn import new_store_file, rank_environments
+    from ftui.rundir.rank_env import THREADS_DEFAULTED_ENV
     from ftui.runner.distributed import cpu_threads
 
     cores = len(os.sched_getaffinity(0))

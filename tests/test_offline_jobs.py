@@ -82,7 +82,7 @@ def test_two_processes_share_the_examples_and_keep_the_dataset_order(demo_run, t
     two = run_cli("predict", str(demo_run), "--dataset", "ftui_demo", "--max-samples", "7", "--nproc-per-node", "2", *QUICK)
     assert one.returncode == 0 and two.returncode == 0, two.stdout + two.stderr
     assert predictions(job_dir_of(two)) == predictions(job_dir_of(one))
-    start = next(e for e in events_of(job_dir_of(two)) if e["event"] == "run_start")
+    start = next(e for e in events_of(job_dir_of(two)) if e["event"] == "job_start")
     assert start["world_size"] == 2
 
 

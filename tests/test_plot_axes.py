@@ -1,6 +1,6 @@
 """The loss plot's axes (ftui.tui.axes) and the ETA's first estimate: pure functions."""
 
-from ftui.cli.follow import EtaWindow
+from ftui.rundir.fold import EtaWindow
 from ftui.tui.axes import LR_MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
 
 

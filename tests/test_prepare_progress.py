@@ -8,7 +8,7 @@ import pytest
 
 from conftest import tiny_config
 from ftui.rundir.events import make_event
-from ftui.rundir.runs import RunSummary
+from ftui.rundir.summary import RunSummary
 from ftui.tui.state import RunState
 from ftui.tui.widgets import RunHeader
 from ftui.cli.watch import watch_run

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import steps_of, tiny_config, train_sync
 from ftui.config.run_config import ConfigError, parse_config, reporter_names
-from ftui.rundir.events import EventWriter, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.event_writer import EventWriter
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:

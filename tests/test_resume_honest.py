@@ -30,7 +30,7 @@ from ftui.rundir.events import make_event
 from ftui.jobs import launch
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.paths import DATA_FINGERPRINT_FILE, DEMO_DATASET_FILE, DEMO_MODEL_DIR
-from ftui.rundir.runs import summarize_run
+from ftui.rundir.follower import summarize_run
 from fixtures_runs import T0
 
 RECORDS = json.loads(DEMO_DATASET_FILE.read_text())
@@ -199,7 +199,7 @@ def test_trust_remote_code_is_warned_on_resume_and_join(tmp_path, capsys, starte
 
 def test_the_runner_s_hint_for_a_mismatched_checkpoint_asks_for_the_settings_not_another_checkpoint(tmp_path):
     from ftui.runner.faults import hint_for
-    from ftui.rundir.runs import CheckpointMismatch
+    from ftui.rundir.checkpoints import CheckpointMismatch
 
     cfg = tiny_config(tmp_path)
     hint = hint_for(CheckpointMismatch("step-4 was saved with micro batch 4"), cfg, "train", tmp_path / "run-1")

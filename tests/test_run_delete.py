@@ -11,7 +11,9 @@ import sys
 from conftest import tiny_config
 from ftui.config.run_config import default_runs_root
 from ftui.jobs.launch import prepare_run
-from ftui.rundir.runs import RunDeleteError, delete_run, indexed_run_dirs, list_runs, run_index_path
+from ftui.rundir.delete import delete_run, RunDeleteError
+from ftui.rundir.index import indexed_run_dirs, run_index_path
+from ftui.rundir.listing import list_runs
 from tests.fixtures_runs import write_run
 
 import pytest

@@ -22,8 +22,12 @@ from ftui.cli import main as cli
 from ftui.cli import watch
 from ftui.rundir.events import make_event
 from ftui.jobs import supervise
-from ftui.jobs.launch import RunBusy, lock_run_dir, prepare_run, run_processes, start_run, stop_run
-from ftui.rundir.runs import RunsRootError, earlier_segments, launcher_gone, list_runs, summarize_run, write_launch_info
+from ftui.jobs.launch import prepare_run, run_processes, start_run, stop_run
+from ftui.rundir.lock import lock_run_dir, RunBusy
+from ftui.rundir.follower import earlier_segments, summarize_run
+from ftui.rundir.launch_record import write_launch_info
+from ftui.rundir.listing import list_runs, RunsRootError
+from ftui.rundir.liveness import launcher_gone
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
@@ -89,7 +93,7 @@ def test_a_second_job_on_a_run_directory_is_refused(tmp_path):
 def test_a_crashed_jobs_lock_does_not_block(tmp_path):
     run = write_run(tmp_path / "runs", "crashed", steps=3, max_steps=10, end="stopped")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from ftui.jobs.launch import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
+                               "from ftui.rundir.lock import lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('held', flush=True); "
                                "time.sleep(300)", str(run)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(RunBusy):
@@ -381,11 +385,11 @@ def long_run(tmp_path):
 
 
 def test_the_summary_of_a_long_run_reads_its_head_and_tail_only(long_run, counted_reads, monkeypatch):
-    import ftui.rundir.runs as runs
+    import ftui.rundir.follower as follower
 
     root, run, size = long_run
-    monkeypatch.setattr(runs, "SUMMARY_HEAD", 8 << 10)
-    monkeypatch.setattr(runs, "SUMMARY_TAIL", 32 << 10)
+    monkeypatch.setattr(follower, "SUMMARY_HEAD", 8 << 10)
+    monkeypatch.setattr(follower, "SUMMARY_TAIL", 32 << 10)
     append(run, json.dumps(make_event("run_end", t=T0 + 9000, status="completed", reason="1500 steps")))
     summary = summarize_run(run)
     assert counted_reads[0] < (8 << 10) + (32 << 10) + (64 << 10) + 4096 < size // 4
@@ -398,10 +402,10 @@ def test_the_summary_of_a_long_run_reads_its_head_and_tail_only(long_run, counte
 
 
 def test_the_supervisors_final_check_reads_the_tail_only(long_run, counted_reads, monkeypatch):
-    import ftui.rundir.events as events
+    import ftui.rundir.event_reader as event_reader
 
     _root, run, size = long_run
-    monkeypatch.setattr(events, "LIFECYCLE_TAIL", 32 << 10)
+    monkeypatch.setattr(event_reader, "LIFECYCLE_TAIL", 32 << 10)
     # The earlier job's run_end (stopped at 600) is not this job's: the resumed job has none yet.
     assert not supervise.has_run_end(run)
     append(run, json.dumps(make_event("run_end", t=T0 + 9000, status="completed", reason="1500 steps")))
@@ -422,13 +426,14 @@ def test_watch_of_a_long_finished_run_reads_a_bounded_part(long_run, counted_rea
 
 
 def test_the_reader_never_reads_more_than_its_cap(tmp_path, counted_reads, monkeypatch):
-    import ftui.rundir.events as events
+    import ftui.rundir.run_files as run_files
+    from ftui.rundir.event_reader import EventReader
 
-    monkeypatch.setattr(events, "MAX_READ", 4096)
-    monkeypatch.setattr(events, "MAX_LINE", 10_000)
+    monkeypatch.setattr(run_files, "MAX_READ", 4096)
+    monkeypatch.setattr(run_files, "MAX_LINE", 10_000)
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"x" * 50_000 + b"\n" + json.dumps(make_event("log", t=T0, level="info", message="hi")).encode() + b"\n")
-    reader = events.EventReader(path)
+    reader = EventReader(path)
     assert reader.read_new(1 << 30) == [] and counted_reads[0] == 4096
     assert [e["message"] for e in reader.read_new()] == ["hi"]
     assert len(reader._pending) <= 10_000
@@ -465,7 +470,7 @@ def test_a_stop_right_after_launch_ends_stopped(tmp_path):
 def test_a_nodes_supervisor_records_how_each_of_its_jobs_ended(tmp_path):
     """Node K > 0 keeps its own records in RUN/nodes/node-K, where no rank writes events: its
     supervisor writes one run_end per job, also after an earlier job's (a resumed multi-node run)."""
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
     from ftui.rundir.paths import node_dir
 
     home = node_dir(tmp_path, 1)

@@ -13,7 +13,9 @@ from ftui.cli import main as cli
 from ftui.config.run_config import default_runs_root
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.paths import ftui_home
-from ftui.rundir.runs import list_runs, resolve_run, run_index_path
+from ftui.rundir.index import run_index_path
+from ftui.rundir.listing import list_runs
+from ftui.rundir.resolve import resolve_run
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 

@@ -9,7 +9,7 @@ import yaml
 
 from conftest import tiny_config, train_sync
 from ftui.config.run_config import parse_config, validate_config
-from ftui.rundir.runs import checkpoints
+from ftui.rundir.checkpoints import checkpoints
 
 DEMO = {"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "cutoff_len": 128}
 

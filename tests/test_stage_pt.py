@@ -79,7 +79,7 @@ def test_llamafactory_pretrain_example_trains_through_the_cli(tmp_path, lf_data,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
 
     events = read_all(run_dir / "events.jsonl")
     start, steps = check_pt_run(events, proc, run_dir)

@@ -169,7 +169,7 @@ def toy_stage(tmp_path, monkeypatch):
 def test_a_new_stage_is_one_description_module_and_one_runner_module(toy_stage, tmp_path):
     from ftui.config.run_config import validate_config
     from ftui.jobs.launch import prepare_run
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
     from ftui.tui.screens.launch import FIELDS, option_labels, stage_option_fields
 
     described, implemented = toy_stage

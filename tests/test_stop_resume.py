@@ -12,8 +12,11 @@ import psutil
 import pytest
 
 from conftest import steps_of, tiny_config, train_sync, wait_for
-from ftui.rundir.events import EVENTS_FILE, read_all
-from ftui.rundir.runs import checkpoints, read_launch_info, summarize_run
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE
+from ftui.rundir.checkpoints import checkpoints
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.launch_record import read_launch_info
 
 
 def wait_for_exit(pid: int, timeout=180.0) -> None:
@@ -90,7 +93,7 @@ def test_two_nodes_on_localhost_form_one_job_in_one_run_directory(tmp_path, caps
 
     from ftui.cli.main import main
     from ftui.jobs.launch import other_node_commands, prepare_run, start_run
-    from ftui.rundir.runs import read_launch_info
+    from ftui.rundir.launch_record import read_launch_info
 
     port = _free_port()
     cfg0 = tiny_config(tmp_path, run_name="multi", engine="ddp", nproc_per_node=1, nnodes=2,

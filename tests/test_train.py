@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ftui.rundir.events import validate_event
-from ftui.rundir.runs import summarize_run
+from ftui.rundir.follower import summarize_run
 from tests.conftest import lora_config, steps_of, tiny_config, train_sync
 
 # The whole matrix runs with -m slow (CI time): in the default suite DDP LoRA under bf16

@@ -159,7 +159,7 @@ async def test_out_dir_refusals_are_shown_and_start_refused(tmp_path, run, fake_
         await until(pilot, lambda: "is not empty" in needs_text(screen))
         screen.query_one("#xp-force", Checkbox).value = True  # force replaces only an earlier ftui export (issue 39)
         await until(pilot, lambda: "which ftui did not write" in needs_text(screen) and "old.txt" in needs_text(screen))
-        from ftui.jobs.export_out import write_marker
+        from ftui.safety.export_out import write_marker
 
         earlier = tmp_path / "earlier"
         earlier.mkdir()

@@ -770,7 +770,7 @@ async def test_a_stopped_run_resumed_elsewhere_is_followed_as_running(tmp_path, 
 
     import psutil
 
-    from ftui.jobs.launch import lock_run_dir
+    from ftui.rundir.lock import lock_run_dir
 
     run = write_run(tmp_path / "runs", "resumed", steps=10, max_steps=40, end="stopped")
     (run / "launch.json").write_text(json.dumps({"start_time": T0, "host": socket.gethostname()}))  # the old job: gone

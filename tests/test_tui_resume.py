@@ -17,7 +17,7 @@ from ftui.jobs import launch
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.events import make_event
 from ftui.rundir.paths import DEMO_DATASET_FILE
-from ftui.rundir.runs import summarize_run
+from ftui.rundir.follower import summarize_run
 from ftui.tui.app import FtuiApp
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.runs import RunsScreen

@@ -2,9 +2,9 @@
 
 import pytest
 
-from ftui.rundir.events import EventReader, StepColumns, read_all
-from ftui.cli.follow import EtaWindow
-from ftui.rundir.runs import RunSummary
+from ftui.rundir.event_reader import EventReader, read_all, StepColumns
+from ftui.rundir.fold import EtaWindow
+from ftui.rundir.summary import RunSummary
 from ftui.tui.state import RunState, downsample, ema
 from tests.fixtures_runs import T0, write_run
 
@@ -124,7 +124,7 @@ def test_a_resumed_run_replaces_the_steps_after_its_checkpoint():
 def folded_both_ways(path, chunk: int) -> tuple[RunState, RunState]:
     """The events of ``path`` folded from full events, and from compact reads of ``chunk``
     bytes (runs of step lines as columns, as the dashboard reads them)."""
-    from ftui.rundir.events import EventReader
+    from ftui.rundir.event_reader import EventReader
 
     full = RunState(RunSummary(run_id="r", path=path.parent))
     full.apply(read_all(path))
@@ -138,7 +138,7 @@ def folded_both_ways(path, chunk: int) -> tuple[RunState, RunState]:
 def test_the_learning_rate_curve_is_the_same_from_compact_reads(tmp_path):
     """The dashboard reads runs of step lines as columns (EventReader compact): the learning
     rate rides along, so the lr view of a long run has every step, not one per batch."""
-    from ftui.rundir.events import EventWriter
+    from ftui.rundir.event_writer import EventWriter
     from tests.test_events import step_fields
 
     path = tmp_path / "events.jsonl"
@@ -169,7 +169,7 @@ def test_a_preference_runs_figures_are_followed_over_the_run_from_compact_reads(
 
 
 def test_a_sft_run_has_no_figure_series_and_keeps_its_compact_read(tmp_path):
-    from ftui.rundir.events import EventReader, StepColumns
+    from ftui.rundir.event_reader import EventReader, StepColumns
 
     run = write_run(tmp_path, "sft", steps=120, max_steps=300, as_written=True)
     batch = EventReader(run / "events.jsonl").read_new(compact=True)

@@ -62,7 +62,7 @@ def test_a_failed_runs_reason_does_not_record_the_url_credentials(tmp_path):
     """A hub error quotes the URL it tried: run_end's reason and error_message blank its userinfo."""
     import subprocess
 
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
     from ftui.jobs.launch import prepare_run
 
     run = prepare_run(tiny_config(tmp_path, device="cpu"))

@@ -90,7 +90,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def export_result(job_dir: Path) -> dict[str, Any]:
     """The job's ``export`` event (empty when there is none: a failed or stopped job)."""
-    from ftui.rundir.events import read_all
+    from ftui.rundir.event_reader import read_all
     from ftui.rundir.paths import EVENTS_FILE
 
     found = [e for e in read_all(job_dir / EVENTS_FILE) if e.get("event") == "export"]

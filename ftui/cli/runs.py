@@ -92,8 +92,8 @@ def _sweep_leftovers(root: Path, run_dirs: list[Path], console_of: Callable[...,
     dirs) left, removed when certainly ftui's and abandoned (ftui.safety.owned_dirs); one line each on
     stderr, so the listing scripts read stays as it was."""
     from ftui.jobs.export import export_job_out_parents
-    from ftui.jobs.export_out import sweep_leftovers
-    from ftui.rundir.runs import sweep_deleting
+    from ftui.safety.export_out import sweep_leftovers
+    from ftui.rundir.delete import sweep_deleting
 
     lines = [sweep_deleting(root), *(sweep_leftovers(p) for p in export_job_out_parents(run_dirs))]
     for line in filter(None, lines):
@@ -104,7 +104,8 @@ def cmd_runs(args: argparse.Namespace, console_of: Callable[..., Console] = safe
     """The runs table (``console_of``: how its consoles are made; main passes its own)."""
     from rich.cells import cell_len
 
-    from ftui.rundir.runs import LIST_COLUMNS, LIST_HEADINGS, RunsRootError, list_row, list_runs, reason_text
+    from ftui.rundir.listing import LIST_COLUMNS, LIST_HEADINGS, list_row, list_runs, RunsRootError
+    from ftui.rundir.summary import reason_text
 
     root = args.root or default_runs_root()
     console = console_of()

@@ -149,7 +149,7 @@ def cmd_train(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] 
         out.print(escape(_("follow it with: ftui attach {run}   (or: ftui watch {run})").format(run=run_dir.name)))
         return EXIT_OK
     summary, interrupted = follow(run_dir, out, started.offset)
-    from ftui.rundir.runs import checkpoints
+    from ftui.rundir.checkpoints import checkpoints
 
     if summary.status != "completed" and checkpoints(run_dir):
         out.print(escape(_("resume with: ftui train --resume {run}").format(run=run_dir.name)))

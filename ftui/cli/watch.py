@@ -6,7 +6,8 @@ failure reason or a warning reaches the terminal.
 
 A long run's history is not replayed: watch reads the head of events.jsonl (run_start)
 and starts at its last few MB, so a finished run with a million steps answers at once.
-Reading and the end rule are ``RunFollower``'s, as for every other reader of a run."""
+Reading and the end rule are ``RunFollower``'s and the fold ``RunFold``'s, as for every
+other reader of a run; what a job prints is its kind's (``ftui.rundir.job_kinds``)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ftui.rundir.events import StepColumns, extra_figures, fmt_figure
-from ftui.cli.follow import JOB_ENGINES, EtaWindow, fmt_duration, fmt_export, fmt_phase, fmt_predict, fmt_prepare, has_counts, level_word
 from ftui.i18n import _
-from ftui.rundir.runs import RunFollower, RunSummary, reason_text
+from ftui.rundir.job_kinds import job_kind
+from ftui.rundir.event_reader import StepColumns
+from ftui.rundir.events import extra_figures, started_job
+from ftui.rundir.fold import RunFold
+from ftui.rundir.follower import RunFollower
+from ftui.rundir.formats import fmt_duration, fmt_figure, fmt_phase, fmt_prepare, has_counts, level_word
+from ftui.rundir.summary import RunSummary, reason_text
 from ftui.safety.text import VisibleWriter
 
 CHUNK = 8 << 20  # bytes of events read per check (a long backlog is read in several)
@@ -35,29 +40,19 @@ def _extras(event: dict) -> str:
     return "".join(f" {name} {fmt_figure(value)}" for name, value in extra_figures(event))
 
 
-def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out: TextIO):
-    """Prints what a batch of events says; returns the step last printed."""
-    latest = None
+def _print_events(events, fold: RunFold, last_printed, out: TextIO):
+    """Folds a batch of events (the one fold, ``RunFold``) and prints what it says; returns
+    the step last printed. What a job prints is its kind's (ftui.rundir.job_kinds)."""
+    summary, latest = fold.summary, None
     for e in events:
+        fold.apply(e)
         if type(e) is StepColumns:  # a run of step lines: only the last one is printed
-            summary.step = e.step[-1]
-            for t, s in zip(e.t[-eta.points.maxlen:], e.step[-eta.points.maxlen:]):
-                eta.add(t, s)
             continue
-        summary.apply(e)
+        job = job_kind(summary.job)
         if e["event"] == "step":
-            eta.add(e["t"], e["step"])
             latest = e
-        elif e["event"] == "run_start":
-            eta.start(e)
-            # key names as events.jsonl and the config spell them: the same in every language
-            if e.get("job") in JOB_ENGINES:  # a job has a source, not steps
-                where = f"out={e.get('out')}" if e["job"] == "export" else f"dataset={e.get('dataset')} examples={e.get('examples')}"
-                head = f"{summary.run_id}: {e['job']} {e.get('source')} {e.get('precision')} {where}"
-            else:
-                head = (f"{summary.run_id}: {e.get('model')} {e.get('method')} {e.get('engine')} {e.get('precision')} "
-                        f"world_size={e.get('world_size')} max_steps={e.get('max_steps')}")
-            print(head, file=out, flush=True)
+        elif started_job(e) is not None:
+            print(f"{summary.run_id}: {job.watch_head(e)}", file=out, flush=True)
         elif e["event"] == "eval":
             print(_("step {step} eval_loss {loss}").format(step=e["step"], loss=_fmt(e.get("eval_loss"), ".4f")) + _extras(e),
                   file=out, flush=True)
@@ -69,20 +64,17 @@ def _print_events(events, summary: RunSummary, eta: EtaWindow, last_printed, out
             if e["done"] == 0 or (e["done"] == e["total"] > 1):  # a phase's start (and a long one's end), once each
                 print(fmt_phase(e), file=out, flush=True)
         elif e["event"] == "progress" and has_counts(e):
-            eta.add(e["t"], e["done"])
             print(_("examples {done}/{total} examples/s {rate} eta {eta}").format(
                 done=e["done"], total=e["total"], rate=f"{e.get('examples_per_s') or 0:,.2f}",
-                eta=fmt_duration(eta.eta(e["done"], e["total"]))), file=out, flush=True)
-        elif e["event"] == "predict":
-            print(fmt_predict(e), file=out, flush=True)
-        elif e["event"] == "export":
-            print(fmt_export(e), file=out, flush=True)
+                eta=fmt_duration(fold.eta.eta(e["done"], e["total"]))), file=out, flush=True)
+        elif e["event"] == job.result_event and job.result_line is not None:
+            print(job.result_line(e), file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
         print(_("step {step}/{max_steps} loss {loss} lr {lr} tok/s {tps} eta {eta}").format(
             step=latest["step"], max_steps=summary.max_steps or "?", loss=_fmt(latest.get("loss"), ".4f"),
             lr=f"{latest.get('lr') or 0:.3e}", tps=f"{latest.get('tokens_per_s') or 0:,.0f}",
-            eta=fmt_duration(eta.eta(latest["step"], summary.max_steps))) + _extras(latest), file=out, flush=True)
+            eta=fmt_duration(fold.eta.eta(latest["step"], summary.max_steps))) + _extras(latest), file=out, flush=True)
     return last_printed
 
 
@@ -91,12 +83,12 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
     # its control characters are shown as escapes, to a terminal and a pipe alike
     out = VisibleWriter(out or sys.stdout)
     summary = RunSummary(run_id=Path(run_dir).name, path=Path(run_dir))
-    eta = EtaWindow()
+    fold = RunFold(summary)
     last_printed = None
 
     def show(events: list) -> None:
         nonlocal last_printed
-        last_printed = _print_events(events, summary, eta, last_printed, out)
+        last_printed = _print_events(events, fold, last_printed, out)
 
     follower = RunFollower(run_dir, summary, show, chunk=CHUNK, compact=True)
     skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES)
@@ -110,7 +102,7 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
         if not follower.catching_up:  # a long backlog is read on without a pause
             time.sleep(interval)
     # the status word stays English (scripts read it); the words around it are translated
-    where = "" if summary.engine in JOB_ENGINES else _(" (step {step})").format(step=summary.step)
+    where = _(" (step {step})").format(step=summary.step) if job_kind(summary.job).trains else ""
     print(f"{summary.status}: {reason_text(summary.reason)}" + where, file=out, flush=True)
     if summary.error_detail:
         print(summary.error_detail, file=out, flush=True)

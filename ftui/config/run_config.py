@@ -674,7 +674,7 @@ def data_option_problems(cfg: RunConfig) -> list[FieldProblem]:
         if problem:
             out.append(FieldProblem("tokenized_path", cfg.tokenized_path, problem))
     if cfg.resume_from_checkpoint:
-        from ftui.rundir.runs import resume_target_problem
+        from ftui.rundir.checkpoints import resume_target_problem
 
         problem = resume_target_problem(cfg.resume_from_checkpoint)
         if problem:

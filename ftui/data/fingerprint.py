@@ -90,7 +90,7 @@ def read(run_dir: Path) -> dict[str, Any] | None:
     """The run's recorded fingerprint; None for a run started before ftui recorded one (or
     whose file is unreadable or not ftui's: it cannot be compared either)."""
     from ftui.safety.bounded_input import load_json
-    from ftui.rundir.events import UnreadableFile, read_at
+    from ftui.rundir.run_files import read_at, UnreadableFile
 
     try:  # a run directory is untrusted: bounded, never blocking (read_at), nesting refused (load_json)
         data = load_json(read_at(Path(run_dir) / DATA_FINGERPRINT_FILE, 0, READ_MAX) or b"")

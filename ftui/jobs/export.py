@@ -7,7 +7,7 @@ supervisor, Stop, ``attach`` and ``watch`` serve it: merging a 7B+ model takes m
 tens of GiB of host memory, and must outlive the app. What it writes goes to ``out``, which is
 never inside a run (a run's directory is its own: deleting the run would take the export) and
 never over a directory with something in it unless ``force``, and then only over an earlier
-ftui export (``ftui.jobs.export_out``: ftui never deletes what it did not write).
+ftui export (``ftui.safety.export_out``: ftui never deletes what it did not write).
 
 Before it starts, :func:`export_needs` says how much host memory and disk the job takes, from
 the model's config.json alone, and :func:`resources_problem` refuses when the machine has not
@@ -27,6 +27,7 @@ from typing import Any
 
 from ftui.config.run_config import RunConfig, load_config
 from ftui.i18n import _
+from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -66,10 +67,6 @@ def parse_shard_size(text: str | int) -> int:
     return value
 
 
-def fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
 def default_out_dir(run_dir: Path, which: str | None) -> Path:
     """Where the screen proposes to write: FTUI_HOME/exports/RUN-final (or -step-N), outside
     every run and outside the runs root (where every directory is listed as a run)."""
@@ -86,8 +83,8 @@ def out_dir_problem(out: Path, force: bool, runs_root: Path | None = None) -> st
     replace what it points to), never inside a run (or a run's job), never a run directory
     itself, never straight in the runs root (it would be listed as a run), never a file, never
     over a non-empty directory unless ``force``, and then only over an earlier ftui export
-    (``ftui.jobs.export_out.replace_problem``)."""
-    from ftui.jobs.export_out import link_problem, replace_problem
+    (``ftui.safety.export_out.replace_problem``)."""
+    from ftui.safety.export_out import link_problem, replace_problem
 
     given = out.expanduser()
     if given.is_symlink():
@@ -141,7 +138,7 @@ def _kept_from_force(target: Path, runs_root: Path | None) -> str | None:
     root, an indexed run or any run directory found within FORCE_SCAN_DEPTH levels. Says what
     it holds, or None when replacing it loses no run."""
     from ftui.rundir.paths import default_runs_root
-    from ftui.rundir.runs import indexed_run_dirs
+    from ftui.rundir.index import indexed_run_dirs
 
     def holds(path: Path | None) -> bool:
         if path is None:
@@ -255,7 +252,7 @@ def resources_problem(needs: ExportNeeds, out: Path, available_memory: int | Non
 
 def source_problem(run_dir: Path, which: str | None) -> str | None:
     """A checkpoint that is not there, or a run with nothing to export, said before the job."""
-    from ftui.rundir.runs import CheckpointError, checkpoints, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, checkpoints, resolve_checkpoint
 
     if which not in (None, "final"):
         try:
@@ -318,7 +315,7 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
 def sweep_out_parent(out: Path) -> str | None:
     """Removes what killed exports left beside ``out`` (``export_out.sweep_leftovers``), before
     a new export goes there: one line saying so, or None."""
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.safety.export_out import sweep_leftovers
 
     try:
         parent = out.expanduser().resolve().parent
@@ -331,8 +328,8 @@ def leftover_note(job_dir: Path) -> str | None:
     """After an export job that did not complete: its temporary directory, if one is left (a
     job killed with kill -9 or by the OOM killer cannot remove it). Removed here when its job
     is certainly gone; else named, with what removes it."""
-    from ftui.rundir.events import read_all
-    from ftui.jobs.export_out import sweep_leftovers
+    from ftui.rundir.event_reader import read_all
+    from ftui.safety.export_out import sweep_leftovers
     from ftui.rundir.paths import EVENTS_FILE
 
     temps = [e["temp_dir"] for e in read_all(job_dir / EVENTS_FILE) if isinstance(e.get("temp_dir"), str)]
@@ -381,15 +378,3 @@ def list_exports(run_dir: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted((p for p in folder.iterdir() if p.is_dir() and (p / JOB_SPEC_FILE).is_file()), key=lambda p: p.name)
-
-
-def usage_commands(out: Path, gguf_file: str | None = None) -> list[str]:
-    """What to run with the result (the end of the CLI's output and of the screen)."""
-    import shlex
-
-    name = re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "ftui-export"
-    cmds = [f"ftui chat --model {shlex.quote(str(out))}"]
-    cmds.append(f"ollama create {name} -f {shlex.quote(str(out / 'Modelfile'))}")
-    if gguf_file:
-        cmds.append(f"llama-cli -m {shlex.quote(str(out / gguf_file))} -cnv")
-    return cmds

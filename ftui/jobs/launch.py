@@ -37,8 +37,11 @@ from ftui.jobs.torch_env import torch_process_env
 from ftui.rundir.paths import LAUNCH_FILE, node_dir
 from ftui.rundir.run_dir import RunBusy, RunDir  # noqa: F401  (RunBusy: callers catch it from here)
 from ftui.safety.url_secrets import redact_urls
-from ftui.rundir.runs import (CONFIG_FILE, create_run_dir, earlier_segments, LOG_FILE, STOP_FILE, hostname, launcher_process, read_launch_info,
-                       write_launch_info)
+from ftui.rundir.follower import earlier_segments
+from ftui.rundir.launch_record import create_run_dir, hostname, read_launch_info, write_launch_info
+from ftui.rundir.liveness import launcher_process
+from ftui.rundir.lock import lock_run_dir
+from ftui.rundir.paths import CONFIG_FILE, LOG_FILE, STOP_FILE
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
@@ -114,12 +117,6 @@ def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:
     """Creates the run directory with its config, data fingerprint and run index entry
     (create_run, where the order is explained); returns its path."""
     return create_run(cfg, name).path
-
-
-def lock_run_dir(run_dir: Path, wait_s: float = 2.0, clear_stop: bool = True) -> int:
-    """The run directory's job lock (ftui.rundir.run_dir.RunDir.lock): its descriptor, or
-    RunBusy when another job holds it."""
-    return RunDir(Path(run_dir)).lock(wait_s=wait_s, clear_stop=clear_stop)
 
 
 def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = None, resume: Path | None = None,

@@ -23,7 +23,6 @@ from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
 from ftui.data.registry import dataset_path_problem
 
-KINDS = {"predict": PREDICT_DIR, "eval": EVAL_DIR, "export": EXPORT_DIR}
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
 GENERATION_DEFAULTS = {"max_new_tokens": 512, "temperature": 0.95, "top_p": 0.7, "batch_size": 8}
 
@@ -32,9 +31,17 @@ class JobError(ValueError):
     """A job that cannot be prepared (no such checkpoint, no model); the message says what to do."""
 
 
+def job_folder(kind: str) -> str:
+    """Where a run keeps its jobs of ``kind`` (ftui.rundir.job_kinds: RUN/predict, RUN/eval, RUN/export)."""
+    folder = KINDS[kind].dir_name if kind in KINDS else None
+    if folder is None:
+        raise JobError(_("{kind} is not a job that runs in a directory of its own").format(kind=kind))
+    return folder
+
+
 def new_job_dir(parent: Path, kind: str) -> Path:
     """A fresh, owner-only directory named by the time (a suffix when two start in one second)."""
-    folder = parent / KINDS[kind]
+    folder = parent / job_folder(kind)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(100):
@@ -123,7 +130,7 @@ def start_job(kind: str, job_dir: Path, cfg: RunConfig) -> dict[str, Any]:
 
 def list_jobs(run_dir: Path, kind: str) -> list[Path]:
     """A run's jobs of one kind, oldest first."""
-    folder = run_dir / KINDS[kind]
+    folder = run_dir / job_folder(kind)
     if not folder.is_dir():
         return []
     return sorted((p for p in folder.iterdir() if p.is_dir() and (p / JOB_SPEC_FILE).is_file()), key=lambda p: p.name)
@@ -136,7 +143,7 @@ def read_job_spec(job_dir: Path) -> dict[str, Any]:
     """A job's job.json ({} when it cannot be read or is not a mapping): a run directory is
     untrusted, so the read is bounded and never blocks on a FIFO (read_at), and nesting deeper
     than the stack is refused (load_json)."""
-    from ftui.rundir.events import UnreadableFile, read_at
+    from ftui.rundir.run_files import read_at, UnreadableFile
 
     try:
         data = load_json(read_at(job_dir / JOB_SPEC_FILE, 0, JOB_SPEC_MAX) or b"{}")

@@ -33,11 +33,8 @@ import psutil
 
 from ftui.i18n import _
 from ftui.rundir.paths import STORE_PREFIX
+from ftui.rundir.rank_env import STORE_ENV, THREADS_DEFAULTED_ENV
 
-STORE_ENV = "FTUI_STORE"  # the file ranks meet through when they join a group (engines.process_group)
-# Set beside OMP_NUM_THREADS=1 when that is the launcher's default, not the user's: a rank that
-# computes on the CPU then takes its share of the cores (ftui.runner.distributed.cpu_threads)
-THREADS_DEFAULTED_ENV = "FTUI_OMP_DEFAULTED"
 POLL_S = 0.2
 FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
 

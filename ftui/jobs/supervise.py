@@ -37,9 +37,12 @@ from pathlib import Path
 
 import psutil
 
-from ftui.rundir.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EVENTS_FILE, RESERVE_BYTES, EventWriter, last_lifecycle_event, make_reserve, release_reserve
+from ftui.rundir.event_reader import last_lifecycle_event
+from ftui.rundir.event_writer import DISK_FULL_ERRNOS, DISK_FULL_TEXT, EventWriter, make_reserve, release_reserve, RESERVE_BYTES
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.i18n import N_, _
-from ftui.rundir.runs import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE, STOPPED_EARLY_REASON
+from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR, LOG_FILE, STOP_FILE
+from ftui.rundir.summary import STOPPED_EARLY_REASON
 
 POLL_S = 2.0
 # the run's end is written in the language the run was started in (FTUI_LANG, inherited)

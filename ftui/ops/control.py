@@ -31,7 +31,8 @@ class DeleteQuestion:
 def plan_delete(run_dir: Path) -> DeleteQuestion:
     """What deleting the run removes; RunIsLive when a job runs in it (refused before asking;
     delete checks again under the job lock)."""
-    from ftui.rundir.runs import delete_plan, summarize_run
+    from ftui.rundir.delete import delete_plan
+    from ftui.rundir.follower import summarize_run
 
     summary = summarize_run(run_dir)
     refuse_live(run_dir, summary, _("; nothing deleted"))
@@ -40,8 +41,8 @@ def plan_delete(run_dir: Path) -> DeleteQuestion:
 
 def delete(plan: Any) -> Any:
     """Deletes the run the user was asked about (``plan``: refused if the run changed since
-    the question, or a job started in it); returns what was removed (ftui.rundir.runs.Deleted)."""
-    from ftui.rundir.runs import RunDeleteError, delete_run
+    the question, or a job started in it); returns what was removed (ftui.rundir.delete.Deleted)."""
+    from ftui.rundir.delete import delete_run, RunDeleteError
 
     try:
         return delete_run(plan.run, asked=plan)

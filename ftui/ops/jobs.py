@@ -31,14 +31,14 @@ def source_problem(run_dir: Path | None, *, checkpoint: str | None = None, base:
             return _("{path} is not a LoRA adapter directory (no adapter_config.json)").format(path=adapter)
         return None
     if checkpoint:
-        from ftui.rundir.runs import CheckpointError, resolve_checkpoint
+        from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 
         try:
             resolve_checkpoint(run_dir, str(checkpoint).removeprefix("step-"))
         except CheckpointError as e:
             return str(e)
     elif not base and not (run_dir / FINAL_DIR).is_dir():
-        from ftui.rundir.runs import checkpoints
+        from ftui.rundir.checkpoints import checkpoints
 
         if not checkpoints(run_dir):
             return _("{run} has no final/ and no checkpoint yet; use --base for the model it started from").format(run=run_dir.name)

@@ -14,7 +14,7 @@ from ftui.rundir.paths import default_runs_root
 def find_run(ref: str, root: str | None = None) -> Path:
     """A run given as a path or as a run id (a unique prefix) under ``root`` (default: the
     default runs root); RunNotFound says why none matched."""
-    from ftui.rundir.runs import resolve_run
+    from ftui.rundir.resolve import resolve_run
 
     try:
         return resolve_run(ref, root or default_runs_root())

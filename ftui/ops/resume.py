@@ -57,7 +57,11 @@ def prepare_resume(request: ResumeRequest) -> PreparedResume:
     run directory's job lock (two resumes at once must not both start: the lock decides).
     Raises the refusal's own error (ftui.ops.errors), with the notices said before it."""
     from ftui.rundir.run_dir import RunBusy, RunDir
-    from ftui.rundir.runs import FINAL_DIR, checkpoints, live_job_dirs, reason_text, summarize_run
+    from ftui.rundir.checkpoints import checkpoints
+    from ftui.rundir.delete import live_job_dirs
+    from ftui.rundir.follower import summarize_run
+    from ftui.rundir.paths import FINAL_DIR
+    from ftui.rundir.summary import reason_text
 
     run_dir = find_run(request.run, request.runs_root)
     summary = summarize_run(run_dir)
@@ -101,7 +105,8 @@ def _resume_config(request: ResumeRequest, run_dir: Path, notices: list[Notice])
     from ftui.config.run_config import ConfigError, load_config
     from ftui.data import fingerprint as data_fingerprint
     from ftui.rundir.run_dir import RunDir
-    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
+    from ftui.rundir.paths import CONFIG_FILE
 
     overrides = request.overrides
     try:
@@ -139,10 +144,10 @@ def _accept(request: ResumeRequest, run_dir: Path, saved: RunConfig, cfg: RunCon
     checkpoint cannot load with these settings, or the base model or the data differ and the
     user did not allow it (ChangesNeedConsent, naming the changes)."""
     from ftui.data import fingerprint as data_fingerprint
-    from ftui.rundir.events import UnreadableFile
+    from ftui.rundir.run_files import UnreadableFile
     from ftui.rundir.paths import FINAL_DIR, TRAINER_STATE
     from ftui.rundir.resume_checks import GUARDED_KEYS, checkpoint_mismatch, config_changes, fingerprint_changes, shown_path
-    from ftui.rundir.runs import checkpoints, read_trainer_state
+    from ftui.rundir.checkpoints import checkpoints, read_trainer_state
 
     try:
         state = read_trainer_state(ckpt)
@@ -189,7 +194,8 @@ def resume_target_request(cfg: RunConfig) -> tuple[Path, Path | None, dict[str, 
     as in LLaMA-Factory)."""
     from ftui.config.run_config import ConfigError
     from ftui.config.run_config import load_config as read_config
-    from ftui.rundir.runs import CONFIG_FILE, resume_target
+    from ftui.rundir.checkpoints import resume_target
+    from ftui.rundir.paths import CONFIG_FILE
 
     run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
     try:

@@ -90,9 +90,10 @@ def join(rank: int, *, config_path: str | None = None, resume_run: str | None = 
     its supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
     from ftui.config.run_config import ConfigError, load_config
     from ftui.jobs.launch import join_target
-    from ftui.rundir.events import EVENTS_FILE
+    from ftui.rundir.paths import EVENTS_FILE
     from ftui.rundir.paths import node_dir
-    from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
+    from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
+    from ftui.rundir.paths import CONFIG_FILE
 
     if rank < 0:
         raise errors.NodeRankRefused(_("--node-rank must be 0 or more"))

@@ -43,12 +43,6 @@ from ftui.stages import describe as describe_stage
 
 GIB = 2**30
 SLACK = 1.05  # allocator fragmentation
-# The chunked loss (ftui.runner.loss) computes at most this many logits at once.
-LOSS_CHUNK_ELEMENTS = 2**26
-# With Liger (CUDA), a chunk's logits are at most this many times the last hidden states' size
-# (Liger's chunk_mem_const; its default of 1 gave 128-token chunks at Qwen's vocabulary and a
-# slower loss than ftui's own chunks, each chunk adding into the fp32 weight gradient).
-LIGER_CHUNK_FACTOR = 8
 # Memory outside the allocator's count, per GPU. These are assumptions, not measurements:
 # - the CUDA context with cuBLAS/cuDNN workspaces and kernels: 0.75 GiB (a few hundred MB
 #   to about 1 GB depending on the CUDA version and the libraries loaded);

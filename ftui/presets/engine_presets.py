@@ -152,7 +152,7 @@ MAX_DEEPSPEED_BYTES = 1 << 20
 def read_user_deepspeed(path: str) -> dict[str, Any]:
     """A user's DeepSpeed JSON (LLaMA-Factory's ``deepspeed:`` key); raises ValueError with
     a message a user can act on."""
-    from ftui.rundir.events import UnreadableFile, read_at  # a regular file, a bounded read: the form checks it per keystroke
+    from ftui.rundir.run_files import read_at, UnreadableFile
 
     p = Path(path).expanduser()
     try:

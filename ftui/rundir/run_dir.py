@@ -9,20 +9,13 @@ made from a RunConfig and its datasets' fingerprint, is ftui.jobs.launch.create_
 
 from __future__ import annotations
 
-import fcntl
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftui.i18n import _
-from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE, LOCK_FILE, STOP_FILE
-from ftui.rundir.runs import record_run
-
-
-class RunBusy(RuntimeError):
-    """Another job holds the run directory's lock; the message says what to do."""
+from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE, STOP_FILE
+from ftui.rundir.index import record_run
+from ftui.rundir.lock import RunBusy, lock_run_dir  # noqa: F401 (RunBusy: callers catch it from here)
 
 
 @dataclass(frozen=True)
@@ -60,28 +53,6 @@ class RunDir:
         (self.path / STOP_FILE).unlink(missing_ok=True)
 
     def lock(self, wait_s: float = 2.0, clear_stop: bool = True) -> int:
-        """Takes the run directory's job lock and returns its descriptor (RunBusy if a job holds it).
-
-        One job per run directory: two jobs would interleave steps and write every checkpoint
-        and final/ twice. The lock is an flock on ``job.lock``: the launcher hands the
-        descriptor to the supervisor, which holds it for the job's whole life, so it is
-        released however the job ends (a crash or kill -9 included) and never goes stale.
-        Readers probe it for an instant with a shared lock, hence the short wait. Taking it
-        clears the previous job's Stop request (``clear_stop`` False: a resume that may yet be
-        refused leaves it, and clears it once accepted)."""
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                os.close(fd)
-                raise RunBusy(_("{run} already has a job running (it holds {lock}); follow it with ftui attach {run}, "
-                                "or stop it before starting another").format(run=self.name, lock=LOCK_FILE)) from None
-        if clear_stop:
-            self.clear_stop()
-        return fd
+        """Takes the run directory's job lock and returns its descriptor (RunBusy if a job
+        holds it): ftui.rundir.lock.lock_run_dir, where the rules are."""
+        return lock_run_dir(self.path, wait_s=wait_s, clear_stop=clear_stop)

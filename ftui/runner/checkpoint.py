@@ -24,7 +24,7 @@ import torch.distributed as dist
 from ftui.i18n import _
 from ftui.rundir.paths import CHECKPOINTS_DIR, TRAINER_STATE, rng_file
 from ftui.rundir.resume_checks import checkpoint_mismatch
-from ftui.rundir.runs import CheckpointError, CheckpointMismatch, checkpoints
+from ftui.rundir.checkpoints import CheckpointError, CheckpointMismatch, checkpoints
 
 FORMAT = 1
 

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ftui.config.run_config import RunConfig
-from ftui.jobs.spawn import STORE_ENV, THREADS_DEFAULTED_ENV
+from ftui.rundir.rank_env import STORE_ENV, THREADS_DEFAULTED_ENV
 from ftui.runner.engines.base import DistInfo
 
 

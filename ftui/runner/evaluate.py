@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ftui.config.run_config import RunConfig
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR
 from ftui.runner.distributed import process_group
@@ -100,10 +100,9 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
             for w in data.warnings:
                 writer.write("log", level="warning", message=w)
             params = sum(p.numel() for p in loaded.model.parameters())
-            writer.write("run_start", run_id=job_dir.name, job="eval", engine="eval", precision=str(loaded.model.dtype).removeprefix("torch."),
-                         method=cfg.stage, world_size=info.world_size, nodes=1, model=loaded.label, total_params=params,
-                         trainable_params=0, max_steps=None, planned_tokens_per_step=0, examples=len(data.train),
-                         source=spec.get("source_label", loaded.label), dataset=cfg.dataset, device=device)
+            writer.write("job_start", run_id=job_dir.name, job="eval", source=spec.get("source_label", loaded.label),
+                         precision=str(loaded.model.dtype).removeprefix("torch."), world_size=info.world_size, model=loaded.label,
+                         total_params=params, examples=len(data.train), dataset=cfg.dataset, device=device, stage=cfg.stage)
         share = data.train[info.rank :: info.world_size]
         fields = stage.evaluate(engine, share, stage.collator(), progress_beat(heartbeat, writer, cfg, info, len(data.train)))
         if writer is not None:  # the count complete (the beats say it every few seconds, not at the end)
@@ -148,7 +147,7 @@ def record_in_run(spec: dict[str, Any], step: int, fields: dict[str, Any], extra
     run = spec.get("source", {}).get("run")
     if not run:
         return
-    from ftui.jobs.launch import RunBusy, lock_run_dir
+    from ftui.rundir.lock import lock_run_dir, RunBusy
 
     try:
         fd = lock_run_dir(Path(run), wait_s=0.5)

@@ -4,7 +4,7 @@ directory (``ftui export``, the Export screen).
 What it writes (in a temporary directory beside ``out``, made by ``tempfile.mkdtemp`` and
 marked as the job's, renamed at the end, so a crash or a Stop never leaves half an export, and
 an earlier ftui export at ``out`` given with ``force`` is only replaced once the new one is
-whole: ``ftui.jobs.export_out``):
+whole: ``ftui.safety.export_out``):
 
 - the model that plain ``transformers`` loads without peft: a LoRA / DoRA adapter merged into
   its base (peft's ``merge_and_unload``), a full or freeze fine-tune re-saved, a checkpoint of
@@ -20,7 +20,7 @@ whole: ``ftui.jobs.export_out``):
   nothing else;
 - with ``gguf``, a GGUF file written from the exported shards (``ftui.runner.gguf_export``).
 
-Events: run_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
+Events: job_start (job "export"), ``progress`` {done, total, phase} per phase (load, merge,
 save, gguf), an ``export`` event with the files and the commands to use them, run_end.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ftui.config.run_config import RunConfig
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
@@ -69,15 +69,15 @@ class ExportDirError(RuntimeError):
 
 def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
            resume: Path | None) -> tuple[str, str]:
-    from ftui.jobs.export_out import TEMP_KIND, temp_prefix
+    from ftui.safety.export_out import TEMP_KIND, temp_prefix
     from ftui.safety.owned_dirs import make_temp_dir, release, remove
 
     spec = json.loads((job_dir / JOB_SPEC_FILE).read_text(encoding="utf-8"))
     out = Path(spec["out"])
     emit = _Emitter(writer)
-    emit.event("run_start", run_id=job_dir.name, job="export", engine="export", precision=spec["dtype"], method=cfg.method,
-               world_size=1, nodes=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
-               trainable_params=0, max_steps=None, planned_tokens_per_step=0, source=spec.get("source_label"), out=spec["out"])
+    emit.event("job_start", run_id=job_dir.name, job="export", source=spec.get("source_label") or cfg.model_name_or_path, precision=spec["dtype"],
+               world_size=1, model=cfg.model_name_or_path, total_params=int(spec.get("needs", {}).get("params") or 0),
+               method=cfg.method, out=spec["out"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp, lock = make_temp_dir(out.parent, temp_prefix(out), "", TEMP_KIND, job=str(job_dir), out=str(out))
@@ -101,8 +101,8 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
             return "stopped", _("stopped before the export was complete; nothing was written to {out}").format(out=out)
         raise
     release(lock)
-    from ftui.jobs.export import usage_commands
-    from ftui.jobs.export_out import EXPORT_MARKER, TEMP_MARKER
+    from ftui.safety.export_out import usage_commands
+    from ftui.safety.export_out import EXPORT_MARKER, TEMP_MARKER
 
     shown = [p for p in out.iterdir() if p.name not in (EXPORT_MARKER, TEMP_MARKER)]
     files = sorted(p.name for p in shown)
@@ -196,7 +196,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
                   "stage": cfg.stage, "method": cfg.method, "base_model": cfg.model_name_or_path, "template": template,
                   "dtype": spec["dtype"], "gguf": gguf_name, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (dest / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
-    from ftui.jobs.export_out import write_marker
+    from ftui.safety.export_out import write_marker
 
     write_marker(dest, run=str(run_dir), source=weights.label)  # last: what a later --force may replace
     return {"params": params, "gguf": gguf_name, "label": weights.label}
@@ -277,7 +277,7 @@ def _replace(tmp: Path, out: Path, lock: int, force: bool) -> None:
     aside into a marked temporary directory, checked again there (nothing can swap it any
     more), the new one renamed into place, then the old one removed: the new export is
     complete beside the old one before the old one goes."""
-    from ftui.jobs.export_out import ASIDE_KIND, TEMP_MARKER, aside_prefix, link_problem, replace_problem
+    from ftui.safety.export_out import ASIDE_KIND, aside_prefix, link_problem, replace_problem, TEMP_MARKER
     from ftui.safety.owned_dirs import make_temp_dir, remove
     from ftui.safety.files import current_umask
 

@@ -17,13 +17,13 @@ from typing import Any, Iterator
 import torch
 
 from ftui.config.run_config import RunConfig
-from ftui.rundir.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
+from ftui.rundir.event_writer import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.data.records import DataFormatError
 from ftui.runner.hub import HubProblem
-from ftui.rundir.runs import CheckpointError, CheckpointMismatch
+from ftui.rundir.checkpoints import CheckpointError, CheckpointMismatch
 
 
 class NonFiniteLoss(RuntimeError):
@@ -192,7 +192,7 @@ def _checkpoint_before(run_dir: Path | None, step: int | None) -> int | None:
     """The newest complete checkpoint's step below ``step`` (the first NaN), or None."""
     if run_dir is None or step is None:
         return None
-    from ftui.rundir.runs import checkpoints
+    from ftui.rundir.checkpoints import checkpoints
 
     try:
         steps = [s for s, _path in checkpoints(run_dir) if s < step]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftui.config.run_config import RunConfig, load_config
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo

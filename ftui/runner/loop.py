@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from ftui.config.run_config import RunConfig
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.runner import attention
 from ftui.runner.checkpoint import save_checkpoint

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftui.plan.planner import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
+from ftui.plan.loss_chunks import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.runner.data import IGNORE
 
 LIGER_CHUNK_MEM = LIGER_CHUNK_FACTOR

@@ -29,7 +29,7 @@ import torch
 
 from ftui.config.run_config import RunConfig
 from ftui.data.conversation import split_budget
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import JOB_SPEC_FILE, PREDICT_RESULTS_FILE, PREDICTIONS_FILE
 from ftui.data.records import DataFormatError, to_conversation
@@ -110,10 +110,9 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
         mine = list(range(info.rank, len(items), info.world_size))
         if writer is not None:
             params = sum(p.numel() for p in loaded.model.parameters())
-            writer.write("run_start", run_id=job_dir.name, job="predict", engine="predict", precision=str(loaded.model.dtype).removeprefix("torch."),
-                         method="generate", world_size=info.world_size, nodes=1, model=loaded.label, total_params=params,
-                         trainable_params=0, max_steps=len(items), planned_tokens_per_step=0, examples=len(items),
-                         source=spec.get("source_label", loaded.label), dataset=cfg.dataset, device=device)
+            writer.write("job_start", run_id=job_dir.name, job="predict", source=spec.get("source_label", loaded.label),
+                         precision=str(loaded.model.dtype).removeprefix("torch."), world_size=info.world_size, model=loaded.label,
+                         total_params=params, examples=len(items), dataset=cfg.dataset, device=device)
         bs = max(1, int(settings.get("batch_size", 8)))
         started, last_report = time.perf_counter(), 0.0
         done = tokens = 0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ftui.config.run_config import RunConfig, reporter_names
-from ftui.rundir.events import EventWriter
+from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import TENSORBOARD_DIR
 

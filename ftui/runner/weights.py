@@ -22,7 +22,7 @@ from ftui.config.run_config import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source
-from ftui.rundir.runs import CheckpointError, resolve_checkpoint
+from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 from ftui.stages import describe as describe_stage
 
 

@@ -67,7 +67,7 @@ class FtuiApp(App):
 
     @work(thread=True, group="live")
     def find_live_run(self) -> None:
-        from ftui.rundir.runs import RunsRootError, list_runs
+        from ftui.rundir.listing import list_runs, RunsRootError
 
         try:
             live = [r for r in list_runs(self.runs_root) if r.live]

@@ -15,9 +15,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ftui.rundir.events import StepColumns, extra_figures
-from ftui.cli.follow import EtaWindow, fmt_prepare
-from ftui.rundir.runs import END_STATUSES, RunSummary
+from ftui.rundir.event_reader import StepColumns
+from ftui.rundir.events import START_EVENTS, TRAIN_JOB, extra_figures
+from ftui.rundir.fold import EtaWindow, RunFold, extend_finite
+from ftui.rundir.summary import END_STATUSES, RunSummary
 from ftui.stages import plotted_first
 
 
@@ -49,17 +50,6 @@ def ema(values: Sequence[float], weight: float = 0.8) -> list[float]:
         last = last * weight + (1 - weight) * v
         out.append(last / (1 - weight**count))
     return out
-
-
-def extend_finite(steps: array, values: array, new_steps: Sequence[int], new_values: Sequence[float]) -> None:
-    """Appends a run of (step, value) pairs, leaving out the NaNs (null or absent values)."""
-    if math.isnan(sum(new_values)):
-        pairs = [(s, v) for s, v in zip(new_steps, new_values) if not math.isnan(v)]
-        steps.extend(array("l", (p[0] for p in pairs)))
-        values.extend(array("d", (p[1] for p in pairs)))
-    else:
-        steps.extend(new_steps)
-        values.extend(new_values)
 
 
 def truncate_after(steps: array, values: array, step: int) -> None:
@@ -116,6 +106,7 @@ class RunView:
 
     run_id: str
     status: str
+    job: str = TRAIN_JOB  # its kind (ftui.rundir.job_kinds): a job directory attached to has no method or engine
     model: str | None = None
     method: str | None = None
     engine: str | None = None
@@ -184,39 +175,38 @@ class RunState:
     last_eval: dict[str, Any] = field(default_factory=dict)
     rank_peaks: list[int] = field(default_factory=list)
     messages: list[tuple[str, str]] = field(default_factory=list)
-    eta: EtaWindow = field(default_factory=EtaWindow)
     first_step_t: float | None = None
     first_step_tokens: int = 0
     total_tokens: int = 0
     events_seen: int = 0
     loading: float | None = None  # share of the history still being read on attach
     resumed_from: int | None = None  # the last resume's checkpoint step: later history is stale
-    preparing: str | None = None
+    fold: RunFold = field(init=False, repr=False)  # the one fold (summary, ETA, preparing) every reader shares
+
+    def __post_init__(self) -> None:
+        self.fold = RunFold(self.summary)
+
+    @property
+    def eta(self) -> EtaWindow:
+        return self.fold.eta
+
+    @property
+    def preparing(self) -> str | None:
+        return self.fold.preparing
 
     def apply(self, events: list[Any]) -> None:
-        """Folds events (dicts, or StepColumns from a compact read) in file order."""
-        summary, eta = self.summary, self.eta
-        steps, values = summary.loss_steps, summary.loss_values
+        """Folds events (dicts, or StepColumns from a compact read) in file order: the run's
+        summary, ETA and preparation through the one fold (``RunFold``), then what only the
+        dashboard follows (learning rate, evals, figures, memory peaks, messages)."""
         for e in events:
             self.events_seen += 1
+            self.fold.apply(e)
             if type(e) is StepColumns:  # the fast path for catching up on long runs
                 self.events_seen += len(e.step) - 1
-                extend_finite(steps, values, e.step, e.loss)
                 extend_finite(self.lr_steps, self.lr_values, e.step, e.lr)
-                summary.step = e.step[-1]
-                summary.note_time(e.t[-1])
-                for t, s in zip(e.t[-eta.points.maxlen :], e.step[-eta.points.maxlen :]):
-                    eta.add(t, s)
                 continue
-            summary.apply(e)
             kind = e["event"]
-            if kind == "prepare":
-                self.preparing = fmt_prepare(e)
-            elif kind in ("run_start", "step", "run_end"):
-                self.preparing = None
-            if kind == "run_start":
-                eta.start(e)
-            if kind == "run_start" and e.get("resumed_from_step") is not None:
+            if kind in START_EVENTS and e.get("resumed_from_step") is not None:
                 self.resumed_from = int(e["resumed_from_step"])
                 truncate_after(self.eval_steps, self.eval_values, self.resumed_from)
                 truncate_after(self.lr_steps, self.lr_values, self.resumed_from)
@@ -227,7 +217,6 @@ class RunState:
                 self.first_step_t = None  # throughput is measured from the resumed steps on
             if kind == "step":
                 self.last_step = e
-                self.eta.add(e["t"], e["step"])
                 if e.get("lr") is not None:
                     self.lr_steps.append(e["step"])
                     self.lr_values.append(e["lr"])
@@ -301,7 +290,7 @@ class RunState:
         recent_from = self.recent_from(s.loss_steps)
         lr_from = self.recent_from(self.lr_steps)
         return RunView(
-            run_id=s.run_id, status=s.status, model=s.model, method=s.method, engine=s.engine,
+            run_id=s.run_id, status=s.status, job=s.job, model=s.model, method=s.method, engine=s.engine,
             precision=s.precision, world_size=s.world_size, elapsed=elapsed,
             eta=None if s.ended is not None or s.status not in ("running",) else self.eta.eta(s.step, s.max_steps),
             step=s.step, max_steps=s.max_steps, epoch=st.get("epoch"), loss=st.get("loss"), lr=st.get("lr"),

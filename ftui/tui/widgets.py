@@ -17,8 +17,8 @@ from rich.text import Text
 from textual.widgets import RichLog, Static
 from textual_plotext import PlotextPlot
 
-from ftui.rundir.events import fmt_figure
-from ftui.cli.follow import fmt_duration
+from ftui.rundir.events import TRAIN_JOB
+from ftui.rundir.formats import fmt_bytes, fmt_duration, fmt_figure, fmt_num
 from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
@@ -39,23 +39,9 @@ LEVEL_LABELS = {"info": N_("info"), "warning": N_("warning"), "error": N_("error
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "-"
-
-
 def status_label(status: str) -> str:
     """A run's (or a job's) status in the interface's language; one ftui does not know as it is."""
     return _(STATUS_LABELS[status]) if status in STATUS_LABELS else status
-
-
-def fmt_num(v: float | None, spec: str = ".4f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 class RunHeader(Static):
@@ -73,9 +59,10 @@ class RunHeader(Static):
             line.append(" │ " + _("reading history {percent}%").format(percent=f"{100 * view.loading:.0f}"), style="yellow")
         if view.preparing and not view.ended:
             line.append(" │ " + visible(view.preparing, one_line=True), style="yellow")
-        if view.model:
-            line.append(visible(f" │ {view.model} · {view.method} · {view.engine} · {view.precision} · {view.world_size}×", one_line=True),
-                        style="dim")
+        if view.model:  # a job (ftui attach RUN/predict/ID) has no method or engine: its kind says what it does
+            what = view.method if view.job == TRAIN_JOB else view.job
+            parts = (view.model, what, view.engine, view.precision, f"{view.world_size}×" if view.world_size else None)
+            line.append(visible(" │ " + " · ".join(str(p) for p in parts if p is not None), one_line=True), style="dim")
         self.update(line)
 
 

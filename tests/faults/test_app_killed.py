@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from ftui.jobs.launch import stop_run
-from ftui.rundir.runs import summarize_run
+from ftui.rundir.follower import summarize_run
 from tests.test_e2e_tmux import FTUI_CMD, new_shell, only_run_keeps_training, start_demo_in_app, tmux, wait_screen
 
 pytestmark = [pytest.mark.dist, pytest.mark.skipif(shutil.which("tmux") is None, reason="drives the app in a real terminal through tmux, which is not installed (.ci/run installs it)")]

@@ -16,9 +16,11 @@ import psutil
 import pytest
 
 from conftest import tiny_config, wait_for
-from ftui.rundir.events import EVENTS_FILE, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.jobs.launch import prepare_run, run_processes
-from ftui.rundir.runs import checkpoints, resolve_checkpoint, summarize_run
+from ftui.rundir.checkpoints import checkpoints, resolve_checkpoint
+from ftui.rundir.follower import summarize_run
 from tests.test_launch import gone, steps_written
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]

@@ -14,10 +14,12 @@ import pytest
 import yaml
 
 from conftest import tiny_config, train_sync, wait_for
-from ftui.rundir.events import EVENTS_FILE, RESERVE_FILE, read_all
+from ftui.rundir.event_reader import read_all
+from ftui.rundir.paths import EVENTS_FILE, RESERVE_FILE
 from ftui.jobs.launch import launch_command, prepare_run
 from ftui.jobs.torch_env import torch_process_env
-from ftui.rundir.runs import checkpoint_damage, checkpoints, resolve_checkpoint, summarize_run
+from ftui.rundir.checkpoints import checkpoint_damage, checkpoints, resolve_checkpoint
+from ftui.rundir.follower import summarize_run
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 

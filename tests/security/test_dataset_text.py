@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Button, Input, Label
 
 from conftest import tiny_config, train_sync
-from ftui.rundir.events import EVENTS_FILE
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.data.dataset_files import read_records
 from ftui.data.records import DatasetPathError
 from ftui.data.registry import resolve_datasets

@@ -15,9 +15,11 @@ import psutil
 import pytest
 import yaml
 
-from ftui.rundir.events import EVENTS_FILE, make_event
+from ftui.rundir.events import make_event
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.config.run_config import ConfigError, RunConfig, parse_config
-from ftui.rundir.runs import create_run_dir, resolve_run
+from ftui.rundir.launch_record import create_run_dir
+from ftui.rundir.resolve import resolve_run
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]

@@ -27,7 +27,8 @@ from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
 from ftui.machine.gpu import device_choices, inventory_read
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
-from ftui.rundir.runs import FINAL_DIR, checkpoints
+from ftui.rundir.checkpoints import checkpoints
+from ftui.rundir.paths import FINAL_DIR
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel, relabel_options, word
 from ftui.tui.ui_thread import to_ui

@@ -23,10 +23,15 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
-from ftui.rundir.events import EVENTS_FILE, EventReader
+from ftui.rundir.event_reader import EventReader
+from ftui.rundir.paths import EVENTS_FILE
 from ftui.machine.gpu import sample_gpus, sample_host
 from ftui.i18n import N_, _
-from ftui.rundir.runs import LOG_FILE, LogTailer, RunFollower, RunSummary, read_launch_info, run_cuda_devices
+from ftui.rundir.follower import RunFollower
+from ftui.rundir.launch_record import read_launch_info, run_cuda_devices
+from ftui.rundir.log_tail import LogTailer
+from ftui.rundir.paths import LOG_FILE
+from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures

@@ -27,7 +27,8 @@ from ftui.safety.bounded_input import load_yaml
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
 from ftui.rundir.paths import CONFIG_FILE
-from ftui.rundir.runs import RunSummary, summarize_run
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.summary import RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.tui.predictions import read_results, result_lines
 from ftui.tui.screens.chat import BASE, source_choices

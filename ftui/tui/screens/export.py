@@ -3,7 +3,7 @@ from the run's final/ or a checkpoint, as ``ftui export`` makes it.
 
 The form says, before anything starts, what the export needs (host memory and disk, from the
 model's config.json) and why the out dir cannot take it (inside a run, not empty without
-force, or with force not an earlier ftui export: ``ftui.jobs.export_out``); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
+force, or with force not an earlier ftui export: ``ftui.safety.export_out``); these are file reads, done in a thread worker. Start prepares the job (RUN/export/ID,
 ``ftui.jobs.export``) and starts it detached: it is followed with the runs' own
 ``RunFollower`` (``JobScreen``), stopped with ``stop_run``, and outlives the screen and the
 app. At its end the screen shows the files it wrote and the commands that use them, as text
@@ -25,8 +25,10 @@ from textual.widgets import Button, Checkbox, DataTable, Input, ProgressBar, Sel
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir, fmt_bytes
-from ftui.rundir.runs import RunSummary, summarize_run
+from ftui.jobs.export import DEFAULT_SHARD_SIZE, DTYPES, GGUF_TYPES, default_out_dir
+from ftui.rundir.formats import fmt_bytes
+from ftui.rundir.follower import summarize_run
+from ftui.rundir.summary import RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.safety.text import visible
 from ftui.tui.relabel import relabel, relabel_options, word
@@ -103,7 +105,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
 def export_result(event: dict[str, Any], spec: dict[str, Any], listing: list[tuple[str, int]] | None) -> dict[str, Any]:
     """What an ended export wrote, from its ``export`` event; without one (a runner that
     wrote none), from job.json and the out dir's files. Only well-typed fields are taken."""
-    from ftui.jobs.export import usage_commands
+    from ftui.safety.export_out import usage_commands
 
     def strings(value: Any) -> list[str] | None:
         return [str(v) for v in value] if isinstance(value, list) and all(isinstance(v, str) for v in value) else None

@@ -19,7 +19,9 @@ from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
-from ftui.rundir.runs import RunFollower, RunSummary
+from ftui.rundir.fold import RunFold
+from ftui.rundir.follower import RunFollower
+from ftui.rundir.summary import RunSummary
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel
 from ftui.tui.screens.modals import Confirm
@@ -123,11 +125,12 @@ class JobScreen(Screen):
         """Follows one job as the dashboard follows a run, to its end."""
         worker = get_current_worker()
         summary = RunSummary(run_id=job_dir.name, path=job_dir)
+        run_fold = RunFold(summary)  # the one fold every reader of a run shares
         latest: dict[str, dict[str, Any]] = {}
 
         def fold(events: list[Any]) -> None:
             for event in events:
-                summary.apply(event)
+                run_fold.apply(event)
                 latest.setdefault(event["event"], {}).update(event)
 
         follower = RunFollower(job_dir, summary, fold)

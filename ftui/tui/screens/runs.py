@@ -18,8 +18,10 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from ftui.i18n import N_, _
-from ftui.rundir.runs import (LIST_COLUMNS as COLUMNS, Deleted, DeletePlan, RunFollower, RunsRootError, RunSummary, delete_plan,
-                       list_row, list_runs)
+from ftui.rundir.delete import delete_plan, Deleted, DeletePlan
+from ftui.rundir.follower import RunFollower
+from ftui.rundir.listing import LIST_COLUMNS as COLUMNS, list_row, list_runs, RunsRootError
+from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm

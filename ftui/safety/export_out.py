@@ -19,6 +19,10 @@ new one is in place. What a killed job leaves (``.OUT.ftui-export-*``, ``.OUT.ft
 is removed by the next export into the same parent directory and by ``ftui runs``, except an
 earlier export left aside with nothing at ``out`` (a job killed between its two renames): that
 one is put back at ``out`` (``restore_asides``).
+
+What to run with a finished export (``usage_commands``) is written here too: each path in the
+commands is shell-quoted (an out dir's name is the user's, and may hold anything). Both the
+export job (its ``export`` event) and the app (a job from before the event carried them) read it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 from typing import Any
@@ -182,3 +187,13 @@ def sweep_leftovers(parent: Path) -> str | None:
             paths=", ".join(str(p) for p in restored))
         line = "; ".join(filter(None, [back, line]))
     return line
+
+
+def usage_commands(out: Path, gguf_file: str | None = None) -> list[str]:
+    """What to run with the result (the end of the CLI's output and of the screen)."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", out.name.lower()).strip("-") or "ftui-export"
+    cmds = [f"ftui chat --model {shlex.quote(str(out))}"]
+    cmds.append(f"ollama create {name} -f {shlex.quote(str(out / 'Modelfile'))}")
+    if gguf_file:
+        cmds.append(f"llama-cli -m {shlex.quote(str(out / gguf_file))} -cnv")
+    return cmds

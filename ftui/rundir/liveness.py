@@ -1,0 +1,94 @@
+"""Whether a run's job still runs: its lock, its launcher process, its host.
+
+Every reader (runs, attach, watch, the follower, --resume, delete) decides with
+:func:`launcher_gone`, so they agree. No torch here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ftui.rundir.launch_record import read_launch_info
+from ftui.rundir.paths import LOCK_FILE
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not a live run.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def launcher_process(launch: dict[str, Any], run_dir: Path) -> psutil.Process | None:
+    """The run's supervisor if it still runs on this host, else None.
+
+    A pid alone is not enough: after the supervisor exits, the kernel may give its pid to any
+    other process. It must also have the start time launch.json recorded (``create_time``),
+    or, for runs recorded before that, the run directory on its command line."""
+    pid = launch.get("pid")
+    if not pid or launch.get("host") not in (None, socket.gethostname()):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        recorded = launch.get("create_time")
+        if recorded is not None:
+            return proc if abs(proc.create_time() - recorded) < 1.0 else None
+        resolved = str(Path(run_dir).resolve())
+        return proc if any(resolved in arg for arg in proc.cmdline()) else None
+    except psutil.Error:
+        return None
+
+
+def job_lock_held(run_dir: Path) -> bool | None:
+    """Whether a job holds the run directory's lock; None when the run has no lock file
+    (it was started before ftui kept one) or it cannot be tried. The probe takes a shared
+    lock for an instant, so it never keeps a job from starting."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # releases the probe's shared lock
+    return False
+
+
+def launcher_gone(run_dir: Path, launch: dict[str, Any] | None = None) -> bool:
+    """Whether nothing runs the run's job any more. Every reader (runs, attach, watch, the
+    follower, --resume) decides with this one function, so they agree.
+
+    A run started on another host cannot be checked from here and counts as alive. Else the
+    job's lock decides (held for exactly the supervisor's life); runs from before the lock
+    fall back to the recorded launcher process. No launch record and no lock: nothing runs it.
+    Readers that see this must read the events once more before calling the run `died`:
+    the launcher may have written run_end just before."""
+    launch = read_launch_info(run_dir) if launch is None else launch
+    if launch.get("host") not in (None, socket.gethostname()):
+        return False
+    held = job_lock_held(run_dir)
+    if held is not None:
+        return not held
+    return launcher_process(launch, run_dir) is None
