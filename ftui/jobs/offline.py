@@ -20,7 +20,8 @@ from typing import Any
 from ftui.safety.bounded_input import load_json
 from ftui.config.run_config import RunConfig, gpu_present, load_config
 from ftui.i18n import _
-from ftui.rundir.paths import CONFIG_FILE, EVAL_DIR, EXPORT_DIR, JOB_SPEC_FILE, PREDICT_DIR
+from ftui.rundir.job_kinds import KINDS
+from ftui.rundir.paths import CONFIG_FILE, JOB_SPEC_FILE
 from ftui.data.registry import dataset_path_problem
 
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)

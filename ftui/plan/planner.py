@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftui.i18n import _
+from ftui.plan.loss_chunks import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.plan.model_shape import ModelShape, read_model_config
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.stages import describe as describe_stage
