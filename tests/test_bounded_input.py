@@ -188,7 +188,7 @@ def test_ftui_data_on_a_too_deep_dataset_is_one_line_exit_2(tmp_path):
 def test_a_child_that_fails_with_a_traceback_is_one_line_in_the_parent(tmp_path, capsys, monkeypatch):
     """Whatever the encoding child dies of, ftui data prints its last line, not the traceback."""
     from ftui.cli.main import main
-    from ftui.data.examples import EncodedExamples
+    from ftui.jobs.examples import EncodedExamples
 
     crash = "def f(n): return f(n + 1)\nf(0)\n"
     monkeypatch.setattr(EncodedExamples, "command", lambda self, config: [sys.executable, "-c", crash])

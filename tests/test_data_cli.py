@@ -149,7 +149,7 @@ def test_showing_examples_never_writes_tokenized_path_but_reads_it_once_written(
     left to the first training run (a preview saved ids that later runs with another template
     or cutoff_len read instead of their data)."""
     from conftest import tiny_config
-    from ftui.data.examples import EncodedExamples
+    from ftui.jobs.examples import EncodedExamples
 
     enc = tmp_path / "enc"
     cfg = tiny_config(tmp_path, tokenized_path=str(enc))

@@ -15,7 +15,8 @@ from ftui.i18n import _
 
 def cmd_data(args: argparse.Namespace) -> int:
     """The config's training examples, encoded by the runner in a child process."""
-    from ftui.data.examples import EncodedExamples, ExamplesFailed, example_text
+    from ftui.data.examples import example_text
+    from ftui.jobs.examples import EncodedExamples, ExamplesFailed
 
     out, err = safe_console(), safe_console(stderr=True)
     if (args.show is None) == (args.dump is None):

@@ -1,115 +1,18 @@
-"""What a config trains on, for ``ftui data`` and the launch form: the training examples as
-the runner encodes them, got from a child process (``python -m ftui.runner data``, the
-stage's own encoding: tokenizers need transformers, which the app never imports), and shown
-with the masked part dimmed. No torch here.
+"""What a config trains on, for ``ftui data`` and the launch form: one encoded example (as
+ftui.jobs.examples gets them from ``python -m ftui.runner data``) shown with the masked part
+dimmed, and the row columns both sides name. No torch here.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any
 
 from rich.text import Text
 
 from ftui.i18n import N_, _
 from ftui.safety.text import visible  # control characters as escapes; newlines and tabs are the text's layout
 
-if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
-
 IGNORE = -100  # a label with no loss (ftui.runner.data.IGNORE)
-OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
-
-
-class ExamplesFailed(RuntimeError):
-    """The child could not encode the data; ``code`` 2: a config or dataset to fix."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class EncodedExamples:
-    """Iterating yields ``{"input_ids", "labels"[, "segments"]}`` rows in dataset order, as
-    the child writes them; then ``notes`` has its warnings (examples cut, held out for eval).
-    Raises :class:`ExamplesFailed` with the child's message when it fails. ``stop`` ends the
-    child early (the form asks for a newer preview)."""
-
-    def __init__(self, cfg: "RunConfig", limit: int | None = None, text: bool = False, offline: bool = False):
-        self.cfg, self.limit, self.text = cfg, limit, text
-        self.offline = offline  # the hub's caches only: a preview never downloads a model or dataset
-        self.notes: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
-
-    def command(self, config: Path) -> list[str]:
-        return [sys.executable, "-m", "ftui.runner", "data", str(config), *(["--limit", str(self.limit)] if self.limit else []),
-                *(["--text"] if self.text else [])]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        with tempfile.TemporaryDirectory(prefix="ftui-data-") as tmp:
-            config = Path(tmp) / "config.yaml"
-            self.readonly_config().save(config)
-            with open(Path(tmp) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
-                self.proc = subprocess.Popen(self.command(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-                                             text=True, encoding="utf-8", env=self.environment())
-                try:
-                    for line in self.proc.stdout or ():
-                        yield json.loads(line)
-                    code = self.proc.wait()
-                finally:
-                    self.stop()
-                    if self.proc.stdout is not None:
-                        self.proc.stdout.close()
-                errors.seek(0)
-                said = errors.read().splitlines()
-        own = [line for line in said if line.startswith(OWN_PREFIXES)]
-        if code:
-            raise ExamplesFailed(code, "\n".join(own).removeprefix("ftui data: ") if own else failure_line(said, code))
-        self.notes = [line.partition(": ")[2] for line in own if line.startswith(("warning:", "note:"))]
-
-    def readonly_config(self) -> "RunConfig":
-        """The config as the child gets it: a tokenized_path that holds no encoded data yet is
-        left out, so that showing the examples (ftui data, the form's preview) never writes it:
-        the first training run does (and a later one with another template or cutoff must not
-        find ids a preview saved). One that holds data is read, as the run would read it."""
-        from ftui.data.registry import TOKENIZED_MARKER
-
-        path = self.cfg.tokenized_path
-        if path and not (Path(path).expanduser() / TOKENIZED_MARKER).is_file():
-            return self.cfg.model_copy(update={"tokenized_path": None})
-        return self.cfg
-
-    def environment(self) -> dict[str, str]:
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-        if self.offline:
-            env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-        return env
-
-    def stop(self) -> None:
-        """Ends the child (safe from another thread: the reading thread then sees the end)."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def failure_line(said: list[str], code: int) -> str:
-    """One line for a child that failed without saying why in its own words (a traceback, a
-    library's message): its last line, which names the error (``RecursionError: ...``); the
-    caller prints it as the command's one error line, never the traceback itself."""
-    last = next((line.strip() for line in reversed(said) if line.strip()), "")
-    if not last:
-        return _("the encoding process exited with {code}").format(code=code)
-    return _("the encoding process failed: {error}").format(error=last[:500])
-
-
-# The parts an example row may have: an SFT / pt example's, a pair's chosen and rejected
-# answers, a KTO example's mismatched (KL) completion.
 ROW_PREFIXES = ("", "chosen_", "rejected_", "kl_")
 PART_NAMES = {"chosen_": "chosen", "rejected_": "rejected", "kl_": N_("mismatched answer (KTO's KL term)")}  # column names stay
 

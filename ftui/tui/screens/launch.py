@@ -642,7 +642,8 @@ class LaunchScreen(Screen):
     def render_first_example(self, cfg: "RunConfig") -> None:
         """The first training example as the run encodes it (``ftui data --show 1``), from the
         first records only and the hub's caches only: a preview never downloads."""
-        from ftui.data.examples import EncodedExamples, ExamplesFailed, example_text
+        from ftui.data.examples import example_text
+        from ftui.jobs.examples import EncodedExamples, ExamplesFailed
 
         few = min(cfg.max_samples or PREVIEW_RECORDS, PREVIEW_RECORDS)
         job = EncodedExamples(cfg.model_copy(update={"max_samples": few, "val_size": 0.0}), limit=1, text=True, offline=True)
