@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftui.config.run_config import qlora_unavailable_reason
+from ftui.config.machine_checks import qlora_unavailable_reason
 from ftui.presets.templates import TEMPLATES
 from tests.conftest import LLAMAFACTORY_DATA
 

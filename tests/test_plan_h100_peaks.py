@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.plan.planner import ModelShape, estimate_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config.run_config import ConfigError, parse_config
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
 from ftui.plan.planner import ModelShape, estimate
 from ftui.tui.screens.launch import config_to_form, form_to_config
 from tests.conftest import steps_of, tiny_config, train_sync

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import steps_of, tiny_config, train_sync
-from ftui.config.run_config import ConfigError, parse_config, reporter_names
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
+from ftui.config.machine_checks import reporter_names
 from ftui.rundir.events import EventWriter, read_all
 
 

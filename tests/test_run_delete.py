@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from conftest import tiny_config
-from ftui.config.run_config import default_runs_root
+from ftui.rundir.paths import default_runs_root
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.runs import RunDeleteError, delete_run, indexed_run_dirs, list_runs, run_index_path
 from tests.fixtures_runs import write_run

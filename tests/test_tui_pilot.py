@@ -82,10 +82,10 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
     pressed meanwhile starts once the newest values are checked, with those values."""
     import threading
 
-    import ftui.config.run_config
+    import ftui.config.preflight
     from ftui.tui.screens import launch
 
-    validate, release, threads = ftui.config.run_config.validate_config, threading.Event(), []
+    validate, release, threads = ftui.config.preflight.preflight, threading.Event(), []
 
     def slow_validate(data):
         threads.append(threading.current_thread() is threading.main_thread())
@@ -94,7 +94,7 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
         return validate(data)
 
     started = []
-    monkeypatch.setattr(ftui.config.run_config, "validate_config", slow_validate)
+    monkeypatch.setattr(ftui.config.preflight, "preflight", slow_validate)
     monkeypatch.setattr(launch.LaunchScreen, "start_run", lambda self, cfg: started.append(cfg))
     app = make_app(tmp_path)
     try:
@@ -353,7 +353,7 @@ async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_t
 
 
 async def test_form_defaults_equal_runconfig_defaults():
-    from ftui.config.run_config import config_defaults
+    from ftui.config.schema import config_defaults
     from ftui.tui.screens.launch import FORM_DEFAULTS
 
     defaults = config_defaults()
@@ -1028,7 +1028,7 @@ PREFERENCE_ROWS = {"dpo": {"pref_beta", "pref_loss", "dpo_label_smoothing", "sim
 async def test_preference_fields_show_and_reach_the_config_only_for_their_stage(tmp_path):
     """Issue 15: beta, loss, ... appear for dpo, the KTO weights for kto, none for sft; each
     pref_loss is offered with a few words on what it is."""
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
     from ftui.presets.choices import PREF_LOSSES
     from ftui.tui.screens.launch import FIELDS
 

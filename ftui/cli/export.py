@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ftui.cli.main import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, _resolve, error_line, safe_console
-    from ftui.config.run_config import ConfigError
+    from ftui.config.problems import ConfigError
     from ftui.cli.follow import follow_run
     from ftui.jobs.export import ExportError, leftover_note, prepare_export, start_export, sweep_out_parent
     from ftui.jobs.launch import RunBusy, stop_run

@@ -41,7 +41,7 @@ from ftui.rundir.paths import default_runs_root
 from ftui.safety.text import SafeConsole, VisibleWriter, visible
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Ctrl-C (128 + SIGINT, as a shell reports it): `ftui train` stopped the run (it resumes),
@@ -318,7 +318,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     initial = None
     if args.app_config:
-        from ftui.config.run_config import ConfigError, load_config  # pydantic's model: only for --config
+        from ftui.config.problems import ConfigError  # pydantic's model: only for --config
+        from ftui.config.load import load_config
 
         try:
             load_config(args.app_config)
@@ -479,7 +480,8 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     """The config of ftui train / data / plan, checked; ``data_needed`` False (plan --gpu-memory,
     for another machine): the datasets need not be here, only a registry entry that names them
     must be sound."""
-    from ftui.config.run_config import ConfigError, demo_config, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import demo_data, load_config, parse_config
 
     if args.preset and args.config:
         err.print(error_line(_("give a CONFIG.yaml or --preset {preset}, not both (--set changes a key of either)").format(preset=args.preset)))
@@ -490,11 +492,10 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     if args.runs_root:
         overrides["output_dir"] = args.runs_root
     try:
-        if args.preset == "demo":
-            cfg = demo_config(**overrides)
-            warnings: list[str] = []
+        if args.preset == "demo":  # the preflight the launch form runs too (ftui.config.preflight)
+            cfg, warnings = parse_config(demo_data(**overrides), "demo preset", data_needed=data_needed)
         elif args.config:
-            cfg, warnings = load_config(args.config, overrides)
+            cfg, warnings = load_config(args.config, overrides, data_needed=data_needed)
         else:
             err.print(_("ftui {command}: give a CONFIG.yaml or --preset demo").format(command=args.command))
             return None
@@ -506,12 +507,6 @@ def _load_train_config(args: argparse.Namespace, err: Console, data_needed: bool
     for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
         if w:
             err.print(warning_line(w))
-    from ftui.data.records import dataset_path_problem
-
-    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=data_needed)
-    if problem:
-        err.print(error_line(problem))
-        return None
     if cfg.trust_remote_code:
         err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
     return cfg
@@ -582,7 +577,8 @@ def _resume_config(args: argparse.Namespace, run_dir: Path, err: Console) -> tup
     """With the run's lock held: its config with the overrides and the checkpoint, checked
     (resume_checks) before the config, the fingerprint or the Stop request are written."""
     from ftui.data import fingerprint as data_fingerprint
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import load_config
     from ftui.rundir.paths import STOP_FILE
     from ftui.rundir.runs import CONFIG_FILE, CheckpointError, resolve_checkpoint
 
@@ -669,13 +665,13 @@ def _as_resume_args(args: argparse.Namespace, cfg: RunConfig) -> argparse.Namesp
     as --set overrides, so the YAML's settings are the ones trained with, as in LLaMA-Factory."""
     import json
 
-    from ftui.config.run_config import ConfigError
-    from ftui.config.run_config import load_config as read_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import read_run_config
     from ftui.rundir.runs import CONFIG_FILE, resume_target
 
     run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
     try:
-        saved = read_config(run_dir / CONFIG_FILE)[0].to_dict(include_unsupported=False)
+        saved = read_run_config(run_dir / CONFIG_FILE).to_dict(include_unsupported=False)
     except ConfigError:
         saved = {}
     own = ("output_dir", "run_name", "resume_from_checkpoint")
@@ -785,7 +781,8 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
     --node-rank K``): node K > 0 of a multi-node run joins the run directory node 0 made, on
     a filesystem the nodes share; its ranks write their part of each checkpoint there and its
     supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import load_config
     from ftui.rundir.events import EVENTS_FILE
     from ftui.jobs.launch import RunBusy, join_target, start_run
     from ftui.rundir.paths import LOG_FILE, node_dir
@@ -860,7 +857,8 @@ def _join_run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_offline_job(args: argparse.Namespace) -> int:
     """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it."""
-    from ftui.config.run_config import ConfigError, parse_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import parse_config
     from ftui.jobs.launch import RunBusy
     from ftui.jobs.offline import JobError, prepare_job, source_of, start_job
 
@@ -895,7 +893,8 @@ def cmd_offline_job(args: argparse.Namespace) -> int:
         if cutoff_len is not None:
             data = {**data, "cutoff_len": cutoff_len}
         elif "cutoff_len" not in data:  # none given: the default, or the model's limit below it
-            from ftui.config.run_config import RunConfig, fitting_cutoff_len
+            from ftui.config.schema import RunConfig
+            from ftui.config.model_checks import fitting_cutoff_len
 
             data = {**data, "cutoff_len": fitting_cutoff_len(str(args.model), RunConfig.model_fields["cutoff_len"].default)}
         try:
@@ -1014,6 +1013,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if loaded["type"] != "loaded":
             err.print(error_line(loaded['message']))
             return EXIT_FAILED
+        if loaded.get("note"):  # a GPU run on a machine without one: the CPU, in a precision it computes
+            err.print(note_line(loaded["note"]))
         if args.prompt is not None:
             text, ok = _stream_answer(worker, Conversation().ask(args.prompt), settings)
             return EXIT_OK if ok else EXIT_FAILED
@@ -1096,7 +1097,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     args.node_rank = args.runs_root = None
     from contextlib import nullcontext
 
-    from ftui.config.run_config import for_another_machine
+    from ftui.machine.facts import for_another_machine
 
     # --gpu-memory: planned for GPUs that need not be here (a login node): this machine's GPUs
     # and packages do not decide what is valid

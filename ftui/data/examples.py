@@ -20,7 +20,7 @@ from ftui.i18n import N_, _
 from ftui.safety.text import visible  # control characters as escapes; newlines and tabs are the text's layout
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
 IGNORE = -100  # a label with no loss (ftui.runner.data.IGNORE)
 OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.jobs.spawn import STORE_ENV, THREADS_DEFAULTED_ENV
 from ftui.runner.engines.base import DistInfo
 

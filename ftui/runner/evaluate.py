@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.events import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR

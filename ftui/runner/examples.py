@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any
 
-from ftui.config.run_config import ConfigError, load_config
+from ftui.config.problems import ConfigError
+from ftui.config.load import load_config
 from ftui.data.examples import ROW_PREFIXES
 from ftui.i18n import _
 from ftui.data.records import DataFormatError

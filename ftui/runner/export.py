@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.events import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE

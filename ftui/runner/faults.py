@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.events import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.events import EventWriter
 from ftui.i18n import _
 from ftui.runner import attention

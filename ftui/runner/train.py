@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.events import EventWriter
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR

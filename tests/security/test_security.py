@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from ftui.rundir.events import EVENTS_FILE, make_event
-from ftui.config.run_config import ConfigError, RunConfig, parse_config
+from ftui.config.problems import ConfigError
+from ftui.config.schema import RunConfig
+from ftui.config.load import parse_config
 from ftui.rundir.runs import create_run_dir, resolve_run
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 

@@ -246,7 +246,7 @@ class EvalPredictScreen(JobScreen):
     def start(self, kind: str, source_value: str, dataset: str, dataset_dir: str, max_samples: int | None,
               generation: dict[str, Any], nproc: int) -> None:
         """Prepares the job's directory and starts it detached, as ``ftui predict`` / ``ftui eval`` do."""
-        from ftui.config.run_config import ConfigError
+        from ftui.config.problems import ConfigError
         from ftui.jobs import offline
         from ftui.jobs.launch import RunBusy
         from ftui.data.records import dataset_path_problem
