@@ -10,7 +10,6 @@ finds nothing. No GPU is faked: this machine has none.
 import importlib.util
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml

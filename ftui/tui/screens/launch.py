@@ -386,7 +386,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.rundir.paths import default_runs_root  # not ftui.config.run_config: its pydantic model is built after the first frame
+        from ftui.rundir.paths import default_runs_root  # not ftui.config.schema: its pydantic model is built after the first frame
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
@@ -727,7 +727,7 @@ class LaunchScreen(Screen):
     def _gpus_changed(self, value: str, always: bool = False) -> None:
         """GPUs picked (or unpicked): count and check those once the value reads as a list
         (not while "1," is being typed); ``always``: else those the environment leaves."""
-        from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config.run_config: its model is built in a worker
+        from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config.schema: its model is built in a worker
 
         picked = gpus_as_text(value)
         valid = picked is None or GPU_LIST.fullmatch(picked) is not None
