@@ -42,9 +42,11 @@ def preflight(data: dict[str, Any], facts: MachineFacts | None = None, data_need
     everything validate_config checks, then the datasets' files and first records.
     ``data_needed`` False: the data may be on another machine (``ftui plan --gpu-memory``)."""
     checked = check_config(data, facts)
-    if checked.config is None:
-        return checked
-    problems = file_checks.dataset_problems(checked.config, data_needed)
+    failed = {p.field for p in checked.problems}
+    judged = checked.config or (_with_stand_ins(data, failed) if isinstance(data, dict) else None)
+    if judged is None or failed & {"dataset", "eval_dataset", "dataset_dir", "stage", "config"}:
+        return checked  # the datasets cannot be told apart from the fields that failed
+    problems = checked.problems + file_checks.dataset_problems(judged, data_needed)
     return Preflight(None if problems else checked.config, problems, checked.warnings)
 
 
@@ -70,14 +72,22 @@ def check_config(data: dict[str, Any], facts: MachineFacts | None = None) -> Pre
     return Preflight(None if problems else cfg, problems, model_checks.cutoff_warnings(cfg, model))
 
 
+def _with_stand_ins(data: dict[str, Any], failed: set[str]) -> RunConfig | None:
+    """The config with the fields that failed at their defaults (required ones a stand-in), so
+    that the fields that passed are still judged; None when even that does not validate."""
+    rest = {k: v for k, v in data.items() if k not in failed} | {k: v for k, v in STAND_INS.items() if k in failed}
+    try:
+        return RunConfig.model_validate(rest)
+    except ValidationError:
+        return None
+
+
 def _problems_of_the_rest(data: dict[str, Any], failed: set[str], facts: MachineFacts | None) -> list[FieldProblem]:
     """The problems of the fields that passed, so that every problem shows at once (a bad model
     path is flagged while the dataset is still empty): the failed fields take their defaults
     (required ones a stand-in) and their own rules are not reported."""
-    rest = {k: v for k, v in data.items() if k not in failed} | {k: v for k, v in STAND_INS.items() if k in failed}
-    try:
-        cfg = RunConfig.model_validate(rest)
-    except ValidationError:
+    cfg = _with_stand_ins(data, failed)
+    if cfg is None:
         return []
     model_known = "model_name_or_path" not in failed
     model = model_checks.read_model(cfg.model_name_or_path) if model_known else None

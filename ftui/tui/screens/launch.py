@@ -468,7 +468,7 @@ class LaunchScreen(Screen):
         from ftui.plan.model_files import download_warning
 
         verdict = preflight(data)  # what ftui train checks, over one snapshot of the machine
-        cfg, problems = verdict.config, verdict.problems
+        cfg, problems = verdict.config, [_apart_if_not_found(p, data) for p in verdict.problems]
         dataset_found = next((p.message for p in problems if p.field == "dataset"), None)
         rechecked = (dataset_found,) if recheck_datasets else None
         if cfg is None and dataset_found is None and (dataset_problem or fit_problem):  # the preview's findings, while other fields fail
@@ -594,8 +594,21 @@ class LaunchScreen(Screen):
         elif wid == "f-gpus":
             self._gpus_changed(event.control.value)
         elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
+            self._stale_dataset_verdict()
             self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
                                  self.query_one("#f-stage", Select).value)
+
+    def _stale_dataset_verdict(self) -> None:
+        """The datasets changed: the error under the field judged the files named before (the
+        preflight reads them, which takes a moment), so it goes until the new verdict, and a
+        verdict still on its way about the old names is not shown."""
+        self._validation_seq += 1  # (request_validation above asks for the new one)
+        if not self._shown_errors.get("dataset"):
+            return
+        self._shown_errors["dataset"] = ""
+        for label in self.query("#e-dataset").results(Label):
+            label.display = False
+        self.query_one("#row-dataset").set_class(False, "-invalid")
 
     # --- workers: file reads and NVML off the UI thread
     @work(thread=True, exclusive=True, group="family")
@@ -964,6 +977,22 @@ class LaunchScreen(Screen):
 
 PREVIEW_ERROR_CHARS = 600
 PREVIEW_RECORDS = 32  # records the first-example render encodes (pt packs several documents into a block)
+
+
+def _apart_if_not_found(problem: "FieldProblem", data: dict[str, Any]) -> "FieldProblem":
+    """A dataset name found neither in the registry nor as a file is said by the preview in its
+    own place, as the form always did (a 100 KB paste is shortened there): Start stays off, and
+    the problem is listed under the form, not under the field, which keeps the registry's
+    and the records' problems."""
+    from ftui.config.problems import FieldProblem
+    from ftui.data.records import dataset_path_problem
+
+    if problem.field not in ("dataset", "eval_dataset") or not isinstance(problem.value, str):
+        return problem
+    where = (str(data.get("dataset_dir") or "data"), data.get("stage") if isinstance(data.get("stage"), str) else None)
+    if dataset_path_problem(problem.value, *where) is None and dataset_path_problem(problem.value, *where, unresolved=True) == problem.message:
+        return FieldProblem(_("{key} (not found)").format(key=problem.field), problem.value, problem.message)
+    return problem
 
 
 def _shorten(text: str, n: int) -> str:
