@@ -151,3 +151,29 @@ async def test_the_form_refuses_a_bad_json_line_and_says_ready_for_the_good_file
         assert screen.query_one("#start", Button).disabled
         screen.fill({"dataset": files["good"]})
         await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
+
+
+def test_lora_targets_are_checked_against_the_architectures_whose_modules_are_known():
+    from ftui.config.load import demo_config
+    from ftui.config.model_checks import lora_target_problems
+
+    lora = demo_config(finetuning_type="lora").model_copy(update={"lora_target": "c_attn,q_proj"})
+    (problem,) = lora_target_problems(lora, {"model_type": "gpt2"})
+    assert "no module named q_proj" in problem.message and "c_attn, c_proj, c_fc" in problem.message
+    assert lora_target_problems(lora.model_copy(update={"lora_target": "self_attn.q_proj"}), {"model_type": "llama"}) == []
+    assert lora_target_problems(lora, {"model_type": "some_new_arch"}) == []  # modules known only once it loads
+    assert lora_target_problems(lora.model_copy(update={"lora_target": "all"}), {"model_type": "gpt2"}) == []
+
+
+def test_encoded_data_in_tokenized_path_is_read_instead_of_the_files(tmp_path, files):
+    """LLaMA-Factory's tokenized_path: when it holds encoded data the datasets are not read, so
+    their records are not judged (their registry entries still are)."""
+    from ftui.config.load import demo_config
+    from ftui.config.file_checks import dataset_problems
+
+    encoded = tmp_path / "encoded"
+    encoded.mkdir()
+    cfg = demo_config(dataset=files["bad"])
+    assert dataset_problems(cfg)
+    (encoded / "dataset_dict.json").write_text("{}")
+    assert dataset_problems(cfg.model_copy(update={"tokenized_path": str(encoded)})) == []

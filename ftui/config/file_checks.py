@@ -73,13 +73,16 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True) -> list[FieldProb
     on another machine, only the registry is read. A hub dataset is loaded by the run."""
     from ftui.data.records import DataFormatError, HubDataset, check_format, dataset_path_problem, read_records, record_preview, resolve_datasets
 
+    from ftui.data.records import TOKENIZED_MARKER
+
     out: list[FieldProblem] = []
+    encoded = bool(cfg.tokenized_path) and (Path(cfg.tokenized_path).expanduser() / TOKENIZED_MARKER).is_file()
     for key in ("dataset", "eval_dataset"):
         text = getattr(cfg, key)
         if not text:
             continue
         problem = dataset_path_problem(text, cfg.dataset_dir, cfg.stage, unresolved=data_needed)
-        if problem is None and data_needed:
+        if problem is None and data_needed and not encoded:  # tokenized_path's encoded data is read instead of the files
             try:
                 for spec in resolve_datasets(text, cfg.dataset_dir):
                     try:
