@@ -63,7 +63,7 @@ def config_for(preset: str, precision: str, method: str, gpus: int, common: dict
 
 def planned_bytes(cfg_dict: dict[str, Any]) -> float | None:
     from ftui.plan.planner import estimate_for
-    from ftui.config.run_config import parse_config
+    from ftui.config.load import parse_config
 
     try:
         cfg, _ = parse_config(cfg_dict)

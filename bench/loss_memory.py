@@ -41,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     from ftui.plan.model_shape import ModelShape
     from ftui.plan.planner import estimate_for
-    from ftui.config.run_config import parse_config
+    from ftui.config.load import parse_config
 
     model = dict(MODEL, vocab_size=8192) if args.quick else MODEL
     steps, reps, warmup = (4, 1, 1) if args.quick else (args.steps, args.reps, 3)

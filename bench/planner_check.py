@@ -28,7 +28,7 @@ from benchlib import SHAPES, ftui_steps, machine, model_dir, record, run_ftui, v
 
 from ftui.plan.model_shape import ModelShape  # noqa: E402
 from ftui.plan.planner import GIB, estimate_for  # noqa: E402
-from ftui.config.run_config import parse_config  # noqa: E402
+from ftui.config.load import parse_config  # noqa: E402
 
 # About 85 M parameters: big enough that the training state dwarfs the process floor.
 MODEL = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ftui.config.run_config import demo_config
+from ftui.config.load import demo_config
 from ftui.jobs.launch import prepare_run, start_run, stop_run
 from ftui.tui.app import FtuiApp
 

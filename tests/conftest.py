@@ -15,7 +15,7 @@ import pytest
 
 from ftui.rundir.event_reader import read_all
 from ftui.rundir.paths import EVENTS_FILE
-from ftui.config.run_config import demo_config
+from ftui.config.load import demo_config
 from ftui.jobs.launch import prepare_run, launch_command
 from ftui.jobs.torch_env import torch_process_env
 
@@ -214,7 +214,7 @@ def train_sync(cfg, timeout: int = 300) -> tuple[Path, list[dict], subprocess.Co
 
 def resume_sync(run_dir: Path, checkpoint: Path, timeout: int = 300) -> tuple[list[dict], subprocess.CompletedProcess]:
     """Resumes a run from a checkpoint in the foreground; returns the events of the resumed part."""
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
 
     cfg, _ = load_config(run_dir / "config.yaml")
     env = torch_process_env()  # what a job's processes get (launch.start_run)

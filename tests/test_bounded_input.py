@@ -108,7 +108,8 @@ def test_too_deep_yaml_config_is_one_line_exit_2(tmp_path):
 
 
 def test_a_huge_value_is_quoted_capped_in_the_unknown_key_message(tmp_path):
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import load_config
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"model_name_or_path": "ftui-demo", "dataset": "ftui_demo", "strange_key": ["x" * 1000] * 1000}))

@@ -6,7 +6,10 @@ import sys
 import pytest
 import yaml
 
-from ftui.config.run_config import ConfigError, RunConfig, load_config, parse_config, validate_config
+from ftui.config.problems import ConfigError
+from ftui.config.schema import RunConfig
+from ftui.config.load import load_config, parse_config
+from ftui.config.preflight import validate_config
 
 LF_LORA_SFT = """\
 ### model
@@ -105,7 +108,7 @@ def test_a_number_field_refuses_nan_inf_and_true_instead_of_reading_them_oddly()
 
 
 def test_required_fields_say_so_in_words_and_other_problems_show_at_the_same_time():
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
 
     cfg, problems = validate_config({"model_name_or_path": "./no/such/model", "dataset": "", "bf16": True, "fp16": True})
     by_field = {p.field: p.message for p in problems}

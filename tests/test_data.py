@@ -128,7 +128,7 @@ def test_collator_counts_only_real_tokens_and_loss_bearing_ones():
 
 
 def test_packed_examples_do_not_see_each_other(demo_tokenizer):
-    from ftui.config.run_config import demo_config
+    from ftui.config.load import demo_config
     from ftui.runner.model import load_model
 
     model = load_model(demo_config(), torch.device("cpu")).eval()

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import ROOT
 from ftui.cli.main import main
-from ftui.config.run_config import load_config
+from ftui.config.load import load_config
 from ftui.data.examples import example_text
 
 MARKUP = "[bold red]not markup[/bold red] :x:"

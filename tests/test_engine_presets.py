@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ftui.config.run_config import validate_config
+from ftui.config.preflight import validate_config
 from ftui.presets.engine_presets import PRESET_NAMES, PRESET_DIR, describe, fill_deepspeed, load_preset
 
 BASE = dict(model_name_or_path="ftui-demo", model_init="random", cutoff_len=128, dataset="ftui_demo")  # as the demo preset: valid

@@ -164,7 +164,7 @@ def test_last_checkpoint_loads_as_the_final_weights(engine_runs, preset):
     what final/ holds."""
     import torch
 
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.runner.weights import load_weights, locate
 
     run_dir, _ = engine_runs(preset, DEFAULT_METHOD[preset])

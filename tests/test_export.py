@@ -35,7 +35,7 @@ def demo_copy(demo_run, tmp_path_factory) -> Path:
 
 def export_in_process(run_dir: Path, out: Path, which: str | None = None, dtype: str = "fp32", **kw) -> dict:
     """The export job's body without a process of its own (the CLI test runs the real job)."""
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.jobs.export import prepare_export
     from ftui.runner.export import _Emitter, write_export
     from ftui.runner.faults import StopRequest
@@ -50,7 +50,7 @@ def trained_logits(run_dir: Path):
     """What the run trained, as training left it: final/ (the adapter through peft)."""
     import torch
 
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.runner.weights import load_weights, locate
 
     cfg, _ = load_config(run_dir / "config.yaml")
@@ -118,7 +118,7 @@ def test_shards_modelfile_generation_config_and_no_secrets(demo_copy, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.runner.export import _Emitter, write_export
     from ftui.runner.faults import StopRequest
     from ftui.jobs.export import prepare_export
@@ -152,7 +152,7 @@ def test_stop_leaves_nothing_and_force_replaces_only_when_complete(demo_copy, tm
     from ftui.safety.export_out import write_marker
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.runner.engines import DistInfo
 
     out = tmp_path / "model"
@@ -198,7 +198,7 @@ def test_refusals_say_what_to_do(demo_copy, tmp_path, capsys):
 
 def test_memory_and_disk_are_checked_before_the_job(demo_copy, tmp_path):
     from ftui.jobs.export import ExportError, export_needs, prepare_export
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
 
     cfg, _ = load_config(demo_copy / "config.yaml")
     needs = export_needs(demo_copy, cfg, None, "bf16", None)

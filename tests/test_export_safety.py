@@ -37,7 +37,7 @@ def tree(path: Path) -> dict[str, str]:
 
 
 def run_export(job_dir: Path):
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.runner.engines import DistInfo
     from ftui.runner.export import export
     from ftui.runner.faults import StopRequest
@@ -146,7 +146,7 @@ def test_the_temporary_directory_is_unpredictable_and_a_planted_name_is_harmless
 
 def test_a_temporary_directory_that_cannot_be_made_is_said_so(demo_copy, tmp_path, monkeypatch):  # noqa: F811
     import ftui.safety.owned_dirs
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
     from ftui.jobs.export import prepare_export
     from ftui.runner.export import ExportDirError
     from ftui.runner.faults import hint_for

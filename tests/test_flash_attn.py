@@ -19,7 +19,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ftui.config.run_config import FieldProblem, cross_field_problems, demo_config, for_another_machine, load_config
+from ftui.config.load import demo_config, load_config
+from ftui.config.model_checks import read_model
+from ftui.config.preflight import config_problems
+from ftui.config.problems import FieldProblem
+from ftui.machine.facts import MachineFacts, for_another_machine
 from ftui.runner import attention as A
 from ftui.runner.data import IGNORE, Collator, Example, pack_examples, row_sequence_lengths
 from ftui.runner.loss import token_loss_sum
@@ -398,8 +402,10 @@ def test_preference_stages_give_sdpa_s_loss_and_gradients(kernel_calls, monkeypa
 # --- validation
 
 
-def problems(**over) -> list[FieldProblem]:
-    return [p for p in cross_field_problems(demo_config().model_copy(update=over)) if p.field == "flash_attn"]
+def problems(facts: MachineFacts | None = None, **over) -> list[FieldProblem]:
+    cfg = demo_config().model_copy(update=over)
+    facts = facts or MachineFacts.gather(cfg.gpus, cfg.nproc_per_node)
+    return [p for p in config_problems(cfg, facts, read_model(cfg.model_name_or_path)) if p.field == "flash_attn"]
 
 
 def test_fa3_is_refused_by_name():
@@ -417,15 +423,13 @@ def test_fa2_is_refused_on_the_cpu_and_for_fp32():
     assert problems(flash_attn="sdpa", device="cpu") == problems(flash_attn="disabled", device="cpu") == []
 
 
-def test_fa2_needs_torch_2_10(monkeypatch):
-    import ftui.config.run_config as C
+def test_fa2_needs_torch_2_10():
+    from dataclasses import replace
 
-    monkeypatch.setattr(C, "gpu_present", lambda picked=None: True)
-    monkeypatch.setattr(C, "_installed_torch", lambda: (2, 9))
-    (old,) = problems(flash_attn="fa2", device="cuda", bf16=True)
+    gpu = replace(MachineFacts.without_gpu(), machine_gpus=1, visible_gpus=1)  # one Ampere-or-newer GPU
+    (old,) = problems(replace(gpu, torch_version=(2, 9)), flash_attn="fa2", device="cuda", bf16=True)
     assert "2.10" in old.message and "2.9" in old.message
-    monkeypatch.setattr(C, "_installed_torch", lambda: (2, 11))
-    assert problems(flash_attn="fa2", device="cuda", bf16=True) == []
+    assert problems(replace(gpu, torch_version=(2, 11)), flash_attn="fa2", device="cuda", bf16=True) == []
 
 
 def test_llamafactorys_flash_attn_key_is_a_setting_now(tmp_path):
@@ -617,7 +621,7 @@ def test_fa2_refuses_a_model_whose_attention_it_cannot_run(tmp_path):
 
 
 def test_fa2_refuses_qwen2_moe_s_sliding_window_which_its_layers_do_not_pass_on():
-    from ftui.config.run_config import fa2_model_problem
+    from ftui.config.model_checks import fa2_model_problem
 
     assert fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": False}) is None  # Qwen1.5-MoE as released
     assert "sliding window" in fa2_model_problem({"model_type": "qwen2_moe", "use_sliding_window": True})

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from ftui.machine import gpu
-from ftui.config.run_config import validate_config
+from ftui.config.preflight import validate_config
 from tests.fake_nvml import FakeGpu, four_gpus, use_fake_nvml
 
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import tiny_config
-from ftui.config.run_config import demo_config
+from ftui.config.load import demo_config
 from ftui.runner.distributed import backend_for, needs_process_group
 from ftui.runner.engines import DistInfo, make_engine
 from ftui.runner.metrics import Window, matmul_mode, peak_flops, set_matmul_precision

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config, train_sync
-from ftui.config.run_config import ConfigError, parse_config
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
 from ftui.plan.model_files import download_warning
 from ftui.runner import hub
 

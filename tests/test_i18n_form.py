@@ -138,7 +138,7 @@ def test_preset_texts_marked_for_the_catalog_are_the_files_own():
 
 
 def test_config_problems_presets_and_dataset_errors_in_chinese(zh, tmp_path):
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
     from ftui.presets.choices import engine_description
     from ftui.data.records import DataFormatError, DatasetSpec, to_messages
 

@@ -33,7 +33,7 @@ def test_import_contract_holds():
 
 
 def test_the_first_frame_of_ftui_builds_no_pydantic_model():
-    """`ftui` paints the launch form before it imports ftui.config.run_config (building its pydantic
+    """`ftui` paints the launch form before it imports ftui.config.schema (building its pydantic
     model took a fifth of the first frame's time): neither ftui.cli.main nor the form's first frame
     imports it. What the first frame imports, not how long it takes: no wall-clock here."""
     probe = (
@@ -46,7 +46,7 @@ def test_the_first_frame_of_ftui_builds_no_pydantic_model():
         "    def _display(self, screen, renderable):\n"
         "        super()._display(screen, renderable)\n"
         "        if renderable is not None and isinstance(screen, LaunchScreen) and not seen:\n"
-        "            seen.append(sorted(m for m in ('ftui.config.run_config', 'pydantic') if m in sys.modules))\n"
+        "            seen.append(sorted(m for m in ('ftui.config.schema', 'pydantic') if m in sys.modules))\n"
         "            self.set_timer(0.5, self.exit)\n"  # (exiting at once raced the form's completion)
         "Probe('runs', offer_live=False).run(headless=True, size=(80, 24))\n"
         "print('LOADED', seen[0])\n"
@@ -59,13 +59,13 @@ def test_the_first_frame_of_ftui_builds_no_pydantic_model():
 
 
 def test_the_form_builds_ftui_configs_model_off_the_ui_thread():
-    """Importing ftui.config.run_config (its pydantic model) took a fifth of a second or more; the form
+    """Importing ftui.config.schema (its pydantic model) took a fifth of a second or more; the form
     imports it in its validation worker, never on the UI thread, until the form is ready."""
     probe = (
         "import sys, threading\n"
         "importers = []\n"
         "def audit(event, args):\n"
-        "    if event == 'import' and args[0] == 'ftui.config.run_config':\n"
+        "    if event == 'import' and args[0] == 'ftui.config.schema':\n"
         "        importers.append(threading.current_thread() is threading.main_thread())\n"
         "sys.addaudithook(audit)\n"
         "from ftui.tui.app import FtuiApp\n"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftui.config.run_config import qlora_unavailable_reason
+from ftui.config.machine_checks import qlora_unavailable_reason
+from ftui.machine.facts import MachineFacts
 from ftui.presets.templates import TEMPLATES
 from tests.conftest import LLAMAFACTORY_DATA
 
@@ -53,7 +54,7 @@ def expectation(name: str, data: dict) -> str | tuple[str, ...]:
         return expected
     if data.get("template") and data["template"] not in TEMPLATES:
         return ("template", data["template"])  # refused only for the template name until it exists
-    if data.get("quantization_bit") and qlora_unavailable_reason():
+    if data.get("quantization_bit") and qlora_unavailable_reason(MachineFacts.gather()):
         return ("quantization_bit", "QLoRA is not possible here")
     return TRAINS
 

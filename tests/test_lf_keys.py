@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ftui.config.run_config import RunConfig, validate_config
+from ftui.config.schema import RunConfig
+from ftui.config.preflight import validate_config
 from ftui.rundir.paths import DEMO_MODEL_DIR
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED
 
@@ -47,7 +48,7 @@ def test_a_refused_key_at_llamafactorys_default_asks_for_nothing_and_passes(key,
 
 
 def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_stages():
-    from ftui.config.run_config import parse_config
+    from ftui.config.load import parse_config
     from ftui.tui.screens.launch import config_to_form
 
     cfg, warnings = parse_config(DEMO | {"neat_packing": True})
@@ -60,7 +61,7 @@ def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_sta
 
 
 def test_keys_without_effect_are_one_warning():
-    from ftui.config.run_config import parse_config
+    from ftui.config.load import parse_config
 
     _cfg, warnings = parse_config(DEMO | {"plot_loss": True, "ddp_timeout": 9, "dataloader_num_workers": 4, "use_galore": False})
     assert warnings == ["4 key(s) kept in the file with no effect on what is trained: "
@@ -197,7 +198,7 @@ def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_k
     import argparse
 
     from ftui.cli.main import _as_resume_args, build_parser
-    from ftui.config.run_config import demo_config
+    from ftui.config.load import demo_config
 
     run = tmp_path / "runs" / "demo-1"
     (run / "checkpoints" / "step-2").mkdir(parents=True)

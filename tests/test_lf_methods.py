@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from ftui.config.run_config import demo_config
+from ftui.config.load import demo_config
 from ftui.runner.engines import DistInfo
 from ftui.runner.engines.base import Engine, build_optimizer, param_groups
 from ftui.runner.model import apply_method, load_model

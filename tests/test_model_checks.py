@@ -3,6 +3,7 @@ beyond the model's positions, a hub model that is neither local nor cached. Each
 ``ftui train`` before any run starts, and by the launch form next to its field."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, Label
 
-from ftui.config.run_config import ConfigError, parse_config
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
 from ftui.rundir.paths import DEMO_MODEL_DIR
 from tests.test_tui_pilot import make_app, until
 
@@ -98,51 +100,91 @@ def model_folder(tmp_path, name="long", **config) -> Path:
     return folder
 
 
-def test_cutoff_len_beyond_the_models_positions_is_refused_naming_both(tmp_path):
-    folder = model_folder(tmp_path, max_position_embeddings=2048)
-    base = {"model_name_or_path": str(folder), "dataset": "x"}
+def absolute_positions_folder(tmp_path, positions: int) -> Path:
+    """A model folder whose config.json is GPT-2-style: a table of n_positions learned
+    positions, no rotary key."""
+    folder = model_folder(tmp_path, "gpt2-style")
+    data = json.loads((folder / "config.json").read_text())
+    data = {k: v for k, v in data.items() if k not in ("max_position_embeddings", "rope_theta")} | {"model_type": "gpt2", "n_positions": positions}
+    (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_cutoff_len_beyond_learned_positions_is_refused_naming_both(tmp_path):
+    folder = absolute_positions_folder(tmp_path, 2048)
+    base = {"model_name_or_path": str(folder), "dataset": "x", "template": "default"}
     assert parse_config(base | {"cutoff_len": 2048})[0].cutoff_len == 2048
     with pytest.raises(ConfigError) as info:
         parse_config(base | {"cutoff_len": 4096})
     (problem,) = info.value.problems
     assert problem.field == "cutoff_len" and "cutoff_len 4096" in problem.message and "max_position_embeddings 2048" in problem.message
-    assert "lower cutoff_len to 2048" in problem.message and '"rope_scaling": {"rope_type": "linear", "factor": 2.0}' in problem.message
+    assert "lower cutoff_len to 2048" in problem.message and "learned positions" in problem.message
+
+
+def test_cutoff_len_beyond_a_rope_models_positions_is_a_warning_with_the_rope_scaling_advice(tmp_path):
+    """LLaMA-Factory trains a RoPE model past max_position_embeddings (the rotation is computed for
+    any position): ftui starts it too, and says what that means and how to stretch it."""
+    folder = model_folder(tmp_path, max_position_embeddings=2048)
+    cfg, warnings = parse_config({"model_name_or_path": str(folder), "dataset": "x", "cutoff_len": 4096})
+    assert cfg.cutoff_len == 4096
+    (said,) = [w for w in warnings if "cutoff_len" in w]
+    assert "cutoff_len 4096" in said and "max_position_embeddings 2048" in said and "lower cutoff_len to 2048" in said
+    assert '"rope_scaling": {"rope_type": "linear", "factor": 2.0}' in said
 
 
 def test_rope_scaling_lets_cutoff_len_go_as_far_as_it_stretches(tmp_path):
     linear = model_folder(tmp_path, "linear", max_position_embeddings=2048, rope_scaling={"rope_type": "linear", "factor": 2.0})
-    assert parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 4096})[0]
-    with pytest.raises(ConfigError, match="above the 4096 positions .*linear rope_scaling, factor 2 x 2048.*raise the factor"):
-        parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 8192})
+    cfg, warnings = parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 4096})
+    assert cfg and not [w for w in warnings if "cutoff_len" in w]
+    _cfg, warnings = parse_config({"model_name_or_path": str(linear), "dataset": "x", "cutoff_len": 8192})
+    (said,) = [w for w in warnings if "cutoff_len" in w]
+    assert re.search("above the 4096 positions .*linear rope_scaling, factor 2 x 2048.*raise the factor", said), said
     # Llama 3.1: max_position_embeddings already counts the stretch
     llama31 = model_folder(tmp_path, "llama31", max_position_embeddings=131072,
                            rope_scaling={"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})
-    assert parse_config({"model_name_or_path": str(llama31), "dataset": "x", "cutoff_len": 131072})[0]
+    assert parse_config({"model_name_or_path": str(llama31), "dataset": "x", "cutoff_len": 131072}) [1] == []
     dynamic = model_folder(tmp_path, "dynamic", max_position_embeddings=2048, rope_scaling={"type": "dynamic", "factor": 2.0})
-    assert parse_config({"model_name_or_path": str(dynamic), "dataset": "x", "cutoff_len": 16384})[0]
+    assert parse_config({"model_name_or_path": str(dynamic), "dataset": "x", "cutoff_len": 16384})[1] == []
 
 
-def test_ftui_train_and_plan_refuse_a_cutoff_len_beyond_the_model(tmp_path):
-    folder = model_folder(tmp_path, max_position_embeddings=2048)
-    sets = ["--set", f"model_name_or_path={folder}", "--set", "model_init=pretrained", "--set", "cutoff_len=4096"]
+def test_ftui_train_and_plan_refuse_a_cutoff_len_beyond_learned_positions(tmp_path):
+    folder = absolute_positions_folder(tmp_path, 2048)
+    sets = ["--set", f"model_name_or_path={folder}", "--set", "model_init=pretrained", "--set", "cutoff_len=4096", "--set", "template=default"]
     train = train_cli(tmp_path, *sets)
     plan = subprocess.run([sys.executable, "-m", "ftui.cli.main", "plan", "--preset", "demo", *sets], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
     for proc in (train, plan):
         said = " ".join(proc.stderr.split())
         assert proc.returncode == 2 and "cutoff_len 4096 is above the model's max_position_embeddings 2048" in said, said
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # refused before any run directory
+
+
+def test_ftui_plan_warns_of_a_rope_models_cutoff_len_past_its_positions(tmp_path):
+    folder = model_folder(tmp_path, max_position_embeddings=2048)
+    sets = ["--set", f"model_name_or_path={folder}", "--set", "model_init=pretrained", "--set", "cutoff_len=4096"]
+    plan = subprocess.run([sys.executable, "-m", "ftui.cli.main", "plan", "--preset", "demo", *sets], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    said = " ".join(plan.stderr.split())
+    assert plan.returncode in (0, 1) and "cutoff_len 4096 is above the model's max_position_embeddings 2048" in said, said
+    assert "rope_scaling" in said
 
 
 async def test_form_shows_the_cutoff_problem_under_cutoff_len(tmp_path):
-    folder = model_folder(tmp_path, max_position_embeddings=1024)
+    folder = absolute_positions_folder(tmp_path, 1024)
+    rope = model_folder(tmp_path, max_position_embeddings=1024)
     app = make_app(tmp_path)
     async with app.run_test(size=(120, 45)) as pilot:
         screen = app.screen
         await until(pilot, lambda: screen._ready)
-        screen.fill({"model_name_or_path": str(folder), "model_init": "pretrained", "dataset": str(DEMO_DATA), "cutoff_len": "4096"})
+        screen.fill({"model_name_or_path": str(folder), "model_init": "pretrained", "dataset": str(DEMO_DATA), "cutoff_len": "4096",
+                     "template": "default"})
         await until(pilot, lambda: bool(screen.query("#e-cutoff_len")))
         assert "max_position_embeddings 1024" in str(screen.query_one("#e-cutoff_len", Label).render())
         assert screen.query_one("#start", Button).disabled
+        screen.fill({"model_name_or_path": str(rope)})  # a RoPE model: a warning under the field, Start stays possible
+        await until(pilot, lambda: bool(screen.query("#w-cutoff_len")) and screen.query_one("#w-cutoff_len", Label).display)
+        assert "rope_scaling" in str(screen.query_one("#w-cutoff_len", Label).render())
+        await until(pilot, lambda: not screen.query_one("#start", Button).disabled)
 
 
 def cache_snapshot(tmp_path, name, *files) -> Path:
@@ -219,7 +261,7 @@ async def test_form_warns_next_to_the_model_field_and_still_allows_start(tmp_pat
                          ids=["nul", "nul-hub", "long", "long-path", "no-such-user", "long-hub"])
 def test_names_no_filesystem_takes_are_answered_not_raised(name):
     from ftui.plan.model_files import download_warning
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
 
     download_warning(name, random_init=False)  # the form calls it per keystroke: a pasted name must not crash it
     validate_config({"model_name_or_path": name, "dataset": "x"})

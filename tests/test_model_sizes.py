@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ftui.cli.main import main
-from ftui.config.run_config import validate_config
+from ftui.config.preflight import validate_config
 from ftui.plan.model_sizes import MOST_SIZE, size_problems
 from ftui.rundir.paths import DEMO_MODEL_DIR
 from ftui.plan.model_shape import ModelShape, UnknownModel
@@ -86,7 +86,7 @@ def test_plan_for_another_machine_refuses_them_too(tmp_path, capsys):
 
 
 def test_an_infinite_rope_factor_sets_no_limit_instead_of_crashing(tmp_path):
-    from ftui.config.run_config import position_limit
+    from ftui.config.model_checks import position_limit
 
     assert position_limit({"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": float("inf")}}) is None
     assert position_limit({"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})[0] == 1024

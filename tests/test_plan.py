@@ -18,7 +18,7 @@ import pytest
 from ftui.plan.model_shape import ModelShape, read_model_config
 from ftui.plan.planner import CUDA_CONTEXT_BYTES, GIB, gib, NCCL_COMMUNICATOR_BYTES, NCCL_NVLS_BYTES, estimate, estimate_for
 from ftui.plan.verdict import plan
-from ftui.config.run_config import demo_config, parse_config
+from ftui.config.load import demo_config, parse_config
 
 LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}
@@ -385,7 +385,7 @@ def test_attention_kernels_change_what_a_layer_keeps():
 
 
 def test_the_config_picks_the_attention_estimate_and_eager_runs_are_offered_sdpa(llama7b):
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
     base = dict(model_name_or_path=str(llama7b), dataset="x.json", bf16=True, cutoff_len=2048, per_device_train_batch_size=1,
                 finetuning_type="lora")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.rundir.paths import DEMO_MODEL_DIR
 from ftui.plan.model_shape import ModelShape
 from ftui.plan.planner import GIB, estimate_for

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config.run_config import RunConfig
 from ftui.plan.model_shape import ModelShape
 from ftui.plan.planner import estimate_for
+from ftui.config.schema import RunConfig
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 RESULTS = BENCH / "results"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ftui.config.run_config import ConfigError, parse_config
 from ftui.plan.model_shape import ModelShape
 from ftui.plan.planner import estimate
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
 from ftui.tui.screens.launch import config_to_form, form_to_config
 from tests.conftest import steps_of, tiny_config, train_sync
 from tests.test_plan import LLAMA2_7B, P7, close

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import steps_of, tiny_config, train_sync
-from ftui.config.run_config import ConfigError, parse_config, reporter_names
 from ftui.rundir.event_reader import read_all
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.problems import ConfigError
+from ftui.config.load import parse_config
+from ftui.config.machine_checks import reporter_names
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from conftest import tiny_config
-from ftui.config.run_config import default_runs_root
+from ftui.rundir.paths import default_runs_root
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.delete import delete_run, RunDeleteError
 from ftui.rundir.index import indexed_run_dirs, run_index_path

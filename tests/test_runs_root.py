@@ -10,7 +10,7 @@ import sys
 
 from conftest import tiny_config
 from ftui.cli import main as cli
-from ftui.config.run_config import default_runs_root
+from ftui.rundir.paths import default_runs_root
 from ftui.jobs.launch import prepare_run
 from ftui.rundir.paths import ftui_home
 from ftui.rundir.index import run_index_path

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from conftest import tiny_config, train_sync
-from ftui.config.run_config import parse_config, validate_config
 from ftui.rundir.checkpoints import checkpoints
+from ftui.config.load import parse_config
+from ftui.config.preflight import validate_config
 
 DEMO = {"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "cutoff_len": 128}
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import resume_sync, steps_of, tiny_config, train_sync
-from ftui.config.run_config import validate_config
+from ftui.config.preflight import validate_config
 from tests.test_lf_examples import EXAMPLES, test_model  # noqa: F401  (test_model: a session fixture)
 
 

@@ -51,7 +51,7 @@ def test_the_stages_options_are_runconfigs_fields_as_they_are():
     same default, and the sub-model takes and refuses what RunConfig takes and refuses."""
     from pydantic import ValidationError
 
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
     for d in descriptions().values():
         model = d.options_model()
@@ -167,7 +167,7 @@ def toy_stage(tmp_path, monkeypatch):
 
 
 def test_a_new_stage_is_one_description_module_and_one_runner_module(toy_stage, tmp_path):
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
     from ftui.jobs.launch import prepare_run
     from ftui.rundir.event_reader import read_all
     from ftui.tui.screens.launch import FIELDS, option_labels, stage_option_fields

@@ -132,7 +132,7 @@ def test_two_nodes_on_localhost_form_one_job_in_one_run_directory(tmp_path, caps
 
 
 def test_a_config_with_a_node_rank_above_0_is_refused_saying_how_nodes_join():
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
 
     cfg, problems = validate_config(dict(model_name_or_path="m", dataset="d", engine="ddp", nnodes=2, node_rank=1,
                                          rdzv_endpoint="10.0.0.1:29500"))

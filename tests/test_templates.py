@@ -180,7 +180,7 @@ def test_llama3_adds_its_stop_words_as_tokens_and_the_model_grows_to_fit(tmp_pat
     ({"template": "glm4", "train_on_prompt": True}, "train_on_prompt"),
 ])
 def test_config_refuses_encoding_keys_that_cannot_work(keys, field):
-    from ftui.config.run_config import validate_config
+    from ftui.config.preflight import validate_config
 
     cfg, problems = validate_config({"model_name_or_path": "m", "dataset": "d", **keys})
     assert cfg is None and any(p.field == field for p in problems), problems

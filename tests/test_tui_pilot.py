@@ -2,6 +2,7 @@
 YAML load/save, and untrusted text shown literally."""
 
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -82,10 +83,10 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
     pressed meanwhile starts once the newest values are checked, with those values."""
     import threading
 
-    import ftui.config.run_config
+    import ftui.config.preflight
     from ftui.tui.screens import launch
 
-    validate, release, threads = ftui.config.run_config.validate_config, threading.Event(), []
+    validate, release, threads = ftui.config.preflight.preflight, threading.Event(), []
 
     def slow_validate(data):
         threads.append(threading.current_thread() is threading.main_thread())
@@ -94,7 +95,7 @@ async def test_the_form_is_validated_off_the_ui_thread_and_start_waits_for_it(tm
         return validate(data)
 
     started = []
-    monkeypatch.setattr(ftui.config.run_config, "validate_config", slow_validate)
+    monkeypatch.setattr(ftui.config.preflight, "preflight", slow_validate)
     monkeypatch.setattr(launch.LaunchScreen, "start_run", lambda self, cfg: started.append(cfg))
     app = make_app(tmp_path)
     try:
@@ -166,6 +167,25 @@ async def test_demo_from_the_form_runs_stops_lists_and_reattaches(tmp_path):
         assert again.view.status == "stopped" and len(again.view.series[0]) == stopped_at
 
 
+def lf_demo_registry(folder: Path) -> None:
+    """A data/ folder in ``folder`` registering the LLaMA-Factory demo datasets these YAMLs
+    name (identity, alpaca_en_demo, dpo_en_demo), a few records each: the form, as ftui train,
+    refuses a dataset it cannot find."""
+    import json
+
+    data = folder / "data"
+    data.mkdir(exist_ok=True)
+    alpaca = [{"instruction": f"say {i}", "input": "", "output": str(i)} for i in range(3)]
+    ranked = [{"conversations": [{"from": "human", "value": f"say {i}"}], "chosen": {"from": "gpt", "value": str(i)},
+               "rejected": {"from": "gpt", "value": "no"}} for i in range(3)]
+    for name, records in (("identity", alpaca), ("alpaca_en_demo", alpaca), ("dpo_en_demo", ranked)):
+        (data / f"{name}.json").write_text(json.dumps(records))
+    (data / "dataset_info.json").write_text(json.dumps({
+        "identity": {"file_name": "identity.json"}, "alpaca_en_demo": {"file_name": "alpaca_en_demo.json"},
+        "dpo_en_demo": {"file_name": "dpo_en_demo.json", "ranking": True, "formatting": "sharegpt",
+                        "columns": {"messages": "conversations", "chosen": "chosen", "rejected": "rejected"}}}))
+
+
 async def load_in_form(pilot, app, path, text: str):
     """The launch form, once ready, told to load ``text`` written to ``path`` (F3's worker)."""
     path.write_text(text)
@@ -176,6 +196,7 @@ async def load_in_form(pilot, app, path, text: str):
 
 
 async def test_yaml_from_llamafactory_loads_into_the_form_and_saves_back(tmp_path):
+    lf_demo_registry(tmp_path)
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = await load_in_form(pilot, app, tmp_path / "lf.yaml", LF_LORA_SFT)
@@ -217,6 +238,7 @@ async def test_ftui_config_opens_the_form_with_the_yaml_as_it_is(tmp_path, monke
     src.write_text(LF_LORA_SFT)
     opened = []
     monkeypatch.setattr(FtuiApp, "run", lambda self: opened.append(self.initial_config))
+    lf_demo_registry(tmp_path)
     assert main(["--config", str(src)]) == 0
     assert opened == [yaml.safe_load(LF_LORA_SFT)]  # the file's keys only, lora_target: all among them
     app = make_app(tmp_path, initial_config=opened[0])
@@ -353,7 +375,7 @@ async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_t
 
 
 async def test_form_defaults_equal_runconfig_defaults():
-    from ftui.config.run_config import config_defaults
+    from ftui.config.schema import config_defaults
     from ftui.tui.screens.launch import FORM_DEFAULTS
 
     defaults = config_defaults()
@@ -531,6 +553,7 @@ async def test_form_shows_the_planners_verdict_before_start(tmp_path):
                                                  "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32}))
     (big / "model.safetensors").write_bytes(b"")  # validation wants weights and a tokenizer beside config.json
     (big / "tokenizer.json").write_text("{}")
+    lf_demo_registry(tmp_path)
     app = make_app(tmp_path)  # its sampler reports two 80 GiB H100s
     async with app.run_test(size=(100, 40)) as pilot:
         screen = app.screen
@@ -1028,7 +1051,7 @@ PREFERENCE_ROWS = {"dpo": {"pref_beta", "pref_loss", "dpo_label_smoothing", "sim
 async def test_preference_fields_show_and_reach_the_config_only_for_their_stage(tmp_path):
     """Issue 15: beta, loss, ... appear for dpo, the KTO weights for kto, none for sft; each
     pref_loss is offered with a few words on what it is."""
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
     from ftui.presets.choices import PREF_LOSSES
     from ftui.tui.screens.launch import FIELDS
 
@@ -1072,6 +1095,7 @@ cutoff_len: 2048
 async def test_a_dpo_yaml_shows_its_keys_in_the_form_and_keeps_them_saved_back(tmp_path):
     """A dpo YAML fills the preference fields; another stage's key (kto_chosen_weight) stays in
     the config; choosing sft hides the fields but keeps the YAML's values; saving writes them."""
+    lf_demo_registry(tmp_path)
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 40)) as pilot:
         screen = await load_in_form(pilot, app, tmp_path / "dpo.yaml", DPO_YAML)
@@ -1089,7 +1113,8 @@ async def test_a_dpo_yaml_shows_its_keys_in_the_form_and_keeps_them_saved_back(t
         await until(pilot, lambda: not screen.query_one("#row-pref_beta").display)
         cfg = screen.current_config_dict()
         assert (cfg["stage"], cfg["pref_loss"], cfg["simpo_gamma"], cfg["kto_chosen_weight"]) == ("sft", "simpo", 0.7, 2.0)
-        screen.fill({"stage": "dpo"})
+        screen.fill({"stage": "dpo"})  # (under sft its ranking dataset is refused, as ftui train refuses it)
+        await until(pilot, lambda: screen.validated and screen.config is not None)
         out = tmp_path / "saved.yaml"
         screen.save_yaml(str(out), screen.current_config_dict())
         await until(pilot, lambda: out.exists())
@@ -1106,11 +1131,11 @@ async def test_the_dataset_field_says_when_a_dataset_does_not_fit_the_stage(tmp_
         screen = await open_form(pilot, app)
         preview = screen.query_one("#preview")
         cases = [("sft", "dpo_en_demo", "is a preference (ranking) dataset"), ("dpo", "alpaca_en_demo", "has no chosen/rejected answers"),
-                 ("kto", "dpo_en_demo", "fits stage dpo or rm, not kto"), ("kto", "alpaca_en_demo", "no true/false kto_tag")]
+                 ("kto", "dpo_en_demo", "fits stage dpo or rm, not kto"), ("kto", "alpaca_en_demo", "kto_tag")]  # (the registry's word first, as ftui train says it)
         for stage, dataset, message in cases:
             screen.fill({"stage": stage, "dataset": dataset, "dataset_dir": str(lf_data)})
             screen.preview_dataset(dataset, str(lf_data), stage)
-            await until(pilot, lambda: screen.query("#e-dataset") and message in text_of(screen.query_one("#e-dataset", Label)))
+            await until(pilot, lambda: screen.query("#e-dataset") and message in " ".join(text_of(screen.query_one("#e-dataset", Label)).split()))
             assert message in " ".join(text_of(preview).split())
             assert screen.query_one("#start", Button).disabled and screen.config is None
         screen.fill({"stage": "dpo", "dataset": "dpo_en_demo"})

@@ -17,7 +17,8 @@ from benchlib import model_dir  # noqa: E402
 from llamafactory_run import real_tokens  # noqa: E402
 from vs_llamafactory_gpu import VARIANTS, ftui_yaml, lf_yaml  # noqa: E402
 
-from ftui.config.run_config import RunConfig, validate_config  # noqa: E402
+from ftui.config.schema import RunConfig  # noqa: E402
+from ftui.config.preflight import validate_config
 
 
 def test_ftui_takes_the_llamafactory_yaml(tmp_path):

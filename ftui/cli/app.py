@@ -18,7 +18,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 
     initial = None
     if args.app_config:
-        from ftui.config.run_config import ConfigError, load_config  # pydantic's model: only for --config
+        from ftui.config.problems import ConfigError  # pydantic's model: only for --config
+        from ftui.config.load import load_config
 
         try:
             load_config(args.app_config)

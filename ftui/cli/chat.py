@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, safe_console
+from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, note_line, safe_console
 from ftui.cli.options import sampling_ok
 from ftui.cli.runs import resolve_run_arg
 from ftui.i18n import _
@@ -66,6 +66,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if loaded["type"] != "loaded":
             err.print(error_line(loaded['message']))
             return EXIT_FAILED
+        if loaded.get("note"):  # a GPU run on a machine without one: the CPU, in a precision it computes
+            err.print(note_line(loaded["note"]))
         if args.prompt is not None:
             text, ok = stream_answer(worker, Conversation().ask(args.prompt), settings)
             return EXIT_OK if ok else EXIT_FAILED

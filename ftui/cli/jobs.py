@@ -21,7 +21,8 @@ from ftui.rundir.paths import default_runs_root
 def cmd_offline_job(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] = follow_job) -> int:
     """ftui predict / ftui eval: prepare the job's directory, start it detached, follow it
     (``follow``: how; main passes its own)."""
-    from ftui.config.run_config import ConfigError, parse_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import parse_config
     from ftui.ops.jobs import start_offline_job
 
     out, err = safe_console(), safe_console(stderr=True)
@@ -55,7 +56,8 @@ def cmd_offline_job(args: argparse.Namespace, follow: Callable[..., tuple[Any, b
         if cutoff_len is not None:
             data = {**data, "cutoff_len": cutoff_len}
         elif "cutoff_len" not in data:  # none given: the default, or the model's limit below it
-            from ftui.config.run_config import RunConfig, fitting_cutoff_len
+            from ftui.config.schema import RunConfig
+            from ftui.config.model_checks import fitting_cutoff_len
 
             data = {**data, "cutoff_len": fitting_cutoff_len(str(args.model), RunConfig.model_fields["cutoff_len"].default)}
         try:

@@ -26,7 +26,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     args.node_rank = args.runs_root = None
     from contextlib import nullcontext
 
-    from ftui.config.run_config import for_another_machine
+    from ftui.machine.facts import for_another_machine
 
     # --gpu-memory: planned for GPUs that need not be here (a login node): this machine's GPUs
     # and packages do not decide what is valid

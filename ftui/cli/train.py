@@ -20,7 +20,7 @@ from ftui.i18n import _
 from ftui.ops.errors import OpError
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
     from ftui.ops.resume import PreparedResume
 
 
@@ -28,7 +28,8 @@ def load_train_config(args: argparse.Namespace, err: Console, data_needed: bool 
     """The config of ftui train / data / plan, checked; ``data_needed`` False (plan --gpu-memory,
     for another machine): the datasets need not be here, only a registry entry that names them
     must be sound."""
-    from ftui.config.run_config import ConfigError, demo_config, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import demo_data, load_config, parse_config
 
     if args.preset and args.config:
         err.print(error_line(_("give a CONFIG.yaml or --preset {preset}, not both (--set changes a key of either)").format(preset=args.preset)))
@@ -39,11 +40,10 @@ def load_train_config(args: argparse.Namespace, err: Console, data_needed: bool 
     if args.runs_root:
         overrides["output_dir"] = args.runs_root
     try:
-        if args.preset == "demo":
-            cfg = demo_config(**overrides)
-            warnings: list[str] = []
+        if args.preset == "demo":  # the preflight the launch form runs too (ftui.config.preflight)
+            cfg, warnings = parse_config(demo_data(**overrides), "demo preset", data_needed=data_needed)
         elif args.config:
-            cfg, warnings = load_config(args.config, overrides)
+            cfg, warnings = load_config(args.config, overrides, data_needed=data_needed)
         else:
             err.print(_("ftui {command}: give a CONFIG.yaml or --preset demo").format(command=args.command))
             return None
@@ -55,12 +55,6 @@ def load_train_config(args: argparse.Namespace, err: Console, data_needed: bool 
     for w in [*warnings, download_warning(cfg.model_name_or_path, cfg.model_init == "random")]:
         if w:
             err.print(warning_line(w))
-    from ftui.data.registry import dataset_path_problem
-
-    problem = dataset_path_problem(",".join(filter(None, [cfg.dataset, cfg.eval_dataset])), cfg.dataset_dir, cfg.stage, unresolved=data_needed)
-    if problem:
-        err.print(error_line(problem))
-        return None
     if cfg.trust_remote_code:
         err.print(warning_line(_("trust_remote_code is on: Python code from the model's repository will run in the training processes")))
     return cfg

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ftui.i18n import _
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
 OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ftui.config.run_config import RunConfig, load_config
+from ftui.config.schema import RunConfig
+from ftui.config.load import read_run_config
 from ftui.i18n import _
 from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
@@ -201,7 +202,11 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     shards one tensor at a time (streamed into the file): about twice the largest tensor
     (the embeddings) in fp32. Disk: the shards in ``dtype`` and the GGUF file."""
     from ftui.plan.model_shape import ModelShape, UnknownModel, read_model_config
+    from ftui.machine.facts import MachineFacts
 
+    if gguf and not MachineFacts.without_gpu().has("gguf"):  # the job would fail once the model is merged
+        raise ExportError(_("GGUF export needs the gguf package, which is not installed: pip install 'ftui[gguf]' (or export "
+                            "without --gguf)"))
     try:
         config = read_model_config(base_model_source(run_dir, cfg))
         shape = ModelShape.from_config(config)
@@ -275,6 +280,7 @@ def export_job_config(base: RunConfig) -> RunConfig:
     return base.model_copy(update={
         "engine": "single", "deepspeed": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
         "device": "cpu", "gpus": None, "report_to": "none", "resume_from_checkpoint": None,
+        "fp16": False, "enable_liger_kernel": False,  # GPU-only; the export's own dtype is --dtype
     })
 
 
@@ -293,7 +299,7 @@ def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str = 
     problem = source_problem(run_dir, which) or out_dir_problem(out, force, runs_root)
     if problem:
         raise ExportError(problem)
-    base, _warnings = load_config(run_dir / CONFIG_FILE)
+    base = read_run_config(run_dir / CONFIG_FILE)  # its schema only: a GPU run exports on any machine
     needs = export_needs(run_dir, base, which, dtype, gguf)
     problem = resources_problem(needs, out, available_memory)
     if problem:

@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 from ftui.rundir.paths import LAUNCH_FILE, node_dir

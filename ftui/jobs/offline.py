@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ftui.safety.bounded_input import load_json
-from ftui.config.run_config import RunConfig, gpu_present, load_config
+from ftui.config.load import read_run_config
+from ftui.config.schema import RunConfig
+from ftui.machine.facts import MachineFacts
 from ftui.i18n import _
 from ftui.rundir.job_kinds import KINDS
 from ftui.rundir.paths import CONFIG_FILE, JOB_SPEC_FILE
@@ -101,7 +103,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
     """Makes the job's directory (config.yaml, job.json); returns it with the job's config.
     ``model_config``: the config for a model outside a run (its template, cutoff_len)."""
     if run_dir is not None:
-        base, _warnings = load_config(run_dir / CONFIG_FILE)
+        base = read_run_config(run_dir / CONFIG_FILE)  # its schema only: a GPU run's job also runs where there is none
         parent = run_dir
     elif model_config is not None and root is not None:
         base, parent = model_config, root
@@ -109,7 +111,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
         raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage, unresolved=True)  # the job reads it with the run's stage
-    if problem is None and cfg.device == "cuda" and not gpu_present(cfg.gpus):  # the GPUs the job is given
+    if problem is None and device == "cuda" and not MachineFacts.gather(cfg.gpus).gpu_present:  # --device cuda, with the GPUs the job is given
         problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")
     if problem:
         raise JobError(problem)  # before the job's directory exists: a refused job leaves nothing behind

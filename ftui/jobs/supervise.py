@@ -102,9 +102,9 @@ def has_run_end(run_dir: Path) -> bool:
 
 def read_hang_timeout(run_dir: Path) -> int:
     try:
-        from ftui.config.run_config import load_config
+        from ftui.config.load import read_run_config
 
-        return load_config(run_dir / CONFIG_FILE)[0].hang_timeout
+        return read_run_config(run_dir / CONFIG_FILE).hang_timeout  # its schema only: no GPU or model check
     except Exception:  # a config the runner cannot read fails there, with a message
         return 0
 

@@ -1,4 +1,4 @@
-"""How a run's ``gpus`` is written: CUDA_VISIBLE_DEVICES text. Apart from ftui.config.run_config (its
+"""How a run's ``gpus`` is written: CUDA_VISIBLE_DEVICES text. Apart from ftui.config.schema (its
 pydantic model takes a moment to build) so that the launch form reads a pick as it is typed
 without importing it on the UI thread."""
 

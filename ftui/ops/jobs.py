@@ -12,7 +12,7 @@ from ftui.i18n import _
 from ftui.ops import errors
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
     from ftui.jobs.export import ExportNeeds
 
 
@@ -62,7 +62,7 @@ def start_offline_job(kind: str, *, run_dir: Path | None, checkpoint: str | None
     """A predict or eval job of a run (``run_dir``: its final/, a checkpoint or its base) or
     of a model outside any run (``model`` with ``model_config``, the job under ``root``):
     checked, prepared, started."""
-    from ftui.config.run_config import ConfigError
+    from ftui.config.problems import ConfigError
     from ftui.jobs import offline
     from ftui.rundir.run_dir import RunBusy
 
@@ -102,7 +102,7 @@ class PreparedExport:
 def prepare_export(run_dir: Path, *, which: str | None, out: Path, dtype: str, max_shard_size: str, gguf: str | None,
                    force: bool, runs_root: Path) -> PreparedExport:
     """Everything that can be checked before an export job (ftui.jobs.export.prepare_export)."""
-    from ftui.config.run_config import ConfigError
+    from ftui.config.problems import ConfigError
     from ftui.jobs import export
 
     try:

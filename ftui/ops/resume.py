@@ -17,7 +17,7 @@ from ftui.ops.notices import Notice, note, warning
 from ftui.safety.bounded_input import short_repr
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
 
 def trust_remote_code_warning() -> str:
@@ -102,7 +102,8 @@ def prepare_resume(request: ResumeRequest) -> PreparedResume:
 def _resume_config(request: ResumeRequest, run_dir: Path, notices: list[Notice]) -> tuple[RunConfig, Path]:
     """With the run's lock held: its config with the overrides and the checkpoint, checked
     (resume_checks) before the config, the fingerprint or the Stop request are written."""
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import load_config
     from ftui.data import fingerprint as data_fingerprint
     from ftui.rundir.run_dir import RunDir
     from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
@@ -192,14 +193,14 @@ def resume_target_request(cfg: RunConfig) -> tuple[Path, Path | None, dict[str, 
     checkpoint (None: the run's newest), and the keys this config sets differently from the
     run's config.yaml, to apply as overrides (the YAML's settings are the ones trained with,
     as in LLaMA-Factory)."""
-    from ftui.config.run_config import ConfigError
-    from ftui.config.run_config import load_config as read_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import read_run_config
     from ftui.rundir.checkpoints import resume_target
     from ftui.rundir.paths import CONFIG_FILE
 
     run_dir, ckpt = resume_target(cfg.resume_from_checkpoint)  # validated already: it exists and is ftui's
     try:
-        saved = read_config(run_dir / CONFIG_FILE)[0].to_dict(include_unsupported=False)
+        saved = read_run_config(run_dir / CONFIG_FILE).to_dict(include_unsupported=False)
     except ConfigError:
         saved = {}
     own = ("output_dir", "run_name", "resume_from_checkpoint")

@@ -15,7 +15,7 @@ from ftui.ops.notices import Notice, warning
 from ftui.ops.resume import PreparedResume, ResumeRequest, prepare_resume, trust_remote_code_warning
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import RunConfig
+    from ftui.config.schema import RunConfig
 
 
 @dataclass
@@ -88,7 +88,8 @@ def join(rank: int, *, config_path: str | None = None, resume_run: str | None = 
     filesystem the nodes share), named by its config.yaml (``config_path``) or, resuming, by
     ``resume_run`` and ``checkpoint``; its ranks write their part of each checkpoint there and
     its supervisor keeps its own records in RUN/nodes/node-K (ftui.jobs.launch.join_target)."""
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import load_config
     from ftui.jobs.launch import join_target
     from ftui.rundir.paths import EVENTS_FILE
     from ftui.rundir.paths import node_dir

@@ -1,7 +1,7 @@
 """What a model folder holds (config.json, weights, tokenizer) and what the Hugging Face hub
 cache holds, told from file names alone: no torch, no network, fast enough to run on every
 keystroke of the launch form. A run that lacks one of these fails only after loading for a
-while, with transformers' own message; validation says it first (ftui.config.run_config).
+while, with transformers' own message; validation says it first (ftui.config.model_checks).
 """
 
 from __future__ import annotations

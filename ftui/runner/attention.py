@@ -18,7 +18,7 @@ examples, and a row's trailing padding as a sequence of its own, whose outputs c
 label) and the stages hand them to the model as transformers' own keyword arguments
 (``cu_seq_lens_q``/``_k``, ``max_length_q``/``_k``, those of its FlashAttention integration),
 which the decoder layers of ``ftui.presets.families.FA2_MODEL_TYPES`` pass to their attention
-untouched (other models are refused: ``ftui.config.run_config.fa2_model_problem``). A call without them
+untouched (other models are refused: ``ftui.config.model_checks.fa2_model_problem``). A call without them
 (chat's and predict's generation), with a KV cache or dropout, outside half precision, with a
 position bias, or with a sliding window on torch 2.10 (whose kernel has no window), runs
 transformers' SDPA function instead: fa2 changes how attention is computed, not what. What

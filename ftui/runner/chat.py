@@ -29,7 +29,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ftui.config.run_config import ConfigError, RunConfig, load_config
+from ftui.config.problems import ConfigError
+from ftui.config.schema import RunConfig
+from ftui.config.load import read_run_config
+from ftui.config.machine_checks import gpu_run_on_cpu
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, resolve_model_path
 
@@ -121,6 +124,7 @@ class ChatModel:
         self.stop_ids: list[int] = []
         self.device: Any = None
         self.label = ""
+        self.note: str | None = None  # said once with the next "loaded" reply (a GPU run loaded on the CPU)
 
     # --- Loading
 
@@ -138,7 +142,9 @@ class ChatModel:
         if not (run_dir / CONFIG_FILE).is_file():
             raise ChatError(_("{path} is not a run directory (no {file})").format(path=run_dir, file=CONFIG_FILE))
         try:
-            cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+            cfg = read_run_config(run_dir / CONFIG_FILE)  # its schema only: a GPU run is chatted with on any machine
+            if device.type == "cpu":
+                cfg, self.note = gpu_run_on_cpu(cfg)
             weights = locate(run_dir, cfg, "base" if base else which)
         except (ConfigError, WeightsError) as err:
             raise ChatError(str(err)) from None
@@ -210,7 +216,9 @@ class ChatModel:
 
     def _loaded_info(self) -> dict[str, Any]:
         params = sum(p.numel() for p in self.model.parameters())
-        return {"label": self.label, "device": str(self.device), "params": params}
+        info = {"label": self.label, "device": str(self.device), "params": params}
+        note, self.note = self.note, None
+        return info | ({"note": note} if note else {})
 
     # --- Generation
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.data.dataset_files import HubDataset, read_records
 from ftui.data.records import DataFormatError, DatasetSpec

@@ -10,8 +10,8 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.rank_env import STORE_ENV, THREADS_DEFAULTED_ENV
+from ftui.config.schema import RunConfig
 from ftui.runner.engines.base import DistInfo
 
 

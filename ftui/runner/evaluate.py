@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, FINAL_DIR
 from ftui.runner.distributed import process_group

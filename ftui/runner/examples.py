@@ -20,7 +20,8 @@ import os
 import sys
 from typing import Any
 
-from ftui.config.run_config import ConfigError, load_config
+from ftui.config.problems import ConfigError
+from ftui.config.load import read_run_config
 from ftui.data.examples import ROW_PREFIXES
 from ftui.i18n import _
 from ftui.data.records import DataFormatError
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
-        cfg, _warnings = load_config(args.config)
+        cfg = read_run_config(args.config)  # written by the app from a config it checked: its schema only
         tokenizer = load_tokenizer(cfg)
         data = make_stage(cfg, tokenizer).build_data(pack=False)
     except (ConfigError, DataFormatError) as err:

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.event_writer import DISK_FULL_ERRNOS, DISK_FULL_TEXT
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving

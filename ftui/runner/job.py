@@ -15,8 +15,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from ftui.config.run_config import RunConfig, load_config
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
+from ftui.config.load import read_run_config
+from ftui.config.machine_checks import gpu_run_on_cpu
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.runner.engines import DistInfo
@@ -48,7 +50,9 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
     cfg: RunConfig | None = None
     reporters: Reporters | None = None
     try:
-        cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+        cfg = read_run_config(run_dir / CONFIG_FILE)  # its schema only: it was checked when the run started
+        if job != "train":  # chat, predict, eval, export of a GPU run also run on a machine without one
+            cfg = on_this_machine(cfg, writer)
         reporters = open_reporters(cfg, run_dir, writer)  # report_to: mirrors of the events
         status, reason = body(run_dir, cfg, info, writer, stop, resume)
     except BaseException as exc:  # every failure ends with a run_end that says why
@@ -74,6 +78,20 @@ def run_job(job: str, body: JobBody, argv: list[str]) -> int:
         write_end(writer, status=status, reason=reason)
         writer.close()
     return 0
+
+
+def on_this_machine(cfg: RunConfig, writer: "EventWriter | None") -> RunConfig:
+    """A job's config where torch sees no CUDA GPU: a GPU run's job runs on the CPU in a
+    precision the CPU computes (ftui.config.machine_checks.gpu_run_on_cpu), said once in the
+    events (the follower prints it)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return cfg
+    cfg, note = gpu_run_on_cpu(cfg)
+    if note and writer is not None:
+        writer.write("log", level="warning", message=note)
+    return cfg
 
 
 def write_end(writer: EventWriter, **fields: Any) -> None:

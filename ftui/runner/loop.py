@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import torch
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.runner import attention
 from ftui.runner.checkpoint import save_checkpoint

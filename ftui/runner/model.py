@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config.run_config import RunConfig, fa2_model_problem, sdpa_refusal
 from ftui.data.chat_template import fix_tokenizer, to_jinja
+from ftui.config.schema import RunConfig
+from ftui.config.model_checks import fa2_model_problem, sdpa_refusal
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
 from ftui.runner.hub import model_source

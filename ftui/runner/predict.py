@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.data.conversation import split_budget
 from ftui.rundir.event_writer import EventWriter
 from ftui.i18n import _

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ftui.config.run_config import RunConfig, reporter_names
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
+from ftui.config.machine_checks import reporter_names
 from ftui.i18n import _
 from ftui.rundir.paths import TENSORBOARD_DIR
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from ftui.config.run_config import RunConfig
 from ftui.rundir.event_writer import EventWriter
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR
 from ftui.runner import attention

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source

@@ -10,7 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config
-from ftui.config.run_config import ConfigError, FieldProblem, RunConfig, parse_config, validate_config
+from ftui.config.problems import ConfigError, FieldProblem
+from ftui.config.schema import RunConfig
+from ftui.config.load import parse_config
+from ftui.config.preflight import validate_config
 from ftui.runner.data import DataFormatError
 from ftui.runner.stages import build_datasets
 
@@ -35,7 +38,7 @@ def test_any_mapping_validates_or_gives_per_field_messages(data):
 def test_any_yaml_text_loads_or_raises_config_error(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("y") / "c.yaml"
     path.write_text(text, encoding="utf-8")
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
 
     try:
         load_config(path)

@@ -48,7 +48,7 @@ def test_disk_full_during_a_checkpoint_fails_clearly_and_keeps_the_earlier_ones(
     def limit_file_size():  # each checkpoint file of this model is ~10 MB; events stay far below 1 MB
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    from ftui.config.run_config import load_config
+    from ftui.config.load import load_config
 
     rc, _ = load_config(run / "config.yaml")
     cmd = launch_command(rc, run, sys.executable, resume=checkpoints(run)[-1][1])

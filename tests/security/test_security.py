@@ -17,9 +17,11 @@ import yaml
 
 from ftui.rundir.events import make_event
 from ftui.rundir.paths import EVENTS_FILE
-from ftui.config.run_config import ConfigError, RunConfig, parse_config
 from ftui.rundir.launch_record import create_run_dir
 from ftui.rundir.resolve import resolve_run
+from ftui.config.problems import ConfigError
+from ftui.config.schema import RunConfig
+from ftui.config.load import parse_config
 from tests.fixtures_runs import T0, fixed_sampler, write_run
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]

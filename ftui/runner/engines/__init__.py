@@ -12,7 +12,7 @@ import importlib
 
 import torch
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.runner.engines.base import DistInfo, Engine, StepOutcome, build_optimizer, pick_device
 
 __all__ = ["DistInfo", "Engine", "StepOutcome", "build_optimizer", "make_engine", "pick_device"]

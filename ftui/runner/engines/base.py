@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import STATE_DIR
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.runner.data import TokenizedData
 from ftui.runner.stages.base import BatchSource, DatasetBatches, GeneratedBatches, MicroLoss, Stage
 from ftui.stages import describe, descriptions

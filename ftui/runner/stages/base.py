@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ftui.config.run_config import RunConfig
+from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.data.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,

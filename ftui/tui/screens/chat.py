@@ -315,6 +315,8 @@ class ChatScreen(Screen):
         self.conversations[pane] = Conversation()
         self._status(_("{model} on {device} ({params} parameters)").format(
             model=reply["label"], device=reply["device"], params=f"{reply['params']:,}"))
+        if reply.get("note"):  # a GPU run loaded on a machine without one: said once
+            self.notify(reply["note"])
         if queued is not None and pane in self.workers_by_pane:
             self.ask(pane, self.workers_by_pane[pane], queued, shown=True)
 

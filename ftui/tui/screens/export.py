@@ -68,7 +68,8 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
            runs_root: Path | None) -> Text:
     """What the form's export needs and what stands in its way, as the form shows it (file
     reads: call it from a worker). The same checks ``prepare_export`` makes at Start."""
-    from ftui.config.run_config import ConfigError, load_config
+    from ftui.config.problems import ConfigError
+    from ftui.config.load import read_run_config
     from ftui.jobs.export import ExportError, export_needs, out_dir_problem, parse_shard_size, resources_problem, source_problem
     from ftui.rundir.paths import CONFIG_FILE
 
@@ -87,7 +88,7 @@ def assess(run_dir: Path, which: str | None, out: str, dtype: str, shard: str, g
     note(out_dir_problem(out_path, force, runs_root) if out_path else _(NO_OUT_DIR))
     text = Text()
     try:
-        cfg, _warnings = load_config(run_dir / CONFIG_FILE)
+        cfg = read_run_config(run_dir / CONFIG_FILE)  # its schema only: a GPU run exports on any machine
         needs = export_needs(run_dir, cfg, which, dtype, gguf)
     except (ExportError, ConfigError, OSError) as err:
         note(str(err))

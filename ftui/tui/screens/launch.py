@@ -39,7 +39,8 @@ from ftui.tui.screens.modals import AskPath, ShowText
 from ftui.tui.ui_thread import to_ui
 
 if TYPE_CHECKING:
-    from ftui.config.run_config import FieldProblem, RunConfig
+    from ftui.config.problems import FieldProblem
+    from ftui.config.schema import RunConfig
 
 METHODS = ("full", "lora", "qlora", "freeze")
 # Defaults of the form before the RunConfig model is loaded (it is imported after the first
@@ -265,6 +266,7 @@ class LaunchScreen(Screen):
         self._after_validation: Callable[[], None] | None = None
         self._ready = False
         self._recomposing = False  # the language switch is rebuilding the widgets
+        self._demo_model: str | None = None  # the demo's model while the form holds the demo (F2)
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
         # Why the dataset does not fit the stage (records.check_format: a ranking set for sft, a
         # plain one for dpo), from the preview worker, for the (dataset, dataset_dir, stage) it read
@@ -383,7 +385,7 @@ class LaunchScreen(Screen):
         self.revalidate()
 
     def _defaults(self) -> dict[str, Any]:
-        from ftui.rundir.paths import default_runs_root  # not ftui.config.run_config: its pydantic model is built after the first frame
+        from ftui.rundir.paths import default_runs_root  # not ftui.config.schema: its pydantic model is built after the first frame
 
         return FORM_DEFAULTS | {"output_dir": str(self.runs_root) if self.runs_root else default_runs_root()}
 
@@ -460,23 +462,21 @@ class LaunchScreen(Screen):
         (``dataset_problem``: the datasets' registry; ``fit_problem``: the records' format).
         ``recheck_datasets``: the registry is read again (the preview may not have read the
         latest dataset_info.json)."""
-        from ftui.config.run_config import FieldProblem, validate_config
+        from ftui.config.preflight import preflight
+        from ftui.config.problems import FieldProblem
         from ftui.plan.model_files import download_warning
-        from ftui.data.registry import dataset_path_problem
 
-        cfg, problems = validate_config(data)
-        rechecked = None
-        if recheck_datasets and cfg is not None:
-            dataset_problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage)
-            rechecked = (dataset_problem,)
-        if dataset_problem or fit_problem:
+        verdict = preflight(data)  # what ftui train checks, over one snapshot of the machine
+        cfg, problems = verdict.config, [_apart_if_not_found(p, data) for p in verdict.problems]
+        dataset_found = next((p.message for p in problems if p.field == "dataset"), None)
+        rechecked = (dataset_found,) if recheck_datasets else None
+        if cfg is None and dataset_found is None and (dataset_problem or fit_problem):  # the preview's findings, while other fields fail
             problems = [*problems, FieldProblem("dataset", values.get("dataset"), dataset_problem or fit_problem)]
-            cfg = None
         warning = download_warning(str(values.get("model_name_or_path", "")), values.get("model_init") == "random")
-        to_ui(self, self._show_validation, seq, values, cfg, problems, warning, rechecked)
+        to_ui(self, self._show_validation, seq, values, cfg, problems, warning, rechecked, verdict.warnings)
 
     def _show_validation(self, seq: int, values: dict[str, Any], cfg: "RunConfig | None", problems: list["FieldProblem"],
-                         warning: str | None, rechecked: tuple[str | None] | None) -> None:
+                         warning: str | None, rechecked: tuple[str | None] | None, notes: list[str] | None = None) -> None:
         if self._recomposing or seq != self._validation_seq:
             return  # a newer validation is on its way (or the widgets are being rebuilt)
         if rechecked is not None:
@@ -511,6 +511,7 @@ class LaunchScreen(Screen):
                 label.display = bool(msgs)
                 row.set_class(bool(msgs), "-invalid")
         self._show_model_warning(None if by_field.get("model_name_or_path") else warning)
+        self._show_field_warning("cutoff_len", None if by_field.get("cutoff_len") else "\n".join(notes or []) or None)
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
             if f.only_for or f.stages or key == "rdzv_endpoint":
@@ -533,7 +534,8 @@ class LaunchScreen(Screen):
         status = _("{n} problem(s) to fix").format(n=len(problems)) if problems else _("ready")
         if values.get("trust_remote_code"):
             status += " · " + _("trust_remote_code is ON: Python code from the model's repository will run")
-        from ftui.config.run_config import RunConfig, kept_without_effect
+        from ftui.config.schema import RunConfig
+        from ftui.config.problems import kept_without_effect
 
         ignored = kept_without_effect({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         if ignored:  # the full list is under Output and in the notification shown at load
@@ -546,16 +548,21 @@ class LaunchScreen(Screen):
     def _show_model_warning(self, warning: str | None) -> None:
         """A hub model this machine does not have: Start stays possible (the run downloads
         it), but with no network the run fails (within seconds), so say it here."""
-        if self._shown_errors.get("model-warning") == (warning or ""):
+        self._show_field_warning("model_name_or_path", warning)
+
+    def _show_field_warning(self, key: str, warning: str | None) -> None:
+        """A warning under a field's row (Start stays possible), e.g. a RoPE model's cutoff_len
+        past its positions."""
+        if self._shown_errors.get(f"warning-{key}") == (warning or ""):
             return
-        self._shown_errors["model-warning"] = warning or ""
-        found = self.query("#w-model_name_or_path")
+        self._shown_errors[f"warning-{key}"] = warning or ""
+        found = self.query(f"#w-{key}")
         if found:
             label = found.first(Label)
             label.update(Text(warning or ""))
         elif warning:
-            row = self.query_one("#row-model_name_or_path")
-            label = Label(Text(warning), id="w-model_name_or_path", classes="field-warning")
+            row = self.query_one(f"#row-{key}")
+            label = Label(Text(warning), id=f"w-{key}", classes="field-warning")
             row.parent.mount(label, after=row)
         else:
             return
@@ -582,11 +589,25 @@ class LaunchScreen(Screen):
         wid = getattr(event, "control", None) and event.control.id or ""
         if wid == "f-model_name_or_path":
             self.detect_model(event.control.value)
+            self._model_changed_after_demo(event.control.value)
         elif wid == "f-gpus":
             self._gpus_changed(event.control.value)
         elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
+            self._stale_dataset_verdict()
             self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
                                  self.query_one("#f-stage", Select).value)
+
+    def _stale_dataset_verdict(self) -> None:
+        """The datasets changed: the error under the field judged the files named before (the
+        preflight reads them, which takes a moment), so it goes until the new verdict, and a
+        verdict still on its way about the old names is not shown."""
+        self._validation_seq += 1  # (request_validation above asks for the new one)
+        if not self._shown_errors.get("dataset"):
+            return
+        self._shown_errors["dataset"] = ""
+        for label in self.query("#e-dataset").results(Label):
+            label.display = False
+        self.query_one("#row-dataset").set_class(False, "-invalid")
 
     # --- workers: file reads and NVML off the UI thread
     @work(thread=True, exclusive=True, group="family")
@@ -720,7 +741,7 @@ class LaunchScreen(Screen):
     def _gpus_changed(self, value: str, always: bool = False) -> None:
         """GPUs picked (or unpicked): count and check those once the value reads as a list
         (not while "1," is being typed); ``always``: else those the environment leaves."""
-        from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config.run_config: its model is built in a worker
+        from ftui.machine.gpu_picks import GPU_LIST, gpus_as_text  # not ftui.config.schema: its model is built in a worker
 
         picked = gpus_as_text(value)
         valid = picked is None or GPU_LIST.fullmatch(picked) is not None
@@ -777,7 +798,7 @@ class LaunchScreen(Screen):
     @work(thread=True, exclusive=True, group="demo")
     def read_demo(self) -> None:
         """The demo preset, validated off the UI thread (its checks stat the shipped files)."""
-        from ftui.config.run_config import demo_config
+        from ftui.config.load import demo_config
 
         to_ui(self, self._fill_demo, demo_config().to_dict(False))
 
@@ -790,7 +811,24 @@ class LaunchScreen(Screen):
             self._initial = demo
             return
         self.fill(config_to_form(demo))
+        self._demo_model = str(demo.get("model_name_or_path"))  # its random weights and run name go with it
         self.notify(_("demo preset loaded: F5 starts it"))
+
+    def _model_changed_after_demo(self, model: str) -> None:
+        """After F2 (the demo), a model typed in its place must not keep the demo's random
+        weights (model_init: random) and its run name silently: they are reset, and said."""
+        if self._demo_model is None or model.strip() == self._demo_model:
+            return
+        self._demo_model = None
+        reset = {}
+        if self.values().get("model_init") == "random":
+            reset["model_init"] = "pretrained"
+        if self.values().get("run_name") == "demo":
+            reset["run_name"] = None
+        if reset:
+            self.fill(reset)
+            self.notify(_("the model changed: the demo's {keys} were reset (model_init pretrained: the model's own weights; "
+                          "run name derived from the model)").format(keys=", ".join(reset)))
 
     def action_load(self) -> None:
         def chosen(path: str | None) -> None:
@@ -814,6 +852,7 @@ class LaunchScreen(Screen):
 
     def _apply_loaded(self, path: str, data: dict[str, Any]) -> None:
         self.yaml_path = path  # F6 offers `ftui train` on it while the form still matches it
+        self._demo_model = None
         if not self._ready:
             self._initial = data  # filled over the defaults once the form is complete
             return
@@ -844,7 +883,8 @@ class LaunchScreen(Screen):
     def _show_kept_keys(self) -> str | None:
         """Lists the loaded keys ftui does not support under Output (wrapped, it stays after the
         notification); returns that warning."""
-        from ftui.config.run_config import RunConfig, unsupported_warning
+        from ftui.config.schema import RunConfig
+        from ftui.config.problems import unsupported_warning
 
         warning = unsupported_warning({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))
@@ -859,7 +899,7 @@ class LaunchScreen(Screen):
 
     @work(thread=True, group="io")
     def save_yaml(self, path: str, data: dict[str, Any]) -> None:
-        from ftui.config.run_config import RunConfig
+        from ftui.config.schema import RunConfig
 
         try:
             cfg = RunConfig.model_validate(data) if not self.problems else None
@@ -886,7 +926,8 @@ class LaunchScreen(Screen):
     def show_command(self, cfg: "RunConfig", yaml_path: str | None) -> None:
         """`ftui train FILE` when FILE (last saved or loaded) holds what the form shows, else
         how to get there; the launch command beneath, for reference (it reads the file)."""
-        from ftui.config.run_config import ConfigError, load_config
+        from ftui.config.problems import ConfigError
+        from ftui.config.load import load_config
 
         saved = False
         if yaml_path is not None:
@@ -940,6 +981,22 @@ class LaunchScreen(Screen):
 
 PREVIEW_ERROR_CHARS = 600
 PREVIEW_RECORDS = 32  # records the first-example render encodes (pt packs several documents into a block)
+
+
+def _apart_if_not_found(problem: "FieldProblem", data: dict[str, Any]) -> "FieldProblem":
+    """A dataset name found neither in the registry nor as a file is said by the preview in its
+    own place, as the form always did (a 100 KB paste is shortened there): Start stays off, and
+    the problem is listed under the form, not under the field, which keeps the registry's
+    and the records' problems."""
+    from ftui.config.problems import FieldProblem
+    from ftui.data.registry import dataset_path_problem
+
+    if problem.field not in ("dataset", "eval_dataset") or not isinstance(problem.value, str):
+        return problem
+    where = (str(data.get("dataset_dir") or "data"), data.get("stage") if isinstance(data.get("stage"), str) else None)
+    if dataset_path_problem(problem.value, *where) is None and dataset_path_problem(problem.value, *where, unresolved=True) == problem.message:
+        return FieldProblem(_("{key} (not found)").format(key=problem.field), problem.value, problem.message)
+    return problem
 
 
 def _shorten(text: str, n: int) -> str:
