@@ -166,7 +166,7 @@ def test_reading_a_too_deep_dataset_is_a_data_format_error(tmp_path):
 
 def test_the_forms_preview_of_a_too_deep_dataset_says_why(tmp_path):
     """The launch form's preview worker: before, RecursionError escaped it (and took the app down)."""
-    from ftui.tui.screens.launch import records_preview
+    from ftui.tui.screens.launch_preview import records_preview
 
     deep_dataset(tmp_path)
     text, _fit = records_preview("deep", str(tmp_path))

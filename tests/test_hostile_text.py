@@ -305,7 +305,7 @@ def test_data_show_prints_hostile_examples_literally():
 
 def test_records_preview_shows_hostile_records_literally(tmp_path):
     """The launch form's Data preview and Evaluate & Predict's (the same function)."""
-    from ftui.tui.screens.launch import records_preview
+    from ftui.tui.screens.launch_preview import records_preview
 
     shown = ""
     for first in range(0, len(HOSTILE), 3):  # the preview shows a dataset's first three records

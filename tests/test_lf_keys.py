@@ -49,7 +49,7 @@ def test_a_refused_key_at_llamafactorys_default_asks_for_nothing_and_passes(key,
 
 def test_neat_packing_is_ftuis_packing_for_sft_and_refused_by_name_for_other_stages():
     from ftui.config.load import parse_config
-    from ftui.tui.screens.launch import config_to_form
+    from ftui.tui.screens.launch_fields import config_to_form
 
     cfg, warnings = parse_config(DEMO | {"neat_packing": True})
     assert (cfg.packing, cfg.neat_packing, warnings) == (True, True, [])

@@ -11,7 +11,7 @@ from ftui.plan.model_shape import ModelShape
 from ftui.plan.planner import estimate
 from ftui.config.problems import ConfigError
 from ftui.config.load import parse_config
-from ftui.tui.screens.launch import config_to_form, form_to_config
+from ftui.tui.screens.launch_fields import config_to_form, form_to_config
 from tests.conftest import steps_of, tiny_config, train_sync
 from tests.test_plan import LLAMA2_7B, P7, close
 

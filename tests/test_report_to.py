@@ -145,7 +145,7 @@ def test_wandb_offline_writes_the_run_with_its_history(mirrored_run):
 
 def test_the_launch_form_keeps_report_to():
     """A YAML's report_to (a list too) fills the form's field and comes back out of it."""
-    from ftui.tui.screens.launch import config_to_form, form_to_config
+    from ftui.tui.screens.launch_fields import config_to_form, form_to_config
 
     values = config_to_form({"report_to": ["tensorboard", "wandb"], "finetuning_type": "lora"})
     assert values["report_to"] == "tensorboard,wandb"

@@ -75,7 +75,7 @@ def test_the_stages_options_are_runconfigs_fields_as_they_are():
 
 
 def test_the_form_lists_each_option_once_for_the_stages_that_have_it():
-    from ftui.tui.screens.launch import FIELDS, FORM_DEFAULTS, option_labels
+    from ftui.tui.screens.launch_fields import FIELDS, FORM_DEFAULTS, option_labels
 
     assert FIELDS["pref_beta"].stages == ("dpo", "kto") and FIELDS["pref_loss"].stages == ("dpo",)
     assert FIELDS["kto_chosen_weight"].stages == ("kto",)
@@ -170,7 +170,7 @@ def test_a_new_stage_is_one_description_module_and_one_runner_module(toy_stage, 
     from ftui.config.preflight import validate_config
     from ftui.jobs.launch import prepare_run
     from ftui.rundir.event_reader import read_all
-    from ftui.tui.screens.launch import FIELDS, option_labels, stage_option_fields
+    from ftui.tui.screens.launch_fields import FIELDS, option_labels, stage_option_fields
 
     described, implemented = toy_stage
     assert stage_names() == BUILT_IN + ("toy",)
@@ -192,7 +192,7 @@ def test_a_new_stage_is_one_description_module_and_one_runner_module(toy_stage, 
     probe = ("import ftui.stages\n"
              f"ftui.stages.__path__.append({str(described)!r})\n"
              "ftui.stages.refresh()\n"
-             "from ftui.tui.screens.launch import FIELDS, FORM_DEFAULTS, form_to_config\n"
+             "from ftui.tui.screens.launch_fields import FIELDS, FORM_DEFAULTS, form_to_config\n"
              "print(FIELDS['toy_weight'].stages, FORM_DEFAULTS['toy_weight'], [v for _l, v in FIELDS['stage'].options][-1],\n"
              "      form_to_config({'stage': 'toy', 'toy_weight': '0.25'})['toy_weight'],\n"
              "      'toy_weight' in form_to_config({'stage': 'sft', 'toy_weight': '0.25'}))\n")

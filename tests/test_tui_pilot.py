@@ -376,7 +376,7 @@ async def test_a_preference_run_plots_its_figures_beside_the_loss_and_f_cycles_t
 
 async def test_form_defaults_equal_runconfig_defaults():
     from ftui.config.schema import config_defaults
-    from ftui.tui.screens.launch import FORM_DEFAULTS
+    from ftui.tui.screens.launch_fields import FORM_DEFAULTS
 
     defaults = config_defaults()
     assert {k: defaults[k] for k in FORM_DEFAULTS if k in defaults} == {k: v for k, v in FORM_DEFAULTS.items() if k in defaults}
@@ -1053,7 +1053,7 @@ async def test_preference_fields_show_and_reach_the_config_only_for_their_stage(
     pref_loss is offered with a few words on what it is."""
     from ftui.config.schema import RunConfig
     from ftui.presets.choices import PREF_LOSSES
-    from ftui.tui.screens.launch import FIELDS
+    from ftui.tui.screens.launch_fields import FIELDS
 
     all_rows = set().union(*PREFERENCE_ROWS.values())
     assert [v for _, v in FIELDS["pref_loss"].options] == list(PREF_LOSSES)

@@ -52,7 +52,7 @@ def test_any_yaml_text_loads_or_raises_config_error(tmp_path_factory, text):
                        st.text(max_size=12), max_size=6))
 def test_any_form_values_validate_or_give_messages(values):
     """What the launch form sends: every field as typed text."""
-    from ftui.tui.screens.launch import FORM_DEFAULTS, config_to_form, form_to_config
+    from ftui.tui.screens.launch_fields import FORM_DEFAULTS, config_to_form, form_to_config
 
     form = config_to_form(dict(FORM_DEFAULTS, model_name_or_path="org/m", dataset="x"))
     form.update(values)

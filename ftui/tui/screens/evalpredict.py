@@ -237,7 +237,7 @@ class EvalPredictScreen(JobScreen):
 
     @work(thread=True, exclusive=True, group="preview")
     def preview(self, dataset: str, dataset_dir: str) -> None:
-        from ftui.tui.screens.launch import records_preview
+        from ftui.tui.screens.launch_preview import records_preview
 
         text, _fit = records_preview(dataset, dataset_dir, self.stage)
         if not get_current_worker().is_cancelled:
