@@ -205,7 +205,7 @@ async def test_switch_on_the_runs_screen_keeps_selection_and_marks():
 async def test_switch_in_chat_keeps_the_conversation_and_the_model(tmp_path):
     from textual.widgets import Input
 
-    from ftui.tui.screens.chat import ChatPane
+    from ftui.tui.screens.chat_pane import ChatPane
 
     workers: list = []
     app = ChatApp(fake_run(tmp_path), workers)
