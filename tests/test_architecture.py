@@ -18,15 +18,6 @@ TOP_LEVEL_FILES = {"__init__.py", "i18n.py"}
 TOP_LEVEL_DATA = {"locale", "__pycache__"}  # the interface's catalogs (not code), Python's bytecode
 MAX_LINES = 500
 
-# Imports that close a circle today and that other changes of issue 40 remove (the merger empties
-# this list): the test drops them before it looks for circles, and fails once one is gone.
-KNOWN_CIRCLE_IMPORTS = {
-}
-# Modules over MAX_LINES that other changes of issue 40 are splitting now (the merger empties
-# this list); an entry that has come under the limit fails, so the list cannot go stale.
-LONG_MODULES = {
-}
-
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
@@ -88,10 +79,6 @@ def circles(graph: grimp.ImportGraph) -> list[list[str]]:
 
 
 def test_no_module_of_ftui_imports_itself_in_a_circle(graph):
-    stale = [pair for pair in sorted(KNOWN_CIRCLE_IMPORTS) if not graph.direct_import_exists(importer=pair[0], imported=pair[1])]
-    assert not stale, f"these imports are gone: take them off KNOWN_CIRCLE_IMPORTS: {stale}"
-    for importer, imported in KNOWN_CIRCLE_IMPORTS:
-        graph.remove_import(importer=importer, imported=imported)
     found = circles(graph)
     assert not found, "import circles (each module imports the next, the last the first):\n" + "\n".join(
         " -> ".join(circle) for circle in found)
@@ -122,8 +109,5 @@ def test_the_top_level_holds_packages_only():
 def test_modules_stay_short():
     lengths = {p.relative_to(PACKAGE.parent).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
                for p in PACKAGE.rglob("*.py")}
-    assert LONG_MODULES <= set(lengths), f"no such modules: {sorted(LONG_MODULES - set(lengths))}"
-    long = {name: n for name, n in sorted(lengths.items()) if n > MAX_LINES and name not in LONG_MODULES}
+    long = {name: n for name, n in sorted(lengths.items()) if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split each along the jobs it mixes): {long}"
-    split = sorted(name for name in LONG_MODULES if lengths[name] <= MAX_LINES)
-    assert not split, f"these are {MAX_LINES} lines or fewer now: take them off LONG_MODULES: {split}"
