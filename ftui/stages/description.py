@@ -1,7 +1,7 @@
 """What a training stage is, said once and without torch: the type every module of
 ``ftui.stages`` fills in (one module per stage, its ``DESCRIPTION``).
 
-The app side reads it: the config's rules (``ftui.config.run_config.stage_problems``), the
+The app side reads it: the config's rules (``ftui.config.rules.stage_problems``), the
 launch form's stage fields, the data checks (which records the stage reads), the planner's
 terms, the eval and export jobs and the dashboard's figures. The runner implements it: the
 module of the same name in ``ftui/runner/stages/`` (or the one ``runner`` names).
