@@ -100,7 +100,7 @@ def test_what_the_app_reads_from_the_descriptions():
 def test_the_descriptions_load_without_pydantic_or_torch():
     """The launch form draws the stages before its first frame, which builds no pydantic model."""
     probe = ("import sys\nfrom ftui.stages import descriptions\nd = descriptions()\n"
-             "print(len(d), sorted(m for m in ('pydantic', 'torch', 'ftui.config.run_config') if m in sys.modules))")
+             "print(len(d), sorted(m for m in ('pydantic', 'torch', 'ftui.config.schema') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
     assert out == ["5", "[]\n"], out
 
