@@ -66,7 +66,7 @@ def cmd_offline_job(args: argparse.Namespace, follow: Callable[..., tuple[Any, b
         except ConfigError as e:
             err.print(error_line(str(e)))
             return EXIT_USAGE
-    generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size") if hasattr(args, k)} if kind == "predict" else {}
+    generation = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p", "batch_size", "infer_backend") if hasattr(args, k)} if kind == "predict" else {}
     if not sampling_ok(generation.get("temperature", 0), generation.get("top_p", 1)):
         err.print(escape(_("ftui {command}: --temperature must be 0 or more and --top-p in (0, 1]").format(command=kind)))
         return EXIT_USAGE

@@ -13,13 +13,15 @@ from rich.console import Console
 from ftui.cli.console import error_line
 from ftui.cli.options import parse_set
 from ftui.i18n import _
+from ftui.jobs.offline import INFER_BACKENDS
 from ftui.rundir.paths import default_runs_root
 from ftui.safety.bounded_input import load_yaml, short_repr
 
 
 # LLaMA-Factory's predict keys, read by llamafactory_predict_args instead of the training config
 LF_PREDICT_KEYS = ("do_train", "do_predict", "do_eval", "predict_with_generate", "adapter_name_or_path", "eval_dataset",
-                   "per_device_eval_batch_size", "max_new_tokens", "temperature", "top_p", "do_sample", "output_dir")
+                   "per_device_eval_batch_size", "max_new_tokens", "temperature", "top_p", "do_sample", "output_dir",
+                   "infer_backend")
 
 
 def llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argparse.Namespace | bool | None:
@@ -46,6 +48,12 @@ def llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpars
     if isinstance(adapter, str) and "," in adapter:
         err.print(error_line(_("adapter_name_or_path names several adapters; ftui predicts with one (merge the others first)")))
         return False
+    infer_backend = data.get("infer_backend")
+    if infer_backend is not None and infer_backend not in INFER_BACKENDS:
+        err.print(error_line(_("infer_backend {name} is not available: ftui predicts with {names} only (transformers); "
+                               "remove the key or set infer_backend: huggingface").format(
+            name=short_repr(infer_backend), names=", ".join(INFER_BACKENDS))))
+        return False
     dataset = data.get("eval_dataset") or data.get("dataset")
     if not dataset or not data.get("model_name_or_path"):
         err.print(error_line(_("a predict YAML needs model_name_or_path and eval_dataset")))
@@ -66,7 +74,8 @@ def llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpars
         dataset_dir=data.get("dataset_dir"), max_samples=max_samples, nproc_per_node=1, device="auto", cutoff_len=None,
         detach=args.detach, root=str(data.get("output_dir") or default_runs_root()),
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-        batch_size=batch_size, model_data=model_data, model_source=str(args.config))
+        batch_size=batch_size, model_data=model_data, model_source=str(args.config),
+        **({"infer_backend": infer_backend} if infer_backend is not None else {}))
 
 
 def _number(data: dict[str, Any], key: str, default: Any, kind: type) -> Any:

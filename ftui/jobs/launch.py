@@ -17,8 +17,7 @@ node's supervisor keeps its own records in ``RUN/nodes/node-K`` (``ftui.rundir.p
 
 from __future__ import annotations
 
-import functools
-import importlib.util
+import importlib.util  # noqa: F401  (tests patch find_spec through it)
 import os
 import re
 import shlex
@@ -33,6 +32,8 @@ import psutil
 
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
+from ftui.jobs.launchers import launcher_for
+from ftui.jobs.launchers.torchrun import torchrun_has_shutdown_timeout  # noqa: F401  (kept importable from here)
 from ftui.jobs.torch_env import torch_process_env
 from ftui.rundir.paths import LAUNCH_FILE, node_dir
 from ftui.rundir.run_dir import RunBusy, RunDir  # noqa: F401  (RunBusy: callers catch it from here)
@@ -48,44 +49,11 @@ SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", 
 
 def launch_command(cfg: RunConfig, run_dir: Path, python: str | None = None, resume: Path | None = None,
                    job: str = "train") -> list[str]:
-    """The exact command that starts the ranks on this node.
-
-    One node: ftui's own launcher (``ftui.jobs.spawn``), which opens no port: the ranks
-    meet through a file in the 0700 run directory and talk over loopback only. torchrun's
-    single-node rendezvous would listen on every interface and hold pickles another user
-    could replace (code execution as you).
-
-    Several nodes meet by torchrun's static rendezvous at ``rdzv_endpoint`` (node 0's
-    address; its store stores no pickles): global ranks follow ``node_rank``, so rank 0,
-    which writes the events and final/, is on node 0. DeepSpeed runs under either launcher
-    (it reads the same environment), so no hostfile or ssh between nodes is needed. Both
-    give the ranks ``stop_timeout`` seconds to finish the step and save a checkpoint after
-    a Stop."""
-    py = python or sys.executable
+    """The exact command that starts the ranks on this node: the launcher that
+    ``ftui.jobs.launchers.launcher_for`` picks (``local``: ``ftui.jobs.spawn``, one node, no
+    port opened; ``torchrun``: static rendezvous over several nodes; why, in their modules)."""
     tail = [job, str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
-    if cfg.nnodes == 1:
-        return [py, "-m", "ftui.jobs.spawn", f"--nproc-per-node={cfg.nproc_per_node}", f"--stop-timeout={cfg.stop_timeout}", *tail]
-    host, _sep, port = cfg.rdzv_endpoint.rpartition(":")
-    return [py, "-m", "torch.distributed.run", f"--nproc-per-node={cfg.nproc_per_node}", f"--nnodes={cfg.nnodes}",
-            f"--node-rank={cfg.node_rank}", f"--master-addr={host.strip('[]')}", f"--master-port={port}",
-            "--max-restarts=0", *([f"--shutdown-timeout={cfg.stop_timeout}"] if torchrun_has_shutdown_timeout() else []),
-            "-m", "ftui.runner", *tail]
-
-
-@functools.lru_cache(maxsize=1)
-def torchrun_has_shutdown_timeout() -> bool:
-    """Whether the installed torchrun takes ``--shutdown-timeout`` (torch 2.12 and later; an
-    older torchrun rejects the whole command). Read from its source file, not by importing
-    torch: this side of ftui never imports torch. Without it torchrun gives the ranks its
-    built-in 30 s after a Stop."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    run_py = Path(list(spec.submodule_search_locations)[0]) / "distributed" / "run.py"
-    try:
-        return "--shutdown-timeout" in run_py.read_text(errors="replace")
-    except OSError:
-        return False
+    return launcher_for(cfg).command(cfg, run_dir, python or sys.executable, tail)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -173,21 +141,8 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
 
 
 def other_node_commands(cfg: RunConfig, run_dir: Path, resume: Path | None = None) -> list[str]:
-    """What to run on each other node of a multi-node job: join this run directory (by its
-    full path, which the nodes share) with the node's rank, from the same checkpoint when
-    resuming, so that every node starts from the same step."""
-    out = []
-    run_dir = run_dir.resolve()
-    for rank in range(cfg.nnodes):
-        if rank == cfg.node_rank:
-            continue
-        if resume is None:
-            out.append(f"ftui train {shlex.quote(str(run_dir / CONFIG_FILE))} --node-rank {rank}")
-        else:
-            step = resume.name.removeprefix("step-")
-            which = step if step.isdigit() and resume.parent.parent == run_dir else str(resume)
-            out.append(f"ftui train --resume {shlex.quote(str(run_dir))} --checkpoint {shlex.quote(which)} --node-rank {rank}")
-    return out
+    """What to run on each other node of the job (its launcher's ``other_node_commands``)."""
+    return launcher_for(cfg).other_node_commands(cfg, run_dir, resume)
 
 
 def join_target(config_path: str | os.PathLike[str]) -> Path | None:

@@ -28,6 +28,9 @@ from ftui.data.registry import dataset_path_problem
 
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
 GENERATION_DEFAULTS = {"max_new_tokens": 512, "temperature": 0.95, "top_p": 0.7, "batch_size": 8}
+# The inference backends the runner has (ftui.runner.backends.BACKENDS, by name: this side imports
+# no torch), which a predict job's infer_backend is checked against before it starts
+INFER_BACKENDS = ("huggingface",)
 
 
 class JobError(ValueError):

@@ -14,7 +14,7 @@ view starts two). Requests (one JSON object per line on stdin):
 Replies (stdout): {"type": "ready"}, {"type": "loaded", ...}, {"type": "token", "id", "text"},
 {"type": "done", "id", "tokens", "seconds", "tokens_per_s", "stopped"}, {"type": "error", "id"?,
 "message"}. Errors are messages, never tracebacks on the app's screen (those go to stderr).
-Generation (``ftui.runner.generate``, the routine the predict job uses too) runs in a thread
+Generation (the backend of ``ftui.runner.backends``, the one the predict job uses too) runs in a thread
 with transformers' TextIteratorStreamer, so "stop" is read while tokens stream.
 """
 
@@ -230,7 +230,8 @@ class ChatModel:
     def generate(self, req: dict[str, Any], out: Out, stop: threading.Event) -> None:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
-        from ftui.runner.generate import CHAT_DEFAULTS, generate, sampling_kwargs
+        from ftui.runner.backends import backend
+        from ftui.runner.generate import CHAT_DEFAULTS, sampling_kwargs
 
         class StopOnRequest(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):  # noqa: D401 (transformers' signature)
@@ -244,6 +245,7 @@ class ChatModel:
             raise ChatError(_("messages must be a list of {role, content}"))
         ids = self.prompt_ids(messages, req.get("system"))
         sampling = sampling_kwargs(req, CHAT_DEFAULTS)
+        generate = backend()
 
         class CountingStreamer(TextIteratorStreamer):
             """Counts generated tokens (for tokens/s) as they pass to the text decoder."""

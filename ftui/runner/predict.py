@@ -7,8 +7,8 @@ config.yaml is the run's own config with the datasets to predict (so the run's t
 cutoff_len encode the prompts), its job.json names the model source and the generation
 settings. Each record's last answer is the label; everything before it is the prompt, encoded
 as LLaMA-Factory's unsupervised processor does (``encode_oneturn``; the prompt and the answer
-share ``cutoff_len``), and the model continues it (``ftui.runner.generate``, as the chat worker
-does): batches left-padded, with the KV cache, ending at EOS or the template's stop words.
+share ``cutoff_len``), and the model continues it (the backend of ``ftui.runner.backends`` that
+the job's ``infer_backend`` names, as the chat worker does): batches left-padded, with the KV cache, ending at EOS or the template's stop words.
 Several processes each take every N-th example; each writes its answers to a part file as it
 goes, so a stopped job keeps what it did; rank 0 then writes ``generated_predictions.jsonl``
 (``{"prompt", "predict", "label"}``, dataset order) and ``predict_results.json``
@@ -37,7 +37,8 @@ from ftui.runner.data import load_all
 from ftui.runner.distributed import process_group
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import Heartbeat, StopRequest
-from ftui.runner.generate import PREDICT_DEFAULTS, generate, sampling_kwargs
+from ftui.runner.backends import backend
+from ftui.runner.generate import PREDICT_DEFAULTS, sampling_kwargs
 from ftui.runner.job import run_job
 from ftui.runner.stages.preference import ComparisonEncoder
 
@@ -101,6 +102,7 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
             resume: Path | None = None) -> tuple[str, str]:
     spec = read_spec(job_dir)
     settings = spec.get("generation", {})
+    generate = backend(settings.get("infer_backend"))  # before the model loads: an unknown backend is said at once
     device = job_device(cfg, info)
     torch.manual_seed(cfg.seed)
     heartbeat = Heartbeat(job_dir, info.rank)

@@ -1,0 +1,38 @@
+"""Inference backends, keyed by LLaMA-Factory's ``infer_backend`` values: what generates the
+answers of the chat worker and of the predict job.
+
+A backend is a ``generate(loaded, prompts, sampling, *, streamer=None, stopping_criteria=None)``
+returning (answer, its token count) for each prompt (``huggingface.generate`` says what each
+argument is). A new backend (vllm, sglang) is one module here and one line in ``BACKENDS``, and
+its name in ``ftui.jobs.offline.INFER_BACKENDS``, the app's list that a predict YAML is checked
+against before a job starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ftui.i18n import _
+from ftui.runner.backends import huggingface
+
+Generate = Callable[..., list[tuple[str, int]]]
+
+DEFAULT_BACKEND = "huggingface"  # LLaMA-Factory's default infer_backend
+BACKENDS: dict[str, Generate] = {
+    "huggingface": huggingface.generate,
+}
+
+
+class UnknownBackend(ValueError):
+    """An ``infer_backend`` no module here implements."""
+
+
+def backend(name: str | None = None) -> Generate:
+    """The ``generate`` of backend ``name`` (None: LLaMA-Factory's default, huggingface);
+    UnknownBackend, naming it and the ones there are, for any other."""
+    key = DEFAULT_BACKEND if name is None else name
+    try:
+        return BACKENDS[key]
+    except (KeyError, TypeError):
+        raise UnknownBackend(_("infer_backend {name} is not available; ftui generates with: {names}").format(
+            name=repr(key), names=", ".join(sorted(BACKENDS)))) from None
