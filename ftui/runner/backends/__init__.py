@@ -10,7 +10,7 @@ against before a job starts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from ftui.i18n import _
 from ftui.runner.backends import huggingface
