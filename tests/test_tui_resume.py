@@ -5,33 +5,24 @@ key R on the runs screen and the palette, with the rules and refusals of ``ftui 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import tiny_config, train_sync
-from fixtures_runs import T0, fixed_sampler
-from ftui.jobs import launch
+from fixtures_runs import fixed_sampler
 from ftui.jobs.launch import prepare_run
-from ftui.rundir.events import make_event
 from ftui.rundir.paths import DEMO_DATASET_FILE
 from ftui.rundir.follower import summarize_run
 from ftui.tui.app import FtuiApp
 from ftui.tui.screens.dashboard import DashboardScreen
 from ftui.tui.screens.runs import RunsScreen
+from tests.test_ops import _ended
+from tests.test_resume_honest import started  # noqa: F401 (a fixture: launch.start_run replaced)
+from tests.test_tui_pilot import until
 
 RECORDS = json.loads(DEMO_DATASET_FILE.read_text())
-
-
-async def until(pilot, predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await pilot.pause(0.2)
-    raise AssertionError("condition not met in time")
 
 
 def make_app(tmp_path: Path, **kw) -> FtuiApp:
@@ -97,32 +88,8 @@ async def test_a_stopped_run_resumed_from_the_app_runs_to_completion_on_its_dash
 
 
 def _fake_run(tmp_path: Path, status: str, dataset: Path) -> Path:
-    """A run as prepare_run makes it, with checkpoint step-2 (as test_resume_honest makes them)."""
-    run = prepare_run(tiny_config(tmp_path, dataset=str(dataset), max_steps=4))
-    ckpt = run / "checkpoints" / "step-2"
-    ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text(json.dumps({
-        "format": 1, "step": 2, "engine": "single", "world_size": 1, "micro_batch_size": 4,
-        "accumulation": 1, "max_steps": 4, "files": {}}))
-    (run / "events.jsonl").write_text(json.dumps(make_event("run_end", t=T0, status=status, reason=status)) + "\n")
-    return run
-
-
-@pytest.fixture
-def started(monkeypatch):
-    """launch.start_run replaced: what an accepted resume would start (nothing runs)."""
-    import os
-
-    calls: list[dict] = []
-
-    def fake_start(run_dir, cfg, extra_env=None, resume=None, lock=None, job="train"):
-        if lock is not None:
-            os.close(lock)
-        calls.append({"run": run_dir, "cfg": cfg, "resume": resume})
-        return {"command_line": "", "pid": 0}
-
-    monkeypatch.setattr(launch, "start_run", fake_start)
-    return calls
+    """A run as prepare_run makes it, ended with ``status`` and checkpoint step-2 (test_ops' _ended)."""
+    return _ended(prepare_run(tiny_config(tmp_path, dataset=str(dataset), max_steps=4)), status)
 
 
 async def test_a_resume_with_changed_data_asks_first_naming_the_change_and_refusals_keep_the_app(tmp_path, started):

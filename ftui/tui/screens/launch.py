@@ -325,6 +325,27 @@ class LaunchScreen(LaunchChecks, LaunchHints, LaunchFiles, Screen):
         self.app.call_from_thread(self.app.open_dashboard, run_dir)
         to_ui(self, self.revalidate)
 
+    # Message handlers stay on the Screen itself: Textual registers @on handlers of a Screen's own
+    # class body (a plain mixin's would be ignored).
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Switch.Changed)
+    @on(RadioSet.Changed)
+    def _changed(self, event) -> None:
+        if self._loading or not self._ready:
+            return
+        self.request_validation()
+        wid = getattr(event, "control", None) and event.control.id or ""
+        if wid == "f-model_name_or_path":
+            self.detect_model(event.control.value)
+            self._model_changed_after_demo(event.control.value)
+        elif wid == "f-gpus":
+            self._gpus_changed(event.control.value)
+        elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
+            self._stale_dataset_verdict()
+            self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
+                                 self.query_one("#f-stage", Select).value)
+
     @on(Button.Pressed)
     def _button(self, event: Button.Pressed) -> None:
         actions = {"start": self.action_start, "demo": self.action_demo, "load": self.action_load,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from rich.text import Text
-from textual import on, work
-from textual.widgets import Button, Input, Label, RadioSet, Select, Static, Switch
+from textual import work
+from textual.widgets import Button, Label, Static
 
 from ftui.i18n import _
 from ftui.presets.choices import engine_description
@@ -169,25 +169,6 @@ class LaunchChecks:
     def _validate_now(self) -> None:
         self._validation_pending = False
         self.revalidate()
-
-    @on(Input.Changed)
-    @on(Select.Changed)
-    @on(Switch.Changed)
-    @on(RadioSet.Changed)
-    def _changed(self, event) -> None:
-        if self._loading or not self._ready:
-            return
-        self.request_validation()
-        wid = getattr(event, "control", None) and event.control.id or ""
-        if wid == "f-model_name_or_path":
-            self.detect_model(event.control.value)
-            self._model_changed_after_demo(event.control.value)
-        elif wid == "f-gpus":
-            self._gpus_changed(event.control.value)
-        elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
-            self._stale_dataset_verdict()
-            self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
-                                 self.query_one("#f-stage", Select).value)
 
     def _stale_dataset_verdict(self) -> None:
         """The datasets changed: the error under the field judged the files named before (the
