@@ -90,7 +90,7 @@ def test_ftui_config_refuses_the_bomb_before_the_app_starts(tmp_path):
 
 
 def test_a_set_value_that_is_a_bomb_is_refused(capsys):
-    from ftui.cli.main import _parse_set
+    from ftui.cli.options import parse_set as _parse_set
 
     value = "[" + ", ".join(  # the anchors as one flow value
 line.split(": ", 1)[1] for line in BOMB.splitlines()[2:]) + "]"

@@ -197,7 +197,8 @@ def test_resume_from_checkpoint_becomes_ftui_resume_of_that_run_with_the_yamls_k
     --resume RUN --checkpoint step-N`, the YAML's keys that differ from the run's as --set."""
     import argparse
 
-    from ftui.cli.main import _as_resume_args, build_parser
+    from ftui.cli.parser import build_parser
+    from ftui.cli.train import _as_resume_args
     from ftui.config.load import demo_config
 
     run = tmp_path / "runs" / "demo-1"

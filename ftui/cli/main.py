@@ -26,11 +26,10 @@ import sys
 from ftui.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, error_line, safe_console
 from ftui.cli.data import cmd_data
 from ftui.cli.following import follow_job as _follow_job
-from ftui.cli.options import parse_set as _parse_set  # noqa: F401  (tests read --set through it here)
 from ftui.cli.parser import build_parser
 from ftui.cli.plan import cmd_plan
 from ftui.cli.presets import cmd_presets
-from ftui.cli.train import _as_resume_args, cmd_train  # noqa: F401  (_as_resume_args: LLaMA-Factory's resume, tested here)
+from ftui.cli.train import cmd_train
 from ftui.i18n import _
 
 # Each command is a module of its own under ftui/cli/ (train, jobs, chat, runs, app, plan,
