@@ -562,6 +562,7 @@ def fake_module(training=False):
 def test_what_the_kernel_cannot_compute_runs_sdpa_and_is_noted(kernel_calls, monkeypatch, kwargs, training, why):
     monkeypatch.setattr(A, "FALLBACKS", set())
     monkeypatch.setattr("transformers.integrations.sdpa_attention.sdpa_attention_forward", lambda *a, **k: ("sdpa", None))
+    monkeypatch.setattr(A, "per_example_sdpa", lambda *a: None)  # on the CPU SDPA would run per example (test_padding_free)
     g = torch.Generator().manual_seed(8)
     q, k = torch.randn(1, 4, 6, 8, generator=g), torch.randn(1, 2, 6, 8, generator=g)
     cu = torch.tensor([0, 6], dtype=torch.int32)

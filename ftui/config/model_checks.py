@@ -38,6 +38,7 @@ def model_checks(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProb
     out += cutoff_problems(cfg, model)
     out += multimodal_model_problems(cfg, model)
     out += attention_model_problems(cfg, model)
+    out += padding_free_model_problems(cfg, model)
     out += lora_target_problems(cfg, model)
     return out
 
@@ -240,6 +241,32 @@ def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
     why = _("the {stretched} positions of the model's config.json ({kind} rope_scaling, factor {factor} x {original})").format(
         stretched=stretched, kind=kind, factor=f"{factor:g}", original=original)
     return stretched, why, True
+
+
+def padding_free_model_problem(model: dict[str, Any]) -> str | None:
+    """Why this model's batches cannot be laid end to end (its config.json as a dict), None
+    when they can: each example must keep its own positions and attend to itself alone, which
+    the decoder-only text models with rotary positions of FA2_MODEL_TYPES do from the
+    restarting position ids and sequence lengths; a model with learned absolute positions or
+    whose layers take those arguments for themselves would mix the examples."""
+    model_type = model.get("model_type")
+    if model_type == "qwen2_moe" and model.get("use_sliding_window"):
+        return _("padding_free cannot keep this Qwen2-MoE model's sliding window apart per example (its layers do not pass it to "
+                 "the attention); set padding_free false")
+    if model_type in FA2_MODEL_TYPES:
+        return None
+    return _("padding_free lays examples end to end for decoder-only text models with rotary positions ({types}); this one is "
+             "{model_type}, whose examples would not stay apart; set padding_free false (or empty)").format(
+        types=", ".join(FA2_MODEL_TYPES), model_type=model_type or "?")
+
+
+def padding_free_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
+    """padding_free: true for a model whose examples would not stay apart in one row (a hub
+    model not here yet is checked when it loads, ftui.runner.batch_layout)."""
+    if not cfg.padding_free or model is None:
+        return []
+    reason = padding_free_model_problem(model)
+    return [FieldProblem("padding_free", True, reason)] if reason else []
 
 
 def attention_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:

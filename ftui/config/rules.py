@@ -202,6 +202,10 @@ def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.packing and stage.packing == PACKING_NEVER:
         out.append(FieldProblem("packing", True, _("stage {stage} compares whole answers, which packing would join; "
                                                    "set packing false (or empty)").format(stage=cfg.stage)))
+    if cfg.padding_free and not stage.padding_free:
+        out.append(FieldProblem("padding_free", True, _("stage {stage} reads each row as a whole (a pair of answers or a value per "
+                                                        "row), so its rows cannot be laid end to end; set padding_free false (or "
+                                                        "empty)").format(stage=cfg.stage)))
     if stage.answers_only:
         for key in ("train_on_prompt", "mask_history"):
             if getattr(cfg, key):

@@ -97,6 +97,10 @@ class RunConfig(BaseModel):
     packing: bool | None = Field(None, description=N_("pack examples into full rows; empty: the stage's default (pt packs raw text into cutoff_len blocks, sft does not)"))
     neat_packing: bool = Field(False, description=N_("LLaMA-Factory's packing without attention between examples, which is what ftui's packing "
                                                      "does: the same as packing: true (stage sft only)"))
+    padding_free: bool | None = Field(None, description=N_("lay each micro batch's examples end to end in one row, each attending to itself "
+                                                           "alone: the same losses without computing padding; empty: on where that is exact "
+                                                           "and fast (stages sft and pt, decoder-only text models with rotary positions, on the "
+                                                           "CPU or with flash_attn fa2); false: padded rows"))
     max_samples: int | None = Field(None, ge=1)
     val_size: float = Field(0.0, ge=0.0, lt=1.0)
     # --- Training

@@ -35,6 +35,10 @@ import torch
 from ftui.i18n import _
 
 IMPLEMENTATION = "ftui_fa2"
+# SDPA over each example of a row alone, on the CPU (ftui.runner.batch_layout picks it for rows
+# that hold several examples: padding-free batches, packed rows): the block-diagonal mask's math
+# without computing the blocks it masks out
+SDPA_PER_EXAMPLE = "ftui_sdpa"
 FLASH_DTYPES = (torch.float16, torch.bfloat16)  # what FlashAttention-2 computes in
 # keyword arguments of an attention call that neither torch's varlen kernel nor transformers'
 # SDPA function computes (it refuses soft-capping and drops sinks)
@@ -45,14 +49,18 @@ FALLBACKS: set[str] = set()
 NO_WINDOW = "a sliding window (this torch's kernel has none)"
 
 
-def attn_implementation(flash_attn: str) -> str | None:
+def attn_implementation(flash_attn: str, per_example: bool = False) -> str | None:
     """transformers' attn_implementation for the config's ``flash_attn`` (LLaMA-Factory's values):
     auto names none, so transformers picks SDPA, or eager attention for a model whose attention
     SDPA cannot compute (Gemma 2's soft-capping: naming SDPA there fails the load); sdpa is
-    SDPA, disabled eager attention; fa3 is refused by validation."""
+    SDPA, disabled eager attention; fa3 is refused by validation. ``per_example`` (auto or
+    sdpa, for rows of several examples on the CPU): SDPA run over each example alone."""
     if flash_attn == "fa2":
         register()
         return IMPLEMENTATION
+    if per_example and flash_attn in ("auto", "sdpa"):
+        register()
+        return SDPA_PER_EXAMPLE
     return {"auto": None, "disabled": "eager"}.get(flash_attn, "sdpa")
 
 
@@ -64,6 +72,8 @@ def register() -> None:
 
     AttentionInterface.register(IMPLEMENTATION, varlen_attention)
     AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    AttentionInterface.register(SDPA_PER_EXAMPLE, sdpa_per_example_attention)
+    AttentionMaskInterface.register(SDPA_PER_EXAMPLE, sdpa_mask)
     _kernel()
 
 
@@ -148,6 +158,11 @@ def _kernel() -> Callable[..., torch.Tensor | None] | None:
     return _KERNEL[0]
 
 
+def loaded_label(implementation: str | None) -> str | None:
+    """The attention a model was loaded with, as run_start names it (transformers' names; ftui's own in words)."""
+    return "sdpa, each example alone" if implementation == SDPA_PER_EXAMPLE else implementation
+
+
 def describe() -> str:
     """What fa2 runs in this process, for run_start (``attention``)."""
     kernel = _kernel()
@@ -172,11 +187,66 @@ def note_model(config: Any) -> None:
         FALLBACKS.add(NO_WINDOW)
 
 
+def sdpa_per_example_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                               **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention function for ``ftui_sdpa``: SDPA over each sequence of the rows
+    alone where that is possible (``per_example_sdpa``), else transformers' SDPA function
+    with the block-diagonal mask the model built from the position ids: the same math."""
+    out = per_example_sdpa(module, query, key, value, dropout, scaling, kwargs)
+    if out is not None:
+        return out, None
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+def per_example_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float,
+                     scaling: float | None, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """Causal SDPA over each sequence the batch's cumulative lengths name (``cu_seq_lens_q``:
+    each example of a row, and a row's trailing padding), one call per sequence, output
+    (batch, length, heads, dim); None where the mask's path must run instead: no lengths, on
+    a GPU (the lengths would be read back from it in every layer), a KV cache, non-causal
+    attention, a position bias or soft-capping, or a sliding window narrower than a sequence.
+    Why: with a mask, SDPA computes every query against every key of the row and masks most
+    of them out; alone, each example costs its own length squared, and on the CPU without a
+    mask SDPA runs its flash kernel, which skips the causal upper triangle. Grouped K/V heads
+    are repeated first (transformers' repeat_kv order): SDPA's enable_gqa runs a slower
+    kernel on the CPU."""
+    cu = kwargs.get("cu_seq_lens_q")
+    batch, heads, length, dim = query.shape
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    window = kwargs.get("sliding_window")
+    if (cu is None or query.device.type != "cpu" or key.size(2) != length or value.size(-1) != dim or not causal
+            or kwargs.get("position_bias") is not None or any(kwargs.get(k) is not None for k in UNSUPPORTED_KWARGS)
+            or (window and int(kwargs.get("max_length_q") or length) > window)):
+        return None
+    group = heads // key.size(1)
+    if group > 1:
+        key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    bounds = cu.tolist()
+    lengths: list[list[int]] = [[] for _ in range(batch)]
+    for start, stop in zip(bounds, bounds[1:]):
+        lengths[start // length].append(stop - start)
+    p = dropout if module.training else 0.0
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    # unbind and split, not slices: their backward is one stack and one cat, where each slice's
+    # would be a zero-filled tensor of the whole row
+    rows = []
+    for q, k, v, n in zip(query.unbind(0), key.unbind(0), value.unbind(0), lengths):
+        parts = [sdpa(qs[None], ks[None], vs[None], dropout_p=p, is_causal=True, scale=scaling)[0]  # 4-D: the CPU's flash kernel
+                 for qs, ks, vs in zip(q.split(n, dim=1), k.split(n, dim=1), v.split(n, dim=1))]
+        rows.append(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])
+    return torch.stack(rows, dim=0).transpose(1, 2).contiguous()
+
+
 def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention function for ``ftui_fa2``: query (batch, heads, length, dim),
-    key and value (batch, kv heads, length, dim) in, (batch, length, heads, dim) out."""
+    key and value (batch, kv heads, length, dim) in, (batch, length, heads, dim) out. Where
+    the kernel cannot run on the CPU, SDPA runs each example alone (``per_example_sdpa``)."""
     cu = kwargs.get("cu_seq_lens_q")
     batch, heads, length, dim = query.shape
     dtype = query.dtype
@@ -208,7 +278,5 @@ def varlen_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if out is None:
         if why is not None and not torch.compiler.is_compiling():
             FALLBACKS.add(why)
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_per_example_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     return out.view(batch, length, heads, dim), None

@@ -225,16 +225,25 @@ def pack_examples(examples: list[Example], row_len: int) -> list[Example]:
         else:
             rows.append([ex])
             space.append(row_len - n)
-    packed = []
-    for row in rows:
-        ids, labels, pos = [], [], []
-        for ex in row:
-            ids += ex.input_ids
-            # The first token of each example must not be predicted from the previous one.
-            labels += [IGNORE] + ex.labels[1:]
-            pos += list(range(len(ex.input_ids)))
-        packed.append(Example(ids, labels, pos, real_tokens=len(ids)))
-    return packed
+    return [join_row(row) for row in rows]
+
+
+def join_row(examples: list[Example]) -> Example:
+    """Examples laid end to end in one row, each kept apart: its own position ids (restarting
+    at 0, or a packed row's own), and its first token not predicted from the previous
+    example's last (that label is IGNORE). The per-example math is unchanged: a token's
+    next-token target is the same as in the example's own row, and the attention that reads
+    the positions (a block-diagonal causal mask, or each example's own span) sees only its
+    example. What packing does to a row's examples, and padding-free batches to a micro
+    batch's rows."""
+    ids: list[int] = []
+    labels: list[int] = []
+    pos: list[int] = []
+    for ex in examples:
+        ids += ex.input_ids
+        labels += [IGNORE] + ex.labels[1:]
+        pos += ex.position_ids if ex.position_ids is not None else list(range(len(ex.input_ids)))
+    return Example(ids, labels, pos, real_tokens=len(ids))
 
 
 @dataclass
@@ -252,6 +261,10 @@ class Batch:
     cu_seqlens: torch.Tensor | None = None
     row_sequences: list[int] | None = None
     max_seqlen: int = 0
+    # where the loss is taken: the flat indices (into labels[:, 1:], row after row) of the
+    # positions with a next-token label, counted on the host so the output projection computes
+    # logits there alone without a device sync (ftui.runner.loss)
+    loss_positions: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> "Batch":
         nb = device.type == "cuda"
@@ -260,7 +273,8 @@ class Batch:
             return None if t is None else t.to(device, non_blocking=nb)
 
         return dataclasses.replace(self, input_ids=mv(self.input_ids), labels=mv(self.labels), attention_mask=mv(self.attention_mask),
-                                   position_ids=mv(self.position_ids), cu_seqlens=mv(self.cu_seqlens))
+                                   position_ids=mv(self.position_ids), cu_seqlens=mv(self.cu_seqlens),
+                                   loss_positions=mv(self.loss_positions))
 
     def model_inputs(self, rows: slice | None = None) -> dict[str, Any]:
         """The model's keyword arguments for all rows, or for the contiguous ``rows``; with the
@@ -297,24 +311,40 @@ def row_sequence_lengths(example: Example, width: int) -> list[int]:
 
 class Collator:
     """Pads a list of examples to the longest (rounded up to ``pad_to_multiple``); with
-    ``sequence_lengths`` (flash_attn fa2) the batch also carries its sequences' cumulative lengths."""
+    ``sequence_lengths`` (flash_attn fa2, or SDPA run per example) the batch also carries its
+    sequences' cumulative lengths.
 
-    def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False, sequence_lengths: bool = False):
+    ``padding_free``: the micro batch's examples (or packed rows) are laid end to end in one
+    row instead (``join_row``), with nothing to pad but up to ``pad_to_multiple``: the same
+    examples, positions and labels, the same counts, so the same losses, without computing
+    padding (TRL's padding-free batches, transformers' DataCollatorWithFlattening).
+    ``loss_positions``: the batch names the positions that carry loss (``Batch.loss_positions``)."""
+
+    def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False, sequence_lengths: bool = False,
+                 padding_free: bool = False, loss_positions: bool = False):
         self.pad_id = pad_id
         self.multiple = pad_to_multiple
         self.pin = pin_memory
         self.sequence_lengths = sequence_lengths
+        self.padding_free = padding_free
+        self.loss_positions = loss_positions
 
     def __call__(self, examples: list[Example]) -> Batch:
-        longest = max(len(e.input_ids) for e in examples)
-        width = -(-longest // self.multiple) * self.multiple
-        packed = examples[0].position_ids is not None
-        ids = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
-        mask = torch.zeros((len(examples), width), dtype=torch.long)
-        pos = torch.zeros((len(examples), width), dtype=torch.long)
         real = trainable = predicted = 0
-        for r, ex in enumerate(examples):
+        for ex in examples:  # counted on the examples as given: joining them changes no count
+            real += len(ex.input_ids)
+            labelled = sum(1 for x in ex.labels[1:] if x != IGNORE)
+            predicted += labelled
+            trainable += labelled + (ex.labels[0] != IGNORE if ex.labels else 0)
+        rows = [join_row(examples)] if self.padding_free else examples
+        longest = max(len(e.input_ids) for e in rows)
+        width = -(-longest // self.multiple) * self.multiple
+        packed = rows[0].position_ids is not None
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, ex in enumerate(rows):
             n = len(ex.input_ids)
             ids[r, :n] = torch.tensor(ex.input_ids)
             labels[r, :n] = torch.tensor(ex.labels)
@@ -323,25 +353,25 @@ class Collator:
             # Padding after a packed row is one more "example" of its own, so it is masked out.
             if packed and n < width:
                 pos[r, n:] = torch.arange(width - n)
-            real += n
-            labelled = sum(1 for x in ex.labels[1:] if x != IGNORE)
-            predicted += labelled
-            trainable += labelled + (ex.labels[0] != IGNORE if ex.labels else 0)
         tensors = [ids, labels, mask, pos]
-        cu, rows = None, None
+        cu, counts = None, None
         if self.sequence_lengths:
-            per_row = [row_sequence_lengths(ex, width) for ex in examples]
-            rows = [len(lengths) for lengths in per_row]
+            per_row = [row_sequence_lengths(ex, width) for ex in rows]
+            counts = [len(lengths) for lengths in per_row]
             longest_sequence = max(max(lengths) for lengths in per_row)  # FlashAttention sizes its grid by it
             cu = torch.tensor([0] + [length for lengths in per_row for length in lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
             tensors.append(cu)
+        if self.loss_positions:
+            tensors.append((labels[:, 1:].reshape(-1) != IGNORE).nonzero().squeeze(1))
         if self.pin:
             tensors = [t.pin_memory() for t in tensors]
         ids, labels, mask, pos = tensors[:4]
-        varlen = dict(cu_seqlens=tensors[4], row_sequences=rows, max_seqlen=longest_sequence) if cu is not None else {}
+        extra: dict[str, Any] = dict(cu_seqlens=tensors[4], row_sequences=counts, max_seqlen=longest_sequence) if cu is not None else {}
+        if self.loss_positions:
+            extra["loss_positions"] = tensors[-1]
         if packed:
-            return Batch(ids, labels, None, pos, real, trainable, predicted, **varlen)
-        return Batch(ids, labels, mask, None, real, trainable, predicted, **varlen)
+            return Batch(ids, labels, None, pos, real, trainable, predicted, **extra)
+        return Batch(ids, labels, mask, None, real, trainable, predicted, **extra)
 
 
 class EpochSampler:

@@ -303,6 +303,13 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.weight, self.bias)
     h = hidden[:, :-1].reshape(-1, hidden.size(-1))
     y = labels[:, 1:].reshape(-1)
+    positions = getattr(self, "_ftui_positions", None)
+    if positions is not None and positions.numel() and not getattr(self, "_ftui_logps", False):  # logps: summed per row, all positions
+        # logits only where a label is: a prompt's and padding's positions add nothing to the
+        # loss nor to any gradient (their rows of the softmax gradient are zero), so leaving
+        # them out changes the sum only by float rounding and saves their share of the
+        # projection's three products (the prompt is often half an SFT example)
+        h, y = h.index_select(0, positions), y.index_select(0, positions)
     dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
     with torch.autocast(hidden.device.type, enabled=False):
         if getattr(self, "_ftui_logps", False):
@@ -348,10 +355,12 @@ def install_chunked_loss(model: nn.Module, liger: bool = False) -> nn.Module | N
 
 
 def micro_batch_loss(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor,
-                     autocast: Any) -> torch.Tensor:
+                     autocast: Any, positions: torch.Tensor | None = None) -> torch.Tensor:
     """The summed token loss of one micro batch through ``model`` (the engine's wrapper).
-    ``head`` is the output projection when it computes the loss in chunks, else None."""
-    out = _forward(model, head, inputs, labels, autocast, logps=False)
+    ``head`` is the output projection when it computes the loss in chunks, else None;
+    ``positions`` (``Batch.loss_positions``) where the labels are, so that it computes logits
+    there alone."""
+    out = _forward(model, head, inputs, labels, autocast, logps=False, positions=positions)
     return token_loss_sum(out, labels) if head is None else out.float()
 
 
@@ -367,16 +376,16 @@ def micro_batch_logps(model: nn.Module, head: nn.Module | None, inputs: dict[str
 
 
 def _forward(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor, autocast: Any,
-             logps: bool) -> torch.Tensor:
+             logps: bool, positions: torch.Tensor | None = None) -> torch.Tensor:
     """The model's ``logits`` output: full logits without ``head``; with it, what the output
     projection computes from the labels (the loss sum, or each row's log-probability), the
     labels handed to it for this forward only (any other forward gets plain logits)."""
     if head is None:
         with autocast():
             return model(**inputs, use_cache=False).logits
-    head._ftui_labels, head._ftui_logps = labels, logps
+    head._ftui_labels, head._ftui_logps, head._ftui_positions = labels, logps, positions
     try:
         with autocast():
             return model(**inputs, use_cache=False).logits
     finally:
-        head._ftui_labels, head._ftui_logps = None, False
+        head._ftui_labels, head._ftui_logps, head._ftui_positions = None, False, None

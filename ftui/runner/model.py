@@ -84,10 +84,18 @@ def compute_dtype(cfg: RunConfig) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
 
 
-def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
+def model_config(cfg: RunConfig) -> dict[str, Any]:
+    """The model's config.json as a dict (what validation read; a hub model's from the hub cache)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_source(cfg.model_name_or_path), trust_remote_code=cfg.trust_remote_code).to_dict()
+
+
+def load_model(cfg: RunConfig, device: torch.device, attention: str | None = None) -> nn.Module:
     """The base model on ``device`` (not yet wrapped by an engine), with the attention kernel
     ``flash_attn`` names (``ftui.runner.attention``: transformers' choice for auto, SDPA where
-    the model has it).
+    the model has it), or ``attention`` where the run's batch layout picked one
+    (``ftui.runner.batch_layout``: SDPA per example).
 
     ``device`` is where the engine wants the weights before it wraps them: the GPU for
     single, DDP and ZeRO-0..2; the CPU for FSDP and ZeRO-3, which move only their shards to
@@ -97,7 +105,7 @@ def load_model(cfg: RunConfig, device: torch.device) -> nn.Module:
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
     common: dict[str, Any] = dict(trust_remote_code=cfg.trust_remote_code)
-    if (implementation := attn_implementation(cfg.flash_attn)) is not None:  # auto names none: a config.json's own choice stands
+    if (implementation := attention or attn_implementation(cfg.flash_attn)) is not None:  # auto names none: a config.json's own choice stands
         common["attn_implementation"] = implementation
     # validation could not read a hub model's config before it was here; at load, the model's class says whether it has SDPA
     checked = cfg.flash_attn in ("fa2", "sdpa")

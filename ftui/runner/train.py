@@ -26,6 +26,7 @@ from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR
 from ftui.runner import attention
+from ftui.runner.batch_layout import batch_layout
 from ftui.runner.checkpoint import load_checkpoint
 from ftui.runner.data import DataFormatError, run_sampler
 from ftui.runner.distributed import cpu_threads, process_group
@@ -35,7 +36,7 @@ from ftui.runner.job import run_job
 from ftui.runner.loop import Training, run_loop
 from ftui.runner.metrics import matmul_mode, peak_flops, set_matmul_precision
 from ftui.runner.model import (apply_method, apply_speedups, backward_span, chat_template_for, count_params,
-                               flops_per_token, grow_embeddings, load_model, load_tokenizer)
+                               flops_per_token, grow_embeddings, load_model, load_tokenizer, model_config)
 from ftui.runner.stages import make_stage
 from ftui.runner.weights import save_final, save_pissa_start, save_random_base
 
@@ -89,7 +90,9 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             # the random base this run started from, so a resumed adapter sits on the same weights
             cfg = cfg.model_copy(update={"model_name_or_path": str(base_dir), "model_init": "pretrained"})
         engine = make_engine(cfg, info, device)
-        model = load_model(cfg, engine.load_device())
+        layout = batch_layout(cfg, model_config(cfg), device.type)  # padded or padding-free rows, and the attention for them
+        stage.layout = layout
+        model = load_model(cfg, engine.load_device(), attention=layout.attn_implementation)
         if cfg.flash_attn == "fa2":
             attention.note_model(model.config)  # what will run SDPA, for the warning at the first step
         loaded_attention = getattr(model.config, "_attn_implementation", None)  # what auto became: sdpa or eager
@@ -158,7 +161,8 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
                 memory_peak_window="training: peaks are reset after the model is loaded and the engine is set up",
                 cpu_threads=torch.get_num_threads(),  # intra-op threads: what a slow CPU run is first asked about
                 load_peak=load_peak,
-                attention=attention.describe() if cfg.flash_attn == "fa2" else loaded_attention,
+                attention=attention.describe() if cfg.flash_attn == "fa2" else attention.loaded_label(loaded_attention),
+                padding_free=layout.padding_free, padding_free_why=layout.why,
                 **({"resumed_from_step": step, "resumed_from": str(resume)} if resume is not None else {}),
             )
 

@@ -100,6 +100,10 @@ class StageDescription:
     - ``data``: the kind of records it reads (one of DATA_KINDS).
     - ``packing``: PACKING_NEVER, PACKING_OFF or PACKING_ON (what unset means).
     - ``neat_packing``: LLaMA-Factory's neat_packing applies (it turns packing on), else it is refused.
+    - ``padding_free``: its rows are independent token sequences whose loss is a sum over
+      tokens, so a micro batch's rows can be laid end to end in one (the config's
+      padding_free); a stage that reads each row as a whole (a pair's answers, a value per
+      row) cannot.
     - ``answers_only``: it learns from the last answer only: train_on_prompt and mask_history are refused.
     - ``options``: its own config keys (the form's fields while it is chosen; the sub-model).
     - ``rules``: its own rules over a validated config, beyond each option's bounds.
@@ -122,6 +126,7 @@ class StageDescription:
     data: str
     packing: str = PACKING_OFF
     neat_packing: bool = False
+    padding_free: bool = False
     answers_only: bool = False
     options: tuple[StageOption, ...] = ()
     rules: Callable[[Any], list[Problem]] | None = None

@@ -10,6 +10,7 @@ DESCRIPTION = StageDescription(
     help=N_("pre-training: raw text, loss on every token"),
     data=RAW_TEXT,
     packing=PACKING_ON,
+    padding_free=True,
     perplexity=True,
     planner=PlannerTerms(running_text=True),  # one sequence of running text a row, as LLaMA-Factory's blocks
 )

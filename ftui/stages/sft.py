@@ -10,5 +10,6 @@ DESCRIPTION = StageDescription(
     data=CONVERSATIONS,
     packing=PACKING_OFF,  # packing: true packs examples kept apart (LLaMA-Factory's neat_packing)
     neat_packing=True,
+    padding_free=True,
     perplexity=True,
 )

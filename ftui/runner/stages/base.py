@@ -110,6 +110,7 @@ class Stage:
     implement ``encode``."""
 
     name = ""
+    layout: Any = None  # the run's BatchLayout (ftui.runner.batch_layout), set by the training job
 
     def __init__(self, cfg: RunConfig, tokenizer: Any):
         self.cfg = cfg
@@ -184,13 +185,17 @@ class Stage:
 
     @property
     def sequence_lengths(self) -> bool:
-        """Whether batches carry their sequences' lengths: the attention kernel (flash_attn fa2)
-        takes them instead of a mask (ftui.runner.attention)."""
-        return self.cfg.flash_attn == "fa2"
+        """Whether batches carry their sequences' lengths: the attention (flash_attn fa2's
+        kernel, SDPA per example) takes them instead of a mask (ftui.runner.attention)."""
+        return self.layout.sequence_lengths if self.layout is not None else self.cfg.flash_attn == "fa2"
+
+    @property
+    def padding_free(self) -> bool:
+        return bool(self.layout is not None and self.layout.padding_free)
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:
         return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
-                        sequence_lengths=self.sequence_lengths)
+                        sequence_lengths=self.sequence_lengths, padding_free=self.padding_free, loss_positions=True)
 
     # --- model and loss
     def keep_start(self, model: nn.Module) -> None:
@@ -212,7 +217,8 @@ class Stage:
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable[[], contextlib.AbstractContextManager]) -> MicroLoss:
         """Summed next-token cross-entropy over the batch's labelled tokens."""
-        return MicroLoss(micro_batch_loss(model, self.head, batch.model_inputs(), batch.labels, autocast))
+        return MicroLoss(micro_batch_loss(model, self.head, batch.model_inputs(), batch.labels, autocast,
+                                          positions=getattr(batch, "loss_positions", None)))
 
     # --- evaluation
     @torch.no_grad()
