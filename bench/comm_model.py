@@ -78,10 +78,19 @@ class Sizes:
     embed: int  # vocab x hidden: the input embedding (and the LM head, the same or another of this size)
     tied: bool
     hidden: int
+    layer_tensors: tuple[int, ...] = ()  # one layer's parameter tensors in the order backward finishes them
 
     @classmethod
     def of(cls, shape) -> "Sizes":
-        return cls(shape.params, shape.layer_params, shape.layers, shape.embed_params, shape.tied, shape.hidden)
+        lin = {name: a * b for name, (a, b) in shape.linear_shapes().items()}
+        tensors = (lin["down_proj"], lin["up_proj"], lin["gate_proj"], shape.hidden, lin["o_proj"], lin["v_proj"], lin["k_proj"],
+                   lin["q_proj"], shape.hidden)  # MLP, its norm, attention, its norm (no q/k/v biases in these shapes)
+        return cls(shape.params, shape.layer_params, shape.layers, shape.embed_params, shape.tied, shape.hidden, tensors)
+
+    def backward_order(self) -> list[int]:
+        """Every parameter tensor, in the order its gradient is complete: the LM head (untied), the
+        final norm, the layers from the top, the input embedding (tied: the LM head's too)."""
+        return ([] if self.tied else [self.embed]) + [self.hidden] + list(self.layer_tensors) * self.layers + [self.embed]
 
     @property
     def root(self) -> int:
@@ -157,6 +166,18 @@ def zero2(s: Sizes, bucket_elements: float = 5e8, dtype_bytes: float = 2) -> lis
     ]
 
 
+def bucket_flushes(tensors: list[int], bucket_elements: float) -> int:
+    """Reductions of ZeRO-3's gradient bucket: a tensor that would overflow the bucket sends what
+    it holds first (DeepSpeed's reduce_independent_p_g_buckets_and_remove_grads), so a tensor
+    larger than the bucket goes alone and small neighbours go together."""
+    flushes, held = 0, 0
+    for n in tensors:
+        if held and held + n > bucket_elements:
+            flushes, held = flushes + 1, 0
+        held += n
+    return flushes + (1 if held else 0)
+
+
 def zero3_kept_layers(s: Sizes, max_reuse_distance: float = 1e9, max_live: float = 1e9) -> int:
     """Decoder layers whose gathered parameters ZeRO-3 keeps from their forward to their backward:
     those reused within ``stage3_max_reuse_distance`` parameters (the j-th layer from the top is
@@ -181,7 +202,8 @@ def zero3(s: Sizes, dtype_bytes: float = 2, reduce_bucket_elements: float | None
     b = dtype_bytes
     L, layer = s.layers, s.layer
     kept = zero3_kept_layers(s)
-    buckets = max(1, math.ceil(s.params / (reduce_bucket_elements or s.hidden**2)))
+    bucket = reduce_bucket_elements or s.hidden**2
+    buckets = bucket_flushes(s.backward_order(), bucket) if s.layer_tensors else max(1, math.ceil(s.params / bucket))
     return [
         Collective("input embedding", ALL_GATHER, s.embed * b, 1, EXPOSED, "forward", MICRO_BATCH),
         Collective("first layer's parameters", ALL_GATHER, layer * b, LINEARS_PER_LAYER, EXPOSED, "forward", MICRO_BATCH),

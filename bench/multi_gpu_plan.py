@@ -198,6 +198,14 @@ def markdown(result: dict[str, Any]) -> str:
     for (shape, engine, ranks, ck, acc), r in by.items():
         if acc == 1 and (shape, engine, ranks, ck, 4) in by:
             lines.append(f"| {shape}{' (ckpt)' if ck else ''} | {engine} | {ranks} | {r['efficiency']:.3f} | {by[(shape, engine, ranks, ck, 4)]['efficiency']:.3f} |")
+    lines += ["", "| shape | engine | ranks | planner per rank, micro batch 8 x 2,048 (needed with overhead) | with gradient checkpointing |",
+              "| --- | --- | --- | --- | --- |"]
+    for (shape, engine, ranks, ck), p in plan.items():
+        if not ck and (shape, engine, ranks, True) in plan:
+            q = plan[(shape, engine, ranks, True)]
+            lines.append(f"| {shape} | {engine} | {ranks} | {p['per_rank_gib']:.1f} GiB ({p['needed_gib']:.1f}): "
+                         f"{'fits' if p['fits_80gb'] else 'does NOT fit'} | {q['per_rank_gib']:.1f} GiB ({q['needed_gib']:.1f}): "
+                         f"{'fits' if q['fits_80gb'] else 'does NOT fit'} |")
     if result.get("against_measured"):
         lines += ["", "| measured case | GPUs | status | tokens/s measured | predicted | measured / predicted | efficiency measured | predicted | "
                   "peak GiB | plan GiB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -14,8 +14,8 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
-from comm_model import (ALL_GATHER, ALL_REDUCE, EXPOSED, REDUCE_SCATTER, Sizes, Topology, ddp, factor, fsdp,  # noqa: E402
-                        step_time, zero2, zero3, zero3_kept_layers)
+from comm_model import (ALL_GATHER, ALL_REDUCE, EXPOSED, REDUCE_SCATTER, Sizes, Topology, bucket_flushes, ddp, factor,  # noqa: E402
+                        fsdp, step_time, zero2, zero3, zero3_kept_layers)
 
 GB = 1e9
 ONE_NODE = Topology("8 GPUs", 1, 8, 370 * GB, 0.0, 20e-6, 50e-6)
@@ -140,3 +140,16 @@ def test_the_plan_runs_and_reads_measured_cases(tmp_path):
     ddp_8 = next(p for p in result["predictions"] if p["engine"] == "ddp" and p["ranks"] == 8 and p["shape"] == "qwen2.5-1.5b"
                  and p["accumulation"] == 1)
     assert ddp_8["nvlink_bytes_per_gpu"] == pytest.approx(2 * 7 / 8 * 2 * QWEN_15B.params)
+
+
+def test_zero3_sends_a_bucket_before_the_tensor_that_would_overflow_it():
+    # cap 4: [5] alone, [1, 1] together, [5] alone, [3] at the end
+    assert bucket_flushes([5, 1, 1, 5, 3], 4) == 4 and bucket_flushes([], 4) == 0 and bucket_flushes([1, 1, 1], 4) == 1
+    # one Qwen2.5-1.5B layer against h^2 = 2,359,296 elements: down, up, gate, norm, o alone; v + k
+    # together; q, norm: 8 reductions a layer, 226 with the final norm and the embedding
+    from multi_gpu_plan import model_shape
+
+    sizes = Sizes.of(model_shape("qwen2.5-1.5b"))
+    assert sizes.params == QWEN_15B.params and sum(sizes.backward_order()) == sizes.params
+    assert bucket_flushes(list(sizes.layer_tensors), 1536**2) == 8
+    assert zero3(sizes)[-1].count == 28 * 8 + 2
