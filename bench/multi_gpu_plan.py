@@ -13,7 +13,8 @@ for DDP and FSDP2 ftui's fastest full fine-tuning there (pure bf16, ``torch_comp
 weights and no compile (``run4``'s pure bf16 packed, micro batch 4, SDPA) unless ``--measured``
 holds the same settings at micro batch 8 with Liger and fa2 (``pure_bf16_packed_liger_mb8_fa2``,
 which ``gpu_session.sh`` runs beside the multi-GPU cases). The 7 B step is the 1.5 B's scaled by
-the FLOPs per token at the same MFU. ``--quick`` prints without recording (the test suite's run).
+the FLOPs per token at the same MFU. ``--quick`` prints without recording, and so does a run with
+``--measured`` (``--out`` writes its JSON: the device call's copy).
 """
 
 from __future__ import annotations
@@ -150,11 +151,12 @@ def measured_rows(paths: list[Path]) -> dict[str, dict[str, Any]]:
     case wins."""
     out: dict[str, dict[str, Any]] = {}
     for path in paths:
-        out.update(json.loads(path.read_text()).get("cases", {}))
+        result = json.loads(path.read_text())
+        out.update({name: dict(row, shape=result.get("shape")) for name, row in result.get("cases", {}).items()})
     return out
 
 
-def against_measured(rows: list[dict[str, Any]], measured: dict[str, dict[str, Any]], refs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def against_measured(measured: dict[str, dict[str, Any]], refs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Each multi-GPU case gpu_set.py ran (``settings.engine``) beside the prediction for the same
     engine, GPU count and one node; efficiency against the same settings' single-GPU case in the
     same files when there is one."""
@@ -165,10 +167,11 @@ def against_measured(rows: list[dict[str, Any]], measured: dict[str, dict[str, A
         if engine not in ENGINES or n < 2:
             continue
         topo = Topology(f"{n} GPUs, one node", 1, n, ONE_NODE.nvlink_busbw, 0.0, ONE_NODE.latency_intra, ONE_NODE.latency_inter)
-        p = predict(engine, "qwen2.5-1.5b", topo, refs[engine], 1, False)
+        shape = row.get("shape") if row.get("shape") in SHAPES and row.get("shape") != "demo" else "qwen2.5-1.5b"
+        p = predict(engine, shape, topo, refs[engine], 1, bool(settings.get("gradient_checkpointing")))
         single = measured.get(REFERENCE_CASE[engine], {}).get("tokens_per_s")
         tps = row.get("tokens_per_s")
-        out.append({"case": name, "engine": engine, "ranks": n, "status": row.get("status"), "measured_tokens_per_s": tps,
+        out.append({"case": name, "shape": shape, "engine": engine, "ranks": n, "status": row.get("status"), "measured_tokens_per_s": tps,
                     "predicted_tokens_per_s": p["tokens_per_s"], "measured_over_predicted": round(tps / p["tokens_per_s"], 3) if tps else None,
                     "measured_efficiency": round(tps / (n * single), 3) if tps and single else None,
                     "predicted_efficiency": p["efficiency"], "measured_mfu": row.get("mfu"), "peak_gib": round(row["peak_bytes"] / 2**30, 2)
@@ -241,7 +244,7 @@ def main() -> int:
                                       "net_busbw_per_gpu": t.net_busbw, "latency_intra_s": t.latency_intra,
                                       "latency_inter_s": t.latency_inter} for t in (ONE_NODE, TWO_NODES)},
               "references": refs, "planner": planner, "predictions": predictions,
-              "against_measured": against_measured(predictions, measured, refs) if measured else []}
+              "against_measured": against_measured(measured, refs) if measured else []}
     if not args.quick and not args.measured:
         record("multi_gpu_plan", result)
     if args.out is not None:
