@@ -38,6 +38,10 @@ SHAPES: dict[str, dict[str, Any]] = {
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, max_position_embeddings=32768, vocab_size=151936,
                          tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    # Qwen2.5-7B's published config (untied LM head): issue 41's multi-GPU plan (bench/multi_gpu_plan.py)
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, max_position_embeddings=32768, vocab_size=152064,
+                       tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6),
 }
 
 

@@ -16,6 +16,12 @@
 # gpu_set.py rewrites its JSON after every case, so a cut call keeps what finished (and kills
 # the job of the case its time limit cut, which would train on under the profile). Every part
 # has its own time limit (FA2_CHECK_S, GPU_SET_S, PROFILE_S) that together stay inside one 600 s call.
+# Several GPUs (nvidia-smi -L lists more than one; issue 41 item 5): then, by itself, DDP, FSDP2,
+# ZeRO-2 and ZeRO-3 on all of them at the same shape, cutoff and micro batch 8 per GPU (gpu_set.py
+# MULTI_CASES, each case within MULTI_CASE_S, all within MULTI_GPU_S), and bench/multi_gpu_plan.py
+# with --measured on what came back: its table puts the prediction beside each measurement. That
+# part outgrows one 600 s call together with the rest: SINGLE=0 runs it alone (the single-GPU
+# references it needs are then among its own cases). One GPU: it says so and skips them.
 # A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
 #     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh
 set -uo pipefail
@@ -36,16 +42,33 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFL
     df -h /tmp | tail -1
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-# fa2 against SDPA first (loss and gradients on a small shape): what fa2's speed figures are worth
-timeout "${FA2_CHECK_S:-60}" "$PY" bench/fa2_check.py --out "$OUT" > /dev/null 2> "$OUT/fa2_check.log" || echo "fa2_check.py ended with $?"
-tail -n 4 "$OUT/fa2_check.log"
 CASES=${CASES:-trainer_bf16_padded,pure_bf16_packed_compile_liger_mb8_fa2,pure_bf16_packed_compile_liger_mb8,pure_bf16_packed_compile_mb8_fa2,bf16_packed_fa2}
-timeout "${GPU_SET_S:-300}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$CASES" \
-    --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
-tail -n 20 "$OUT/gpu_set.log"
-timeout "${PROFILE_S:-180}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
-    --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
-tail -n 12 "$OUT/packed_attention.log"
+if [ "${SINGLE:-1}" != 0 ]; then
+    # fa2 against SDPA first (loss and gradients on a small shape): what fa2's speed figures are worth
+    timeout "${FA2_CHECK_S:-60}" "$PY" bench/fa2_check.py --out "$OUT" > /dev/null 2> "$OUT/fa2_check.log" || echo "fa2_check.py ended with $?"
+    tail -n 4 "$OUT/fa2_check.log"
+    timeout "${GPU_SET_S:-300}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$CASES" \
+        --out "$OUT" 2> "$OUT/gpu_set.log" || echo "gpu_set.py ended with $? (the JSON holds the cases it finished)"
+    tail -n 20 "$OUT/gpu_set.log"
+    timeout "${PROFILE_S:-180}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
+        --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
+    tail -n 12 "$OUT/packed_attention.log"
+fi
+# several GPUs: each engine on all of them (issue 41 item 5), then the plan against what they measured
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+MULTI_CASES=${MULTI_CASES:-ddp_pure_bf16_packed_compile_liger_mb8_fa2,fsdp_pure_bf16_packed_compile_liger_mb8_fa2,zero2_bf16_packed_liger_mb8_fa2,zero3_bf16_packed_liger_mb8_fa2,pure_bf16_packed_liger_mb8_fa2}
+if [ "${NGPU:-0}" -gt 1 ]; then
+    [ "${SINGLE:-1}" = 0 ] && MULTI_CASES=$MULTI_CASES,pure_bf16_packed_compile_liger_mb8_fa2  # DDP's and FSDP2's single-GPU reference
+    timeout "${MULTI_GPU_S:-450}" "$PY" bench/gpu_set.py --shape "$SHAPE" --steps "${STEPS:-16}" --cutoff "${CUTOFF:-2048}" --cases "$MULTI_CASES" \
+        --nproc "$NGPU" --timeout "${MULTI_CASE_S:-150}" --tag "_x$NGPU" --out "$OUT" 2> "$OUT/gpu_set_multi.log" \
+        || echo "gpu_set.py (several GPUs) ended with $? (the JSON holds the cases it finished)"
+    tail -n 12 "$OUT/gpu_set_multi.log"
+    "$PY" bench/multi_gpu_plan.py --measured "$OUT"/gpu_set_*.json --out "$OUT/multi_gpu_plan.json" > "$OUT/multi_gpu_plan.md" \
+        2> "$OUT/multi_gpu_plan.log" || echo "multi_gpu_plan.py ended with $?"
+    tail -n 8 "$OUT/multi_gpu_plan.md"
+else
+    echo "one GPU (nvidia-smi -L lists ${NGPU:-0}): the multi-GPU cases (DDP, FSDP2, ZeRO-2, ZeRO-3) need several; skipped"
+fi
 ls -la "$OUT"
 # ftui against LLaMA-Factory (issue 41), with its own wheels (.whl_lf) in a folder of their own
 if [ -n "${LF:-}" ]; then

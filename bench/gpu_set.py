@@ -13,7 +13,9 @@ runs, one after another and each to its end, the plain ``transformers.Trainer`` 
     pure_bf16 packed (bf16 weights, no autocast) · the same with torch_compile and Liger,
     and with micro batch 8 · with torch_compile alone at micro batch 8
     flash_attn fa2 (FlashAttention-2 over each example): bf16 packed · pure_bf16 packed
-    with torch_compile (and Liger) at micro batch 8
+    with torch_compile (and Liger) at micro batch 8 · with Liger alone (no compile, as DeepSpeed)
+    on every GPU (``--nproc``, issue 41): DDP and FSDP2 with pure bf16, compile, Liger and fa2;
+    ZeRO-2 and ZeRO-3 with bf16, Liger and fa2; micro batch 8 per GPU
 
 and records for each: real (non-padding) tokens/s after the warm-up steps, MFU, the time a
 step waited for data, the peak ``torch.cuda.max_memory_allocated`` of the rank against
@@ -81,18 +83,36 @@ CASES: dict[str, dict[str, Any]] = {  # name -> ftui overrides (the Trainer is i
                                                    enable_liger_kernel=True, per_device_train_batch_size=8, flash_attn="fa2"),
     "pure_bf16_packed_compile_mb8_fa2": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, torch_compile=True,
                                              per_device_train_batch_size=8, flash_attn="fa2"),
+    # bf16 weights without torch_compile, with Liger and fa2 at micro batch 8: the single-GPU step of
+    # what DeepSpeed runs (its bf16 module; ftui refuses pure_bf16 and torch_compile under DeepSpeed),
+    # which bench/multi_gpu_plan.py scales ZeRO-2 and ZeRO-3 from
+    "pure_bf16_packed_liger_mb8_fa2": dict(bf16=False, fp16=False, pure_bf16=True, packing=True, enable_liger_kernel=True,
+                                           per_device_train_batch_size=8, flash_attn="fa2"),
+    # several GPUs (issue 41 item 5), on every GPU of the machine (--nproc): each engine with the
+    # fastest settings ftui lets it run, full fine-tuning, packed, micro batch 8 per GPU
+    "ddp_pure_bf16_packed_compile_liger_mb8_fa2": dict(engine="ddp", bf16=False, fp16=False, pure_bf16=True, packing=True,
+                                                       torch_compile=True, enable_liger_kernel=True, per_device_train_batch_size=8,
+                                                       flash_attn="fa2"),
+    "fsdp_pure_bf16_packed_compile_liger_mb8_fa2": dict(engine="fsdp", bf16=False, fp16=False, pure_bf16=True, packing=True,
+                                                        torch_compile=True, enable_liger_kernel=True, per_device_train_batch_size=8,
+                                                        flash_attn="fa2"),
+    "zero2_bf16_packed_liger_mb8_fa2": dict(BF16, engine="zero2", packing=True, enable_liger_kernel=True, per_device_train_batch_size=8,
+                                            flash_attn="fa2"),
+    "zero3_bf16_packed_liger_mb8_fa2": dict(BF16, engine="zero3", packing=True, enable_liger_kernel=True, per_device_train_batch_size=8,
+                                            flash_attn="fa2"),
 }
+SEVERAL_GPUS = [name for name, case in CASES.items() if case.get("engine", "single") != "single"]
 TRAINER = "trainer_bf16_padded"
 QUICK = [TRAINER.replace("bf16", "fp32"), "fp32_packed"]
 
 
-def stop_live_runs(root: Path) -> None:
-    """Kills the job of a case cut short (``timeout``'s SIGTERM, the device call's limit): an
-    ftui job runs in a session of its own and would otherwise go on training on the GPU after
-    this script is gone, under whatever runs next."""
+def stop_live_runs(root: Path, pattern: str = "*/*") -> None:
+    """Kills the job of a case cut short (``timeout``'s SIGTERM, the device call's limit, or the
+    case's own ``--timeout``): an ftui job runs in a session of its own and would otherwise go on
+    training on the GPUs after this script is gone, or under the next case."""
     from ftui.jobs.launch import stop_run
 
-    for run in root.glob("*/*"):
+    for run in root.glob(pattern):
         with contextlib.suppress(Exception):
             stop_run(run, force=True)
 
@@ -114,14 +134,16 @@ def trainer_case(name: str, common: dict[str, Any], tmp: Path, warmup: int) -> d
     return {"status": "completed", "steps": len(times), "tokens_per_s": tokens_per_s(times, tokens, warmup), "peak_bytes": peak}
 
 
-def ftui_case(name: str, common: dict[str, Any], tmp: Path, warmup: int, timeout: float) -> dict[str, Any]:
-    cfg = dict(common, **CASES[name], run_name=name, output_dir=str(tmp / "runs" / name))
+def ftui_case(name: str, common: dict[str, Any], tmp: Path, warmup: int, timeout: float, nproc: int = 1) -> dict[str, Any]:
+    settings = dict(CASES[name], nproc_per_node=nproc) if name in SEVERAL_GPUS else CASES[name]
+    cfg = dict(common, **settings, run_name=name, output_dir=str(tmp / "runs" / name))
     # the case's settings go with its figures: tests/test_plan_h100_peaks.py replays the peak
     # against the planner with what this run used, whatever CASES says later
-    row: dict[str, Any] = {"settings": CASES[name], "planned_bytes": planned_bytes(cfg)}
+    row: dict[str, Any] = {"settings": settings, "planned_bytes": planned_bytes(cfg)}
     try:
         row.update(run_case(write_config(tmp / f"{name}.yaml", cfg), Path(cfg["output_dir"]), warmup, timeout))
     finally:  # a 1.5 B run writes GBs (its final weights): keep the disk free
+        stop_live_runs(Path(cfg["output_dir"]), "*")  # a case its --timeout cut trains on otherwise
         shutil.rmtree(cfg["output_dir"], ignore_errors=True)
     if row.get("peak_bytes") and row.get("planned_bytes"):
         row["plan_over_measured"] = row["planned_bytes"] / row["peak_bytes"]
@@ -135,7 +157,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--cutoff", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds a case may take")
+    ap.add_argument("--nproc", type=int, default=0, help="processes (GPUs) of the several-GPU cases (default: every GPU nvidia-smi lists)")
     ap.add_argument("--tag", default="", help="suffix of the result file")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     ap.add_argument("--quick", action="store_true", help="the demo model, two cases, a few steps, not recorded")
@@ -149,6 +172,10 @@ def main() -> int:
     results: dict[str, Any] = {"machine": machine(), "shape": shape, "model": SHAPES[shape], "cutoff_len": cutoff,
                                "micro_batch": batch, "steps": steps, "warmup_steps_not_counted": warmup,
                                "method": "full", "cases": {}}
+    nproc = args.nproc or len(results["machine"].get("gpus") or [])
+    several = [n for n in names if n in SEVERAL_GPUS]
+    if several and nproc < 2:
+        ap.error(f"{', '.join(several)} need several GPUs; this machine lists {nproc} (give --nproc)")
     gpu = (results["machine"].get("gpus") or ["cpu"])[0].split(",")[0]
     name = "gpu_set_" + re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_").lower() + f"_{shape}{args.tag}"
 
@@ -188,7 +215,7 @@ def main() -> int:
                 except Exception as exc:
                     row = {"status": "error", "error": str(exc)[-1500:]}
             else:
-                row = ftui_case(case, common, tmp, warmup, args.timeout)
+                row = ftui_case(case, common, tmp, warmup, args.timeout, nproc)
             row["wall_s"] = round(time.time() - started, 1)
             results["cases"][case] = row
             print(case, json.dumps(row), file=sys.stderr, flush=True)

@@ -20,6 +20,14 @@ rm -f .whl/*.whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "${pins[@]}"
+# DeepSpeed for the ZeRO cases on a machine with several GPUs (bench/gpu_session.sh, issue 41): PyPI
+# has only its source, so the wheel is built here without its CUDA ops (DeepSpeed JIT-compiles
+# those it needs; ZeRO-2/3 on GPUs need none), plus the small packages it imports
+DS_BUILD_OPS=0 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "deepspeed==$(version deepspeed)"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "hjson==$(version hjson)" "py-cpuinfo==$(version py-cpuinfo)" "msgpack==$(version msgpack)" \
+    "einops==$(version einops)" "ninja==$(version ninja)"
 du -ch .whl/*.whl | tail -1
 # LLaMA-Factory 0.9.5 for bench/gpu_session_lf.sh (issue 41): itself and the libraries it pins
 # that the image lacks or holds in another version, into .whl_lf/ (a folder of their own there:

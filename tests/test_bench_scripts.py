@@ -1,6 +1,7 @@
 """The benchmark scripts run in a short mode so they cannot rot (no timing assertions)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,31 @@ def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
     attn = re.search(r"packed_attention\.py .*--attn ([\w,]+)", script.read_text()).group(1).split(",")
     known = re.search(r'"--attn", default="([\w,]+)"', (BENCH / "packed_attention.py").read_text()).group(1).split(",")
     assert attn and [a for a in attn if a not in known] == []
+    # several GPUs (issue 41): every engine's case exists and runs on all the GPUs, with the
+    # single-GPU references bench/multi_gpu_plan.py reads the measured efficiency against
+    from gpu_set import SEVERAL_GPUS
+    from multi_gpu_plan import ENGINES, REFERENCE_CASE
+
+    multi = re.search(r"MULTI_CASES=\$\{MULTI_CASES:-([\w,]+)\}", script.read_text()).group(1).split(",")
+    assert [c for c in multi if c not in CASES] == []
+    assert sorted(CASES[c]["engine"] for c in multi if c in SEVERAL_GPUS) == sorted(ENGINES)
+    assert set(REFERENCE_CASE.values()) <= set(multi) | set(cases)
+    assert "multi_gpu_plan.py --measured" in script.read_text()
+
+
+def test_the_gpu_session_script_skips_the_multi_gpu_cases_on_one_gpu_and_says_so(tmp_path):
+    """nvidia-smi -L listing one GPU: the several-GPU part says it skips (SINGLE=0: nothing else runs)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text('#!/bin/sh\n[ "$1" = "-L" ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\nexit 0\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), "PY": sys.executable,
+           "NO_WHEELS": "1", "SINGLE": "0"}
+    proc = subprocess.run(["bash", str(BENCH / "gpu_session.sh")], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "one GPU (nvidia-smi -L lists 1): the multi-GPU cases (DDP, FSDP2, ZeRO-2, ZeRO-3) need several; skipped" in proc.stdout
+    assert not list((tmp_path / "out").glob("gpu_set_*.json"))
 
 
 def test_the_fa2_check_runs_only_on_cuda_and_says_so():
