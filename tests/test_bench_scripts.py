@@ -89,7 +89,8 @@ def test_gpu_set_bench_runs_the_trainer_and_ftui(tmp_path):
     assert set(cases) == {"trainer_fp32_padded", "fp32_packed"}
     assert all(c["status"] == "completed" and c["tokens_per_s"] > 0 for c in cases.values())
     assert cases["fp32_packed"]["vs_trainer"] > 0 and cases["fp32_packed"]["planned_bytes"] > 0
-    assert cases["fp32_packed"]["attention"] == "sdpa" and cases["fp32_packed"]["attention_fallbacks"] == []  # run_start says which
+    # run_start says which: on the CPU, packed rows run SDPA over each example alone (ftui.runner.batch_layout)
+    assert cases["fp32_packed"]["attention"] == "sdpa, each example alone" and cases["fp32_packed"]["attention_fallbacks"] == []
     [written] = tmp_path.glob("gpu_set_*_demo.json")  # --out: what a device call brings back
     assert json.loads(written.read_text()) == out and out["finished"] is True
 
