@@ -20,7 +20,8 @@ The noise, two estimates; the larger counts:
   ``sqrt(mean(se_r**2) / R)``, and the difference's ``sqrt(se_a**2 + se_b**2)``.
 
 Verdict: ``agree`` when ``|mean_a - mean_b| <= K * noise`` (``K`` = 3), else ``differ``;
-``z`` is the difference in units of the noise. The mean loss over each fifth of the epoch is
+``z`` is the difference in units of the noise (``undetermined``, z None, where there is no
+noise to measure it by: one repetition a side of fewer than 3 steps). The mean loss over each fifth of the epoch is
 reported beside it, per side, to read the curves' shape (not part of the verdict), and where a
 repetition's two curves have the same number of steps, the largest difference step for step
 (``stepwise_max_abs_diff``): ftui draws LLaMA-Factory's order when its batches are the same
@@ -99,6 +100,10 @@ def agreement(a_reps: list[list[float]], b_reps: list[list[float]], k: float = K
     per_step = math.sqrt(a["per_step_se"] ** 2 + b["per_step_se"] ** 2)
     noise = max(per_step, between or 0.0)
     diff = a["epoch_mean"] - b["epoch_mean"]
-    z = abs(diff) / noise if noise > 0 else (0.0 if diff == 0 else math.inf)
+    if noise > 0:
+        z: float | None = abs(diff) / noise
+        verdict = "agree" if z <= k else "differ"
+    else:  # fewer than 3 steps a curve and one repetition a side: nothing to measure the noise by
+        z, verdict = None, "undetermined"
     return {"a": a, "b": b, "difference": diff, "between_reps_se": between, "per_step_se": per_step, "noise": noise,
-            "k": k, "z": z, "verdict": "agree" if z <= k else "differ", "stepwise_max_abs_diff": stepwise_max_abs_diff(a_reps, b_reps)}
+            "k": k, "z": z, "verdict": verdict, "stepwise_max_abs_diff": stepwise_max_abs_diff(a_reps, b_reps)}
