@@ -15,8 +15,9 @@ benchlib.SHAPES; the demo's tokenizer, ``template: qwen``) and LLaMA-Factory's `
 one epoch, learning rate 1e-4 cosine with 10 % warm-up, ``max_samples`` (600; 160 for
 vocab151936), ``logging_steps`` 1, no checkpoints. ftui's copy drops the keys it only warns about
 and adds ``engine``, ``nproc_per_node`` and ``device: cpu``. LLaMA-Factory's own default of
-gradient checkpointing is turned off (``disable_gradient_checkpointing``): ftui keeps none, and
-recomputing the forward pass is work the other side does not do.
+gradient checkpointing (on) is turned off (``disable_gradient_checkpointing``): ftui keeps none,
+and recomputing the forward pass is work the other side does not do; ``--lf-gradient-checkpointing``
+leaves it on (each run's ``gradient_checkpointing`` says what LLaMA-Factory's model had).
 
 Cases (``--cases``):
 
@@ -113,8 +114,10 @@ QUICK_SHAPE = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, n
                    max_position_embeddings=1024)
 
 
-def lf_cpu_yaml(case: str, mdir: Path, ddir: Path, out: Path, seed: int, max_samples: int, cutoff: int, batch: int) -> dict[str, Any]:
-    """LLaMA-Factory's YAML of a case (its keys only; ftui reads the same)."""
+def lf_cpu_yaml(case: str, mdir: Path, ddir: Path, out: Path, seed: int, max_samples: int, cutoff: int, batch: int,
+                gradient_checkpointing: bool = False) -> dict[str, Any]:
+    """LLaMA-Factory's YAML of a case (its keys only; ftui reads the same). ``gradient_checkpointing``:
+    leave LLaMA-Factory's default (on) instead of turning it off."""
     spec = CASES[case]
     cfg: dict[str, Any] = dict(
         model_name_or_path=str(mdir), stage="sft", do_train=True, finetuning_type=spec.get("method", "full"),
@@ -123,8 +126,9 @@ def lf_cpu_yaml(case: str, mdir: Path, ddir: Path, out: Path, seed: int, max_sam
         report_to="none", plot_loss=False, disable_tqdm=True,
         per_device_train_batch_size=batch, gradient_accumulation_steps=1, learning_rate=1e-4, num_train_epochs=1.0,
         lr_scheduler_type="cosine", warmup_ratio=0.1, seed=seed, bf16=False, fp16=False,
-        disable_gradient_checkpointing=True,
     )
+    if not gradient_checkpointing:
+        cfg["disable_gradient_checkpointing"] = True
     if spec.get("packing"):
         cfg.update(packing=True, neat_packing=True)
     if spec.get("method") == "lora":
@@ -303,6 +307,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of a process; default: the cores over the case's processes")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds for each run")
+    ap.add_argument("--lf-gradient-checkpointing", action="store_true",
+                    help="leave LLaMA-Factory's default gradient checkpointing on (it recomputes what ftui keeps)")
     ap.add_argument("--tag", default="", help="appended to the results file's name")
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny model and data, one repetition, not recorded")
@@ -319,6 +325,7 @@ def main() -> int:
         "machine": machine(), "model": dict(shape, shape=None if args.quick else args.shape), "data": "alpaca_en_demo",
         "cutoff_len": args.cutoff, "micro_batch": args.batch, "max_samples": args.max_samples,
         "max_samples_vocab151936": args.max_samples_vocab, "reps": args.reps, "sides": sides, "lf_python": args.lf_python,
+        "lf_gradient_checkpointing": args.lf_gradient_checkpointing,
         "quick": args.quick, "cases": {c: {"reps": []} for c in cases}, "finished": False}
     name = "vs_llamafactory_cpu" + args.tag
 
@@ -356,7 +363,7 @@ def main() -> int:
                 samples = args.max_samples_vocab if spec.get("vocab_size") else args.max_samples
                 tag = f"{case}_{rep}"
                 lf = lf_cpu_yaml(case, models[spec.get("vocab_size")], ddir, tmp / "lf_out" / tag, 42 + rep, samples,
-                                 args.cutoff, args.batch)
+                                 args.cutoff, args.batch, args.lf_gradient_checkpointing)
                 ft = ftui_cpu_yaml(lf, case, tmp / "runs" / tag, f"ftui-{tag}")
                 row: dict[str, Any] = {"rep": rep, "seed": 42 + rep, "threads_set": threads, "order": order(i, rep, sides)}
                 for side in row["order"]:

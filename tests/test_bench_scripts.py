@@ -173,6 +173,11 @@ def test_vs_llamafactory_writes_one_yaml_per_case_that_both_sides_read_alike(tmp
         cfg = RunConfig.model_validate(dict(ft, model_init="random"))
         assert bool(cfg.packing) is packed and cfg.precision == "fp32" and cfg.max_samples == 600
     assert vs.CASES["vocab151936"]["vocab_size"] == 151936
+    # --lf-gradient-checkpointing: LLaMA-Factory's default (on) is left alone, and ftui's copy is the same
+    lf_gc = vs.lf_cpu_yaml("padded", mdir, tmp_path / "data", tmp_path / "lf", 42, 600, 1024, 4, gradient_checkpointing=True)
+    assert "disable_gradient_checkpointing" not in lf_gc
+    assert vs.ftui_cpu_yaml(lf_gc, "padded", tmp_path / "runs", "x") == vs.ftui_cpu_yaml(
+        vs.lf_cpu_yaml("padded", mdir, tmp_path / "data", tmp_path / "lf", 42, 600, 1024, 4), "padded", tmp_path / "runs", "x")
 
 
 def test_vs_llamafactory_starts_ddp_as_llamafactorys_launcher_does_and_reads_each_ranks_file(tmp_path):
