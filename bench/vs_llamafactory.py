@@ -52,7 +52,9 @@ Reported per case and repetition, per side, and the ratios (medians over repetit
 - **real tokens**: non-padding tokens of the epoch, ftui's step events' ``tokens``,
   LLaMA-Factory's counted by the wrapper in the batches its trainer receives (summed over
   ranks). The same examples on both sides (``max_samples`` takes the first N), so the totals
-  should match: ``same_tokens`` says whether they do.
+  should match: ``same_tokens`` says whether they do. They do not quite when packed:
+  LLaMA-Factory lowers ``cutoff_len`` by one when it packs (its data_args.py), so an example
+  longer than that loses a token there.
 - **wall**: the whole command, process start to exit: ``ftui train CONFIG`` against the
   wrapper process (under ddp2, the torchrun process); ``wall_ratio`` = LLaMA-Factory's / ftui's.
 - **peak RSS**: the training processes' ``ru_maxrss`` (lifetime high-water mark, so data
