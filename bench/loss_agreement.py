@@ -19,9 +19,11 @@ The noise, two estimates; the larger counts:
   is the standard error of that repetition's epoch mean, a side's is
   ``sqrt(mean(se_r**2) / R)``, and the difference's ``sqrt(se_a**2 + se_b**2)``.
 
-Verdict: ``agree`` when ``|mean_a - mean_b| <= K * noise`` (``K`` = 3), else ``differ``;
-``z`` is the difference in units of the noise (``undetermined``, z None, where there is no
-noise to measure it by: one repetition a side of fewer than 3 steps). The mean loss over each fifth of the epoch is
+The noise is never taken below ``RESOLUTION`` (1e-4): LLaMA-Factory's trainer logs its losses
+rounded to 4 decimals. Verdict: ``agree`` when ``|mean_a - mean_b| <= K * noise`` (``K`` = 3),
+else ``differ``, or ``undetermined`` where no scatter could be measured (curves of fewer than 3
+steps whose repetitions have the same epoch means: one batch holds every example); ``z`` is the
+difference in units of the noise. The mean loss over each fifth of the epoch is
 reported beside it, per side, to read the curves' shape (not part of the verdict), and where a
 repetition's two curves have the same number of steps, the largest difference step for step
 (``stepwise_max_abs_diff``): ftui draws LLaMA-Factory's order when its batches are the same
@@ -37,6 +39,9 @@ from typing import Any
 
 K = 3.0
 WINDOWS = 5
+# the losses' own resolution: LLaMA-Factory's trainer (transformers' Trainer) logs each loss rounded to
+# 4 decimals, so two identical curves differ by up to 5e-5 a step; no noise estimate goes below this
+RESOLUTION = 1e-4
 
 
 def epoch_mean(losses: list[float]) -> float:
@@ -98,12 +103,12 @@ def agreement(a_reps: list[list[float]], b_reps: list[list[float]], k: float = K
     a, b = side_figures(a_reps), side_figures(b_reps)
     between = between_reps_se(a["rep_epoch_means"], b["rep_epoch_means"])
     per_step = math.sqrt(a["per_step_se"] ** 2 + b["per_step_se"] ** 2)
-    noise = max(per_step, between or 0.0)
+    measured = max(per_step, between or 0.0)
+    noise = max(measured, RESOLUTION)
     diff = a["epoch_mean"] - b["epoch_mean"]
-    if noise > 0:
-        z: float | None = abs(diff) / noise
-        verdict = "agree" if z <= k else "differ"
-    else:  # fewer than 3 steps a curve and one repetition a side: nothing to measure the noise by
-        z, verdict = None, "undetermined"
+    z = abs(diff) / noise
+    # no scatter to measure (fewer than 3 steps a curve, repetitions with the same batches): a
+    # difference beyond the losses' resolution cannot be told from noise
+    verdict = "agree" if z <= k else "differ" if measured > 0 else "undetermined"
     return {"a": a, "b": b, "difference": diff, "between_reps_se": between, "per_step_se": per_step, "noise": noise,
             "k": k, "z": z, "verdict": verdict, "stepwise_max_abs_diff": stepwise_max_abs_diff(a_reps, b_reps)}

@@ -65,8 +65,9 @@ Reported per case and repetition, per side, and the ratios (medians over repetit
   less).
 - **loss**: whether the curves agree within run-to-run noise (bench/loss_agreement.py: each
   repetition's epoch mean of the per-step losses, the two sides' means compared against the
-  larger of the spread between a side's repetitions and the per-step standard error; verdict
-  ``agree`` within 3 of that noise). One repetition gives the per-step estimate only. Where a
+  larger of the spread between a side's repetitions and the per-step standard error, never below
+  the 4 decimals LLaMA-Factory logs; verdict ``agree`` within 3 of that noise, ``differ``, or
+  ``undetermined`` without a scatter to measure). One repetition gives the per-step estimate only. Where a
   repetition's curves have the same steps (padded: ftui draws the same seeded order over the
   same examples), ``stepwise_max_abs_diff`` is their largest difference step for step.
 
@@ -185,7 +186,7 @@ def ftui_figures(run_dir: Path) -> dict[str, Any]:
         for m in s.get("mem", []):
             peaks[m["rank"]] = max(peaks.get(m["rank"], 0), m["peak"])
     return {"status": end.get("status"), "steps": len(steps), "train_s": times[-1] - begin, "real_tokens": sum(tokens),
-            "losses": [s["loss"] for s in steps], "peak_rss_bytes": sum(peaks.values()),
+            "step_s": [s["step_time_s"] for s in steps], "losses": [s["loss"] for s in steps], "peak_rss_bytes": sum(peaks.values()),
             "peak_rss_bytes_per_rank": [peaks[r] for r in sorted(peaks)], "threads": start.get("cpu_threads"),
             "world_size": start.get("world_size")}
 
@@ -198,6 +199,7 @@ def lf_figures(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return {"status": "completed" if all(r.get("finished") for r in ranks) else "error", "steps": r0.get("steps", n),
             "train_s": r0["times"][n - 1] - r0["train_begin"] if n else None,
             "real_tokens": sum(sum(r["real_tokens"]) for r in ranks), "losses": r0.get("losses", []),
+            "step_s": [b - a for a, b in zip([r0["train_begin"], *r0["times"]], r0["times"][:n])],
             "peak_rss_bytes": sum(r.get("peak_rss_bytes") or 0 for r in ranks),
             "peak_rss_bytes_per_rank": [r.get("peak_rss_bytes") for r in ranks], "threads": r0.get("torch_threads"),
             "world_size": r0.get("world_size"), "optim": r0.get("optim"), "gradient_checkpointing": r0.get("gradient_checkpointing"),

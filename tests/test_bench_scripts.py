@@ -223,6 +223,7 @@ def test_vs_llamafactory_reads_the_same_train_window_tokens_and_peaks_on_both_si
               "peak_rss_bytes": 900, "torch_threads": 1, "world_size": 2}]
     lf = vs.lf_figures(ranks)
     assert lf["train_s"] == pytest.approx(5.0) and lf["real_tokens"] == 2003 and lf["peak_rss_bytes"] == 1700  # rank 0's clock, sums
+    assert lf["step_s"] == pytest.approx([2.0, 3.0]) and ft["step_s"] == [2.0, 2.0]  # each step's time, the first from the window's start
     assert lf["status"] == "completed" and vs.lf_figures([dict(ranks[0], finished=False)])["status"] == "error"
     r = vs.ratios(dict(ft, wall_s=10.0), dict(lf, wall_s=15.0))
     assert r == pytest.approx({"train_ratio": 1.25, "wall_ratio": 1.5, "peak_ratio": 1000 / 1700})
@@ -230,7 +231,7 @@ def test_vs_llamafactory_reads_the_same_train_window_tokens_and_peaks_on_both_si
             {"ftui": dict(ft, wall_s=10.0, train_s=5.0), "llamafactory": dict(lf, wall_s=15.0), "ratios": {"train_ratio": 1.0}}]
     s = vs.summarize(reps)
     assert s["train_ratio"] == pytest.approx(1.125) and s["train_ratio_each"] == pytest.approx([1.25, 1.0])
-    assert s["ftui"]["train_s"] == pytest.approx(4.5) and s["same_tokens"] is True and s["loss"]["verdict"] == "undetermined"  # 2 steps
+    assert s["ftui"]["train_s"] == pytest.approx(4.5) and s["same_tokens"] is True and s["loss"]["verdict"] == "agree"
     assert s["loss"]["stepwise_max_abs_diff"] == 0.0 and s["loss"]["difference"] == 0.0  # the same curves
     failed = vs.summarize([{"ftui": dict(ft, wall_s=10.0), "llamafactory": {"status": "error"}, "ratios": {}}])
     assert "loss" not in failed and "llamafactory" not in failed and "train_ratio" not in failed
@@ -271,9 +272,13 @@ def test_vs_llamafactory_bench_runs_the_ftui_side():
     assert rep["ftui"]["threads"] == rep["threads_set"] and out["finished"] is True and out["quick"] is True
 
 
-def test_the_loss_verdict_is_undetermined_without_a_noise_estimate():
+def test_the_loss_verdict_is_undetermined_without_a_noise_estimate_and_never_finer_than_the_logged_digits():
     sys.path.insert(0, str(BENCH))
-    from loss_agreement import agreement
+    from loss_agreement import RESOLUTION, agreement
 
     two_steps = agreement([[6.40, 6.30]], [[6.41, 6.30]])  # one repetition, 2 steps: no scatter to read
-    assert two_steps["verdict"] == "undetermined" and two_steps["z"] is None and two_steps["noise"] == 0.0
+    assert two_steps["verdict"] == "undetermined" and two_steps["noise"] == RESOLUTION == 1e-4
+    # one step a repetition, the same batch whatever the seed: equal to the 4 decimals LLaMA-Factory logs
+    one_batch = agreement([[11.9338], [11.9338]], [[11.933825], [11.933825]])
+    assert one_batch["verdict"] == "agree" and one_batch["z"] == pytest.approx(0.25)
+    assert agreement([[11.9338], [11.9338]], [[11.95], [11.95]])["verdict"] == "undetermined"
