@@ -13,6 +13,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,9 @@ DEMO_MODEL_DIR = BENCH.parent / "ftui" / "presets" / "demo" / "model"
 # which is what Qwen2 is apart from q/k/v biases).
 SHAPES: dict[str, dict[str, Any]] = {
     "demo": {},
+    # the CPU comparisons' model (throughput.py's, and issue 41's against LLaMA-Factory): the demo's 640-token vocabulary
+    "llama-256x4": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=1024),
     "small": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
                   num_key_value_heads=4, max_position_embeddings=4096, vocab_size=32000),
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -128,6 +132,27 @@ def run_ftui(config: Path, env: dict[str, str] | None = None, timeout: float = 3
         log = (new[0] / "train.log").read_text()[-3000:] if new and (new[0] / "train.log").exists() else ""
         raise RuntimeError(f"ftui train failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{log}")
     return new[0]
+
+
+def run_in_session(cmd: list[str], env: dict[str, str], log: Path, timeout: float,
+                   children: list[subprocess.Popen] | None = None, cwd: Path | None = None) -> int | str:
+    """Runs ``cmd`` in a session of its own, its output to ``log``: the exit code, or "timeout"
+    after killing its whole process group (a launcher's ranks with it). ``children`` holds the
+    process while it runs, for a signal handler to kill."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd)
+        if children is not None:
+            children.append(proc)
+        try:
+            rc: int | str = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = "timeout"
+        finally:
+            if children is not None:
+                children.remove(proc)
+    return rc
 
 
 def ftui_steps(run_dir: Path) -> tuple[list[float], list[int], list[dict]]:

@@ -16,7 +16,18 @@ what it measured:
   padding removed) counts every input id. This is ftui's ``tokens`` (non-padding tokens);
 - ``losses`` (the trainer's logged loss of each step) and ``peak_bytes``:
   ``torch.cuda.max_memory_allocated()`` at the end of training (``peak_bytes_at_exit`` after its
-  final save as well).
+  final save as well);
+- ``train_begin`` (``on_train_begin``: the model is loaded, wrapped and its optimizer made, the
+  first batch not yet fetched) and ``train_end`` (``on_train_end``, before the final save);
+- ``peak_rss_bytes``: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of this process (its
+  lifetime high-water mark, data preparation and model load included), read at every step's end
+  and at the end of training (``peak_rss_bytes_at_exit`` after the final save): the CPU's
+  counterpart of ``peak_bytes``;
+- ``torch_threads`` (``torch.get_num_threads()``), ``optim`` (the trainer's optimizer) and
+  ``rank`` / ``world_size``.
+
+Under torchrun (``WORLD_SIZE`` > 1) each rank writes its own file, ``OUT.rankR.json``
+(``rank_file``), and counts the tokens of its own batches only.
 
 Nothing of LLaMA-Factory is changed: the counting wraps ``transformers.Trainer.training_step``
 (LLaMA-Factory's ``CustomSeq2SeqTrainer`` inherits it) and the callback only reads the clock.
@@ -25,6 +36,8 @@ Nothing of LLaMA-Factory is changed: the counting wraps ``transformers.Trainer.t
 from __future__ import annotations
 
 import json
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -45,8 +58,19 @@ def real_tokens(inputs: dict[str, Any]) -> Any:
     return inputs["input_ids"].numel()
 
 
+def rank_file(out: Path, rank: int, world_size: int) -> Path:
+    """Where rank ``rank`` writes: OUT itself for one process, OUT.rankR.json under torchrun."""
+    return out if world_size <= 1 else out.with_name(f"{out.stem}.rank{rank}{out.suffix}")
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def main() -> int:
-    config, out = Path(sys.argv[1]), Path(sys.argv[2])
+    config = Path(sys.argv[1])
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    out = rank_file(Path(sys.argv[2]), rank, world_size)
     args = yaml.safe_load(config.read_text())
     import torch
     import transformers
@@ -54,7 +78,7 @@ def main() -> int:
 
     cuda = torch.cuda.is_available()
     result: dict[str, Any] = {"config": args, "times": [], "real_tokens": [], "losses": [], "peak_bytes": None,
-                              "versions": {}, "finished": False}
+                              "versions": {}, "finished": False, "rank": rank, "world_size": world_size}
     for name in ("llamafactory", "transformers", "peft", "accelerate", "datasets", "trl", "tokenizers", "liger-kernel", "torch"):
         try:
             import importlib.metadata as md
@@ -80,6 +104,8 @@ def main() -> int:
             if cuda:
                 torch.cuda.synchronize()
             result["train_begin"] = time.time()
+            result["torch_threads"] = torch.get_num_threads()
+            result["optim"] = str(getattr(_args, "optim", None))
             model = kw.get("model")
             if model is not None:
                 result["attn_implementation"] = getattr(getattr(model, "config", None), "_attn_implementation", None)
@@ -96,6 +122,7 @@ def main() -> int:
             pending.clear()
             if cuda:
                 result["peak_bytes"] = torch.cuda.max_memory_allocated()
+            result["peak_rss_bytes"] = peak_rss_bytes()
             save()
 
         def on_log(self, _args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
@@ -107,6 +134,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 result["peak_bytes"] = torch.cuda.max_memory_allocated()
             result["train_end"] = time.time()
+            result["peak_rss_bytes"] = peak_rss_bytes()
             result["steps"] = state.global_step
             save()
 
@@ -117,6 +145,7 @@ def main() -> int:
     result["run_exp_s"] = round(time.time() - started, 1)
     if cuda:
         result["peak_bytes_at_exit"] = torch.cuda.max_memory_allocated()
+    result["peak_rss_bytes_at_exit"] = peak_rss_bytes()
     result["finished"] = True
     save()
     return 0

@@ -52,7 +52,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
-from benchlib import SHAPES, ftui_steps, machine, median, model_dir, record, run_ftui, tokens_per_s, write_config  # noqa: E402
+from benchlib import (SHAPES, ftui_steps, machine, median, model_dir, record, run_ftui, run_in_session, tokens_per_s,  # noqa: E402
+                      write_config)
 from gpu_check import failure, gib, read_result  # noqa: E402
 
 CHILDREN: list[subprocess.Popen] = []
@@ -163,17 +164,8 @@ def lf_case(cfg: dict[str, Any], yaml_path: Path, json_path: Path, lf_site: str 
     write_config(yaml_path, cfg)
     log = json_path.with_suffix(".log")
     row: dict[str, Any] = {"yaml": cfg}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, str(BENCH / "llamafactory_run.py"), str(yaml_path), str(json_path)],
-                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        CHILDREN.append(proc)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = "timeout"
-        CHILDREN.remove(proc)
-    row["rc"] = rc
+    row["rc"] = rc = run_in_session([sys.executable, str(BENCH / "llamafactory_run.py"), str(yaml_path), str(json_path)],
+                                    env, log, timeout, CHILDREN)
     res = json.loads(json_path.read_text()) if json_path.exists() else {}
     times, tokens = res.get("times", []), res.get("real_tokens", [])
     row.update(steps=len(times), real_tokens=tokens, losses=res.get("losses", [])[:3] + res.get("losses", [])[-2:],

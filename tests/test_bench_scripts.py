@@ -160,3 +160,152 @@ def test_the_fa2_check_runs_only_on_cuda_and_says_so():
         pytest.skip("checks the no-GPU message, and a CUDA GPU is here: the check itself runs in bench/gpu_session.sh")
     proc = subprocess.run([sys.executable, str(BENCH / "fa2_check.py")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "needs a CUDA GPU" in proc.stderr
+
+
+# --- bench/vs_llamafactory.py (ftui against LLaMA-Factory on the CPU): its pure parts, without LLaMA-Factory
+
+def _vs_lf():
+    sys.path.insert(0, str(BENCH))
+    import vs_llamafactory
+
+    return vs_llamafactory
+
+
+def test_vs_llamafactory_writes_one_yaml_per_case_that_both_sides_read_alike(tmp_path):
+    from ftui.config.preflight import validate_config
+    from ftui.config.schema import RunConfig
+
+    vs = _vs_lf()
+    from benchlib import SHAPES, model_dir
+
+    mdir = model_dir(tmp_path / "model", **SHAPES["llama-256x4"])
+    for case in vs.CASES:
+        lf = vs.lf_cpu_yaml(case, mdir, tmp_path / "data", tmp_path / "lf", 43, 600, 1024, 4)
+        ft = vs.ftui_cpu_yaml(lf, case, tmp_path / "runs", f"ftui-{case}")
+        # the same model, data, batch, cutoff, examples, epoch, schedule and seed on both sides
+        for key in ("model_name_or_path", "dataset", "dataset_dir", "template", "cutoff_len", "max_samples", "finetuning_type",
+                    "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "num_train_epochs",
+                    "lr_scheduler_type", "warmup_ratio", "seed", "bf16", "logging_steps", "save_strategy"):
+            assert ft[key] == lf[key], (case, key)
+        assert lf["cutoff_len"] == 1024 and lf["per_device_train_batch_size"] == 4 and lf["seed"] == 43 and lf["bf16"] is False
+        assert lf["disable_gradient_checkpointing"] is True and "disable_gradient_checkpointing" not in ft
+        assert ft["output_dir"] == str(tmp_path / "runs") and lf["output_dir"] == str(tmp_path / "lf")
+        packed = case in ("packed", "vocab151936")
+        assert lf.get("packing", False) is packed and lf.get("neat_packing", False) is packed  # padded: no packing key at all
+        assert ("packing" in lf) is packed
+        assert (lf["finetuning_type"], lf.get("lora_rank"), lf.get("lora_target")) == (("lora", 16, "all") if case == "lora" else ("full", None, None))
+        assert (ft["engine"], ft["nproc_per_node"], ft["device"]) == (("ddp", 2, "cpu") if case == "ddp2" else ("single", 1, "cpu"))
+        _, problems = validate_config(dict(ft, model_init="random"))  # the folder has no weights; the benchmark saves them
+        assert not problems, (case, problems)
+        cfg = RunConfig.model_validate(dict(ft, model_init="random"))
+        assert bool(cfg.packing) is packed and cfg.precision == "fp32" and cfg.max_samples == 600
+    assert vs.CASES["vocab151936"]["vocab_size"] == 151936
+    # --lf-gradient-checkpointing: LLaMA-Factory's default (on) is left alone, and ftui's copy is the same
+    lf_gc = vs.lf_cpu_yaml("padded", mdir, tmp_path / "data", tmp_path / "lf", 42, 600, 1024, 4, gradient_checkpointing=True)
+    assert "disable_gradient_checkpointing" not in lf_gc
+    assert vs.ftui_cpu_yaml(lf_gc, "padded", tmp_path / "runs", "x") == vs.ftui_cpu_yaml(
+        vs.lf_cpu_yaml("padded", mdir, tmp_path / "data", tmp_path / "lf", 42, 600, 1024, 4), "padded", tmp_path / "runs", "x")
+
+
+def test_vs_llamafactory_starts_ddp_as_llamafactorys_launcher_does_and_reads_each_ranks_file(tmp_path):
+    vs = _vs_lf()
+    from llamafactory_run import rank_file
+
+    assert vs.lf_command("/lf/python", tmp_path / "c.yaml", tmp_path / "o.json", 1)[:2] == ["/lf/python", str(BENCH / "llamafactory_run.py")]
+    cmd = vs.lf_command("/lf/python", tmp_path / "c.yaml", tmp_path / "o.json", 2)
+    assert cmd[:3] == ["/lf/python", "-m", "torch.distributed.run"] and cmd[cmd.index("--nproc_per_node") + 1] == "2"
+    assert cmd[cmd.index("--nnodes") + 1] == "1" and cmd[cmd.index("--master_addr") + 1] == "127.0.0.1"
+    assert cmd[-3:] == [str(BENCH / "llamafactory_run.py"), str(tmp_path / "c.yaml"), str(tmp_path / "o.json")]
+    assert rank_file(tmp_path / "o.json", 0, 1) == tmp_path / "o.json"
+    assert [rank_file(tmp_path / "o.json", r, 2).name for r in (0, 1)] == ["o.rank0.json", "o.rank1.json"]
+    env = vs.side_env(1, True, tmp_path)
+    assert "PYTHONPATH" not in env and env["DISABLE_VERSION_CHECK"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["OMP_NUM_THREADS"] == "1"
+    assert vs.order(0, 0, ["ftui", "llamafactory"]) == ["ftui", "llamafactory"] == vs.order(1, 1, ["ftui", "llamafactory"])
+    assert vs.order(1, 0, ["ftui", "llamafactory"]) == ["llamafactory", "ftui"] == vs.order(0, 1, ["ftui", "llamafactory"])
+
+
+def _ftui_run(path, ranks):
+    """A finished 2-step ftui run's events: each step 2 s, written at t = 102 and 104."""
+    path.mkdir()
+    events = [{"v": 1, "t": 100.0, "event": "run_start", "cpu_threads": 2, "world_size": ranks}]
+    for step, (t, peaks) in enumerate([(102.0, [500, 300]), (104.0, [700, 200])], start=1):
+        events.append({"v": 1, "t": t, "event": "step", "step": step, "loss": 5.0 - step, "tokens": 1000 + step,
+                       "step_time_s": 2.0, "window_steps": 1,
+                       "mem": [{"rank": r, "allocated": 1, "reserved": 1, "peak": p} for r, p in enumerate(peaks[:ranks])]})
+    events.append({"v": 1, "t": 105.0, "event": "run_end", "status": "completed"})
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_vs_llamafactory_reads_the_same_train_window_tokens_and_peaks_on_both_sides(tmp_path):
+    vs = _vs_lf()
+    ft = vs.ftui_figures(_ftui_run(tmp_path / "run", 2))
+    # the first step's window opens 2 s before its event: 100 .. 104
+    assert ft["train_s"] == pytest.approx(4.0) and ft["real_tokens"] == 2003 and ft["steps"] == 2 and ft["losses"] == [4.0, 3.0]
+    assert ft["peak_rss_bytes_per_rank"] == [700, 300] and ft["peak_rss_bytes"] == 1000  # each rank's largest, summed
+    assert vs.ftui_figures(_ftui_run(tmp_path / "one", 1))["peak_rss_bytes"] == 700
+    ranks = [{"finished": True, "steps": 2, "train_begin": 10.0, "times": [12.0, 15.0], "real_tokens": [600, 400], "losses": [4.0, 3.0],
+              "peak_rss_bytes": 800, "torch_threads": 1, "world_size": 2},
+             {"finished": True, "steps": 2, "train_begin": 10.2, "times": [12.1, 15.1], "real_tokens": [401, 602], "losses": [4.0, 3.0],
+              "peak_rss_bytes": 900, "torch_threads": 1, "world_size": 2}]
+    lf = vs.lf_figures(ranks)
+    assert lf["train_s"] == pytest.approx(5.0) and lf["real_tokens"] == 2003 and lf["peak_rss_bytes"] == 1700  # rank 0's clock, sums
+    assert lf["step_s"] == pytest.approx([2.0, 3.0]) and ft["step_s"] == [2.0, 2.0]  # each step's time, the first from the window's start
+    assert lf["status"] == "completed" and vs.lf_figures([dict(ranks[0], finished=False)])["status"] == "error"
+    r = vs.ratios(dict(ft, wall_s=10.0), dict(lf, wall_s=15.0))
+    assert r == pytest.approx({"train_ratio": 1.25, "wall_ratio": 1.5, "peak_ratio": 1000 / 1700})
+    reps = [{"ftui": dict(ft, wall_s=10.0), "llamafactory": dict(lf, wall_s=15.0), "ratios": r},
+            {"ftui": dict(ft, wall_s=10.0, train_s=5.0), "llamafactory": dict(lf, wall_s=15.0), "ratios": {"train_ratio": 1.0}}]
+    s = vs.summarize(reps)
+    assert s["train_ratio"] == pytest.approx(1.125) and s["train_ratio_each"] == pytest.approx([1.25, 1.0])
+    assert s["ftui"]["train_s"] == pytest.approx(4.5) and s["same_tokens"] is True and s["loss"]["verdict"] == "agree"
+    assert s["loss"]["stepwise_max_abs_diff"] == 0.0 and s["loss"]["difference"] == 0.0  # the same curves
+    failed = vs.summarize([{"ftui": dict(ft, wall_s=10.0), "llamafactory": {"status": "error"}, "ratios": {}}])
+    assert "loss" not in failed and "llamafactory" not in failed and "train_ratio" not in failed
+
+
+def test_the_loss_verdict_tells_a_different_order_from_a_different_loss():
+    import random
+
+    sys.path.insert(0, str(BENCH))
+    from loss_agreement import agreement, step_sigma, window_means
+
+    def curve(seed, offset=0.0, n=150):
+        rng = random.Random(seed)  # a falling curve with per-step scatter 0.2: the order only moves the scatter
+        return [offset + 2.0 + 8.0 * 0.97 ** i + rng.gauss(0, 0.2) for i in range(n)]
+
+    same = agreement([curve(1), curve(2)], [curve(3), curve(4)])
+    assert same["verdict"] == "agree" and same["z"] < 3 and same["between_reps_se"] is not None
+    # the per-step scatter is read off successive differences, so the falling trend does not inflate it
+    assert step_sigma(curve(5)) == pytest.approx(0.2, rel=0.2)
+    assert same["per_step_se"] == pytest.approx(0.2 * (2 / 300) ** 0.5, rel=0.25) and same["noise"] >= same["per_step_se"]
+    shifted = agreement([curve(1, 0.3), curve(2, 0.3)], [curve(3), curve(4)])
+    assert shifted["verdict"] == "differ" and shifted["difference"] == pytest.approx(0.3, abs=0.1) and shifted["z"] > 3
+    one = agreement([curve(1)], [curve(3, 0.01)])  # one repetition: the per-step estimate alone
+    assert one["between_reps_se"] is None and one["noise"] == one["per_step_se"] and one["verdict"] == "agree"
+    # sides of different lengths (packing made different rows): epoch means and fifths still compare; no step-for-step figure
+    uneven = agreement([curve(1, n=120)], [curve(3, n=150)])
+    assert uneven["stepwise_max_abs_diff"] is None and len(uneven["a"]["window_means"]) == 5
+    assert agreement([[1.0, 2.0]], [[1.0, 2.5]])["stepwise_max_abs_diff"] == pytest.approx(0.5)
+    assert window_means([1, 1, 2, 2, 3, 3, 4, 4, 5, 5]) == [1, 2, 3, 4, 5] and window_means([4.0, 2.0]) == [4.0, 2.0]
+    assert agreement([], [[1.0]])["verdict"] == "no losses on one side"
+
+
+@pytest.mark.slow  # a bench's smoke run (about 20 s; CI time): the tests above check its parts without training
+def test_vs_llamafactory_bench_runs_the_ftui_side():
+    out = run("vs_llamafactory.py", "--sides", "ftui", "--cases", "padded")
+    (rep,) = out["cases"]["padded"]["reps"]
+    assert rep["ftui"]["status"] == "completed" and rep["ftui"]["train_s"] > 0 and rep["ftui"]["real_tokens"] > 0
+    assert rep["ftui"]["threads"] == rep["threads_set"] and out["finished"] is True and out["quick"] is True
+
+
+def test_the_loss_verdict_is_undetermined_without_a_noise_estimate_and_never_finer_than_the_logged_digits():
+    sys.path.insert(0, str(BENCH))
+    from loss_agreement import RESOLUTION, agreement
+
+    two_steps = agreement([[6.40, 6.30]], [[6.41, 6.30]])  # one repetition, 2 steps: no scatter to read
+    assert two_steps["verdict"] == "undetermined" and two_steps["noise"] == RESOLUTION == 1e-4
+    # one step a repetition, the same batch whatever the seed: equal to the 4 decimals LLaMA-Factory logs
+    one_batch = agreement([[11.9338], [11.9338]], [[11.933825], [11.933825]])
+    assert one_batch["verdict"] == "agree" and one_batch["z"] == pytest.approx(0.25)
+    assert agreement([[11.9338], [11.9338]], [[11.95], [11.95]])["verdict"] == "undetermined"
