@@ -142,6 +142,27 @@ def test_sdpa_per_example_leaves_to_the_mask_what_it_cannot_keep_apart():
     assert A.per_example_sdpa(module, q, q, q, 0.0, None, {"cu_seq_lens_q": cu, "max_length_q": 8, "sliding_window": 8}) is not None
 
 
+def test_the_per_example_mask_is_skipped_only_where_every_attention_call_runs_per_example():
+    from transformers.masking_utils import causal_mask_function
+
+    args = dict(batch_size=1, q_length=6, kv_length=6, mask_function=causal_mask_function, device=torch.device("cpu"))
+    with A.lengths_given():
+        assert A.per_example_mask(**args) is None
+        assert A.per_example_mask(**dict(args, local_size=4, allow_is_causal_skip=False)) is not None  # a window
+        assert A.per_example_mask(**dict(args, kv_length=9, q_offset=3, allow_is_causal_skip=False)) is not None  # a cache
+    assert not A._LENGTHS_GIVEN.get()
+    packed = dict(args, allow_is_causal_skip=False)
+    assert A.per_example_mask(**packed) is not None
+
+
+def test_a_call_that_cannot_run_per_example_is_refused_where_no_mask_was_built():
+    q = torch.randn(1, 2, 8, 4)
+    module = type("M", (), {"is_causal": True, "training": False})()
+    with A.lengths_given(), pytest.raises(RuntimeError, match="built no mask"):
+        A.sdpa_per_example_attention(module, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 8], dtype=torch.int32),
+                                     is_causal=False)
+
+
 # --- the model: padded, padding-free with SDPA per example, padding-free with the mask
 
 
@@ -150,11 +171,15 @@ def test_padding_free_gives_the_padded_batch_s_loss_and_gradients():
     padded_batch = Collator(0, loss_positions=True)(data)
     loss0, grads0 = loss_and_grads(tiny_llama("sdpa"), padded_batch)
     full0, full_grads0 = loss_and_grads(tiny_llama("sdpa"), padded_batch, chunked=False)
-    for implementation, lengths in ((A.SDPA_PER_EXAMPLE, True), ("sdpa", False)):
+    # SDPA per example (with the block-diagonal mask built, and without it: lengths_given), and
+    # transformers' SDPA with that mask alone
+    for implementation, lengths, apart in ((A.SDPA_PER_EXAMPLE, True, False), (A.SDPA_PER_EXAMPLE, True, True),
+                                           ("sdpa", False, False)):
         batch = Collator(0, sequence_lengths=lengths, padding_free=True, loss_positions=True)(data)
-        loss, grads = loss_and_grads(tiny_llama(implementation), batch)
-        assert close(loss, loss0, rel=1e-5), implementation
-        assert all(close(grads[n], grads0[n], rel=1e-4) for n in grads0), implementation
+        with A.lengths_given() if apart else contextlib.nullcontext():
+            loss, grads = loss_and_grads(tiny_llama(implementation), batch)
+        assert close(loss, loss0, rel=1e-5), (implementation, apart)
+        assert all(close(grads[n], grads0[n], rel=1e-4) for n in grads0), (implementation, apart)
     # and the loss where labels are alone is the loss over every position
     assert close(loss0, full0, rel=1e-5) and all(close(grads0[n], full_grads0[n], rel=1e-4) for n in grads0)
 

@@ -35,6 +35,7 @@ from ftui.i18n import _
 from ftui.data.records import DatasetSpec
 from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_tokenized, load_all, load_tokenized,
                               save_tokenized, split_eval, token_examples)
+from ftui.runner.attention import lengths_given
 from ftui.runner.feed import Prefetcher, host_batches
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
 from ftui.stages import StageDescription, describe
@@ -217,8 +218,10 @@ class Stage:
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable[[], contextlib.AbstractContextManager]) -> MicroLoss:
         """Summed next-token cross-entropy over the batch's labelled tokens."""
-        return MicroLoss(micro_batch_loss(model, self.head, batch.model_inputs(), batch.labels, autocast,
-                                          positions=getattr(batch, "loss_positions", None)))
+        apart = lengths_given() if getattr(batch, "cu_seqlens", None) is not None else contextlib.nullcontext()
+        with apart:  # the attention reads each example's span, so a model loaded with ftui_sdpa builds no mask
+            return MicroLoss(micro_batch_loss(model, self.head, batch.model_inputs(), batch.labels, autocast,
+                                              positions=getattr(batch, "loss_positions", None)))
 
     # --- evaluation
     @torch.no_grad()
