@@ -219,3 +219,23 @@ def profile_table(fn, top: int = 25) -> list[dict[str, Any]]:
     total = sum(self_time(e) for e in events) or 1.0
     return [{"name": e.key[:120], "self_ms": round(self_time(e) / 1000, 3), "share": round(self_time(e) / total, 4),
              "calls": e.count} for e in events[:top]]
+
+
+def stop_on_sigterm(children: list[subprocess.Popen], runs: Path, save: Any) -> None:
+    """On SIGTERM (a device call's time limit, a kill): kills the process group of each of
+    ``children`` still running, stops ftui's live runs under ``runs``, saves what finished
+    (``save(False)``) and exits 128 + the signal, so a cut benchmark keeps its results."""
+    import contextlib
+    import signal
+
+    def cut(signum: int, _frame: Any) -> None:
+        for proc in list(children):
+            with contextlib.suppress(Exception):
+                os.killpg(proc.pid, signal.SIGKILL)
+        from gpu_set import stop_live_runs
+
+        stop_live_runs(runs)
+        save(False)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, cut)

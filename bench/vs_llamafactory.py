@@ -81,11 +81,9 @@ recorded).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -97,7 +95,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
-from benchlib import SHAPES, ftui_steps, machine, median, model_dir, record, run_ftui, run_in_session, write_config  # noqa: E402
+from benchlib import SHAPES, ftui_steps, machine, median, model_dir, record, run_ftui, run_in_session, stop_on_sigterm, write_config  # noqa: E402
 from gpu_check import failure  # noqa: E402
 from llamafactory_run import rank_file  # noqa: E402
 from loss_agreement import agreement  # noqa: E402
@@ -341,16 +339,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
 
-        def cut(signum: int, _frame: Any) -> None:
-            for proc in list(CHILDREN):
-                with contextlib.suppress(Exception):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            from gpu_set import stop_live_runs
-
-            stop_live_runs(tmp / "runs")
-            save(False)
-            sys.exit(128 + signum)
-        signal.signal(signal.SIGTERM, cut)
+        stop_on_sigterm(CHILDREN, tmp / "runs", save)
         started = time.time()
         models = {}
         for vocab in sorted({CASES[c].get("vocab_size") for c in cases}, key=str):

@@ -37,11 +37,9 @@ machine without a GPU (fp32, no compile, no Liger, SDPA for ftui too).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,7 +51,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 from benchlib import (SHAPES, ftui_steps, machine, median, model_dir, record, run_ftui, run_in_session, tokens_per_s,  # noqa: E402
-                      write_config)
+                      stop_on_sigterm, write_config)
 from gpu_check import failure, gib, read_result  # noqa: E402
 
 CHILDREN: list[subprocess.Popen] = []
@@ -242,16 +240,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
 
-        def cut(signum: int, _frame: Any) -> None:
-            for proc in list(CHILDREN):
-                with contextlib.suppress(Exception):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            from gpu_set import stop_live_runs
-
-            stop_live_runs(tmp / "runs")
-            save(False)
-            sys.exit(128 + signum)
-        signal.signal(signal.SIGTERM, cut)
+        stop_on_sigterm(CHILDREN, tmp / "runs", save)
         started = time.time()
         mdir = model_dir(tmp / "model", **SHAPES[args.shape])
         save_random_weights(mdir, args.cpu)

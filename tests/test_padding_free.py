@@ -9,7 +9,6 @@ default, off with its reason, or refused by name."""
 from __future__ import annotations
 
 import contextlib
-import random
 
 import pytest
 import torch
@@ -22,22 +21,10 @@ from ftui.config.problems import ConfigError
 from ftui.config.rules import stage_problems
 from ftui.runner import attention as A
 from ftui.runner.batch_layout import batch_layout
-from ftui.runner.data import IGNORE, Collator, Example, join_row, pack_examples
+from ftui.runner.data import IGNORE, Collator, join_row, pack_examples
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
+from tests.test_flash_attn import VOCAB, examples  # random examples with a prompt and an answer
 from tests.tolerances import close
-
-VOCAB = 300
-
-
-def examples(n: int, seed: int = 0, longest: int = 40) -> list[Example]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        length = rng.randint(3, longest)
-        ids = [rng.randrange(1, VOCAB) for _ in range(length)]
-        prompt = rng.randint(1, length - 1)
-        out.append(Example(ids, [IGNORE] * prompt + ids[prompt:], real_tokens=length))
-    return out
 
 
 def tiny_llama(implementation: str):
