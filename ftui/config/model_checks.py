@@ -243,21 +243,33 @@ def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:
     return stretched, why, True
 
 
-def padding_free_model_problem(model: dict[str, Any]) -> str | None:
-    """Why this model's batches cannot be laid end to end (its config.json as a dict), None
-    when they can: each example must keep its own positions and attend to itself alone, which
-    the decoder-only text models with rotary positions of FA2_MODEL_TYPES do from the
-    restarting position ids and sequence lengths; a model with learned absolute positions or
-    whose layers take those arguments for themselves would mix the examples."""
+def examples_kept_apart_gap(model: dict[str, Any]) -> str | None:
+    """Whether this model's layers keep the examples of one row apart from transformers'
+    sequence-length arguments and restarting position ids (its config.json as a dict), which
+    both flash_attn fa2 and padding_free need: None when they do (the decoder-only text models
+    with rotary positions of FA2_MODEL_TYPES); "window" for Qwen2-MoE with a sliding window,
+    whose layers do not hand it to the attention function (transformers 5.24); "type" for any
+    other model type (learned absolute positions, or layers that take those arguments for
+    themselves)."""
     model_type = model.get("model_type")
     if model_type == "qwen2_moe" and model.get("use_sliding_window"):
+        return "window"
+    return None if model_type in FA2_MODEL_TYPES else "type"
+
+
+def padding_free_model_problem(model: dict[str, Any]) -> str | None:
+    """Why this model's batches cannot be laid end to end (its config.json as a dict), None
+    when they can: each example must keep its own positions and attend to itself alone
+    (``examples_kept_apart_gap``)."""
+    gap = examples_kept_apart_gap(model)
+    if gap == "window":
         return _("padding_free cannot keep this Qwen2-MoE model's sliding window apart per example (its layers do not pass it to "
                  "the attention); set padding_free false")
-    if model_type in FA2_MODEL_TYPES:
+    if gap is None:
         return None
     return _("padding_free lays examples end to end for decoder-only text models with rotary positions ({types}); this one is "
              "{model_type}, whose examples would not stay apart; set padding_free false (or empty)").format(
-        types=", ".join(FA2_MODEL_TYPES), model_type=model_type or "?")
+        types=", ".join(FA2_MODEL_TYPES), model_type=model.get("model_type") or "?")
 
 
 def padding_free_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
@@ -288,15 +300,14 @@ def sdpa_refusal(model_type: str | None) -> str:
 
 
 def fa2_model_problem(model: dict[str, Any]) -> str | None:
-    """Why flash_attn fa2 cannot run this model (its config.json as a dict), None when it can:
-    its type must be one of FA2_MODEL_TYPES, and Qwen2-MoE's layers do not hand their sliding
-    window to the attention function (transformers 5.24), so with one it would be lost."""
-    model_type = model.get("model_type")
-    if model_type == "qwen2_moe" and model.get("use_sliding_window"):
+    """Why flash_attn fa2 cannot run this model (its config.json as a dict), None when it can
+    (``examples_kept_apart_gap``)."""
+    gap = examples_kept_apart_gap(model)
+    if gap == "window":
         return _("flash_attn fa2 cannot apply this Qwen2-MoE model's sliding window (use_sliding_window: its layers do not pass it "
                  "to the attention kernel); use flash_attn: auto")
-    if model_type in FA2_MODEL_TYPES:
+    if gap is None:
         return None
     return _("flash_attn fa2 runs the attention of {types} models; this one is {model_type} (its layers take the "
              "sequence lengths themselves or compute what torch's kernel does not); use flash_attn: auto").format(
-        types=", ".join(FA2_MODEL_TYPES), model_type=model_type or "?")
+        types=", ".join(FA2_MODEL_TYPES), model_type=model.get("model_type") or "?")
