@@ -308,7 +308,7 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         # logits only where a label is: a prompt's and padding's positions add nothing to the
         # loss nor to any gradient (their rows of the softmax gradient are zero), so leaving
         # them out changes the sum only by float rounding and saves their share of the
-        # projection's three products (the prompt is often half an SFT example)
+        # projection's three products (the prompts: 19 % of alpaca_en_demo's tokens with the demo tokenizer)
         h, y = h.index_select(0, positions), y.index_select(0, positions)
     dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
     with torch.autocast(hidden.device.type, enabled=False):
