@@ -17,6 +17,10 @@ token sequences (sft, pt), decoder-only text models with rotary positions
 (``ftui.config.model_checks.padding_free_model_problem``), on the CPU or with fa2. On CUDA
 without fa2 it stays off by default: SDPA would compute every query of the joined row against
 every key through a mask. ``padding_free: true`` turns it on wherever it is exact.
+
+Vision-language models (``ftui.presets.vision_families``) take padded rows only: their M-RoPE
+positions are computed per row from its images (``ftui.runner.media_batch``), so padding_free
+and packing are off for them, and asking for either is refused by name.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from ftui.config.model_checks import padding_free_model_problem
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
+from ftui.presets.vision_families import vision_family
 from ftui.runner.attention import attn_implementation
 from ftui.stages import describe
 
@@ -45,6 +50,9 @@ def batch_layout(cfg: RunConfig, model: dict[str, Any], device_type: str) -> Bat
     be exact (a hub model, whose config validation could not read)."""
     stage = describe(cfg.stage)
     problem = padding_free_model_problem(model)
+    family = vision_family(model.get("model_type"))
+    if family is not None:
+        return vision_layout(cfg, family.name)
     if cfg.padding_free is False:
         on, why = False, _("padding_free: false")
     elif not stage.padding_free:
@@ -68,3 +76,14 @@ def batch_layout(cfg: RunConfig, model: dict[str, Any], device_type: str) -> Bat
         return BatchLayout(on, why, True, attn_implementation("fa2"))
     per_example = several and device_type == "cpu" and problem is None and cfg.flash_attn in ("auto", "sdpa")
     return BatchLayout(on, why, per_example, attn_implementation(cfg.flash_attn, per_example=per_example))
+
+
+def vision_layout(cfg: RunConfig, family: str) -> BatchLayout:
+    """Padded rows for a vision-language model: each row's M-RoPE positions follow its own
+    images, which rows laid end to end (padding_free) or packed would mix."""
+    if cfg.padding_free or cfg.packing or cfg.neat_packing:
+        key = "padding_free" if cfg.padding_free else "neat_packing" if cfg.neat_packing else "packing"
+        raise ValueError(_("{key} is not supported for {family} vision-language models yet: their M-RoPE positions are "
+                           "computed per row from its images; set {key} false").format(key=key, family=family))
+    why = _("{family} is a vision-language model: its M-RoPE positions are computed per padded row").format(family=family)
+    return BatchLayout(False, why, False, attn_implementation(cfg.flash_attn))  # fa2 is refused at load (fa2_model_problem)

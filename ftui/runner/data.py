@@ -24,6 +24,7 @@ from ftui.data.dataset_files import HubDataset, read_records
 from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.data.registry import resolve_datasets
 from ftui.data.stage_formats import check_format
+from ftui.runner.media_batch import MediaCollation, MediaInputs, collate_media, pinned
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
@@ -37,6 +38,7 @@ class Example:
     labels: list[int]
     position_ids: list[int] | None = None  # set for packed rows: restarts at each example
     real_tokens: int = 0
+    media: dict[str, Any] | None = None  # the processor's tensors for this example's images (pixel_values, image_grid_thw)
 
 
 def load_records(spec: DatasetSpec) -> list[dict[str, Any]]:
@@ -265,6 +267,8 @@ class Batch:
     # positions with a next-token label, counted on the host so the output projection computes
     # logits there alone without a device sync (ftui.runner.loss)
     loss_positions: torch.Tensor | None = None
+    # a vision-language batch: its images' tensors, token types and M-RoPE positions (ftui.runner.media_batch)
+    media: MediaInputs | None = None
 
     def to(self, device: torch.device) -> "Batch":
         nb = device.type == "cuda"
@@ -274,12 +278,14 @@ class Batch:
 
         return dataclasses.replace(self, input_ids=mv(self.input_ids), labels=mv(self.labels), attention_mask=mv(self.attention_mask),
                                    position_ids=mv(self.position_ids), cu_seqlens=mv(self.cu_seqlens),
-                                   loss_positions=mv(self.loss_positions))
+                                   loss_positions=mv(self.loss_positions),
+                                   media=None if self.media is None else self.media.to(device))
 
     def model_inputs(self, rows: slice | None = None) -> dict[str, Any]:
         """The model's keyword arguments for all rows, or for the contiguous ``rows``; with the
         sequences' lengths when the batch carries them (fa2), sliced for those rows on the
-        device (no host sync): the rows' tokens are contiguous in the flattened batch."""
+        device (no host sync): the rows' tokens are contiguous in the flattened batch. A
+        vision-language batch adds the rows' images, token types and M-RoPE positions."""
         pick = (lambda t: t) if rows is None else (lambda t: t[rows])  # noqa: E731
         out: dict[str, Any] = {"input_ids": pick(self.input_ids)}
         if self.attention_mask is not None:
@@ -294,6 +300,8 @@ class Batch:
                 first, last = sum(self.row_sequences[:start]), sum(self.row_sequences[:stop])
                 cu = cu[first:last + 1] - cu[first]
             out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=self.max_seqlen, max_length_k=self.max_seqlen)
+        if self.media is not None:
+            out.update(self.media.inputs(rows))
         return out
 
 
@@ -318,16 +326,19 @@ class Collator:
     row instead (``join_row``), with nothing to pad but up to ``pad_to_multiple``: the same
     examples, positions and labels, the same counts, so the same losses, without computing
     padding (TRL's padding-free batches, transformers' DataCollatorWithFlattening).
-    ``loss_positions``: the batch names the positions that carry loss (``Batch.loss_positions``)."""
+    ``loss_positions``: the batch names the positions that carry loss (``Batch.loss_positions``).
+    ``media``: a vision-language model's collation; examples with images then give a batch with
+    them (``Batch.media``; padded rows only: their M-RoPE positions are per row)."""
 
     def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False, sequence_lengths: bool = False,
-                 padding_free: bool = False, loss_positions: bool = False):
+                 padding_free: bool = False, loss_positions: bool = False, media: MediaCollation | None = None):
         self.pad_id = pad_id
         self.multiple = pad_to_multiple
         self.pin = pin_memory
         self.sequence_lengths = sequence_lengths
         self.padding_free = padding_free
         self.loss_positions = loss_positions
+        self.media = media
 
     def __call__(self, examples: list[Example]) -> Batch:
         real = trainable = predicted = 0
@@ -369,6 +380,13 @@ class Collator:
         extra: dict[str, Any] = dict(cu_seqlens=tensors[4], row_sequences=counts, max_seqlen=longest_sequence) if cu is not None else {}
         if self.loss_positions:
             extra["loss_positions"] = tensors[-1]
+        if any(ex.media for ex in examples):
+            if self.padding_free or packed:
+                raise ValueError(_("examples with images are collated in padded rows only (M-RoPE positions are per row); "
+                                   "set padding_free and packing false"))
+            extra["media"] = collate_media([ex.media for ex in rows], ids, mask, self.media)
+            if self.pin:
+                extra["media"] = pinned(extra["media"])
         if packed:
             return Batch(ids, labels, None, pos, real, trainable, predicted, **extra)
         return Batch(ids, labels, mask, None, real, trainable, predicted, **extra)

@@ -22,7 +22,9 @@ from ftui.config.model_checks import fa2_model_problem, sdpa_refusal
 from ftui.i18n import _
 from ftui.runner.attention import attn_implementation
 from ftui.runner.hub import model_source
+from ftui.runner.vlm import family_of, language_layers, lora_target_modules, mark_freeze, mark_full
 from ftui.presets.templates import TEMPLATES
+from ftui.presets.vision_families import vision_family
 
 
 
@@ -99,8 +101,12 @@ def load_model(cfg: RunConfig, device: torch.device, attention: str | None = Non
 
     ``device`` is where the engine wants the weights before it wraps them: the GPU for
     single, DDP and ZeRO-0..2; the CPU for FSDP and ZeRO-3, which move only their shards to
-    the GPU (see ``Engine.load_device``)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    the GPU (see ``Engine.load_device``).
+
+    A vision-language model (its model_type in ``ftui.presets.vision_families``) loads with
+    ``AutoModelForImageTextToText``, its vision tower and projector with it, in the same dtype,
+    attention and device."""
+    from transformers import AutoConfig
 
     path = model_source(cfg.model_name_or_path)
     dtype = base_dtype(cfg)
@@ -108,15 +114,15 @@ def load_model(cfg: RunConfig, device: torch.device, attention: str | None = Non
     if (implementation := attention or attn_implementation(cfg.flash_attn)) is not None:  # auto names none: a config.json's own choice stands
         common["attn_implementation"] = implementation
     # validation could not read a hub model's config before it was here; at load, the model's class says whether it has SDPA
-    checked = cfg.flash_attn in ("fa2", "sdpa")
-    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code) if cfg.model_init == "random" or checked else None
+    config = AutoConfig.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    auto = auto_model_class(config)
     if cfg.flash_attn == "fa2" and (reason := fa2_model_problem(config.to_dict())):
         raise ValueError(reason)
-    if cfg.flash_attn == "sdpa" and not getattr(AutoModelForCausalLM._model_mapping.get(type(config), None), "_supports_sdpa", True):
+    if cfg.flash_attn == "sdpa" and not getattr(auto._model_mapping.get(type(config), None), "_supports_sdpa", True):
         raise ValueError(sdpa_refusal(config.model_type))
     if cfg.model_init == "random":
         torch.manual_seed(cfg.seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **common)
+        model = auto.from_config(config, dtype=dtype, **common)
         return model.to(device)
     kwargs: dict[str, Any] = dict(dtype=dtype, **common)
     if cfg.method == "qlora":
@@ -130,12 +136,24 @@ def load_model(cfg: RunConfig, device: torch.device, attention: str | None = Non
             bnb_4bit_compute_dtype=compute_dtype(cfg),  # fp32 runs compute in fp32 (fp16 would need loss scaling)
         )
         kwargs["device_map"] = {"": device}
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+        return auto.from_pretrained(path, **kwargs)
+    return auto.from_pretrained(path, **kwargs).to(device)
+
+
+def auto_model_class(config: Any) -> Any:
+    """transformers' Auto class a model loads with: image-text-to-text for the vision families
+    ftui trains (their ``*ForConditionalGeneration``), causal LM for every other model."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if vision_family(getattr(config, "model_type", None)) else AutoModelForCausalLM
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The model's stack of decoder layers: the longest ModuleList in it."""
+    """The model's stack of decoder layers: a vision-language model's language model's
+    layers; otherwise the longest ModuleList in it."""
+    family = family_of(model)
+    if family is not None and (layers := language_layers(model, family)) is not None:
+        return layers
     best: nn.ModuleList | None = None
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and (best is None or len(module) > len(best)):
@@ -157,8 +175,14 @@ def mark_trainable(model: nn.Module, cfg: RunConfig) -> nn.Module:
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    family = family_of(model)
     if cfg.finetuning_type == "full":
         model.requires_grad_(True)
+        if family is not None:
+            mark_full(model, family, cfg)
+        return model
+    if cfg.finetuning_type == "freeze" and family is not None:
+        mark_freeze(model, family, cfg)
         return model
     if cfg.finetuning_type == "freeze":
         layers = decoder_layers(model)
@@ -178,7 +202,8 @@ def mark_trainable(model: nn.Module, cfg: RunConfig) -> nn.Module:
     model.requires_grad_(False)
     if cfg.gradient_checkpointing:
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
-    model = get_peft_model(model, lora_config(cfg))
+    targets = lora_target_modules(model, family, cfg) if family is not None else None
+    model = get_peft_model(model, lora_config(cfg, targets))
     for p in model.parameters():  # adapters train in fp32 over a half-precision base
         if p.requires_grad and p.dtype != torch.float32:
             p.data = p.data.float()
@@ -193,10 +218,12 @@ def lora_targets(lora_target: str) -> Any:
     return "all-linear" if names == ["all"] else names
 
 
-def lora_config(cfg: RunConfig) -> Any:
+def lora_config(cfg: RunConfig, target_modules: list[str] | None = None) -> Any:
     """The peft LoraConfig of a run, with LLaMA-Factory's variants: DoRA, rsLoRA, PiSSA's
     initialisation ("pissa" for the exact SVD, "pissa_niter_N" for N fast-SVD iterations) and
-    additional_target (modules trained whole and saved beside the adapter)."""
+    additional_target (modules trained whole and saved beside the adapter). ``target_modules``:
+    the modules' full names where the model decides them (a vision-language model's,
+    ``ftui.runner.vlm.lora_target_modules``), else ``lora_target``'s."""
     from peft import LoraConfig
 
     init: Any = True
@@ -210,7 +237,7 @@ def lora_config(cfg: RunConfig) -> Any:
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
         lora_dropout=cfg.lora_dropout,
-        target_modules=lora_targets(cfg.lora_target),
+        target_modules=target_modules if target_modules is not None else lora_targets(cfg.lora_target),
         use_dora=cfg.use_dora,
         use_rslora=cfg.use_rslora,
         init_lora_weights=init,
@@ -288,7 +315,9 @@ def flops_per_token(model_config: Any, total: int, trainable: int, seq_len: int,
     the parameters under the first trainable layer, which backward never reaches),
     2N_trainable weight-gradients, plus attention (PaLM's 12·L·H·T: 4 forward, 8 backward,
     the backward part only for the ``backward_layers`` it runs through). Embedding lookups
-    are free."""
+    are free. A vision-language model's shape is its language model's (``get_text_config``)."""
+    if hasattr(model_config, "get_text_config"):
+        model_config = model_config.get_text_config()
     vocab = getattr(model_config, "vocab_size", 0) or 0
     hidden = getattr(model_config, "hidden_size", 0) or 0
     layers = getattr(model_config, "num_hidden_layers", 0) or 0

@@ -1,4 +1,6 @@
 """FSDP2: ``fully_shard`` on every decoder layer and on the root, behind the Engine interface.
+A vision-language model's vision blocks are units too (``wrap_units``), so its vision tower is
+sharded and gathered a block at a time like the language model.
 
 Each rank holds 1/N of every parameter, gradient and optimizer state (as DTensor shards);
 a layer's full weights are all-gathered for its forward and backward and freed again
@@ -21,6 +23,14 @@ from torch import nn
 from ftui.presets.engine_presets import load_preset
 from ftui.runner.engines.base import Engine
 from ftui.runner.model import decoder_layers, trained_dtype
+from ftui.runner.vlm import vision_blocks
+
+
+def wrap_units(model: nn.Module) -> list[nn.Module]:
+    """The modules ``fully_shard`` makes units of, before the root: a vision-language model's
+    vision blocks (in forward order: the tower runs first), then the decoder layers."""
+    blocks = vision_blocks(model)
+    return [*(blocks if blocks is not None else []), *decoder_layers(model)]
 
 
 class FSDPEngine(Engine):
@@ -58,7 +68,7 @@ class FSDPEngine(Engine):
         offload = CPUOffloadPolicy(pin_memory=self.device.type == "cuda") if self.settings.get("cpu_offload") else OffloadPolicy()
         kwargs = dict(mesh=mesh, mp_policy=mp, offload_policy=offload)
         reshard = bool(self.settings.get("reshard_after_forward", True))
-        for layer in decoder_layers(model):
+        for layer in wrap_units(model):
             fully_shard(layer, reshard_after_forward=reshard, **kwargs)
         fully_shard(model, reshard_after_forward=False, **kwargs)  # the root's params are needed right after forward
         return model

@@ -38,6 +38,7 @@ from ftui.runner.data import (Collator, Example, Progress, TokenizedData, has_to
 from ftui.runner.attention import lengths_given
 from ftui.runner.feed import Prefetcher, host_batches
 from ftui.runner.loss import install_chunked_loss, micro_batch_loss
+from ftui.runner.media_batch import MediaCollation, media_collation
 from ftui.stages import StageDescription, describe
 
 # The loop's Training state (ftui.runner.loop.Training) is typed here as Any:
@@ -117,6 +118,7 @@ class Stage:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.head: nn.Module | None = None  # the output projection when the loss is computed in chunks
+        self.media: MediaCollation | None = None  # a vision-language model's: how its batches carry images
 
     @property
     def description(self) -> StageDescription:
@@ -196,7 +198,8 @@ class Stage:
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Example]], Any]:
         return Collator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
-                        sequence_lengths=self.sequence_lengths, padding_free=self.padding_free, loss_positions=True)
+                        sequence_lengths=self.sequence_lengths, padding_free=self.padding_free, loss_positions=True,
+                        media=self.media)
 
     # --- model and loss
     def keep_start(self, model: nn.Module) -> None:
@@ -212,7 +215,9 @@ class Stage:
         return state_dict, {}
 
     def prepare_model(self, model: nn.Module) -> None:
-        """Called once the method is applied, before the engine wraps the model."""
+        """Called once the method is applied, before the engine wraps the model: the chunked
+        loss on its output projection, and a vision-language model's batch collation."""
+        self.media = media_collation(model)
         if self.cfg.chunked_loss:
             self.head = install_chunked_loss(model, liger=self.cfg.enable_liger_kernel)
 

@@ -1,0 +1,119 @@
+"""A vision-language micro batch's images: their tensors over the batch, and the positions and
+token types the model reads them with, collated as LLaMA-Factory's collator does
+(``data/collator.py``, MultiModalDataCollatorForSeq2Seq).
+
+Each example carries the processor's tensors for its own images (``Example.media``:
+``pixel_values`` [patches, d], ``image_grid_thw`` [images, 3]; videos' keys later); the batch
+concatenates each key over its rows along dim 0, in row order, and remembers each row's share,
+so a slice of rows (``MediaInputs.inputs(rows)``) takes exactly those rows' images. The model
+also needs ``mm_token_type_ids`` (1 at image tokens, 2 at video tokens: transformers 5's
+Qwen2-VL forward refuses image_grid_thw without them) and M-RoPE position ids, computed here on
+the host by the model's own ``get_rope_index`` over the padded rows and their attention mask,
+with the text row LLaMA-Factory puts in front (4 x rows x width).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ftui.i18n import _
+
+
+@dataclass(frozen=True)
+class MediaCollation:
+    """What a vision-language model's batches need from the model: its M-RoPE function and its
+    image and video token ids (``ftui.runner.vlm``)."""
+
+    rope_index: Any
+    image_token_id: int | None
+    video_token_id: int | None
+
+
+def media_collation(model: Any) -> MediaCollation | None:
+    """The collation a loaded model's batches need; None for a text model."""
+    from ftui.runner.vlm import base_of, family_of, rope_index
+
+    if family_of(model) is None:
+        return None
+    config = base_of(model).config
+    return MediaCollation(rope_index(model), getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+
+
+@dataclass
+class MediaInputs:
+    tensors: dict[str, torch.Tensor]  # each key concatenated over the rows along dim 0
+    row_sizes: dict[str, list[int]]  # each row's share of each key (dim-0 sizes), host side
+    mm_token_type_ids: torch.Tensor  # rows x width: 0 text, 1 image, 2 video
+    position_ids: torch.Tensor | None  # 4 x rows x width: text positions, then M-RoPE's temporal, height, width
+
+    def to(self, device: torch.device) -> "MediaInputs":
+        nb = device.type == "cuda"
+        return dataclasses.replace(
+            self, tensors={k: t.to(device, non_blocking=nb) for k, t in self.tensors.items()},
+            mm_token_type_ids=self.mm_token_type_ids.to(device, non_blocking=nb),
+            position_ids=None if self.position_ids is None else self.position_ids.to(device, non_blocking=nb))
+
+    def inputs(self, rows: slice | None = None) -> dict[str, Any]:
+        """The model's keyword arguments for all rows or the contiguous ``rows``: their images'
+        tensors (a key no chosen row has is left out), token types and positions."""
+        if rows is None:
+            out: dict[str, Any] = dict(self.tensors)
+            out["mm_token_type_ids"] = self.mm_token_type_ids
+            if self.position_ids is not None:
+                out["position_ids"] = self.position_ids
+            return out
+        start, stop, step = rows.indices(self.mm_token_type_ids.size(0))
+        if step != 1:
+            raise ValueError("media batches slice contiguous rows only")
+        out = {}
+        for key, tensor in self.tensors.items():
+            sizes = self.row_sizes[key]
+            first, last = sum(sizes[:start]), sum(sizes[:stop])
+            if last > first:
+                out[key] = tensor[first:last]
+        out["mm_token_type_ids"] = self.mm_token_type_ids[rows]
+        if self.position_ids is not None:
+            out["position_ids"] = self.position_ids[:, rows]
+        return out
+
+
+def token_types(ids: torch.Tensor, collation: MediaCollation) -> torch.Tensor:
+    """1 where a row holds an image token, 2 a video token, 0 elsewhere (LLaMA-Factory's)."""
+    types = torch.zeros_like(ids)
+    if collation.image_token_id is not None:
+        types[ids == collation.image_token_id] = 1
+    if collation.video_token_id is not None:
+        types[ids == collation.video_token_id] = 2
+    return types
+
+
+def collate_media(media: list[dict[str, torch.Tensor] | None], ids: torch.Tensor, mask: torch.Tensor,
+                  collation: MediaCollation | None) -> MediaInputs:
+    """The batch's images from each row's ``media`` (None for a row without any), with its
+    padded ``ids`` and attention ``mask`` (rows x width, right-padded)."""
+    if collation is None:
+        raise ValueError(_("these examples have images, but the model is not a vision-language model ftui trains; "
+                           "use a model of a family in ftui.presets.vision_families, or a dataset without images"))
+    keys = sorted({k for m in media if m for k in m})
+    tensors = {k: torch.cat([m[k] for m in media if m and k in m], dim=0) for k in keys}
+    sizes = {k: [(m[k].size(0) if m and k in m else 0) for m in media] for k in keys}
+    types = token_types(ids, collation)
+    positions = None
+    if collation.rope_index is not None:
+        grids = {k: tensors.get(k) for k in ("image_grid_thw", "video_grid_thw")}
+        position_ids, _deltas = collation.rope_index(input_ids=ids, mm_token_type_ids=types, attention_mask=mask,
+                                                     image_grid_thw=grids["image_grid_thw"],
+                                                     video_grid_thw=grids["video_grid_thw"])
+        positions = torch.cat([position_ids[:1], position_ids], dim=0)  # LLaMA-Factory's text row in front
+    return MediaInputs(tensors, sizes, types, positions)
+
+
+def pinned(media: MediaInputs) -> MediaInputs:
+    """The same tensors in pinned host memory (a CUDA run's prefetched batches)."""
+    return dataclasses.replace(
+        media, tensors={k: t.pin_memory() for k, t in media.tensors.items()}, mm_token_type_ids=media.mm_token_type_ids.pin_memory(),
+        position_ids=None if media.position_ids is None else media.position_ids.pin_memory())
