@@ -245,3 +245,61 @@ def test_vision_language_models_take_padded_rows_and_refuse_padding_free_and_pac
         with pytest.raises(ValueError, match=f"{key} is not supported for qwen2_vl vision-language models"):
             batch_layout(demo_config().model_copy(update={key: True}), model, "cpu")
     assert batch_layout(demo_config(), {"model_type": "llama"}, "cpu").padding_free  # text models unchanged
+
+
+# --- speedups that walk the layers
+
+
+def test_gradient_checkpointing_gives_the_same_gradients_and_liger_is_refused_by_name(qwen2, models):
+    from ftui.runner.loss import token_loss_sum
+    from ftui.runner.model import apply_speedups
+
+    _model, make = qwen2
+    rows = [make.example("what is it", " a square", [(56, 84)]), make.example("and this", " a circle", [(56, 56)])]
+    grads = []
+    for checkpointing in (False, True):
+        model, _cfg = loaded("qwen2_vl", models, finetuning_type="full", freeze_vision_tower=False, gradient_checkpointing=checkpointing)
+        model.train()
+        batch = collate(model, rows)
+        out = model(**batch.model_inputs(), use_cache=False).logits
+        token_loss_sum(out, batch.labels).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and any(n.startswith("model.visual.blocks.") for n in grads[0])
+    for name, g in grads[0].items():
+        assert torch.allclose(g, grads[1][name], rtol=1e-4, atol=1e-6), name
+    with pytest.raises(ValueError, match="enable_liger_kernel is not supported for qwen2_vl"):
+        apply_speedups(model, _cfg.model_copy(update={"enable_liger_kernel": True}))
+
+
+def test_a_batch_without_images_runs_the_vision_tower_on_a_hidden_stand_in_that_changes_no_loss(qwen2):
+    """LLaMA-Factory's fake image: FSDP and ZeRO-3 ranks must all gather the vision tower at
+    every forward, so a micro batch without images gets one, masked out and unlabelled."""
+    from ftui.runner.data import Collator
+    from ftui.runner.loss import token_loss_sum
+
+    model, make = qwen2
+    rows = [make.example("no picture here", " none", []), make.example("nor here", " nothing at all", [])]
+    batch = collate(model, rows)
+    plain = Collator(0, loss_positions=True)(rows)  # as a text model's batch
+    stand_in = batch.media.tensors
+    assert stand_in["image_grid_thw"].tolist() == [[1, 2, 2]] and stand_in["pixel_values"].shape[0] == 4
+    n = len(rows[0].input_ids)
+    assert batch.input_ids[0, n:n + 3].tolist() == [make.tokenizer.convert_tokens_to_ids(t) for t in
+                                                     ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")]
+    assert batch.attention_mask[0, n:].sum() == 0 and (batch.labels[0, n:] == -100).all()
+    assert (batch.real_tokens, batch.loss_tokens) == (plain.real_tokens, plain.loss_tokens)
+    def cells(b):  # (row, column) of each loss position (flat indices into labels[:, 1:])
+        width = b.input_ids.size(1) - 1
+        return [(int(i) // width, int(i) % width) for i in b.loss_positions]
+
+    assert cells(batch) == cells(plain)
+    seen = []
+    hook = model.model.visual.blocks[0].register_forward_hook(lambda *_: seen.append(True))
+    try:
+        with torch.no_grad():
+            with_stand_in = token_loss_sum(model(**batch.model_inputs(), use_cache=False).logits, batch.labels)
+            without = token_loss_sum(model(**plain.model_inputs(), use_cache=False).logits, plain.labels)
+    finally:
+        hook.remove()
+    assert seen == [True]  # the tower ran once, for the stand-in
+    assert with_stand_in.item() == pytest.approx(without.item(), rel=1e-5)

@@ -238,6 +238,8 @@ def join_row(examples: list[Example]) -> Example:
     the positions (a block-diagonal causal mask, or each example's own span) sees only its
     example. What packing does to a row's examples, and padding-free batches to a micro
     batch's rows."""
+    if any(ex.media for ex in examples):
+        raise ValueError(media_rows_message())
     ids: list[int] = []
     labels: list[int] = []
     pos: list[int] = []
@@ -246,6 +248,11 @@ def join_row(examples: list[Example]) -> Example:
         labels += [IGNORE] + ex.labels[1:]
         pos += ex.position_ids if ex.position_ids is not None else list(range(len(ex.input_ids)))
     return Example(ids, labels, pos, real_tokens=len(ids))
+
+
+def media_rows_message() -> str:
+    return _("examples with images are collated in padded rows only (M-RoPE positions are per row); "
+             "set padding_free and packing false")
 
 
 @dataclass
@@ -348,6 +355,13 @@ class Collator:
             predicted += labelled
             trainable += labelled + (ex.labels[0] != IGNORE if ex.labels else 0)
         rows = [join_row(examples)] if self.padding_free else examples
+        hidden = 0  # a stand-in image's tokens at the end of row 0, masked out (ftui.runner.media_batch.stand_in)
+        if (self.media is not None and self.media.stand_in_media is not None and not self.padding_free
+                and rows[0].position_ids is None and not any(ex.media for ex in rows)):
+            hidden = len(self.media.stand_in_ids)
+            first = rows[0]
+            rows = [dataclasses.replace(first, input_ids=first.input_ids + list(self.media.stand_in_ids),
+                                        labels=first.labels + [IGNORE] * hidden, media=self.media.stand_in_media), *rows[1:]]
         longest = max(len(e.input_ids) for e in rows)
         width = -(-longest // self.multiple) * self.multiple
         packed = rows[0].position_ids is not None
@@ -364,6 +378,8 @@ class Collator:
             # Padding after a packed row is one more "example" of its own, so it is masked out.
             if packed and n < width:
                 pos[r, n:] = torch.arange(width - n)
+        if hidden:
+            mask[0, len(rows[0].input_ids) - hidden:len(rows[0].input_ids)] = 0
         tensors = [ids, labels, mask, pos]
         cu, counts = None, None
         if self.sequence_lengths:
@@ -380,10 +396,9 @@ class Collator:
         extra: dict[str, Any] = dict(cu_seqlens=tensors[4], row_sequences=counts, max_seqlen=longest_sequence) if cu is not None else {}
         if self.loss_positions:
             extra["loss_positions"] = tensors[-1]
-        if any(ex.media for ex in examples):
-            if self.padding_free or packed:
-                raise ValueError(_("examples with images are collated in padded rows only (M-RoPE positions are per row); "
-                                   "set padding_free and packing false"))
+        if any(ex.media for ex in rows):
+            if packed:
+                raise ValueError(media_rows_message())
             extra["media"] = collate_media([ex.media for ex in rows], ids, mask, self.media)
             if self.pin:
                 extra["media"] = pinned(extra["media"])

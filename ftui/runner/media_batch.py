@@ -25,12 +25,35 @@ from ftui.i18n import _
 
 @dataclass(frozen=True)
 class MediaCollation:
-    """What a vision-language model's batches need from the model: its M-RoPE function and its
-    image and video token ids (``ftui.runner.vlm``)."""
+    """What a vision-language model's batches need from the model: its M-RoPE function, its
+    image and video token ids (``ftui.runner.vlm``), and a stand-in image for a micro batch
+    without any (``stand_in``)."""
 
     rope_index: Any
     image_token_id: int | None
     video_token_id: int | None
+    stand_in_ids: tuple[int, ...] = ()  # the tokens of the stand-in image
+    stand_in_media: dict[str, torch.Tensor] | None = None  # its tensors
+
+
+def stand_in(config: Any) -> tuple[tuple[int, ...], dict[str, torch.Tensor] | None]:
+    """A micro batch without images still runs the vision tower, on one stand-in image whose
+    tokens the attention mask hides and which carries no label (LLaMA-Factory's collator adds a
+    64 x 64 white image "to avoid process hanging in zero3/fsdp case"): under FSDP and ZeRO-3
+    every rank must gather the tower's blocks at every forward, or the ranks with images wait
+    for the one without forever; under DDP an unfrozen tower's parameters would have no
+    gradient. Its pixels are zeros (hidden, they change no loss and no gradient): one merged
+    token, a grid of merge_size x merge_size patches."""
+    vision = getattr(config, "vision_config", None)
+    image = getattr(config, "image_token_id", None)
+    if vision is None or image is None:
+        return (), None
+    merge = int(getattr(vision, "spatial_merge_size", 2))
+    channels = int(getattr(vision, "in_channels", None) or getattr(vision, "in_chans", 3))
+    patch = channels * int(getattr(vision, "temporal_patch_size", 2)) * int(getattr(vision, "patch_size", 14)) ** 2
+    ids = tuple(t for t in (getattr(config, "vision_start_token_id", None), image, getattr(config, "vision_end_token_id", None))
+                if t is not None)
+    return ids, {"pixel_values": torch.zeros(merge * merge, patch), "image_grid_thw": torch.tensor([[1, merge, merge]])}
 
 
 def media_collation(model: Any) -> MediaCollation | None:
@@ -40,7 +63,9 @@ def media_collation(model: Any) -> MediaCollation | None:
     if family_of(model) is None:
         return None
     config = base_of(model).config
-    return MediaCollation(rope_index(model), getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+    ids, media = stand_in(config)
+    return MediaCollation(rope_index(model), getattr(config, "image_token_id", None), getattr(config, "video_token_id", None),
+                          ids, media)
 
 
 @dataclass

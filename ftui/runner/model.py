@@ -269,6 +269,9 @@ def apply_speedups(model: nn.Module, cfg: RunConfig) -> None:
     forward is left alone here) and ``torch.compile`` of
     each decoder layer (layer by layer, so FSDP can still wrap the layers and a graph break
     costs one layer, not the model). Validation refuses both where they cannot run."""
+    if cfg.enable_liger_kernel and (family := family_of(model)) is not None:
+        raise ValueError(_("enable_liger_kernel is not supported for {family} vision-language models yet (Liger's kernels "
+                           "for their vision tower are untested in ftui); turn it off").format(family=family.name))
     if cfg.enable_liger_kernel:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
