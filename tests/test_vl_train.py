@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from tests.vl_examples import ImageExamples, tiny_vlm_cfg
 
 # (engine, method, freeze_vision_tower) for each case one pair of ranks runs
-CASES = (("ddp", "full", True), ("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True))
+CASES = (("ddp", "full", True), ("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True), ("zero3", "full", False))
 
 
 def _rank(rank: int, world: int, store: str, root: str, out: str) -> None:
@@ -36,7 +36,20 @@ def _rank(rank: int, world: int, store: str, root: str, out: str) -> None:
 
 
 def _full(p: torch.Tensor) -> torch.Tensor:
+    """The whole parameter: FSDP2's DTensor gathered, or ZeRO-3's partitions."""
+    if hasattr(p, "ds_id"):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([p]):
+            return p.detach().clone()
     return (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+
+
+def _local(p: torch.Tensor) -> tuple[int, int]:
+    """(elements this rank holds, elements of the whole parameter)."""
+    if hasattr(p, "ds_id"):
+        return p.ds_tensor.numel(), p.ds_numel
+    return (p.to_local().numel() if hasattr(p, "to_local") else p.numel()), p.numel()
 
 
 def _case(rank: int, world: int, root: Path, engine_name: str, method: str, frozen: bool) -> dict:
@@ -63,10 +76,7 @@ def _case(rank: int, world: int, root: Path, engine_name: str, method: str, froz
     base = engine.unwrap()
     blocks, layers = vision_blocks(base), decoder_layers(base)
     units = {"vision": [isinstance(b, FSDPModule) for b in blocks], "language": [isinstance(layer, FSDPModule) for layer in layers]}
-    shares = []  # (local elements, full elements) of every vision block parameter
-    for p in blocks.parameters():
-        local = p.to_local().numel() if hasattr(p, "to_local") else p.numel()
-        shares.append((local, p.numel()))
+    shares = [_local(p) for p in blocks.parameters()]  # (held, whole) of every vision block parameter
     make = ImageExamples(Path(cfg.model_name_or_path))
     colours = [(40 * rank + 20 * k, 200 - 30 * k, 90) for k in range(4)]
     examples = [make.example(f"picture {k} of rank {rank}", f" colour {k}", [(56 + 28 * (k % 2), 56)], colour=c)
@@ -118,6 +128,14 @@ def test_fsdp_shards_the_vision_tower_block_by_block_like_the_decoder_layers(two
     assert not any(seen["vision_changed"] for seen in frozen)
     assert all(seen["vision_changed"] for seen in unfrozen)
     assert not any(seen["vision_changed"] for seen in two_ranks[("fsdp", "lora", True)])
+
+
+@pytest.mark.dist
+def test_zero3_partitions_the_vision_tower_and_trains_it_when_unfrozen(two_ranks):
+    for seen in two_ranks[("zero3", "full", False)]:
+        assert seen["shares"] and all(local <= (full + 1) // 2 for local, full in seen["shares"]), seen["shares"]
+        assert all(torch.isfinite(torch.tensor(loss)) for loss in seen["losses"])
+        assert seen["vision_changed"] and seen["lm_changed"]
 
 
 # --- `ftui train` end to end on mllm_demo
