@@ -12,6 +12,7 @@ from typing import Any
 from ftui.safety.bounded_input import load_json
 from ftui.i18n import _
 from ftui.rundir.paths import DEMO_MODEL, DEMO_MODEL_DIR
+from ftui.plan.vision_shape import VisionShape, vision_shape
 from ftui.presets.families import runs_sdpa
 
 DEMO_CONFIG = DEMO_MODEL_DIR / "config.json"
@@ -35,6 +36,7 @@ class ModelShape:
     tied: bool = False
     attention_bias: bool = False
     sdpa: bool = True  # whether SDPA computes its attention (else flash_attn auto loads it eager: Gemma 2)
+    vision: VisionShape = VisionShape()  # a vision-language model's vision tower and projector (ftui.plan.vision_shape)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "ModelShape":
@@ -43,6 +45,7 @@ class ModelShape:
         problems = size_problems(cfg)  # infinity, 0, -1: refused by name before any arithmetic
         if problems:
             raise UnknownModel(problems[0])
+        vision = vision_shape(cfg)
         cfg = cfg.get("text_config") or cfg  # multimodal configs nest the language model
         try:
             hidden = int(cfg["hidden_size"])
@@ -51,8 +54,8 @@ class ModelShape:
                 vocab=int(cfg["vocab_size"]), hidden=hidden, intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
                 layers=int(cfg["num_hidden_layers"]), heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads),
                 head_dim=int(cfg.get("head_dim") or hidden // heads), tied=bool(cfg.get("tie_word_embeddings", False)),
-                attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe"))),
-                sdpa=runs_sdpa(cfg),
+                attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in ("qwen2", "qwen2_moe", "qwen2_vl_text", "qwen2_5_vl_text"))),
+                sdpa=runs_sdpa(cfg), vision=vision,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise UnknownModel(_("config.json lacks what the planner needs ({error}); it knows Llama-style decoder models").format(
@@ -78,8 +81,13 @@ class ModelShape:
         return self.vocab * self.hidden
 
     @property
-    def params(self) -> int:
+    def language_params(self) -> int:
         return self.layers * self.layer_params + self.embed_params * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        """Every parameter: the language model's, and a vision-language model's tower and projector."""
+        return self.language_params + self.vision.tower + self.vision.projector
 
 
 def read_model_config(model_name_or_path: str) -> dict[str, Any]:

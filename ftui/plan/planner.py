@@ -153,11 +153,24 @@ def count(n: float) -> str:
     return str(int(n))
 
 
-def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target: str, freeze_layers: int) -> int:
+def trainable_params(shape: ModelShape, method: str, lora_rank: int, lora_target: str, freeze_layers: int,
+                     frozen: tuple[bool, bool, bool] = (True, True, False)) -> int:
+    """What trains. ``frozen``: a vision-language model's freeze_vision_tower,
+    freeze_multi_modal_projector and freeze_language_model (LLaMA-Factory's rule,
+    ftui.runner.vlm): full trains the parts not frozen; freeze the last layers (and the vision
+    blocks of the same indexes where the tower is not frozen) and an unfrozen projector; LoRA's
+    adapters are counted on the language model's layers (those on an unfrozen tower's blocks
+    are left out: a few per cent of the adapters)."""
+    vision, projector, language = frozen
+    v = shape.vision
     if method == "full":
-        return shape.params
+        return (0 if language else shape.language_params) + (0 if vision else v.tower) + (0 if projector else v.projector)
     if method == "freeze":
-        return min(freeze_layers, shape.layers) * shape.layer_params
+        indexes = range(max(0, shape.layers - freeze_layers), shape.layers)
+        return ((0 if language else min(freeze_layers, shape.layers) * shape.layer_params)
+                + (0 if vision else sum(1 for i in indexes if i < v.depth) * v.block) + (0 if projector else v.projector))
+    if language and v.tower:
+        return 0
     shapes = shape.linear_shapes()
     names = LINEARS if lora_target.strip() in ("all", "") else [t.strip() for t in lora_target.split(",")]
     per_layer = sum(lora_rank * (shapes[n][0] + shapes[n][1]) for n in names if n in shapes)
@@ -174,7 +187,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
              pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True,
-             stage_options: dict[str, Any] | None = None) -> Estimate:
+             stage_options: dict[str, Any] | None = None, frozen: tuple[bool, bool, bool] = (True, True, False)) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -198,10 +211,11 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     fp32. ``attention`` (from ``flash_attn``, :func:`attention_for`): ``sdpa``, ``fa2`` (torch's
     varlen FlashAttention-2: no repeated K/V heads and no mask bias where ``packing`` or several
     rows of examples make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
-    length per token).
+    length per token). ``frozen``: a vision-language model's frozen parts (``trainable_params``);
+    its vision tower and projector count in the weights (``ModelShape.params``).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
-    T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers)
+    T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers, frozen)
     W = max(1, world_size)
     spec = engine_spec(engine)
     deepspeed = zero_stage is not None or spec.deepspeed
@@ -376,7 +390,9 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     stage_options=describe_stage(getattr(cfg, "stage", "sft")).option_values(cfg),
                     pure_bf16=bool(getattr(cfg, "pure_bf16", False)),
                     attention=attention_for(get("flash_attn"), shape),
-                    packing=bool(cfg.packing))  # None (the stage's default): no examples kept apart by a mask
+                    packing=bool(cfg.packing),  # None (the stage's default): no examples kept apart by a mask
+                    frozen=(bool(getattr(cfg, "freeze_vision_tower", True)), bool(getattr(cfg, "freeze_multi_modal_projector", True)),
+                            bool(getattr(cfg, "freeze_language_model", False))))
 
 
 def attention_for(flash_attn: str, shape: ModelShape) -> str:
