@@ -225,3 +225,24 @@ def test_images_are_regularised_as_llamafactory_does(size, mode, max_pixels, exp
 
     image = regularize_qwen(Image.new(mode, size), max_pixels, 32 * 32)
     assert (image.size, image.mode) == (expected, "RGB")
+
+
+def test_the_rendered_example_shows_where_the_image_tokens_sit(models):
+    from ftui.runner.examples import collapse_repeats, masked_segments
+
+    model_dir, _model = models("qwen2_vl")
+    [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), RECORDS[:1])
+    segments = masked_segments(load_tokenizer_of(model_dir, "qwen2_vl"), example.input_ids, example.labels)
+    prompt, masked = segments[0]
+    assert masked and "<|image_pad|><|image_pad|>" not in prompt
+    assert "user\n<|vision_start|><|image_pad|> x 66 <|vision_end|>Who are they?<|im_end|>" in prompt
+    assert "What are they doing?<|vision_start|><|image_pad|> x 66 <|vision_end|>" in segments[2][0]
+    assert collapse_repeats("a<|x|><|x|>") == "a<|x|> x 2" and collapse_repeats("<|x|>b") == "<|x|>b"
+
+
+def load_tokenizer_of(model_dir: Path, template: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    fix_tokenizer(tok, TEMPLATES[template])
+    return tok
