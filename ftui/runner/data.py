@@ -37,6 +37,7 @@ class Example:
     labels: list[int]
     position_ids: list[int] | None = None  # set for packed rows: restarts at each example
     real_tokens: int = 0
+    media: dict[str, Any] | None = None  # the processor's tensors for this example's images (pixel_values, image_grid_thw)
 
 
 def load_records(spec: DatasetSpec) -> list[dict[str, Any]]:
