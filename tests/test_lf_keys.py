@@ -230,7 +230,7 @@ async def test_a_yaml_with_neat_packing_shows_packing_on_in_the_form_and_saves_i
 
 
 def test_a_multimodal_template_of_llamafactory_is_refused_as_multimodal_not_as_unknown():
-    for name in ("qwen2_vl", "llava", "qwen2_audio"):
+    for name in ("llava_next", "llava", "qwen2_audio"):
         message = problems_of(template=name)["template"]
         assert "vision, video or audio model" in message and "allowed:" not in message
     assert "allowed:" in problems_of(template="qwen99")["template"]

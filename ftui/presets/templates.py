@@ -138,6 +138,11 @@ TEMPLATES: dict[str, Template] = {
     "qwen3_nothink": _qwen(),
     "qwen3_5": _qwen(reasoning=True, tool_format="qwen3_5"),
     "qwen3_5_nothink": _qwen(tool_format="qwen3_5"),
+    # Qwen's vision-language models: the text is Qwen's; images are expanded by the qwen2_vl /
+    # qwen3_vl encoding in ftui.runner.vision (LLaMA-Factory's mm_plugin of that name).
+    "qwen2_vl": _qwen("You are a helpful assistant."),
+    "qwen3_vl": _qwen(reasoning=True),
+    "qwen3_vl_nothink": _qwen(),
     "yi": Template(user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,), stop_words=("<|im_end|>",)),
     "intern2": Template(
         user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,), prefix=(BOS,),

@@ -8,7 +8,8 @@ out for eval (``val_size``) are left out. Each line is ``{"input_ids": [...], "l
 [...]}`` (-100 where no loss is taken); the preference stages' examples have LLaMA-Factory's
 columns (``chosen_input_ids``, ``rejected_labels``, ...; KTO's ``kl_input_ids`` and
 ``kto_tags``). With ``--text`` each part also has its ``segments``, its text cut where the
-mask changes (``[text, masked]`` pairs). Messages go to stderr.
+mask changes (``[text, masked]`` pairs), a run of one special token (an image's
+``<|image_pad|>`` tokens) written once with its count: ``<|image_pad|> x 64``. Messages go to stderr.
 Exit codes: 0; 2 a config or dataset to fix; 1 anything else (the hub, the tokenizer).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -31,16 +33,32 @@ from ftui.runner.model import load_tokenizer
 from ftui.runner.stages import make_stage
 
 
+# Two or more of the same <|...|> token in a row: an image's tokens, shown once with their count.
+REPEATED_SPECIAL = re.compile(r"(<\|[^|<>\s]{1,40}\|>)\1+")
+
+
+def collapse_repeats(text: str) -> str:
+    """``<|vision_start|><|image_pad|><|image_pad|>...<|vision_end|>`` as
+    ``<|vision_start|><|image_pad|> x 64 <|vision_end|>``: where the image sits, not 64 repeats."""
+
+    def one(m: re.Match[str]) -> str:
+        count = len(m.group(0)) // len(m.group(1))
+        return f"{m.group(1)} x {count}" + ("" if m.end() == len(text) else " ")
+
+    return REPEATED_SPECIAL.sub(one, text)
+
+
 def masked_segments(tokenizer: Any, ids: list[int], labels: list[int]) -> list[list[Any]]:
     """[text, masked] runs of one example. Each run's text is what decoding up to its end adds
-    to decoding up to its start, so a run that starts inside a word keeps its spacing."""
+    to decoding up to its start, so a run that starts inside a word keeps its spacing; runs of
+    one special token are collapsed (``collapse_repeats``)."""
     ends = [k for k in range(1, len(ids)) if (labels[k] == IGNORE) != (labels[k - 1] == IGNORE)] + [len(ids)]
     out, start, before = [], 0, ""
     for end in ends:
         text = tokenizer.decode(ids[:end], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         piece = text[len(before):] if text.startswith(before) else tokenizer.decode(
             ids[start:end], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        out.append([piece, labels[start] == IGNORE])
+        out.append([collapse_repeats(piece), labels[start] == IGNORE])
         start, before = end, text
     return out
 

@@ -8,6 +8,11 @@ by rendering prefix by prefix. Either way the turns pair up (prompt, answer) and
 ``ftui.data.conversation.assemble`` fits them in ``cutoff_len`` pair by pair (a long prompt is cut,
 not the example dropped), masks prompts (``train_on_prompt``: not) and, with
 ``mask_history``, learns only the last answer. Short examples can be packed into full rows.
+
+A record with images (a vision-language model, a template with an image encoding) goes through
+``ftui.runner.vision``: its placeholders expanded to the images' tokens before the template
+renders it, its example carrying the processor's tensors (``Example.media``); text records of
+the same run are encoded as above.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from ftui.data.conversation import ConversationError, EncodeOptions, Encoded, Re
 from ftui.i18n import _
 from ftui.data.records import DataFormatError, DatasetSpec, to_conversation, to_messages
 from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_examples
-from ftui.runner.model import template_name_for
+from ftui.runner.hub import model_source
+from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
+from ftui.runner.vision.encode import MediaEncoded, VisionEncoder, vision_encoder
+from ftui.runner.vision.media_paths import MEDIA, record_media
 
 
 def encode_options(cfg: Any) -> EncodeOptions:
@@ -31,6 +39,7 @@ def encode_options(cfg: Any) -> EncodeOptions:
 
 class SFTStage(Stage):
     name = "sft"
+    _vision: VisionEncoder | None = None  # made at the first record with images
 
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Example]:
@@ -53,7 +62,10 @@ class SFTStage(Stage):
                 if all(label == IGNORE for label in enc.labels[1:]):
                     out.dropped += 1
                     continue
-                examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids)))
+                if isinstance(enc, MediaEncoded):
+                    self.check_image_tokens(enc, spec, i)
+                examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids),
+                                        media=enc.media if isinstance(enc, MediaEncoded) else None))
         if skipped:
             out.warnings.append(_("{n} conversations were skipped: their turns do not alternate user/observation and "
                                   "assistant/function, ending with an answer (as LLaMA-Factory skips them)").format(n=skipped))
@@ -80,16 +92,50 @@ class SFTStage(Stage):
 
             def by_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
                 conv = to_conversation(record, spec, i)
-                return None if conv is None else renderer.encode(conv)
+                if conv is None:
+                    return None
+                images = self.images_of(record, spec, i)
+                if images:
+                    return self.vision_encoder(renderer, name).encode(conv, images, spec, i)
+                return renderer.encode(conv)
 
             return by_template
         encoder = Encoder(self.tokenizer, self.tokenizer.chat_template, opts)
 
         def by_chat_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
             messages, tools = to_messages(record, spec, i)
+            if self.images_of(record, spec, i):
+                self.vision_encoder(None, None)  # refuses, naming the template to use
             return encoder.encode(messages, tools)
 
         return by_chat_template
+
+    @staticmethod
+    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
+        """The record's image files (none for a dataset without media columns)."""
+        if not any(spec.columns.get(kind) for kind in MEDIA):
+            return []
+        return record_media(record, spec, i).get("images", [])
+
+    def vision_encoder(self, renderer: Renderer | None, template: str | None) -> VisionEncoder:
+        """The run's image encoder, made at the first record with images."""
+        if self._vision is None:
+            model_dir = model_source(self.cfg.model_name_or_path)
+            model_type = model_config(self.cfg).get("model_type")
+            self._vision = vision_encoder(renderer, template, model_type, model_dir, self.cfg)  # type: ignore[arg-type]
+        return self._vision
+
+    def check_image_tokens(self, enc: MediaEncoded, spec: DatasetSpec, i: int) -> None:
+        """Refuses an example whose image tokens cutoff_len cut (LLaMA-Factory keeps it, and
+        its model fails in the first step: ftui.runner.vision.encode)."""
+        assert self._vision is not None  # it encoded enc
+        missing = self._vision.missing_image_tokens(enc)
+        if missing:
+            raise DataFormatError(_("dataset {name} record {i}: its images take {tokens} tokens and cutoff_len={cutoff_len} cuts {missing} "
+                                    "of them, which the model cannot train on; raise cutoff_len or lower image_max_pixels "
+                                    "(now {max_pixels})").format(
+                name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing,
+                max_pixels=self._vision.settings.max_pixels))
 
     def pack(self, train: list[Example]) -> list[Example]:
         return pack_examples(train, self.cfg.cutoff_len) if self.cfg.packing else train

@@ -4,7 +4,11 @@ with every template ftui has. Runs only where LLaMA-Factory is installed (a venv
 never ftui's; see ../llamafactory_pt/README.md for the install); tests/test_templates.py reads
 the stored reference.json and needs no LLaMA-Factory.
 
-    /path/to/lfvenv/bin/python tests/data/llamafactory_templates/make_reference.py [LF_DATA_DIR]
+    /path/to/lfvenv/bin/python tests/data/llamafactory_templates/make_reference.py [LF_DATA_DIR] [--only T1,T2]
+
+``--only``: runs the plain cases of those templates alone and puts them into the stored
+reference.json in place of any earlier ones (a template added to ftui's table; the other cases
+are kept as they were made).
 
 First it writes data/: the first records of LLaMA-Factory's alpaca_en_demo, identity,
 glaive_toolcall_en_demo and glaive_toolcall_zh_demo, and multiturn_demo.json (multi-turn
@@ -28,7 +32,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-LF_DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "data" / "llamafactory"
+ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+ARGS = [a for a in sys.argv[1:] if a != "--only" and (ONLY is None or a != ",".join(ONLY))]
+LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 FIRST = {"alpaca_en_demo": 30, "identity": 30, "glaive_toolcall_en_demo": 20, "glaive_toolcall_zh_demo": 20}
 DATASETS = list(FIRST) + ["multiturn_demo"]
@@ -137,6 +143,10 @@ def main() -> None:
         plan = [(t, c, {}, families[t]) for t in families for c in CUTOFFS]
         plan += [(t, c, o, families[t]) for t, o in OPTION_CASES for c in CUTOFFS]
         plan += [(t, c, {}, None) for t in BARE for c in CUTOFFS]
+        if ONLY is not None:
+            plan = [(t, c, {}, families[t]) for t in ONLY for c in CUTOFFS]
+            kept = json.loads((HERE / "reference.json").read_text())["cases"]
+            cases = [case for case in kept if case["template"] not in ONLY]
         for template, cutoff, options, family in plan:
             case = run_case(template, cutoff, options, tokenizer_dir(family, tmp), tmp)
             print(template, cutoff, options, family is None, len(case["examples"]), file=sys.stderr)

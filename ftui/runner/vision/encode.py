@@ -1,0 +1,84 @@
+"""A supervised record with images, encoded as LLaMA-Factory 0.9.5's supervised processor
+encodes it (``processor/supervised.py``): the plugin expands each ``<image>`` placeholder to
+the image's tokens (``ftui.runner.vision.plugins``), then the template renders the turns and
+``cutoff_len`` is shared out pair by pair exactly as for text (``ftui.data.conversation``).
+
+LLaMA-Factory cuts the expanded ids like any text, so a small ``cutoff_len`` can cut an image's
+tokens (or drop a later image's entirely) while its pixels stay: the model then fails in the
+first step ("Image features and image tokens do not match"). ftui makes the same ids, then
+refuses such a record by name before training (``missing_image_tokens``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ftui.i18n import _
+from ftui.data.conversation import Conversation, Encoded, Renderer
+from ftui.data.records import DataFormatError, DatasetSpec
+from ftui.presets.vision_families import VisionFamily, vision_family
+from ftui.runner.vision.images import open_image
+from ftui.runner.vision.plugins import QwenVLPlugin, plugin
+from ftui.runner.vision.processor import ImageSettings, image_settings, load_image_processor
+
+# LLaMA-Factory's templates whose mm_plugin encodes Qwen's images (template.py).
+IMAGE_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl",
+                   "qwen3_5": "qwen3_vl", "qwen3_5_nothink": "qwen3_vl"}
+
+
+@dataclass
+class MediaEncoded(Encoded):
+    media: dict[str, Any] | None = None  # pixel_values, image_grid_thw
+    image_tokens: int = 0  # the tokens its images expand to, before cutoff_len
+
+
+class VisionEncoder:
+    """Records with images -> ids, labels and the processor's tensors, for one family."""
+
+    def __init__(self, renderer: Renderer, family: VisionFamily, image_processor: Any, settings: ImageSettings):
+        self.renderer = renderer
+        self.family = family
+        self.plugin: QwenVLPlugin = plugin(family.plugin)
+        self.image_processor = image_processor
+        self.settings = settings
+        self.image_token_id = renderer.tokenizer.convert_tokens_to_ids(self.plugin.image_token)
+
+    def open_images(self, paths: list[str], spec: DatasetSpec, index: int) -> list[Any]:
+        from PIL import Image
+
+        images = []
+        for path in paths:
+            try:
+                images.append(open_image(path))
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                raise DataFormatError(_("dataset {name} record {i}: the image {path} cannot be read ({error}); replace the file "
+                                        "or drop the record").format(name=repr(spec.name), i=index, path=path,
+                                                                     error=f"{type(err).__name__}: {err}")) from None
+        return images
+
+    def encode(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> MediaEncoded:
+        media = self.plugin.image_inputs(self.open_images(paths, spec, index), self.image_processor, self.settings)
+        tokens = self.plugin.image_tokens(media["image_grid_thw"], self.image_processor)
+        turns = self.plugin.expand(conv.turns, tokens)
+        enc = self.renderer.encode(Conversation(turns, conv.system, conv.tools))
+        return MediaEncoded(enc.input_ids, enc.labels, enc.truncated, media=media, image_tokens=sum(tokens))
+
+    def missing_image_tokens(self, enc: MediaEncoded) -> int:
+        """How many of the example's image tokens ``cutoff_len`` cut (0: all there)."""
+        return enc.image_tokens - sum(1 for tid in enc.input_ids if tid == self.image_token_id)
+
+
+def vision_encoder(renderer: Renderer, template: str | None, model_type: str | None, model_dir: str, cfg: Any) -> VisionEncoder:
+    """The encoder of a run whose records have images, or a DataFormatError saying why it
+    cannot have one (a text model, a template without an image encoding)."""
+    family = vision_family(model_type)
+    if family is None:
+        raise DataFormatError(_("the dataset has images, but the model {model} (model_type {model_type}) reads text only; use a "
+                                "vision-language model such as Qwen2-VL, Qwen2.5-VL or Qwen3-VL").format(
+            model=cfg.model_name_or_path, model_type=model_type))
+    if template not in IMAGE_TEMPLATES:
+        raise DataFormatError(_("the dataset has images, but template {template} has no image encoding; use template: "
+                                "{family_template} (LLaMA-Factory's for this model)").format(
+            template=template or _("(the tokenizer's own)"), family_template=family.template))
+    return VisionEncoder(renderer, family, load_image_processor(model_dir), image_settings(cfg))

@@ -1,0 +1,157 @@
+"""Regenerates reference.json: what LLaMA-Factory 0.9.5's own supervised preprocessing and
+collator make of its ``mllm_demo`` dataset (the 6 records and 3 images, copied to data/) for
+the tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL models of tests/vlm_models.py. Runs once, in a
+LLaMA-Factory venv with the transformers the tests use (5.24.0), never ftui's;
+tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Factory.
+
+    cp -a /work/lfvenv /work/lfvenv-vl
+    /work/lfvenv-vl/bin/python -m pip install transformers==5.24.0 pillow==13.0.0   # ftui's versions
+    DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py [LF_DATA_DIR]
+
+For each family and case (cutoff_len, image_max_pixels) it runs LLaMA-Factory's
+``get_template_and_fix_tokenizer`` and ``get_dataset`` (stage sft, template qwen2_vl or
+qwen3_vl_nothink), then its ``SFTDataCollatorWith4DAttentionMask`` with the model on each
+example alone, for the pixel tensors and the M-RoPE position ids (the model's get_rope_index).
+
+One patch, needed on a machine without torchvision: transformers 5.24 cannot build a Qwen2-VL
+*Processor* there (its video-processor lookup imports torchvision), so LLaMA-Factory's
+``load_tokenizer`` returns no processor. The script then gives it the smallest container its
+qwen2_vl / qwen3_vl plugins read: the tokenizer, ``AutoImageProcessor.from_pretrained`` (the
+PIL implementation, Qwen2VLImageProcessorPil, the one ftui uses), that same image processor as
+``video_processor`` (read only for its ``merge_size`` and to be present: no video is encoded),
+and the multimodal settings LLaMA-Factory's ``patch_processor`` sets on a real processor.
+
+Stored per example: input_ids, labels, image_grid_thw and position_ids (4 rows: text, then
+M-RoPE's temporal, height, width; None where the image tokens were cut, which the model cannot
+run), and of pixel_values the shape, a digest of its float32 bytes rounded to 4 decimals, its
+sum and its first values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+LF_DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "data" / "llamafactory"
+DATA = HERE / "data"
+# (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
+CASES = [(1024, 768 * 768), (80, 768 * 768), (1024, 128 * 128)]
+FIRST_VALUES = 8
+
+
+def write_data() -> None:
+    """The 6 mllm_demo records, their 3 images and a dataset_info.json naming them."""
+    (DATA / "mllm_demo_data").mkdir(parents=True, exist_ok=True)
+    records = json.loads((LF_DATA / "mllm_demo.json").read_text())
+    for name in sorted({p for r in records for p in r["images"]}):
+        shutil.copy(LF_DATA / name, DATA / name)
+    (DATA / "mllm_demo.json").write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n")
+    entry = json.loads((LF_DATA / "dataset_info.json").read_text())["mllm_demo"]
+    (DATA / "dataset_info.json").write_text(json.dumps({"mllm_demo": entry}, indent=2) + "\n")
+
+
+def pixel_summary(pixels) -> dict:
+    import numpy as np
+
+    arr = pixels.float().numpy().astype(np.float32)
+    return {"shape": list(arr.shape), "sum": float(arr.astype(np.float64).sum()),
+            "digest": hashlib.sha256(np.round(arr, 4).tobytes()).hexdigest()[:16],
+            "first": [float(x) for x in arr.reshape(-1)[:FIRST_VALUES]]}
+
+
+class ImageOnlyProcessor:
+    """What LLaMA-Factory's qwen2_vl / qwen3_vl plugins read of a processor (see the module doc)."""
+
+    def __init__(self, tokenizer, image_processor):
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.video_processor = image_processor
+        self.model_input_names = ["input_ids", "attention_mask", "pixel_values", "image_grid_thw"]
+
+
+def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, tmp: Path) -> dict:
+    import torch
+    from transformers import AutoImageProcessor
+
+    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.extras.constants import IGNORE_INDEX
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_tokenizer
+    from llamafactory.model.patcher import patch_processor
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import FAMILIES
+
+    template = FAMILIES[family]["template"]
+    args = dict(
+        model_name_or_path=str(model_dir), stage="sft", do_train=True, finetuning_type="lora", dataset="mllm_demo",
+        dataset_dir=str(DATA), cutoff_len=cutoff, template=template, image_max_pixels=max_pixels,
+        output_dir=str(tmp / "o"), overwrite_cache=True, report_to="none", cache_dir=str(tmp / "cache"),
+    )
+    model_args, data_args, training_args, _ft, _gen = get_train_args(args)
+    module = load_tokenizer(model_args)
+    tokenizer = module["tokenizer"]
+    if module["processor"] is None:  # no torchvision: the patch the module doc describes
+        processor = ImageOnlyProcessor(tokenizer, AutoImageProcessor.from_pretrained(str(model_dir)))
+        patch_processor(processor, tokenizer, model_args)
+        module["processor"] = processor
+    template_obj = get_template_and_fix_tokenizer(tokenizer, data_args)
+    ds = get_dataset(template_obj, model_args, data_args, training_args, stage="sft", **module)["train_dataset"]
+    collator = SFTDataCollatorWith4DAttentionMask(
+        template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=False,
+        attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+    examples = []
+    for row in ds:
+        ids, labels = list(row["input_ids"]), list(row["labels"])
+        feature = {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
+                   "images": row["images"], "videos": row["videos"], "audios": row["audios"]}
+        try:
+            batch = collator([feature])
+            positions = batch["position_ids"][:, 0, :].tolist()
+        except (ValueError, IndexError, RuntimeError) as err:  # image tokens cut: the model cannot run it
+            print(family, cutoff, "collator refused:", type(err).__name__, str(err)[:120], file=sys.stderr)
+            batch, positions = None, None
+        if batch is None:
+            mm = template_obj.mm_plugin.get_mm_inputs(row["images"], [], [], [len(row["images"])], [0], [0], [ids], module["processor"])
+        else:
+            mm = batch
+        examples.append({
+            "input_ids": ids, "labels": labels, "images": [Path(p).name for p in row["images"]],
+            "image_grid_thw": mm["image_grid_thw"].tolist(), "position_ids": positions,
+            "pixel_values": pixel_summary(mm["pixel_values"]),
+        })
+    return {"family": family, "template": template, "cutoff_len": cutoff, "image_max_pixels": max_pixels,
+            "vocab": len(tokenizer), "eos": tokenizer.eos_token, "examples": examples}
+
+
+def main() -> None:
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import FAMILIES, vlm_dir
+
+    write_data()
+    cases = []
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        for family in FAMILIES:
+            model_dir = vlm_dir(family, tmp / "models")
+            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
+            for cutoff, max_pixels in CASES:
+                case = run_case(family, model_dir, model, cutoff, max_pixels, tmp)
+                print(family, cutoff, max_pixels, [len(e["input_ids"]) for e in case["examples"]], file=sys.stderr)
+                cases.append(case)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"transformers": transformers.__version__, "dataset": "mllm_demo", "cases": cases}
+    (HERE / "reference.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    main()
