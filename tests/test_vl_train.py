@@ -165,6 +165,8 @@ def test_ftui_train_on_mllm_demo_trains_a_tiny_qwen2_vl(method, frozen, engine, 
     assert start["padding_free"] is False and "M-RoPE" in start["padding_free_why"]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    saved = run_dir / "final" / "preprocessor_config.json"  # chat, predict and export read images with it
+    assert saved.read_bytes() == (model / "preprocessor_config.json").read_bytes()
     if method == "lora":
         return
     before = load_file(str(model / "model.safetensors"))

@@ -22,6 +22,7 @@ from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import BASE_MODEL_DIR, DEEPSPEED_TAG, FINAL_DIR, PISSA_INIT_DIR, STATE_DIR
 from ftui.runner.hub import model_source
+from ftui.runner.vlm import family_of
 from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 from ftui.stages import describe as describe_stage
 
@@ -87,8 +88,31 @@ def save_final(engine: Any, tokenizer: Any, chat_template: str, run_dir: Path, e
             save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / name))
     tokenizer.chat_template = chat_template  # chat uses the trained format
     tokenizer.save_pretrained(tmp)
+    if family_of(module) is not None:
+        copy_processor_files(model_source(engine.cfg.model_name_or_path), tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+
+
+# a vision-language model's processor configuration, beside its weights: what chat, predict and
+# export (and plain transformers) read to turn images into the tensors the model was trained on
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json")
+
+
+def copy_processor_files(source: str, out: Path) -> None:
+    """The base model's processor files (a local folder's, or a hub model's from the cache:
+    training read them, so they are there; no network), byte for byte, into ``out``."""
+    from transformers.utils import cached_file
+
+    folder = Path(source)
+    for name in PROCESSOR_FILES:
+        if folder.is_dir():
+            found: Any = folder / name if (folder / name).is_file() else None
+        else:
+            found = cached_file(source, name, local_files_only=True, _raise_exceptions_for_missing_entries=False,
+                                _raise_exceptions_for_connection_errors=False)
+        if found:
+            shutil.copyfile(found, out / name)
 
 
 # --- Finding
