@@ -19,8 +19,9 @@ import torch.multiprocessing as mp
 
 from tests.vl_examples import ImageExamples, tiny_vlm_cfg
 
-# (engine, method, freeze_vision_tower) for each case one pair of ranks runs
-CASES = (("ddp", "full", True), ("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True), ("zero3", "full", False))
+# (engine, method, freeze_vision_tower) for each case one pair of ranks runs; "fsdp-bf16": FSDP's bf16 MixedPrecisionPolicy
+CASES = (("ddp", "full", True), ("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True), ("zero3", "full", False),
+         ("fsdp-bf16", "full", False))
 
 
 def _rank(rank: int, world: int, store: str, root: str, out: str) -> None:
@@ -63,8 +64,8 @@ def _case(rank: int, world: int, root: Path, engine_name: str, method: str, froz
     from ftui.runner.model import apply_method, decoder_layers, load_model
     from ftui.runner.vlm import vision_blocks
 
-    cfg = tiny_vlm_cfg("qwen2_vl", root, engine=engine_name, nproc_per_node=world, finetuning_type=method,
-                       freeze_vision_tower=frozen, learning_rate=1e-2, lora_target="all")
+    cfg = tiny_vlm_cfg("qwen2_vl", root, engine=engine_name.removesuffix("-bf16"), nproc_per_node=world, finetuning_type=method,
+                       freeze_vision_tower=frozen, learning_rate=1e-2, lora_target="all", bf16=engine_name.endswith("-bf16"))
     engine = make_engine(cfg, DistInfo.from_env(), torch.device("cpu"))
     torch.manual_seed(0)
     model = apply_method(load_model(cfg, engine.load_device()), cfg)
@@ -117,7 +118,7 @@ def test_ddp_trains_a_tiny_qwen2_vl_with_its_vision_tower_frozen(two_ranks):
 
 @pytest.mark.dist
 def test_fsdp_shards_the_vision_tower_block_by_block_like_the_decoder_layers(two_ranks):
-    for case in (("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True)):
+    for case in (("fsdp", "full", True), ("fsdp", "full", False), ("fsdp", "lora", True), ("fsdp-bf16", "full", False)):
         for seen in two_ranks[case]:
             assert seen["units"]["vision"] == [True, True] and seen["units"]["language"] == [True, True], (case, seen)
             assert seen["shares"] and all(local <= (full + 1) // 2 for local, full in seen["shares"]), seen["shares"]
@@ -126,7 +127,7 @@ def test_fsdp_shards_the_vision_tower_block_by_block_like_the_decoder_layers(two
             assert seen["lm_changed"]
     frozen, unfrozen = two_ranks[("fsdp", "full", True)], two_ranks[("fsdp", "full", False)]
     assert not any(seen["vision_changed"] for seen in frozen)
-    assert all(seen["vision_changed"] for seen in unfrozen)
+    assert all(seen["vision_changed"] for seen in unfrozen + two_ranks[("fsdp-bf16", "full", False)])
     assert not any(seen["vision_changed"] for seen in two_ranks[("fsdp", "lora", True)])
 
 
