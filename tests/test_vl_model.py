@@ -303,3 +303,24 @@ def test_a_batch_without_images_runs_the_vision_tower_on_a_hidden_stand_in_that_
         hook.remove()
     assert seen == [True]  # the tower ran once, for the stand-in
     assert with_stand_in.item() == pytest.approx(without.item(), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_torch_compile_of_the_language_layers_gives_the_eager_loss_and_gradients(qwen2, models):
+    """torch_compile compiles the decoder layers one by one: the language model's (inductor on
+    the CPU here: about 35 s)."""
+    from ftui.runner.loss import token_loss_sum
+    from ftui.runner.model import apply_speedups
+
+    _model, make = qwen2
+    rows = [make.example("what is it", " a square", [(56, 84)]), make.example("and this", " a circle", [(56, 56)])]
+    seen = []
+    for compiled in (False, True):
+        model, cfg = loaded("qwen2_vl", models, finetuning_type="full", torch_compile=compiled)
+        apply_speedups(model, cfg)
+        batch = collate(model, rows)
+        loss = token_loss_sum(model(**batch.model_inputs(), use_cache=False).logits, batch.labels)
+        loss.backward()
+        seen.append((loss.item(), model.model.language_model.layers[0].mlp.up_proj.weight.grad.clone()))
+    assert seen[1][0] == pytest.approx(seen[0][0], rel=1e-4)
+    assert torch.allclose(seen[1][1], seen[0][1], rtol=1e-3, atol=1e-6)
