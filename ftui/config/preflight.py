@@ -46,7 +46,8 @@ def preflight(data: dict[str, Any], facts: MachineFacts | None = None, data_need
     judged = checked.config or (_with_stand_ins(data, failed) if isinstance(data, dict) else None)
     if judged is None or failed & {"dataset", "eval_dataset", "dataset_dir", "stage", "config"}:
         return checked  # the datasets cannot be told apart from the fields that failed
-    problems = checked.problems + file_checks.dataset_problems(judged, data_needed)
+    # a field that failed already is judged at its default (a stand-in): not complained of twice
+    problems = checked.problems + [p for p in file_checks.dataset_problems(judged, data_needed) if p.field not in failed]
     return Preflight(None if problems else checked.config, problems, checked.warnings)
 
 
