@@ -385,3 +385,38 @@ def test_preflight_names_the_first_bad_image_and_its_record(tmp_path, tiny_qwen2
 def test_a_data_format_error_is_what_every_media_error_is():
     for error in (MediaFileError, MediaPathError, MediaNotSupported, PlaceholderMismatch):
         assert issubclass(error, DataFormatError)
+
+
+# --- the preview (ftui data --show)
+
+
+def test_the_preview_lists_each_records_images_with_size_and_tokens(tmp_path, lf_data, tiny_qwen2_vl):
+    from ftui.config.schema import RunConfig
+    from ftui.data.media_listing import listing_text
+    from ftui.jobs.examples import image_listings
+
+    cfg = RunConfig.model_validate(run_config(tmp_path, tiny_qwen2_vl, dataset_dir=str(lf_data), image_max_pixels=4096))
+    listings = image_listings(cfg, 2)
+    assert [(x.dataset, x.index, x.problem) for x in listings] == [("mllm_demo", 0, None), ("mllm_demo", 1, None)]
+    first = listings[0].images[0]
+    with Image.open(lf_data / "mllm_demo_data" / "1.jpg") as image:
+        assert (first.shown, first.width, first.height) == ("mllm_demo_data/1.jpg", *image.size)
+    processor = processor_from_config(FAMILIES["qwen2_vl"]["processor"])
+    assert first.tokens == image_tokens(first.width, first.height, processor, 4096, 32 * 32) > 0
+    text = listing_text(listings[0]).plain
+    assert f"dataset 'mllm_demo' record 0, image 2: mllm_demo_data/1.jpg  {first.width} x {first.height}, {first.tokens} image tokens" in text
+    assert image_listings(cfg.model_copy(update={"dataset": "identity"}), 2) == []
+
+
+def test_the_preview_names_a_records_problem_in_its_place(tmp_path, tiny_qwen2_vl):
+    from ftui.config.schema import RunConfig
+    from ftui.data.media_listing import listing_text
+    from ftui.jobs.examples import image_listings
+
+    png(tmp_path / "ok.png")
+    data = tmp_path / "pics.json"
+    data.write_text(json.dumps([talk("<image>Hi", images=["ok.png"]), talk("<image>Hi", images=["gone.png"])]))
+    cfg = RunConfig.model_validate(run_config(tmp_path, tiny_qwen2_vl, dataset=str(data), dataset_dir=str(tmp_path)))
+    ok, gone = image_listings(cfg, 5)
+    assert ok.images[0].shown == "ok.png" and ok.images[0].tokens is not None
+    assert "record 1: file gone.png: no such file" in listing_text(gone).plain
