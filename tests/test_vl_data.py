@@ -103,13 +103,13 @@ def test_embedded_image_data_is_refused_by_name(tmp_path):
 
 def test_placeholders_must_match_the_images_both_ways(tmp_path):
     png(tmp_path / "a.png")
-    with pytest.raises(PlaceholderMismatch, match="record 2: 2 images file.s. but 1 <image> placeholder"):
+    with pytest.raises(PlaceholderMismatch, match="record 2: 2 file.s. in its images column but 1 <image> placeholder"):
         record_media(talk("<image>Hi", images=["a.png", "a.png"]), sharegpt(tmp_path), 2)
-    with pytest.raises(PlaceholderMismatch, match="record 2: 1 images file.s. but 2 <image>"):
+    with pytest.raises(PlaceholderMismatch, match="record 2: 1 file.s. in its images column but 2 <image>"):
         record_media(talk("<image>Hi<image>", images=["a.png"]), sharegpt(tmp_path), 2)
-    with pytest.raises(PlaceholderMismatch, match="0 images file.s. but 1 <image>.*names no images file"):
+    with pytest.raises(PlaceholderMismatch, match="0 file.s. in its images column but 1 <image>.*names no images file"):
         record_media(talk("<image>Hi", images=None), sharegpt(tmp_path), 2)
-    with pytest.raises(PlaceholderMismatch, match="0 videos file.s. but 1 <video>"):  # LLaMA-Factory counts every medium
+    with pytest.raises(PlaceholderMismatch, match="0 file.s. in its videos column but 1 <video>"):  # LLaMA-Factory counts every medium
         record_media(talk("<image>Hi<video>", images=["a.png"]), sharegpt(tmp_path), 2)
 
 
@@ -121,7 +121,7 @@ def test_images_without_any_placeholder_are_refused_as_llamafactory_training_ref
     record = talk("What is it?", images=["a.png"], system="<image>")
     with pytest.raises(PlaceholderMismatch) as err:
         record_media(record, sharegpt(tmp_path, system="system"), 5)
-    assert "1 images file(s) but 0 <image>" in str(err.value) and "LLaMA-Factory 0.9.5 refuses such a record" in str(err.value)
+    assert "1 file(s) in its images column but 0 <image>" in str(err.value) and "LLaMA-Factory 0.9.5 refuses such a record" in str(err.value)
 
 
 def test_llamafactory_refuses_a_record_with_images_and_no_placeholder(tmp_path):
@@ -379,7 +379,7 @@ def test_preflight_names_the_first_bad_image_and_its_record(tmp_path, tiny_qwen2
     records[1]["images"] = None
     (data / "pics.json").write_text(json.dumps(records))
     [problem] = preflight(run_config(tmp_path, tiny_qwen2_vl, dataset="pics", dataset_dir=str(data))).problems
-    assert "record 1: 0 images file(s) but 1 <image>" in problem.message
+    assert "record 1: 0 file(s) in its images column but 1 <image>" in problem.message
 
 
 def test_a_data_format_error_is_what_every_media_error_is():

@@ -157,8 +157,8 @@ def mismatch_message(spec: DatasetSpec, index: int, medium: str, have: int, mark
                 "placeholders").format(medium=medium, mark=mark)
     else:
         fix = _("give one {mark} in the text per file, in the files' order").format(mark=mark)
-    return _("dataset {name} record {index}: {have} {medium} file(s) but {marked} {mark} placeholder(s) in its messages; "
-             "{fix}").format(name=repr(spec.name), index=index, have=have, medium=medium, marked=marked, mark=mark, fix=fix)
+    return _("dataset {name} record {index}: {have} file(s) in its {medium} column but {marked} {mark} placeholder(s) in its "
+             "messages; {fix}").format(name=repr(spec.name), index=index, have=have, medium=medium, marked=marked, mark=mark, fix=fix)
 
 
 def not_supported_message(spec: DatasetSpec, medium: str, index: int | None = None) -> str:
