@@ -420,3 +420,18 @@ def test_the_preview_names_a_records_problem_in_its_place(tmp_path, tiny_qwen2_v
     ok, gone = image_listings(cfg, 5)
     assert ok.images[0].shown == "ok.png" and ok.images[0].tokens is not None
     assert "record 1: file gone.png: no such file" in listing_text(gone).plain
+
+
+def test_predict_and_eval_jobs_refuse_images_until_they_read_them(tmp_path, lf_data):
+    from ftui.data.registry import media_job_problem
+    from ftui.jobs.offline import JobError, prepare_job
+
+    assert "ftui predict over images is not supported yet" in media_job_problem("identity,mllm_demo", str(lf_data), "predict")
+    assert media_job_problem("identity", str(lf_data), "eval") is None
+    base = {"model_name_or_path": "ftui-demo", "dataset": "identity", "dataset_dir": str(lf_data)}
+    from ftui.config.schema import RunConfig
+
+    with pytest.raises(JobError, match="ftui eval over images is not supported yet"):
+        prepare_job("eval", run_dir=None, source={"model": "ftui-demo"}, dataset="mllm_demo", dataset_dir=str(lf_data),
+                    model_config=RunConfig.model_validate(base), root=tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before the job's directory exists

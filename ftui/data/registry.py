@@ -113,6 +113,23 @@ def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = Non
     return None
 
 
+def media_job_problem(dataset: str, dataset_dir: str, kind: str) -> str | None:
+    """Why a predict or eval job cannot read ``dataset`` in this slice of issue 42: its entry
+    has media, which the job would drop and read the text alone, placeholders and all."""
+    from ftui.data.media import dataset_media
+
+    try:
+        specs = resolve_datasets(dataset, dataset_dir)
+    except (DataFormatError, OSError, ValueError):
+        return None  # dataset_path_problem names it
+    for spec in specs:
+        media = dataset_media(spec)
+        if media:
+            return _("dataset {name} has {medium}: ftui {kind} over {medium} is not supported yet (ftui train trains on "
+                     "images); give a text dataset").format(name=repr(spec.name), medium=media[0], kind=kind)
+    return None
+
+
 TOKENIZED_MARKER = "dataset_dict.json"  # what `datasets`' save_to_disk writes (ftui's and LLaMA-Factory's tokenized_path)
 
 
