@@ -435,3 +435,12 @@ def test_predict_and_eval_jobs_refuse_images_until_they_read_them(tmp_path, lf_d
         prepare_job("eval", run_dir=None, source={"model": "ftui-demo"}, dataset="mllm_demo", dataset_dir=str(lf_data),
                     model_config=RunConfig.model_validate(base), root=tmp_path)
     assert not any(tmp_path.iterdir())  # refused before the job's directory exists
+
+
+def test_a_vision_model_with_every_part_frozen_is_refused(tmp_path, lf_data, tiny_qwen2_vl):
+    def problems(**extra) -> dict[str, str]:
+        return {p.field: p.message for p in preflight(run_config(tmp_path, tiny_qwen2_vl, dataset_dir=str(lf_data), **extra)).problems}
+
+    assert "no part of the model would train" in problems(freeze_language_model=True)["freeze_language_model"]
+    assert problems(freeze_language_model=True, freeze_vision_tower=False) == {}
+    assert cfg_problems(freeze_language_model=True) == {}  # a text model: the key has no effect, as in LLaMA-Factory

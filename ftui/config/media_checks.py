@@ -67,6 +67,19 @@ def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> lis
         template=cfg.template, families=FAMILY_NAMES, model_type=f"{model.get('model_type', '?')!s:.40}"))]
 
 
+def freeze_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
+    """A vision-language model with its vision tower, projector and language model all frozen:
+    nothing would train (LLaMA-Factory's forbidden modules would cover the whole model). The
+    freeze_* keys leave a text-only model alone, as in LLaMA-Factory."""
+    if model is None or vision_family(model.get("model_type")) is None:
+        return []
+    if cfg.freeze_language_model and cfg.freeze_vision_tower and cfg.freeze_multi_modal_projector:
+        return [FieldProblem("freeze_language_model", True, _(
+            "with freeze_vision_tower and freeze_multi_modal_projector on too, no part of the model would train; set "
+            "freeze_language_model false, or unfreeze the vision tower or the projector"))]
+    return []
+
+
 def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: dict[str, Any] | None,
                           first: Any = None) -> list[FieldProblem]:
     """What a dataset with images asks of the rest of the config (``key``: dataset or

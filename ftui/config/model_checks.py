@@ -202,7 +202,7 @@ def multimodal_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> l
     (ftui.presets.vision_families: Qwen2-VL, Qwen2.5-VL, Qwen3-VL): refused instead of
     half-trained; a vision-language template for a text-only model
     (ftui.config.media_checks); a pre-quantized model."""
-    from ftui.config.media_checks import FAMILY_NAMES, template_model_problems
+    from ftui.config.media_checks import FAMILY_NAMES, freeze_problems, template_model_problems
     from ftui.presets.vision_families import vision_family
 
     if model is None:
@@ -216,7 +216,7 @@ def multimodal_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> l
                                "model").format(method=f"{method:.40}"))]
     found = next((k for k in MULTIMODAL_CONFIG_KEYS if k in model), None)
     if found is None or vision_family(model.get("model_type")) is not None:
-        return template_model_problems(cfg, model)
+        return template_model_problems(cfg, model) + freeze_problems(cfg, model)
     return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
                          _("a multimodal model (model_type {model_type}; its config.json has {key}) of a family ftui does not "
                            "train yet: ftui trains text-only language models and the vision-language families {families}; use "
