@@ -444,3 +444,14 @@ def test_a_vision_model_with_every_part_frozen_is_refused(tmp_path, lf_data, tin
     assert "no part of the model would train" in problems(freeze_language_model=True)["freeze_language_model"]
     assert problems(freeze_language_model=True, freeze_vision_tower=False) == {}
     assert cfg_problems(freeze_language_model=True) == {}  # a text model: the key has no effect, as in LLaMA-Factory
+
+
+def test_a_path_not_under_dataset_dir_is_read_as_written_as_llamafactory_does(tmp_path, monkeypatch):
+    """LLaMA-Factory's _find_medias: "Media ... does not exist in `media_dir`. Use original path."
+    (a path relative to the current directory, which a run keeps)."""
+    png(tmp_path / "work" / "data" / "pics" / "a.png")
+    monkeypatch.chdir(tmp_path / "work")
+    spec = sharegpt(tmp_path / "work" / "data")
+    got = record_media(talk("<image>Hi", images=["data/pics/a.png"]), spec, 0)["images"]  # data/data/pics/a.png is not there
+    assert got == [str(tmp_path / "work" / "data" / "pics" / "a.png")]
+    assert record_media(talk("<image>Hi", images=["pics/a.png"]), spec, 0)["images"] == got

@@ -4,8 +4,9 @@ rule that ties them to the ``<image>`` / ``<video>`` / ``<audio>`` placeholders 
 
 Resolving (LLaMA-Factory's ``DatasetConverter._find_medias``): a column holds one path or a
 list of them (an empty list is no media); a relative path is joined to ``media_dir``, which
-is dataset_dir (LLaMA-Factory's default; ftui refuses another ``media_dir``), and an absolute
-path stays as it is. A URL is refused by name: ftui reads local files only.
+is dataset_dir (LLaMA-Factory's default; ftui refuses another ``media_dir``), and where no file
+is there, taken as written (from the current directory, which a run keeps); an absolute path
+stays as it is. A URL is refused by name: ftui reads local files only.
 
 Placeholders (LLaMA-Factory's ``MMPluginMixin._validate_messages``): over the record's
 messages (its system prompt aside), the number of ``<image>`` must equal the number of
@@ -99,14 +100,15 @@ def _resolved(entry: Any, medium: str, spec: DatasetSpec, index: int) -> str:
         raise MediaPathError(where(spec, index, entry) + ": " + _(
             "a URL; ftui reads local files only (it never downloads while training): download the file into dataset_dir "
             "and name its path in the record"))
-    root = spec.media_dir or os.getcwd()
-    path = os.path.abspath(os.path.join(os.path.expanduser(root), entry))
-    if not os.path.isfile(path):
-        looked = _("looked for {path}").format(path=_clip(path, 300))
-        raise MediaFileError(where(spec, index, entry) + ": " + _(
-            "no such file ({looked}); put the file there or correct the path in the record (a relative path is read "
-            "from dataset_dir)").format(looked=looked))
-    return path
+    candidates = [os.path.abspath(os.path.join(os.path.expanduser(spec.media_dir), entry))] if spec.media_dir else []
+    candidates.append(os.path.abspath(entry))  # LLaMA-Factory's fallback: "Use original path" (the current directory's)
+    for path in dict.fromkeys(candidates):
+        if os.path.isfile(path):
+            return path
+    looked = _("looked for {path}").format(path=", ".join(_clip(c, 300) for c in dict.fromkeys(candidates)))
+    raise MediaFileError(where(spec, index, entry) + ": " + _(
+        "no such file ({looked}); put the file there or correct the path in the record (a relative path is read "
+        "from dataset_dir)").format(looked=looked))
 
 
 def placeholder_counts(record: Any, spec: DatasetSpec, index: int) -> dict[str, int]:
