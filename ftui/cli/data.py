@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -70,7 +71,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def show_images(out, cfg, limit: int) -> None:
+def show_images(out: Any, cfg: Any, limit: int) -> None:
     """The first records' images (ftui.jobs.examples.image_listings), before their examples."""
     from ftui.data.media_listing import listing_text
     from ftui.jobs.examples import image_listings

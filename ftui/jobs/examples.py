@@ -110,7 +110,7 @@ def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
     from ftui.data.registry import resolve_datasets
 
     out: list[RecordListing] = []
-    processor = None
+    processor: list[Any] = []  # the model's image processor (None: it has none here), read once, for the first dataset with images
     for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
         try:
             records = read_records(spec, limit=limit)
@@ -120,12 +120,12 @@ def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
             continue
         if not records or "images" not in dataset_media(spec, records[0]):
             continue
-        if processor is None:
+        if not processor:
             try:
-                processor = read_processor(cfg.model_name_or_path)
-            except ValueError:
-                processor = False
-        out += [list_record(record, spec, i, processor or None, cfg.image_max_pixels, cfg.image_min_pixels)
+                processor.append(read_processor(cfg.model_name_or_path))
+            except ValueError:  # listed without token counts; preflight names the missing file
+                processor.append(None)
+        out += [list_record(record, spec, i, processor[0], cfg.image_max_pixels, cfg.image_min_pixels)
                 for i, record in enumerate(records)]
     return out
 
