@@ -148,11 +148,15 @@ def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
     assert problems_of(resume_from_checkpoint=None) == {}
 
 
-def test_multimodal_datasets_are_refused_before_a_run(lf_data, tmp_path):
+def test_media_datasets_are_judged_by_the_registry_before_a_run(lf_data, tmp_path):
+    """Images pass the registry for stage sft (the model and the records are checked in
+    preflight: tests/test_vl_data.py); videos and audios, and images for another stage, are
+    refused by name in this slice of issue 42."""
     from ftui.data.registry import dataset_path_problem
 
-    problem = dataset_path_problem("identity,mllm_demo", str(lf_data))
-    assert "mllm_demo" in problem and "images column" in problem and "multimodal" in problem
+    assert dataset_path_problem("identity,mllm_demo", str(lf_data), "sft") is None
+    assert "videos are not supported yet" in dataset_path_problem("identity,mllm_video_demo", str(lf_data), "sft")
+    assert "stage kto with images is not supported yet" in dataset_path_problem("mllm_demo", str(lf_data), "kto")
     assert dataset_path_problem("identity,alpaca_en_demo", str(lf_data)) is None
 
 
@@ -232,6 +236,9 @@ async def test_a_yaml_with_neat_packing_shows_packing_on_in_the_form_and_saves_i
 def test_a_multimodal_template_of_llamafactory_is_refused_as_multimodal_not_as_unknown():
     for name in ("llava_next", "llava", "qwen2_audio"):
         message = problems_of(template=name)["template"]
-        assert "vision, video or audio model" in message and "allowed:" not in message
+        assert "vision, video or audio) model family ftui does not train yet" in message and "allowed:" not in message
+    for name in ("qwen2_vl", "qwen3_vl_nothink"):  # a family ftui trains: refused for the demo's text-only Llama alone
+        message = problems_of(template=name)["template"]
+        assert "encodes images for Qwen2-VL" in message and "model_type llama) reads text only" in message
     assert "allowed:" in problems_of(template="qwen99")["template"]
     assert "template" not in problems_of(template="gemma3")  # a text template in ftui, multimodal in LLaMA-Factory

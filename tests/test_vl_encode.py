@@ -27,7 +27,7 @@ from ftui.presets.templates import TEMPLATES
 from ftui.presets.vision_families import vision_family
 from ftui.runner.vision.encode import VisionEncoder
 from ftui.runner.vision.images import regularize_qwen
-from ftui.runner.vision.media_paths import record_media
+from ftui.data.media import record_media
 from ftui.runner.vision.processor import ImageSettings, load_image_processor
 from vlm_models import FAMILIES, vlm_dir
 
@@ -42,7 +42,7 @@ RECORDS = json.loads((DATA / "mllm_demo.json").read_text())
 def mllm_demo_spec() -> DatasetSpec:
     entry = json.loads((DATA / "dataset_info.json").read_text())["mllm_demo"]
     return DatasetSpec(name="mllm_demo", file_name=str(DATA / entry["file_name"]), formatting=entry["formatting"],
-                       columns=entry["columns"], tags=entry["tags"])
+                       columns=entry["columns"], tags=entry["tags"], media_dir=str(DATA))
 
 
 @pytest.fixture(scope="module")
@@ -173,9 +173,9 @@ def test_image_max_pixels_is_read_from_the_config(models):
 
 
 @pytest.mark.parametrize("content, images, match", [
-    ("<image><image>Who?", ["mllm_demo_data/1.jpg"], "1 images but 2 <image> placeholders"),
-    ("Who?", ["mllm_demo_data/1.jpg"], "1 images but 0 <image> placeholders"),
-    ("<image>Who?", ["mllm_demo_data/missing.jpg"], "the image mllm_demo_data/missing.jpg does not exist"),
+    ("<image><image>Who?", ["mllm_demo_data/1.jpg"], r"1 file\(s\) in its images column but 2 <image> placeholder"),
+    ("Who?", ["mllm_demo_data/1.jpg"], r"1 file\(s\) in its images column but 0 <image> placeholder"),
+    ("<image>Who?", ["mllm_demo_data/missing.jpg"], "file mllm_demo_data/missing.jpg: no such file"),
 ])
 def test_a_bad_record_is_named(models, content, images, match):
     model_dir, _model = models("qwen2_vl")
@@ -207,7 +207,7 @@ def test_videos_are_refused_by_name(models):
     spec = mllm_demo_spec()
     spec.columns = dict(spec.columns, videos="videos")
     record = {"messages": [{"role": "user", "content": "<video>Hi"}, {"role": "assistant", "content": "Hello."}], "videos": ["a.mp4"]}
-    with pytest.raises(DataFormatError, match="videos and audios are not supported yet"):
+    with pytest.raises(DataFormatError, match="videos are not supported yet"):
         stage_encode(stage_for(model_dir, "qwen2_vl", 1024), [record], spec)
 
 

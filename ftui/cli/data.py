@@ -1,10 +1,12 @@
-"""``ftui data CONFIG``: a run's training examples as the runner encodes them."""
+"""``ftui data CONFIG``: a run's training examples as the runner encodes them, after the first
+records' images (their sizes and the image tokens each expands to)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -41,6 +43,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     if cfg is None:
         return EXIT_USAGE
     examples = EncodedExamples(cfg, limit=args.show, text=target is None)
+    if target is None:
+        show_images(out, cfg, args.show)
     count = 0
     try:
         if target is not None:
@@ -66,3 +70,16 @@ def cmd_data(args: argparse.Namespace) -> int:
         err.print(escape(_("wrote {count} examples to {path}").format(count=count, path=target)))
     return EXIT_OK
 
+
+def show_images(out: Any, cfg: Any, limit: int) -> None:
+    """The first records' images (ftui.jobs.examples.image_listings), before their examples."""
+    from ftui.data.media_listing import listing_text
+    from ftui.jobs.examples import image_listings
+    from ftui.data.records import DataFormatError
+
+    try:
+        listings = image_listings(cfg, limit)
+    except (DataFormatError, OSError, ValueError):
+        return  # the examples' child names what is wrong with the datasets
+    for listing in listings:
+        out.print(listing_text(listing), soft_wrap=True, end="")

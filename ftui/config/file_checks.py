@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ftui.config.problems import FieldProblem
 from ftui.config.schema import RunConfig
@@ -64,13 +65,22 @@ def saved_data_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-def dataset_problems(cfg: RunConfig, data_needed: bool = True) -> list[FieldProblem]:
+UNREAD: Any = object()  # dataset_problems' model when config.json was not read yet
+
+
+def dataset_problems(cfg: RunConfig, data_needed: bool = True, model: Any = UNREAD) -> list[FieldProblem]:
     """The datasets of ``dataset`` and ``eval_dataset``: their registry entries (they stay in
-    dataset_dir, fit the stage, are not multimodal) and, with ``data_needed``, that each
-    names a file here or a hub dataset, and that each file's first records read (a bad JSON
-    line named by its number), fit the stage and convert as the run converts them (a bad record
-    named by its index). ``data_needed`` False (``ftui plan --gpu-memory``): the data may be
-    on another machine, only the registry is read. A hub dataset is loaded by the run."""
+    dataset_dir, fit the stage, hold media the stage can train) and, with ``data_needed``, that
+    each names a file here or a hub dataset, and that each file's first records read (a bad
+    JSON line named by its number), fit the stage and convert as the run converts them (a bad
+    record named by its index), their images opened and decoded (ftui.config.media_checks).
+    A dataset with images is also checked against the model, the template, packing and
+    tokenized_path (``model``: its config.json as preflight read it, read here when UNREAD
+    and a dataset has images). ``data_needed`` False (``ftui plan --gpu-memory``): the data
+    may be on another machine, only the registry is read. A hub dataset is loaded by the run."""
+    from ftui.config.media_checks import first_records_media, media_config_problems
+    from ftui.config.model_checks import read_model
+    from ftui.data.media import dataset_media
     from ftui.data.records import DataFormatError
     from ftui.data.dataset_files import HubDataset, read_records
     from ftui.data.stage_formats import check_format, record_preview
@@ -79,12 +89,28 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True) -> list[FieldProb
     from ftui.data.registry import TOKENIZED_MARKER
 
     out: list[FieldProblem] = []
+    read = [model]  # config.json, read at most once, when a dataset has images
     encoded = bool(cfg.tokenized_path) and (Path(cfg.tokenized_path).expanduser() / TOKENIZED_MARKER).is_file()
+
+    def media_problems(spec: Any, key: str, first: Any = None) -> list[FieldProblem]:
+        if "images" not in dataset_media(spec, first):
+            return []
+        if read[0] is UNREAD:
+            read[0] = read_model(cfg.model_name_or_path)
+        return [p for p in media_config_problems(cfg, spec, key, read[0], first) if p not in out]
+
     for key in ("dataset", "eval_dataset"):
         text = getattr(cfg, key)
         if not text:
             continue
         problem = dataset_path_problem(text, cfg.dataset_dir, cfg.stage, unresolved=data_needed)
+        if problem is None:
+            try:
+                specs = resolve_datasets(text, cfg.dataset_dir)
+            except (DataFormatError, OSError, ValueError):
+                specs = []  # said by dataset_path_problem where it matters (unresolved)
+            for spec in specs:
+                out += media_problems(spec, key)
         if problem is None and data_needed and not encoded:  # tokenized_path's encoded data is read instead of the files
             try:
                 for spec in resolve_datasets(text, cfg.dataset_dir):
@@ -97,6 +123,9 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True) -> list[FieldProb
                     check_format(spec, records[0], cfg.stage)
                     for i, record in enumerate(records):
                         record_preview(record, spec, i, cfg.stage)
+                    if not spec.explicit_format:  # a file given by path: its media are known from its first record
+                        out += media_problems(spec, key, records[0])
+                    first_records_media(spec, records)
             except DataFormatError as err:
                 problem = str(err)
             except (OSError, ValueError) as err:  # an unreadable file or folder, parquet that is not

@@ -193,14 +193,18 @@ def fitting_cutoff_len(model_name_or_path: str, wanted: int) -> int:
     return min(wanted, limit[0]) if limit is not None else wanted
 
 
-# config.json keys of vision / audio towers: a multimodal model, which ftui does not train
+# config.json keys of vision / audio towers: a multimodal model
 MULTIMODAL_CONFIG_KEYS = ("vision_config", "audio_config", "visual", "vision_tower", "mm_vision_tower", "speech_config")
 
 
 def multimodal_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
-    """A model with a vision or audio tower (Qwen-VL, LLaVA, Gemma 3 4B+ ...): ftui trains the
-    text-only causal LMs; LLaMA-Factory's multimodal plug-ins (image/video/audio processing,
-    frozen towers) are not part of it, so such a model is refused instead of half-trained."""
+    """A model with a vision or audio tower that is not a vision-language family ftui trains
+    (ftui.presets.vision_families: Qwen2-VL, Qwen2.5-VL, Qwen3-VL): refused instead of
+    half-trained; a vision-language template for a text-only model
+    (ftui.config.media_checks); a pre-quantized model."""
+    from ftui.config.media_checks import FAMILY_NAMES, freeze_problems, template_model_problems
+    from ftui.presets.vision_families import vision_family
+
     if model is None:
         return []
     quant = model.get("quantization_config")
@@ -211,12 +215,13 @@ def multimodal_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> l
                                "trains LoRA over full-precision or bitsandbytes (quantization_bit) weights; use the unquantized "
                                "model").format(method=f"{method:.40}"))]
     found = next((k for k in MULTIMODAL_CONFIG_KEYS if k in model), None)
-    if found is None:
-        return []
+    if found is None or vision_family(model.get("model_type")) is not None:
+        return template_model_problems(cfg, model) + freeze_problems(cfg, model)
     return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
-                         _("a multimodal model (model_type {model_type}; its config.json has {key}): not supported, ftui trains "
-                           "text-only language models; use the text-only variant of the model").format(
-                             model_type=f"{model.get('model_type', '?')!s:.40}", key=found))]
+                         _("a multimodal model (model_type {model_type}; its config.json has {key}) of a family ftui does not "
+                           "train yet: ftui trains text-only language models and the vision-language families {families}; use "
+                           "one of those, or the text-only variant of the model").format(
+                             model_type=f"{model.get('model_type', '?')!s:.40}", key=found, families=FAMILY_NAMES))]
 
 
 def position_limit(model: dict[str, Any]) -> tuple[int, str, bool] | None:

@@ -31,6 +31,7 @@ class Preflight:
     config: RunConfig | None
     problems: list[FieldProblem]
     warnings: list[str] = field(default_factory=list)
+    model: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # config.json as read (the datasets' checks reuse it)
 
     @property
     def ready(self) -> bool:
@@ -46,7 +47,11 @@ def preflight(data: dict[str, Any], facts: MachineFacts | None = None, data_need
     judged = checked.config or (_with_stand_ins(data, failed) if isinstance(data, dict) else None)
     if judged is None or failed & {"dataset", "eval_dataset", "dataset_dir", "stage", "config"}:
         return checked  # the datasets cannot be told apart from the fields that failed
-    problems = checked.problems + file_checks.dataset_problems(judged, data_needed)
+    # a field that failed already is judged at its default (a stand-in): not complained of twice
+    # the model as validation read it; none to judge the datasets against when it failed (a stand-in is judged)
+    model = None if "model_name_or_path" in failed else checked.model if checked.model is not None else file_checks.UNREAD
+    found = file_checks.dataset_problems(judged, data_needed, model)
+    problems = checked.problems + [p for p in found if p.field not in failed]
     return Preflight(None if problems else checked.config, problems, checked.warnings)
 
 
@@ -69,7 +74,7 @@ def check_config(data: dict[str, Any], facts: MachineFacts | None = None) -> Pre
         return Preflight(None, problems + _problems_of_the_rest(data, {p.field for p in problems}, facts))
     model = model_checks.read_model(cfg.model_name_or_path)
     problems = config_problems(cfg, facts or MachineFacts.gather(cfg.gpus, cfg.nproc_per_node), model)
-    return Preflight(None if problems else cfg, problems, model_checks.cutoff_warnings(cfg, model))
+    return Preflight(None if problems else cfg, problems, model_checks.cutoff_warnings(cfg, model), model)
 
 
 def _with_stand_ins(data: dict[str, Any], failed: set[str]) -> RunConfig | None:

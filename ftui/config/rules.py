@@ -13,10 +13,11 @@ import re
 
 from pydantic import ValidationError
 
+from ftui.config.media_checks import VISION_TEMPLATES
 from ftui.config.problems import FieldProblem, pydantic_message
 from ftui.config.schema import BNB_OPTIMIZERS, OPTIMIZERS, TORCH_OPTIMIZERS, RunConfig, comma_items
 from ftui.data.conversation import TOOL_FORMATS
-from ftui.i18n import _
+from ftui.i18n import N_, _
 from ftui.presets.engine_presets import NEEDS_SEVERAL, engine_spec
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, classify
 from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
@@ -32,12 +33,15 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("fp16", True, _("bf16 and fp16 are both on; choose one precision")))
     if cfg.pure_bf16 and cfg.fp16:
         out.append(FieldProblem("fp16", True, _("pure_bf16 trains in bf16 and fp16 is on too; choose one precision")))
-    if cfg.template in MULTIMODAL_TEMPLATES:
-        out.append(FieldProblem("template", cfg.template, _("LLaMA-Factory's template for a vision, video or audio model: "
-                                                            "ftui trains text-only language models, multimodal ones are not supported")))
-    elif cfg.template is not None and cfg.template not in TEMPLATES:
+    if cfg.template in MULTIMODAL_TEMPLATES and cfg.template not in VISION_TEMPLATES:
+        out.append(FieldProblem("template", cfg.template, _("LLaMA-Factory's template for a multimodal (vision, video or audio) "
+                                                            "model family ftui does not train yet: ftui trains text-only language "
+                                                            "models and Qwen2-VL, Qwen2.5-VL, Qwen3-VL (templates {templates})").format(
+            templates=", ".join(VISION_TEMPLATES))))
+    elif cfg.template is not None and cfg.template not in TEMPLATES and cfg.template not in VISION_TEMPLATES:
         out.append(FieldProblem("template", cfg.template, _("unknown template; allowed: {templates} or empty for the tokenizer's own").format(templates=", ".join(TEMPLATES))))
     out += encoding_problems(cfg)
+    out += media_key_problems(cfg)
     if cfg.lora_target != "all" and not re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", cfg.lora_target):
         out.append(FieldProblem("lora_target", cfg.lora_target, _("use 'all' or module names separated by commas, e.g. q_proj,v_proj")))
     if cfg.max_steps == 0:
@@ -46,6 +50,28 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
         out.append(FieldProblem("quantization_bit", cfg.quantization_bit, _("quantization (QLoRA) needs finetuning_type lora")))
     if engine_spec(cfg.engine).strategy == "single" and not cfg.deepspeed and cfg.world_size > 1:
         out.append(FieldProblem("nproc_per_node" if cfg.nproc_per_node > 1 else "nnodes", cfg.nproc_per_node if cfg.nproc_per_node > 1 else cfg.nnodes, _("the single engine runs one process; choose engine ddp for several")))
+    return out
+
+
+# Image keys LLaMA-Factory reads for one family only, which ftui does not train yet: set, they
+# would change that family's images, so they are refused rather than ignored. (The video and
+# audio keys are accepted and have no effect: a dataset with videos or audios is refused by
+# name, ftui.data.media, and LLaMA-Factory's own Qwen3-VL examples set video_max_pixels.)
+FAMILY_IMAGE_KEYS = {
+    "image_do_pan_and_scan": N_("image_do_pan_and_scan applies to Gemma 3, which ftui does not train yet; remove it (or set it false)"),
+    "crop_to_patches": N_("crop_to_patches applies to InternVL, which ftui does not train yet; remove it (or set it false)"),
+}
+
+
+def media_key_problems(cfg: RunConfig) -> list[FieldProblem]:
+    """The image and video pixel bounds (LLaMA-Factory's rule: the maximum not below the
+    minimum) and the keys of families ftui does not train yet."""
+    out = [FieldProblem(key, True, _(why)) for key, why in FAMILY_IMAGE_KEYS.items() if getattr(cfg, key)]
+    for kind in ("image", "video"):
+        low, high = getattr(cfg, f"{kind}_min_pixels"), getattr(cfg, f"{kind}_max_pixels")
+        if low > high:
+            out.append(FieldProblem(f"{kind}_min_pixels", low, _("{kind}_min_pixels {low} is above {kind}_max_pixels {high}; "
+                                                                 "lower it or raise {kind}_max_pixels").format(kind=kind, low=low, high=high)))
     return out
 
 

@@ -67,6 +67,20 @@ class RunConfig(BaseModel):
     mask_history: bool = Field(False, description=N_("learn only the last answer of a conversation (and keep the last turns first when cutting)"))
     default_system: str | None = Field(None, description=N_("the system prompt for records without one, instead of the template's"))
     enable_thinking: bool = Field(True, description=N_("reasoning templates (qwen3, deepseekr1, ...): learn the thinking blocks; false: strip them and put an empty one in the prompt"))
+    # --- Vision-language models (LLaMA-Factory's keys and defaults; ftui.data.media, ftui.data.media_tokens)
+    image_max_pixels: int = Field(768 * 768, gt=0, description=N_("images above this many pixels are scaled down (aspect kept) before the image processor"))
+    image_min_pixels: int = Field(32 * 32, gt=0, description=N_("images below this many pixels are scaled up (aspect kept) before the image processor"))
+    image_do_pan_and_scan: bool = Field(False, description=N_("Gemma 3's pan and scan of wide images (no family ftui trains uses it yet)"))
+    crop_to_patches: bool = Field(False, description=N_("InternVL's cropping of images into patches (no family ftui trains uses it yet)"))
+    video_max_pixels: int = Field(256 * 256, gt=0, description=N_("video frames above this many pixels are scaled down (videos are not supported yet)"))
+    video_min_pixels: int = Field(16 * 16, gt=0, description=N_("video frames below this many pixels are scaled up (videos are not supported yet)"))
+    video_fps: float = Field(2.0, gt=0.0, description=N_("frames sampled per second of video (videos are not supported yet)"))
+    video_maxlen: int = Field(128, ge=1, description=N_("the most frames sampled from one video (videos are not supported yet)"))
+    use_audio_in_video: bool = Field(False, description=N_("read a video's sound track too (Qwen2.5-Omni; not supported yet)"))
+    audio_sampling_rate: int = Field(16000, ge=1, description=N_("the rate audio is resampled to (audios are not supported yet)"))
+    freeze_vision_tower: bool = Field(True, description=N_("vision-language models: leave the vision encoder untrained"))
+    freeze_multi_modal_projector: bool = Field(True, description=N_("vision-language models: leave the projector between the vision encoder and the language model untrained"))
+    freeze_language_model: bool = Field(False, description=N_("vision-language models: leave the language model untrained"))
     # --- Method
     stage: str = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model"))  # one of ftui.stages
     do_train: bool = True

@@ -50,12 +50,11 @@ class DatasetPathError(DataFormatError):
 
 
 class DatasetRefused(DataFormatError):
-    """A dataset ftui does not train on (multimodal): refused before a run starts, by name."""
+    """A dataset ftui does not train on as asked (videos, or images for a stage other than
+    sft, in this slice of issue 42): refused before a run starts, by name."""
 
 
-MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns
-MULTIMODAL_REFUSAL = N_("multimodal data (images, videos or audios) is not supported: ftui trains text-only language "
-                        "models; use a text dataset, or drop the media column from the entry")
+MEDIA_COLUMNS = ("images", "videos", "audios")  # LLaMA-Factory's multimodal columns (ftui.data.media reads them)
 
 
 # Secrets that a file mistaken for a dataset may hold: never copied into a message (those
@@ -78,6 +77,7 @@ class DatasetSpec:
     subset: str | None = None
     ranking: bool = False
     explicit_format: bool = True
+    media_dir: str | None = None  # where relative media paths are read from (dataset_dir); None: as written
 
     def column(self, key: str) -> Any:
         defaults = ALPACA_COLUMNS if self.formatting == "alpaca" else SHAREGPT_COLUMNS

@@ -1,7 +1,7 @@
 """Finding datasets: names in a ``dataset_info.json`` registry (LLaMA-Factory's own file works),
 local json / jsonl / parquet / txt files, or ``datasets`` hub names, as ``DatasetSpec``; and
 the checks made from the registry alone before a run starts (an entry that leaves dataset_dir,
-a multimodal one, one that does not fit the stage; a ``tokenized_path`` that holds no encoded
+media the stage cannot train (ftui.data.media), one that does not fit the stage; a ``tokenized_path`` that holds no encoded
 data). No torch here: the launch form and the CLI check with this same code.
 """
 
@@ -14,8 +14,7 @@ from typing import Any
 
 from ftui.safety.bounded_input import load_json, short_repr
 from ftui.i18n import _
-from ftui.data.records import (EXPECTED, MEDIA_COLUMNS, MULTIMODAL_REFUSAL, DataFormatError, DatasetPathError, DatasetRefused,
-                               DatasetSpec, _clip)
+from ftui.data.records import EXPECTED, DataFormatError, DatasetPathError, DatasetRefused, DatasetSpec, _clip
 from ftui.rundir.paths import DEMO_DATASET, DEMO_DATASET_FILE
 
 BUILTIN_REGISTRY = {DEMO_DATASET: {"file_name": str(DEMO_DATASET_FILE)}}
@@ -77,7 +76,7 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
         if not path.is_absolute() and not _exists(path):
             path = Path(dataset_dir).expanduser() / name
         if _exists(path):
-            specs.append(DatasetSpec(name=name, file_name=str(path), explicit_format=False))
+            specs.append(DatasetSpec(name=name, file_name=str(path), explicit_format=False, media_dir=dataset_dir))
         elif "/" in name and not name.startswith((".", "/", "~")) and len(name) < 200:
             specs.append(DatasetSpec(name=name, hf_hub_url=name, explicit_format=False))
         else:
@@ -86,9 +85,9 @@ def resolve_datasets(dataset: str, dataset_dir: str) -> list[DatasetSpec]:
 
 
 def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = None, unresolved: bool = False) -> str | None:
-    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir, it is multimodal,
-    or, given the ``stage``, its entry says it does not fit: a ranking set for sft, none for
-    dpo), else None. Checked before a run starts (CLI, form) from the registry alone; other
+    """Why a registry entry of ``dataset`` is refused (it leaves dataset_dir; or, given the
+    ``stage``, it has media the stage cannot train in this slice (videos; images outside sft),
+    or its entry says it does not fit: a ranking set for sft, none for dpo), else None. Checked before a run starts (CLI, form) from the registry alone; other
     dataset problems are left to the run, which reports them with the offending record.
     ``unresolved``: also a name that is neither in the registry nor a file nor a hub name, or
     an unreadable registry (the CLI refuses those before starting a job that would fail; the
@@ -104,12 +103,30 @@ def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = Non
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     if stage is not None:
+        from ftui.data.media import media_refusal
         from ftui.data.preference_records import registry_fit_problem
 
         for spec in specs:
-            problem = registry_fit_problem(spec, stage)
+            problem = media_refusal(spec, stage) or registry_fit_problem(spec, stage)
             if problem:
                 return problem
+    return None
+
+
+def media_job_problem(dataset: str, dataset_dir: str, kind: str) -> str | None:
+    """Why a predict or eval job cannot read ``dataset`` in this slice of issue 42: its entry
+    has media, which the job would drop and read the text alone, placeholders and all."""
+    from ftui.data.media import dataset_media
+
+    try:
+        specs = resolve_datasets(dataset, dataset_dir)
+    except (DataFormatError, OSError, ValueError):
+        return None  # dataset_path_problem names it
+    for spec in specs:
+        media = dataset_media(spec)
+        if media:
+            return _("dataset {name} has {medium}: ftui {kind} over {medium} is not supported yet (ftui train trains on "
+                     "images); give a text dataset").format(name=repr(spec.name), medium=media[0], kind=kind)
     return None
 
 
@@ -139,10 +156,6 @@ def _exists(path: Path) -> bool:
 
 
 def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) -> DatasetSpec:
-    media = [c for c in MEDIA_COLUMNS if (entry.get("columns") or {}).get(c)]
-    if media:
-        raise DatasetRefused(_("dataset {name} has a {column} column: {refusal}").format(
-            name=repr(_clip(name, 80)), column=media[0], refusal=_(MULTIMODAL_REFUSAL)))
     file_name = entry.get("file_name")
     if file_name and dataset_dir is not None:
         file_name = registry_path(name, str(file_name), dataset_dir)
@@ -154,6 +167,7 @@ def _spec_from_entry(name: str, entry: dict[str, Any], dataset_dir: str | None) 
         name=name, file_name=file_name, hf_hub_url=entry.get("hf_hub_url"), formatting=fmt,
         columns=entry.get("columns", {}) or {}, tags=entry.get("tags", {}) or {},
         split=entry.get("split", "train"), subset=entry.get("subset"), ranking=bool(entry.get("ranking")),
+        media_dir=str(dataset_dir or ".") if file_name else None,  # LLaMA-Factory: media_dir is dataset_dir; a hub set's paths as written
     )
 
 

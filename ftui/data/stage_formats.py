@@ -10,16 +10,17 @@ from typing import Any
 
 from ftui.i18n import _
 from ftui.stages import PAIRS, RAW_TEXT, TAGGED_ANSWERS
-from ftui.data.records import (MEDIA_COLUMNS, MULTIMODAL_REFUSAL, DataFormatError, DatasetRefused, DatasetSpec,
-                               apply_detected_format, data_kind, to_messages, to_text)
+from ftui.data.media import media_refusal
+from ftui.data.records import DataFormatError, DatasetRefused, DatasetSpec, apply_detected_format, data_kind, to_messages, to_text
 
 
 def check_format(spec: DatasetSpec, first: Any, stage: str) -> str:
     """Settles how ``stage`` reads the dataset (from its first record, for a file given by
-    path) and names it: raw text for pt, else alpaca or sharegpt."""
-    if isinstance(first, dict) and any(first.get(c) for c in MEDIA_COLUMNS):
-        raise DatasetRefused(_("dataset {name} record 0 has {column}: {refusal}").format(
-            name=repr(spec.name), column=next(c for c in MEDIA_COLUMNS if first.get(c)), refusal=_(MULTIMODAL_REFUSAL)))
+    path) and names it: raw text for pt, else alpaca or sharegpt. Media the stage cannot train
+    (ftui.data.media.media_refusal) are refused here too, in the run as before it."""
+    refusal = media_refusal(spec, stage, first)
+    if refusal:
+        raise DatasetRefused(refusal)
     kind = data_kind(stage)
     if kind == RAW_TEXT:
         if spec.ranking:

@@ -1,8 +1,9 @@
 """``ftui data`` and the launch form's rendered example: the training examples as the runner
 encodes them, got from a child process (``python -m ftui.runner data``, the stage's own
 encoding: tokenizers need transformers, which the app never imports). Starting and reading
-that process is a job's work, hence here; the rows are rendered by ftui.data.examples.
-No torch here.
+that process is a job's work, hence here; the rows are rendered by ftui.data.examples. Beside
+them, the images of the first records, listed in this process from the files' headers
+(``image_listings``: sizes and image tokens, nothing decoded). No torch here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ftui.i18n import _
 
 if TYPE_CHECKING:
     from ftui.config.schema import RunConfig
+    from ftui.data.media_listing import RecordListing
 
 OWN_PREFIXES = ("ftui data:", "hint:", "warning:", "note:")  # the child's messages, among its libraries' output
 
@@ -93,6 +95,39 @@ class EncodedExamples:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
+    """The images of the first ``limit`` records of each of the config's datasets that has
+    images (a hub dataset is left to the run), with their sizes and the image tokens each
+    expands to for the config's model and image_max_pixels / image_min_pixels; a record's
+    problem in its place. Empty for a text-only config."""
+    from ftui.config.media_checks import read_processor
+    from ftui.data.dataset_files import HubDataset, read_records
+    from ftui.data.media import dataset_media
+    from ftui.data.media_listing import list_record
+    from ftui.data.records import DataFormatError, apply_detected_format
+    from ftui.data.registry import resolve_datasets
+
+    out: list[RecordListing] = []
+    processor: list[Any] = []  # the model's image processor (None: it has none here), read once, for the first dataset with images
+    for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
+        try:
+            records = read_records(spec, limit=limit)
+            if records:
+                apply_detected_format(spec, records[0])  # a file given by path: alpaca or sharegpt
+        except (HubDataset, DataFormatError, OSError, ValueError):  # the examples' child says what is wrong with the file
+            continue
+        if not records or "images" not in dataset_media(spec, records[0]):
+            continue
+        if not processor:
+            try:
+                processor.append(read_processor(cfg.model_name_or_path))
+            except ValueError:  # listed without token counts; preflight names the missing file
+                processor.append(None)
+        out += [list_record(record, spec, i, processor[0], cfg.image_max_pixels, cfg.image_min_pixels)
+                for i, record in enumerate(records)]
+    return out
 
 
 def failure_line(said: list[str], code: int) -> str:

@@ -51,9 +51,6 @@ NO_EFFECT = set(_keys("""
     use_reentrant_gc gradient_checkpointing_kwargs disable_gradient_checkpointing
     torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
     quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc
-    image_max_pixels image_min_pixels image_do_pan_and_scan crop_to_patches video_max_pixels video_min_pixels
-    video_fps video_maxlen use_audio_in_video audio_sampling_rate media_dir
-    freeze_vision_tower freeze_multi_modal_projector freeze_language_model
     module_dropout oft_rank oft_block_size oft_target
     ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
     reward_model reward_model_adapters reward_model_quantization_bit reward_model_type
@@ -105,6 +102,8 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
     ("ref_model ref_model_adapters ref_model_quantization_bit",
      N_("ftui's reference model is the run's own starting point (the base with the adapter off for LoRA, a frozen copy "
      "for full and freeze); a separate reference model is not supported")),
+    ("media_dir", N_("ftui reads a record's media relative to dataset_dir (LLaMA-Factory's default for media_dir) or from "
+                     "absolute paths; move the files under dataset_dir, or write absolute paths in the records")),
     ("tool_format default_system enable_thinking train_on_prompt mask_history",
      N_("ftui does not implement this key of LLaMA-Factory's templates yet")),
 ]

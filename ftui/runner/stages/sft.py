@@ -27,7 +27,7 @@ from ftui.runner.hub import model_source
 from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
 from ftui.runner.vision.encode import MediaEncoded, VisionEncoder, vision_encoder
-from ftui.runner.vision.media_paths import MEDIA, record_media
+from ftui.data.media import media_columns, record_media
 
 
 def encode_options(cfg: Any) -> EncodeOptions:
@@ -113,7 +113,7 @@ class SFTStage(Stage):
     @staticmethod
     def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
         """The record's image files (none for a dataset without media columns)."""
-        if not any(spec.columns.get(kind) for kind in MEDIA):
+        if not media_columns(spec, record):
             return []
         return record_media(record, spec, i).get("images", [])
 

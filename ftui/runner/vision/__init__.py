@@ -10,5 +10,5 @@ encode them (``data/mm_plugin.py``), for the families of ``ftui.presets.vision_f
 - ``plugins``: the plugin of each LLaMA-Factory name (``qwen2_vl``, ``qwen3_vl``): the
   processor's tensors for a record's images and the ``<image>`` placeholder expansion;
 - ``encode``: a record with images through the plugin and the template to an ``Example`` whose
-  ``media`` holds its tensors; ``media_paths``: where a record's image files are.
+  ``media`` holds its tensors (where a record's image files are: ``ftui.data.media``).
 """

@@ -1,0 +1,126 @@
+"""The checks of a dataset with images against the rest of the config: the model must be a
+vision-language family ftui trains (``ftui.presets.vision_families``) with its image processor's
+settings at hand, the template must encode images, and packing and saved encodings
+(tokenized_path) wait for a later slice; and the first records' images, each opened and
+decoded whole (ftui.data.media, ftui.data.media_files) with their placeholders counted.
+
+Part of the one preflight (ftui.config.preflight, through file_checks.dataset_problems): a
+multimodal run that would fail, or train something else than asked, is refused before any
+run directory exists. No torch here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ftui.config.problems import FieldProblem
+from ftui.config.schema import RunConfig
+from ftui.data.media import dataset_media, record_media
+from ftui.data.media_files import verify_image
+from ftui.data.media_tokens import VisionProcessor, processor_from_config
+from ftui.data.records import DatasetSpec
+from ftui.i18n import _
+from ftui.presets.vision_families import VISION_FAMILIES, vision_family
+from ftui.safety.bounded_input import load_json
+
+# LLaMA-Factory's templates of the families ftui trains, with the mm_plugin each encodes images
+# with (its template.py); ftui.presets.templates holds their text side.
+VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
+FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL"
+
+
+def read_processor(model_name_or_path: str) -> VisionProcessor:
+    """The image processor of a model: its preprocessor_config.json in the local folder or the
+    hub cache. ValueError when there is none (a run needs it: LLaMA-Factory fails with
+    "Processor was not found") or it cannot be read."""
+    from ftui.plan.model_files import cached_snapshots
+    from ftui.rundir.paths import resolve_model_path
+
+    try:
+        candidates = [Path(resolve_model_path(model_name_or_path)).expanduser() / "preprocessor_config.json"]
+    except RuntimeError:  # ~nosuchuser/...
+        candidates = []
+    candidates += [snapshot / "preprocessor_config.json" for snapshot in cached_snapshots(model_name_or_path)]
+    for path in candidates:
+        try:
+            data = load_json(path.read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        except ValueError as err:
+            raise ValueError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
+        if not isinstance(data, dict):
+            raise ValueError(_("{path} must hold a JSON object").format(path=path))
+        return processor_from_config(data)
+    raise ValueError(_("no preprocessor_config.json (the image processor's settings) for {model}; copy it from the model's "
+                       "release into its folder").format(model=repr(model_name_or_path)))
+
+
+def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
+    """A vision-language template (qwen2_vl, qwen3_vl, qwen3_vl_nothink) for a model that reads
+    text only: LLaMA-Factory fails on every example ("Processor was not found")."""
+    if cfg.template not in VISION_TEMPLATES or model is None or vision_family(model.get("model_type")) is not None:
+        return []
+    return [FieldProblem("template", cfg.template, _(
+        "template {template} encodes images for {families} models, but this model (model_type {model_type}) reads text only: "
+        "give the model's text template (or empty for the tokenizer's own), or a vision-language model").format(
+        template=cfg.template, families=FAMILY_NAMES, model_type=f"{model.get('model_type', '?')!s:.40}"))]
+
+
+def freeze_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
+    """A vision-language model with its vision tower, projector and language model all frozen:
+    nothing would train (LLaMA-Factory's forbidden modules would cover the whole model). The
+    freeze_* keys leave a text-only model alone, as in LLaMA-Factory."""
+    if model is None or vision_family(model.get("model_type")) is None:
+        return []
+    if cfg.freeze_language_model and cfg.freeze_vision_tower and cfg.freeze_multi_modal_projector:
+        return [FieldProblem("freeze_language_model", True, _(
+            "with freeze_vision_tower and freeze_multi_modal_projector on too, no part of the model would train; set "
+            "freeze_language_model false, or unfreeze the vision tower or the projector"))]
+    return []
+
+
+def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: dict[str, Any] | None,
+                          first: Any = None) -> list[FieldProblem]:
+    """What a dataset with images asks of the rest of the config (``key``: dataset or
+    eval_dataset; ``model``: the model's config.json, None when it is not here yet). The stage
+    and the media kinds are judged with the registry (ftui.data.media.media_refusal)."""
+    if "images" not in dataset_media(spec, first):
+        return []
+    out: list[FieldProblem] = []
+    family = vision_family(model.get("model_type")) if model is not None else None
+    if model is not None and family is None:
+        out.append(FieldProblem(key, getattr(cfg, key), _(
+            "the dataset {name} has images, but {model} (model_type {model_type}) reads text only: use a vision-language "
+            "model of a family ftui trains ({families}), or a text dataset").format(
+            name=spec.name, model=cfg.model_name_or_path, model_type=f"{model.get('model_type', '?')!s:.40}", families=FAMILY_NAMES)))
+    elif family is not None:
+        try:
+            read_processor(cfg.model_name_or_path)
+        except ValueError as err:
+            out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, str(err)))
+    if cfg.template not in VISION_TEMPLATES and (family is not None or model is None):  # a text model: said above
+        wanted = family.template if family is not None else " / ".join(sorted({f.template for f in VISION_FAMILIES}))
+        said = (_("the tokenizer's own chat template (template empty)") if cfg.template is None else
+                _("template {template}").format(template=cfg.template))
+        out.append(FieldProblem("template", cfg.template, _(
+            "the dataset {name} has images and {said} encodes text only: set template: {wanted}").format(
+            name=spec.name, said=said, wanted=wanted)))
+    if cfg.packing:
+        field = "neat_packing" if cfg.neat_packing else "packing"
+        out.append(FieldProblem(field, True, _("packing examples with images is not supported yet (the dataset {name} has "
+                                               "images); set {field} false").format(name=spec.name, field=field)))
+    if cfg.tokenized_path:
+        out.append(FieldProblem("tokenized_path", cfg.tokenized_path, _(
+            "saving or reading encoded data with images (tokenized_path) is not supported yet (the dataset {name} has "
+            "images); remove tokenized_path").format(name=spec.name)))
+    return out
+
+
+def first_records_media(spec: DatasetSpec, records: list[Any]) -> None:
+    """The first records' media, as the run will read them: each record's files resolved, its
+    placeholders counted and each image decoded whole (a missing, unreadable, truncated,
+    corrupt, huge or non-image file is named with its record). Raises a MediaError."""
+    for index, record in enumerate(records):
+        for path in record_media(record, spec, index)["images"]:
+            verify_image(path, spec, index)

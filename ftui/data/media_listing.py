@@ -1,0 +1,87 @@
+"""The images a dataset's first records carry, listed for ``ftui data`` (and the launch form's
+preview): each file with its size from its header and the number of image tokens it expands
+to for the run's model (ftui.data.media_tokens), or what is wrong with it. Nothing is decoded,
+so a listing of a huge or broken file is as quick as of a good one. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+
+from ftui.data.media import record_media
+from ftui.data.media_tokens import IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS, VisionProcessor, image_tokens
+from ftui.data.records import DataFormatError, DatasetSpec
+from ftui.i18n import _
+from ftui.safety.text import visible
+
+
+@dataclass(frozen=True)
+class ListedImage:
+    """One image of a record: its path as the record names it (relative to dataset_dir when
+    inside), its size and its tokens."""
+
+    shown: str
+    width: int
+    height: int
+    tokens: int | None  # None: no model processor to count with, or a size it refuses
+
+
+@dataclass(frozen=True)
+class RecordListing:
+    """A record's images, or the problem that stops them (named as preflight names it)."""
+
+    dataset: str
+    index: int
+    images: tuple[ListedImage, ...] = ()
+    problem: str | None = None
+
+
+def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionProcessor | None,
+                max_pixels: int = IMAGE_MAX_PIXELS, min_pixels: int = IMAGE_MIN_PIXELS) -> RecordListing:
+    """One record's images with sizes and tokens (``processor``: the model's, None when the
+    model has none here)."""
+    from ftui.data.media_files import image_header
+
+    try:
+        paths = record_media(record, spec, index)["images"]
+        infos = [image_header(path, spec, index) for path in paths]
+    except DataFormatError as err:  # a MediaError, or a record that does not convert
+        return RecordListing(spec.name, index, problem=str(err))
+    listed = []
+    for info in infos:
+        tokens = None
+        if processor is not None:
+            try:
+                tokens = image_tokens(info.width, info.height, processor, max_pixels, min_pixels)
+            except ValueError:
+                tokens = None
+        listed.append(ListedImage(_shown(info.path, spec), info.width, info.height, tokens))
+    return RecordListing(spec.name, index, tuple(listed))
+
+
+def _shown(path: str, spec: DatasetSpec) -> str:
+    root = os.path.abspath(os.path.expanduser(spec.media_dir)) if spec.media_dir else None
+    if root and os.path.commonpath([root, path]) == root:
+        return os.path.relpath(path, root)
+    return path
+
+
+def listing_text(listing: RecordListing) -> Text:
+    """A record's images as ``ftui data --show`` prints them: one line each. A Text, so file
+    names are never markup; control characters show as escapes."""
+    text = Text()
+    head = _("dataset {name} record {index}").format(name=repr(listing.dataset), index=listing.index)
+    if listing.problem is not None:
+        text.append(visible(listing.problem) + "\n", style="red")
+        return text
+    for n, image in enumerate(listing.images, 1):
+        tokens = (_("{tokens} image tokens").format(tokens=image.tokens) if image.tokens is not None
+                  else _("image tokens unknown (no image processor for this model)"))
+        text.append(_("{head}, image {n}: ").format(head=head, n=n), style="bold")
+        text.append(visible(image.shown))
+        text.append("  " + _("{width} x {height}, {tokens}").format(width=image.width, height=image.height, tokens=tokens) + "\n")
+    return text
