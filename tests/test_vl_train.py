@@ -143,7 +143,6 @@ def test_zero3_partitions_the_vision_tower_and_trains_it_when_unfrozen(two_ranks
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="needs vl-data (the VL config keys, multimodal models and datasets accepted by the config)")
 @pytest.mark.parametrize("method,frozen,engine", [("full", True, "single"), ("full", False, "single"), ("lora", True, "single"),
                                                   ("freeze", True, "single"), ("full", True, "ddp"), ("full", False, "fsdp")])
 def test_ftui_train_on_mllm_demo_trains_a_tiny_qwen2_vl(method, frozen, engine, tmp_path, lf_data):
@@ -183,7 +182,6 @@ def test_ftui_train_on_mllm_demo_trains_a_tiny_qwen2_vl(method, frozen, engine, 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="needs vl-data (the VL config keys, multimodal models and datasets accepted by the config)")
 @pytest.mark.parametrize("engine", ["single", "fsdp"])
 def test_a_vl_run_resumed_from_its_checkpoint_continues_with_the_same_losses(engine, tmp_path, lf_data):
     from tests.conftest import resume_sync, train_sync

@@ -11,8 +11,8 @@ from tests.vlm_models import vlm_dir
 
 
 def tiny_vlm_cfg(family: str, root: Path, **over):
-    """A run config over the tiny ``family`` model (past the config's checks, which refuse
-    multimodal models until the data side accepts them)."""
+    """A run config over the tiny ``family`` model, its fields set past the config's rules (the
+    runner's parts are driven directly, as the engine tests of tests/test_gpu_readiness.py do)."""
     from ftui.config.load import demo_config
 
     path = vlm_dir(family, root)
