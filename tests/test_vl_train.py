@@ -144,7 +144,8 @@ def test_zero3_partitions_the_vision_tower_and_trains_it_when_unfrozen(two_ranks
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method,frozen,engine", [("full", True, "single"), ("full", False, "single"), ("lora", True, "single"),
-                                                  ("freeze", True, "single"), ("full", True, "ddp"), ("full", False, "fsdp")])
+                                                  ("freeze", True, "single"), ("full", True, "ddp"), ("full", False, "fsdp"),
+                                                  ("full", False, "zero3")])
 def test_ftui_train_on_mllm_demo_trains_a_tiny_qwen2_vl(method, frozen, engine, tmp_path, lf_data):
     from safetensors.torch import load_file
 
@@ -202,3 +203,23 @@ def test_a_vl_run_resumed_from_its_checkpoint_continues_with_the_same_losses(eng
     resumed, proc = resume_sync(run_dir, run_dir / "checkpoints" / "step-2")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert [e["loss"] for e in resumed if e["event"] == "step"] == pytest.approx(losses[2:], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,engine", [("qwen2_5_vl", "single"), ("qwen3_vl", "single"), ("qwen3_vl", "fsdp")])
+def test_ftui_train_on_mllm_demo_trains_the_other_qwen_vl_families(family, engine, tmp_path, lf_data):
+    from tests.conftest import train_sync
+    from tests.vlm_models import FAMILIES, vlm_dir
+
+    from ftui.config.load import demo_config
+
+    model = vlm_dir(family, tmp_path / "models")
+    cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template=FAMILIES[family]["template"],
+                      dataset="mllm_demo", dataset_dir=str(lf_data), finetuning_type="full", freeze_vision_tower=False, max_steps=2,
+                      per_device_train_batch_size=1, learning_rate=1e-2, image_max_pixels=128 * 128, cutoff_len=512, engine=engine,
+                      nproc_per_node=1 if engine == "single" else 2, output_dir=str(tmp_path / "runs"), logging_steps=1,
+                      run_name=f"{family}-{engine}")
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
