@@ -15,9 +15,6 @@ from ftui.safety.bounded_input import load_yaml
 
 def cmd_app(args: argparse.Namespace) -> int:
     from ftui.tui.app import FtuiApp
-    from ftui.tui.screens.launch_media import probe_terminal
-
-    probe_terminal()  # before Textual owns the terminal: which graphics it draws (the form's image preview)
 
     initial = None
     if args.app_config:

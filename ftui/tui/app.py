@@ -57,6 +57,14 @@ class FtuiApp(App):
         text goes with markup=False or escaped."""
         super().notify(visible(message), title=visible(title), severity=severity, timeout=timeout, markup=markup)
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs the app in the terminal, after textual-image asked the terminal which graphics it
+        draws (the launch form's image preview): it cannot ask once Textual owns the terminal."""
+        from ftui.tui.screens.launch_media import probe_terminal
+
+        probe_terminal()
+        return super().run(*args, **kwargs)
+
     def on_mount(self) -> None:
         if self.attach_to is not None:  # the launch form is built only if the user goes there
             self.open_dashboard(self.attach_to)
