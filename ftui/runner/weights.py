@@ -163,11 +163,16 @@ def locate(run_dir: Path, cfg: RunConfig, which: str | None = None) -> TrainedWe
 # --- Loading (on one process, for chat, predict and export)
 
 def load_pretrained(path: Path, dtype: torch.dtype, trust_remote_code: bool = False) -> nn.Module:
-    """A model directory written by save_pretrained, on the CPU, from safetensors only."""
-    from transformers import AutoModelForCausalLM
+    """A model directory written by save_pretrained, on the CPU, from safetensors only; a
+    vision-language model with its vision tower (ftui.runner.model.auto_model_class)."""
+    from transformers import AutoConfig
+
+    from ftui.runner.model import auto_model_class
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, use_safetensors=True)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return auto_model_class(config).from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                        use_safetensors=True)
     except OSError as err:
         raise WeightsError(_("cannot load a model from {path}: {error}").format(path=path, error=str(err).splitlines()[0])) from None
 
