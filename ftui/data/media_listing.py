@@ -28,6 +28,7 @@ class ListedImage:
     width: int
     height: int
     tokens: int | None  # None: no model processor to count with, or a size it refuses
+    path: str = ""  # the file itself (absolute): the launch form shows the picture
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
                 tokens = image_tokens(info.width, info.height, processor, max_pixels, min_pixels)
             except ValueError:
                 tokens = None
-        listed.append(ListedImage(_shown(info.path, spec), info.width, info.height, tokens))
+        listed.append(ListedImage(_shown(info.path, spec), info.width, info.height, tokens, info.path))
     return RecordListing(spec.name, index, tuple(listed))
 
 

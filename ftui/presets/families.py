@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ftui.presets.vision_families import VISION_FAMILIES, VisionFamily, vision_family
 from ftui.safety.bounded_input import load_json
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -25,6 +26,7 @@ class Family:
     lora_targets: tuple[str, ...]
     name_pattern: str  # matched against a hub name when no config.json is readable
     decoder_layer_path: str = "model.layers"
+    vision: bool = False  # a vision-language model (ftui.presets.vision_families): the form shows its image keys
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -75,12 +77,28 @@ def read_model_type(model_name_or_path: str) -> str | None:
         return None
 
 
+def vision_as_family(vision: VisionFamily) -> Family:
+    """A vision-language family as the form fills it: LLaMA-Factory's template, and LoRA on
+    ``all``, which ftui (as LLaMA-Factory) narrows to the language model's linear layers while
+    the vision tower is frozen (ftui.runner.vlm)."""
+    return Family(vision.name, vision.model_types, vision.template, ("all",), vision.name_pattern, "model.language_model.layers",
+                  vision=True)
+
+
 def detect_family(model_name_or_path: str) -> Family | None:
-    """The family of a model given as a local path or a hub name (None when unknown)."""
-    fam = family_for_model_type(read_model_type(model_name_or_path))
+    """The family of a model given as a local path or a hub name (None when unknown). A
+    vision-language model is told apart first: Qwen2-VL's hub name also reads as Qwen2's."""
+    model_type = read_model_type(model_name_or_path)
+    vision = vision_family(model_type)
+    if vision is not None:
+        return vision_as_family(vision)
+    fam = family_for_model_type(model_type)
     if fam is not None:
         return fam
     lowered = model_name_or_path.lower()
+    for vf in VISION_FAMILIES:
+        if model_type is None and vf.name_pattern and re.search(vf.name_pattern, lowered):
+            return vision_as_family(vf)
     for fam in FAMILIES:
         if re.search(fam.name_pattern, lowered):
             return fam

@@ -28,6 +28,7 @@ from ftui.tui.footer import FittingFooter
 from ftui.tui.ui_thread import to_ui
 
 from ftui.tui.screens.launch_checks import LaunchChecks
+from ftui.tui.screens.launch_media import MediaPreview
 from ftui.tui.screens.launch_fields import F, FIELDS, FIRST_FRAME_GROUPS, FORM_DEFAULTS, GROUPS, NOTES, config_to_form, form_to_config, option_labels
 from ftui.tui.screens.launch_files import LaunchFiles
 from ftui.tui.screens.launch_hints import LaunchHints
@@ -71,6 +72,7 @@ class LaunchScreen(LaunchChecks, LaunchHints, LaunchFiles, Screen):
         self._ready = False
         self._recomposing = False  # the language switch is rebuilding the widgets
         self._demo_model: str | None = None  # the demo's model while the form holds the demo (F2)
+        self._vision_model = False  # the model is a vision-language model (the family worker says): its image fields show
         self._dataset_problem: str | None = None  # found by the preview worker (it reads dataset_info.json)
         # Why the dataset does not fit the stage (records.check_format: a ranking set for sft, a
         # plain one for dpo), from the preview worker, for the (dataset, dataset_dir, stage) it read
@@ -93,6 +95,8 @@ class LaunchScreen(LaunchChecks, LaunchHints, LaunchFiles, Screen):
                     if index < FIRST_FRAME_GROUPS:
                         yield from (self._build_field(f) for f in fields)
                     yield Static("", id=NOTES[group], classes="note") if group in NOTES else Static("", classes="note")
+                    if group == "Data":
+                        yield MediaPreview(id="media-preview")
             yield Static("", id="form-errors", classes="error")
         yield Static("", id="plan-verdict")
         with Horizontal(id="launch-bar"):
@@ -229,7 +233,7 @@ class LaunchScreen(LaunchChecks, LaunchHints, LaunchFiles, Screen):
             self.revalidate()
 
     def current_config_dict(self) -> dict[str, Any]:
-        return {**self.extra, **form_to_config(self.values())}
+        return {**self.extra, **form_to_config(self.values(), self._vision_model)}
 
     # --- validation
     @property

@@ -106,8 +106,8 @@ class LaunchChecks:
         self._show_field_warning("cutoff_len", None if by_field.get("cutoff_len") else "\n".join(notes or []) or None)
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
-            if f.only_for or f.stages or key == "rdzv_endpoint":
-                visible = shown_for(f, values) if f.only_for or f.stages else multi
+            if f.only_for or f.stages or f.vision or key == "rdzv_endpoint":
+                visible = shown_for(f, values, self._vision_model) if f.only_for or f.stages or f.vision else multi
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
                     row.display = visible

@@ -23,7 +23,9 @@ FORM_DEFAULTS: dict[str, Any] = {
     "dataset": "", "dataset_dir": "data", "cutoff_len": 2048, "packing": None, "max_samples": None, "val_size": 0.0,
     "stage": "sft", **{o.key: o.default for d in stage_descriptions().values() for o in d.options},  # each stage's own options
     "finetuning_type": "lora", "quantization_bit": None, "lora_rank": 8, "lora_alpha": None, "lora_dropout": 0.0,
-    "lora_target": "all", "freeze_trainable_layers": 2, "gradient_checkpointing": False,
+    "lora_target": "all", "freeze_trainable_layers": 2,
+    "image_max_pixels": 768 * 768, "image_min_pixels": 32 * 32,
+    "freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False, "flash_attn": "auto",
     "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
@@ -52,6 +54,7 @@ class F:
     optional: bool = False  # empty text means "not set"
     only_for: tuple[str, ...] = ()  # methods this field belongs to
     stages: tuple[str, ...] = ()  # stages this field belongs to (shown, and in the config, only for them)
+    vision: bool = False  # shown, and in the config, only for a vision-language model (ftui.presets.vision_families)
     placeholder: str = ""
 
 
@@ -80,6 +83,8 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("packing", N_("packing"), "select", tuple(PACKING.items())),
         F("max_samples", N_("max samples"), optional=True, placeholder=N_("all")),
         F("val_size", N_("validation share")),
+        F("image_max_pixels", N_("image max pixels"), vision=True),
+        F("image_min_pixels", N_("image min pixels"), vision=True),
     ]),
     (N_("Method"), [
         F("stage", N_("stage"), "select", tuple((f"{s}: {d.short}", s) for s, d in stage_descriptions().items())),
@@ -90,6 +95,9 @@ GROUPS: list[tuple[str, list[F]]] = [
         F("lora_dropout", N_("LoRA dropout"), only_for=("lora", "qlora")),
         F("lora_target", N_("LoRA targets"), only_for=("lora", "qlora")),
         F("freeze_trainable_layers", N_("trainable last layers"), only_for=("freeze",)),
+        F("freeze_vision_tower", N_("freeze vision tower"), "bool", vision=True),
+        F("freeze_multi_modal_projector", N_("freeze projector"), "bool", vision=True),
+        F("freeze_language_model", N_("freeze language model"), "bool", vision=True),
         F("gradient_checkpointing", N_("gradient checkpointing"), "bool"),
         F("torch_compile", N_("torch.compile layers"), "bool"),
         F("enable_liger_kernel", N_("Liger kernels (CUDA)"), "bool"),
@@ -169,14 +177,16 @@ def neat_packing_of_sft(cfg: dict[str, Any]) -> bool:
     return cfg.get("neat_packing") is True and stage is not None and stage.neat_packing
 
 
-def shown_for(f: F, values: dict[str, Any]) -> bool:
-    """Whether a field belongs to the method and the stage chosen (else it is hidden and
-    left out of the config)."""
-    return (not f.only_for or values.get("method") in f.only_for) and (not f.stages or values.get("stage") in f.stages)
+def shown_for(f: F, values: dict[str, Any], vision: bool = False) -> bool:
+    """Whether a field belongs to the method and the stage chosen, and to the model (``vision``:
+    a vision-language model); else it is hidden and left out of the config."""
+    return ((not f.only_for or values.get("method") in f.only_for) and (not f.stages or values.get("stage") in f.stages)
+            and (not f.vision or vision))
 
 
-def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
-    """Form values -> the mapping RunConfig validates (strings are coerced by pydantic)."""
+def form_to_config(values: dict[str, Any], vision: bool = False) -> dict[str, Any]:
+    """Form values -> the mapping RunConfig validates (strings are coerced by pydantic);
+    ``vision``: the model is a vision-language model (its image keys are kept)."""
     data: dict[str, Any] = {}
     for key, value in values.items():
         f = FIELDS[key]
@@ -192,7 +202,7 @@ def form_to_config(values: dict[str, Any]) -> dict[str, Any]:
             if PACKING_VALUES.get(value) is None:
                 continue
             value = PACKING_VALUES[value]
-        if not shown_for(f, values):
+        if not shown_for(f, values, vision):
             continue
         data[key] = value
     method = values.get("method", "lora")

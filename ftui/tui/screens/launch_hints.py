@@ -5,7 +5,7 @@ encodes it, the memory plan."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -17,6 +17,7 @@ from ftui.presets.families import detect_family
 from ftui.presets.templates import TEMPLATES
 from ftui.tui.ui_thread import to_ui
 
+from ftui.tui.screens.launch_media import MediaPreview, media_preview
 from ftui.tui.screens.launch_preview import PREVIEW_ERROR_CHARS, PREVIEW_RECORDS, _shorten, records_preview
 if TYPE_CHECKING:
     from ftui.config.schema import RunConfig
@@ -34,6 +35,10 @@ class LaunchHints:
     def _show_family(self, name: str, fam) -> None:
         if self._recomposing:  # the widgets are being rebuilt; recompose detects again
             return
+        vision = bool(fam is not None and fam.vision)
+        if vision != self._vision_model:  # its image fields show or hide with the next validation
+            self._vision_model = vision
+            self.request_validation()
         note = self.query_one("#family", Static)
         if fam is None:
             note.update(Text(_("family: unknown (the tokenizer's template and all linear layers are used)") if name.strip() else "",
@@ -69,11 +74,13 @@ class LaunchHints:
         """Renders the first example again when what it depends on changed (not per keystroke
         elsewhere in the form: it takes a process that loads the tokenizer)."""
         key = (cfg.model_name_or_path, cfg.model_init, cfg.trust_remote_code, cfg.template, cfg.stage, cfg.dataset,
-               cfg.dataset_dir, cfg.cutoff_len, cfg.packing)
-        if key != self._render_key and getattr(self.app, "render_examples", True):
+               cfg.dataset_dir, cfg.cutoff_len, cfg.packing, cfg.image_max_pixels, cfg.image_min_pixels)
+        if key != self._render_key:
             self._render_key = key
-            self._show_preview(rendered=Text(_("rendering the first example as the run encodes it..."), style="dim"))
-            self.render_first_example(cfg)
+            self.preview_media(cfg)
+            if getattr(self.app, "render_examples", True):
+                self._show_preview(rendered=Text(_("rendering the first example as the run encodes it..."), style="dim"))
+                self.render_first_example(cfg)
 
     @work(thread=True, exclusive=True, group="render")
     def render_first_example(self, cfg: "RunConfig") -> None:
@@ -97,6 +104,18 @@ class LaunchHints:
             text = Text(_("not rendered: {error}").format(error=err), style="dim")
         if not get_current_worker().is_cancelled:
             to_ui(self, self._show_preview, rendered=text)
+
+    @work(thread=True, exclusive=True, group="media")
+    def preview_media(self, cfg: "RunConfig") -> None:
+        """The first records' images listed (size, image tokens) and the first one shown: file
+        headers and one decode, no child process (ftui.tui.screens.launch_media)."""
+        lines, picture = media_preview(cfg)
+        if not get_current_worker().is_cancelled:
+            to_ui(self, self._show_media, lines, picture)
+
+    def _show_media(self, lines: Text, picture: Any) -> None:
+        for widget in self.query("#media-preview").results(MediaPreview):
+            widget.show(lines, picture)
 
     def _show_preview(self, records: Text | None = None, rendered: Text | None = None) -> None:
         self._records_preview = self._records_preview if records is None else records

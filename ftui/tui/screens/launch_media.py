@@ -19,6 +19,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from ftui.i18n import _
+from ftui.safety.text import visible
 
 THUMBNAIL_PX = 384  # the longest side of the picture handed to the widget (a terminal shows far fewer pixels)
 
@@ -46,6 +47,27 @@ def thumbnail(path: str) -> Any:
         return small
     except Exception:  # unreadable here: the data checks say why, the preview shows the list
         return None
+
+
+MEDIA_RECORDS = 1  # the records of each dataset whose images the form lists (ftui data --show lists more)
+
+
+def media_preview(cfg: Any) -> tuple[Text, Any]:
+    """The first record's images of each dataset with images (file, size, the tokens each
+    expands to for the config's model and image_max_pixels), and the first picture shrunk;
+    (empty, None) for a text dataset. Reads files: call it from a worker."""
+    from ftui.data.media_listing import listing_text
+    from ftui.jobs.examples import image_listings
+
+    try:
+        listings = image_listings(cfg, MEDIA_RECORDS)
+    except (OSError, ValueError) as err:  # a dataset that cannot be read: the records preview says why
+        return Text(visible(err), style="red"), None
+    lines, first = Text(), None
+    for listing in listings:
+        lines.append_text(listing_text(listing))
+        first = first or next((image.path for image in listing.images if image.path), None)
+    return lines, (thumbnail(first) if first else None)
 
 
 def _image_widget(picture: Any) -> Any:
