@@ -208,3 +208,29 @@ def test_the_app_in_chinese_and_switched_to_english_in_tmux(tmp_path):
         wait_screen(session, r"[#$]\s*\Z")  # the shell prompt again: the app quit
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_the_form_shows_a_datasets_image_in_a_real_terminal(tmp_path):
+    """`ftui --config vl.yaml` with a tiny Qwen2-VL and LLaMA-Factory's mllm_demo: the Data
+    group lists the first record's image (size, image tokens) and draws it with textual-image
+    (tmux draws no Sixel or Kitty graphics here, so coloured half cells: ▀ / ▄)."""
+    import yaml
+
+    from tests.vlm_models import vlm_dir
+
+    lf_data = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "llamafactory")
+    model = vlm_dir("qwen2_vl", tmp_path / "models")
+    (tmp_path / "vl.yaml").write_text(yaml.safe_dump({
+        "model_name_or_path": str(model), "template": "qwen2_vl", "stage": "sft", "finetuning_type": "lora",
+        "dataset": "mllm_demo", "dataset_dir": os.path.abspath(lf_data), "cutoff_len": 4096, "image_max_pixels": 65536}))
+    session = f"ftui-vl-{os.getpid()}"
+    tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "60", "-c", str(tmp_path),
+         "env", f"FTUI_HOME={tmp_path}", "TERM=xterm-256color", "bash", "--norc", "--noprofile")
+    try:
+        tmux("send-keys", "-t", session, f"{FTUI_CMD} --config vl.yaml", "Enter")
+        wait_screen(session, r"mllm_demo_data/1\.jpg\s+\d+ x \d+, \d+ image tokens")
+        wait_screen(session, r"[▀▄]{8}")  # the picture, in half cells
+        tmux("send-keys", "-t", session, "C-q")
+        wait_screen(session, r"[#$]\s*\Z")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
