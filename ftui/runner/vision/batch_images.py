@@ -15,10 +15,14 @@ since the example's ``<|image_pad|>`` tokens were counted from it: a file change
 encoding is named, not trained on with tokens that no longer match its pixels.
 
 Cost per step, measured on this project's 2-core CPU machine (``bench/vl_step.py``,
-``--collate-only``: PNG files, the tiny Qwen2-VL processor): a micro batch of four 448 x 448
-images takes about 0.1 s to open, regularise and process (about 25 ms an image, the processor's
-resize and normalisation most of it). The prefetch thread does it while the previous step
-computes, so a step waits for it only when a step is shorter than that.
+``results/vl_step_cpu.json``: 448 x 448 PNG files of noise, Qwen2-VL's processor): a micro batch
+of two images takes 0.089 s to open, regularise and process (about 45 ms an image, PNG decoding
+and the processor's resize and normalisation). The prefetch thread does it while the previous
+step computes (that step took 10 to 11 s there, a small Qwen2-VL at 2 x 1,280 tokens), so a step
+waits for its images only when it is shorter than their processing. On a GPU, whose steps can
+take tenths of a second, a micro batch of many images can make the step wait (the step events'
+``data_wait_s`` shows it): LLaMA-Factory spreads its collation over dataloader workers, ftui's
+one prefetch thread does it alone.
 """
 
 from __future__ import annotations
