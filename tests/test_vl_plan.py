@@ -134,5 +134,7 @@ def test_images_that_fill_cutoff_len_are_said(tmp_path):
 
     shape = ModelShape.from_config(read_model_config(tiny_vlm_cfg("qwen2_vl", tmp_path).model_name_or_path))
     notes = estimate(shape, seq_len=512, images=ImageLoad(1, 729, 2916, "image_max_pixels")).notes
-    assert any("images take 729 tokens, cutoff_len=512" in n for n in notes)
-    assert not estimate(shape, seq_len=1024, images=ImageLoad(1, 729, 2916, "image_max_pixels")).notes
+    assert any("images take 729 tokens, cutoff_len=512" in n for n in notes) and len(notes) == 2
+    [said] = estimate(shape, seq_len=1024, images=ImageLoad(1, 729, 2916, "image_max_pixels")).notes
+    assert said == ("images: 729 image tokens an example, within cutoff_len, and 2916 patches through the vision tower; planned "
+                    "from one image of image_max_pixels (the dataset's images not read here)")

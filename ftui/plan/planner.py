@@ -368,6 +368,10 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
                                           tower_trains=not vision_frozen and any(i < vision.depth for i in trained_blocks),
                                           projector_trains=not projector_frozen, gradient_checkpointing=gradient_checkpointing,
                                           eager=attention == "eager")
+        source = (_("the largest of the dataset's first records") if images.source == "dataset" else
+                  _("one image of image_max_pixels (the dataset's images not read here)"))
+        notes.append(_("images: {tokens} image tokens an example, within cutoff_len, and {patches} patches through the vision "
+                       "tower; planned from {source}").format(tokens=images.tokens, patches=images.patches, source=source))
         if images.tokens >= seq_len:
             notes.append(_("an example's images take {tokens} tokens, cutoff_len={cutoff_len} leaves no room for its text: such "
                            "records are refused; raise cutoff_len or lower image_max_pixels").format(tokens=images.tokens, cutoff_len=seq_len))

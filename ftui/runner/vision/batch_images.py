@@ -40,7 +40,7 @@ from ftui.runner.vision.processor import ImageSettings
 Grid = tuple[int, int, int]  # (t, h, w) in patches, as image_grid_thw has it
 
 
-def processor_numbers(image_processor: Any) -> VisionProcessor:
+def grid_numbers(image_processor: Any) -> VisionProcessor:
     """The numbers of a loaded Qwen2-VL-style image processor that decide an image's grid (its
     ``size`` holds min_pixels / max_pixels as shortest_edge / longest_edge in transformers 5)."""
     size = getattr(image_processor, "size", None) or {}
@@ -62,7 +62,7 @@ class ImageReader:
     numbers: VisionProcessor = field(init=False)
 
     def __post_init__(self) -> None:
-        self.numbers = processor_numbers(self.image_processor)
+        self.numbers = grid_numbers(self.image_processor)
 
     def grid(self, image: Any) -> Grid:
         """An opened image's grid, from its size alone (what the processor will give it)."""
