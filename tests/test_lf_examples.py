@@ -4,7 +4,7 @@ either trains (`ftui train --set max_steps=2`) or exits 2 naming what ftui does 
 
 The vision-language examples (issue 42) get a tiny local model of their family: the three
 Qwen3-VL ones a tiny qwen3_vl folder (tests/vlm_models.py) and train; qwen3vl_lora_dpo.yaml's
-dataset rlhf_v (a hub dataset, not on this machine) is swapped for the tests' 4 image pairs in
+dataset rlhf_v (a hub dataset, not on this machine) is swapped for the tests' 4 image pairs, twice, in
 the same layout (tests/data/llamafactory_vlm/data/mllm_dpo_demo.json). The two MOSS-VL ones get a
 folder with a MOSS-VL config.json and weights but not its Python code: they are refused naming
 the remote code they need (ftui.config.remote_code_checks).
@@ -31,7 +31,7 @@ from tests.conftest import LLAMAFACTORY_DATA
 MOSS_CODE = "MOSS-VL needs its own code"
 VLM_DATA = Path(__file__).resolve().parent / "data" / "llamafactory_vlm" / "data"
 # YAML -> what replaces its hub dataset (name, dataset_dir): data this machine has, in the same layout
-SWAPPED_DATA = {"train_lora/qwen3vl_lora_dpo.yaml": ("mllm_dpo_demo", VLM_DATA)}
+SWAPPED_DATA = {"train_lora/qwen3vl_lora_dpo.yaml": ("mllm_dpo_demo,mllm_dpo_demo", VLM_DATA)}  # twice: 8 pairs fill its 1 x 8 batch
 
 EXAMPLES = LLAMAFACTORY_DATA / "examples"
 TRAINS = "trains"

@@ -235,3 +235,10 @@ def test_a_preference_stage_trains_two_steps_on_images(stage, method, tmp_path):
     assert all(np.isfinite(e["loss"]) for e in steps)
     if stage == "dpo":  # the reference read the same images: no reward at the first step
         assert steps[0]["rewards_margin"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_the_preview_lists_a_pairs_images():
+    from ftui.data.media_listing import list_record
+
+    listing = list_record(PAIRS[2], dpo_spec(), 2, None)
+    assert listing.problem is None and [image.shown for image in listing.images] == ["mllm_demo_data/3.jpg", "mllm_demo_data/2.jpg"]
