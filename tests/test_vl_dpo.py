@@ -1,6 +1,8 @@
 """Preference stages with images (issue 42, second slice): stage dpo on pairs whose prompt has
 images, encoded and collated as LLaMA-Factory 0.9.5 does, the reference model reading the same
-pixels, and kto and rm trained on images too.
+pixels. kto and rm are refused with images (LLaMA-Factory 0.9.5 fails on them with these
+models: ftui.data.media); kto's encoding of them is checked against LLaMA-Factory's feedback
+processor all the same (reference_dpo.json's kto cases), ready for when they are allowed.
 
 tests/data/llamafactory_vlm/reference_dpo.json holds what LLaMA-Factory's pairwise processor
 and its PairwiseDataCollatorWithPadding made of data/mllm_dpo_demo.json (4 pairs over
@@ -170,6 +172,39 @@ def test_kto_examples_carry_the_images_on_both_rows(models, tmp_path):
     assert examples[0].kl.labels[-4:] == examples[1].target.labels[-4:]  # the rotated answer
 
 
+def kto_spec() -> DatasetSpec:
+    entry = json.loads((DATA / "dataset_info.json").read_text())["mllm_kto_demo"]
+    return DatasetSpec(name="mllm_kto_demo", file_name=str(DATA / entry["file_name"]), formatting=entry["formatting"],
+                       columns=entry["columns"], tags=entry["tags"], media_dir=str(DATA))
+
+
+@pytest.mark.parametrize("case", REFERENCE["kto_cases"], ids=_case_id)
+def test_kto_examples_with_images_match_llamafactory(case, models):
+    """kto's answers and mismatched completions with the record's images, as LLaMA-Factory's
+    feedback processor and KTODataCollatorWithPadding made them (each example alone)."""
+    from ftui.runner.media_batch import media_collation
+
+    model_dir, model = models(case["family"])
+    stage = make_stage(model_dir, FAMILIES[case["family"]]["template"], stage="kto", cutoff_len=case["cutoff_len"],
+                       image_max_pixels=case["image_max_pixels"])
+    stage.media = media_collation(model)
+    records = json.loads((DATA / "mllm_kto_demo.json").read_text())
+    examples = encode(stage, records, kto_spec())
+    assert len(examples) == len(case["examples"])
+    for i, (example, ref) in enumerate(zip(examples, case["examples"])):
+        assert example.desirable == ref["kto_tag"]
+        assert (example.target.input_ids, example.target.labels) == (ref["input_ids"], ref["labels"]), f"example {i}"
+        assert (example.kl.input_ids, example.kl.labels) == (ref["kl_input_ids"], ref["kl_labels"]), f"example {i}: mismatched row"
+        assert example.kl.media is example.target.media
+        batch = stage.collator()([example])
+        assert batch.media.tensors["image_grid_thw"].tolist() == ref["image_grid_thw"] * 2  # once per row
+        n = len(ref["input_ids"])
+        assert batch.media.position_ids[:, 0, :n].tolist() == ref["position_ids"], f"example {i}: M-RoPE positions differ"
+        pixels = example.target.media["pixel_values"].float().numpy()
+        assert list(pixels.shape) == ref["pixel_values"]["shape"]
+        assert hashlib.sha256(np.round(pixels.astype(np.float32), 4).tobytes()).hexdigest()[:16] == ref["pixel_values"]["digest"]
+
+
 def test_a_pair_whose_answer_has_an_image_placeholder_is_named(models):
     """LLaMA-Factory counts the placeholders over the prompt and each answer: a rejected answer
     with an extra <image> is refused naming the record."""
@@ -180,12 +215,16 @@ def test_a_pair_whose_answer_has_an_image_placeholder_is_named(models):
 
 
 def test_stages_with_images(tmp_path):
+    """dpo trains on images; kto and rm are refused by name, as pt (ftui.data.media says why:
+    LLaMA-Factory 0.9.5 fails on them with these models)."""
     from ftui.data.media import media_refusal
 
     spec = dpo_spec()
-    for stage in ("sft", "dpo", "kto", "rm"):
+    for stage in ("sft", "dpo"):
         assert media_refusal(spec, stage) is None
-    assert "stage pt with images is not supported yet" in media_refusal(spec, "pt")
+    for stage in ("pt", "kto", "rm"):
+        assert f"stage {stage} with images is not supported yet; ftui trains vision-language models with stage sft, dpo" \
+            in media_refusal(spec, stage)
 
 
 def test_preflight_reads_the_pairs_images(models, tmp_path):
@@ -215,16 +254,12 @@ def run_events(folder: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage, method", [("dpo", "full"), ("rm", "lora"), ("kto", "lora")])
+@pytest.mark.parametrize("stage, method", [("dpo", "full"), ("dpo", "freeze")])
 def test_a_preference_stage_trains_two_steps_on_images(stage, method, tmp_path):
+    """Full and freeze DPO (LoRA: the LLaMA-Factory example, tests/test_lf_examples.py), the
+    reference a frozen copy placed by the engine."""
     model = vlm_dir("qwen2_vl", tmp_path / "models")
     dataset, data_dir = "mllm_dpo_demo", str(DATA)
-    if stage == "kto":
-        records = [{"messages": [{"role": "user", "content": "<image>Who is it?"}, {"role": "assistant", "content": answer}],
-                    "images": [str(DATA / "mllm_demo_data" / f"{k}.jpg")], "label": k != 2}
-                   for k, answer in ((1, "Kane and Gretzka."), (2, "A dog."), (3, "Gui Haichao."))]
-        (tmp_path / "kto.json").write_text(json.dumps(records))
-        dataset, data_dir = str(tmp_path / "kto.json"), str(tmp_path)
     config = dict(model_name_or_path=str(model), stage=stage, finetuning_type=method, template="qwen2_vl", dataset=dataset,
                   dataset_dir=data_dir, cutoff_len=1024, per_device_train_batch_size=2, learning_rate=1e-4,
                   output_dir=str(tmp_path / "runs"))
