@@ -22,6 +22,8 @@ from tests.test_export import export_in_process
 from tests.vlm_models import vlm_dir
 
 QUESTION = "What colour is it?"
+CLASSES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+           "qwen3_vl": "Qwen3VLForConditionalGeneration"}
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +33,27 @@ def vl_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def vl_runs(vl_model, tmp_path_factory, lf_data):
-    """method -> a finished 2-step run (final/ and checkpoints/step-2), trained once per module."""
+    """(method, family) -> a finished 2-step run (final/ and checkpoints/step-2), trained once per module."""
     from ftui.config.load import demo_config
     from tests.conftest import train_sync
+    from tests.vlm_models import FAMILIES
 
     root = tmp_path_factory.mktemp("vl-export-runs")
-    made: dict[str, Path] = {}
+    made: dict[tuple[str, str], Path] = {}
 
-    def run(method: str) -> Path:
-        if method not in made:
-            cfg = demo_config(model_name_or_path=str(vl_model), model_init="pretrained", stage="sft", template="qwen2_vl",
+    def run(method: str, family: str = "qwen2_vl") -> Path:
+        if (method, family) not in made:
+            model = vl_model if family == "qwen2_vl" else vlm_dir(family, vl_model.parent)
+            cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template=FAMILIES[family]["template"],
                               dataset="mllm_demo", dataset_dir=str(lf_data), finetuning_type=method,
                               freeze_vision_tower=method != "full", freeze_trainable_layers=1, max_steps=2, save_steps=2,
                               per_device_train_batch_size=2, learning_rate=1e-2, image_max_pixels=128 * 128, cutoff_len=512,
-                              engine="single", nproc_per_node=1, output_dir=str(root), logging_steps=1, run_name=f"vl-{method}")
+                              engine="single", nproc_per_node=1, output_dir=str(root), logging_steps=1,
+                              run_name=f"vl-{method}-{family}")
             run_dir, _events, proc = train_sync(cfg)
             assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
-            made[method] = run_dir
-        return made[method]
+            made[(method, family)] = run_dir
+        return made[(method, family)]
 
     return run
 
@@ -103,7 +108,7 @@ def tensors(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
-def check_export(out: Path, base: Path, run_dir: Path, image: Path, want_model) -> torch.Tensor:
+def check_export(out: Path, base: Path, run_dir: Path, image: Path, want_model, family: str = "qwen2_vl") -> torch.Tensor:
     """The files, names and loading every VL export must have; returns its logits on the image."""
     from transformers import AutoModelForImageTextToText
 
@@ -114,16 +119,16 @@ def check_export(out: Path, base: Path, run_dir: Path, image: Path, want_model) 
     assert (out / "preprocessor_config.json").read_bytes() == (base / "preprocessor_config.json").read_bytes()
     exported, original = tensors(out), tensors(base)
     assert exported.keys() == original.keys()  # transformers' checkpoint names, the base's
-    assert any(k.startswith("visual.blocks.") for k in exported) and any(k.startswith("visual.merger.") for k in exported)
+    assert any("visual.blocks." in k for k in exported) and any("visual.merger." in k for k in exported)
     for name, tensor in exported.items():
         assert tensor.shape == original[name].shape, name
     model = AutoModelForImageTextToText.from_pretrained(out)
-    assert type(model).__name__ == "Qwen2VLForConditionalGeneration" and not hasattr(model, "peft_config")
+    assert type(model).__name__ == CLASSES[family] and not hasattr(model, "peft_config")
     inputs = plain_inputs(out, image)
     got, want = logits(model, inputs), logits(want_model, inputs)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
     provenance = json.loads((out / "ftui_export.json").read_text())
-    assert provenance["vision_family"] == "qwen2_vl" and provenance["image_max_pixels"] == 128 * 128
+    assert provenance["vision_family"] == family and provenance["image_max_pixels"] == 128 * 128
     return got
 
 
@@ -173,6 +178,32 @@ def test_the_exported_chat_template_puts_the_image_where_ftui_trained_it(vl_runs
                     "<|im_start|>assistant\n")
 
 
+@pytest.mark.dist
+def test_autoprocessor_loads_the_export_and_makes_the_same_inputs_where_torchvision_loads(vl_runs, tmp_path):
+    """With torchvision (a GPU install; transformers 5.24 builds no Qwen2-VL processor without
+    it), the family's AutoProcessor reads the export: the processor's chat template is the
+    export's, and its inputs are the ones the tests above build from the tokenizer and image
+    processor. Checked by hand with torch 2.14.1 + torchvision 0.29.1; skipped on this CPU wheel."""
+    from transformers.utils import is_torchvision_available
+
+    if not is_torchvision_available():
+        pytest.skip("transformers builds no Qwen2-VL AutoProcessor without torchvision, which this torch cannot load")
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path / "lora"
+    export_in_process(vl_runs("lora"), out)
+    image = picture(tmp_path)
+    processor = AutoProcessor.from_pretrained(out)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+    text = processor.apply_chat_template(messages, tokenize=False)
+    inputs = processor(text=[text], images=[Image.open(image)], return_tensors="pt")
+    want = plain_inputs(out, image)
+    assert inputs["input_ids"].tolist() == want["input_ids"].tolist()
+    assert torch.allclose(inputs["pixel_values"], want["pixel_values"], atol=1e-6)
+    assert torch.isfinite(logits(AutoModelForImageTextToText.from_pretrained(out), dict(inputs))).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["full", "freeze"])
 def test_full_and_freeze_vl_runs_export_what_they_trained_vision_tower_included(method, vl_runs, vl_model, tmp_path):
@@ -188,8 +219,17 @@ def test_full_and_freeze_vl_runs_export_what_they_trained_vision_tower_included(
         exported = tensors(out)
         for name, tensor in exported.items():
             assert torch.allclose(tensor, final[name], atol=1e-6), name  # final/'s weights, the checkpoint's too
-        vision_changed = any(not torch.equal(exported[k], before[k]) for k in exported if k.startswith("visual.blocks."))
+        vision_changed = any(not torch.equal(exported[k], before[k]) for k in exported if "visual.blocks." in k)
         assert vision_changed is (method == "full")  # full unfroze the vision tower; freeze kept it (LF's default)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_other_qwen_vl_families_export_a_lora_run_the_same_way(family, vl_runs, vl_model, tmp_path):
+    run_dir = vl_runs("lora", family)
+    out = tmp_path / family
+    export_in_process(run_dir, out)
+    check_export(out, vlm_dir(family, vl_model.parent), run_dir, picture(tmp_path), trained(run_dir), family)
 
 
 def test_a_vl_export_without_processor_files_is_refused_naming_the_file(vl_runs, vl_model, tmp_path):
