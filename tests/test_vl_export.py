@@ -296,5 +296,7 @@ def test_the_export_event_names_llama_cpps_conversion_for_a_vl_model(vl_runs, tm
     assert "--mmproj" in proc.stdout
     from transformers import AutoModelForImageTextToText
 
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == config["text_config"]["dtype"] == config["vision_config"]["dtype"] == "bfloat16"
     model = AutoModelForImageTextToText.from_pretrained(out, dtype="auto")
-    assert model.dtype == torch.bfloat16
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}

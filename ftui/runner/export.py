@@ -173,7 +173,9 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
         model = model.merge_and_unload()
         emit.progress("merge", 1, 1)
     model = model.to(dtype=dtype).eval()
-    model.config.torch_dtype = dtype
+    for config in (model.config, *(getattr(model.config, name, None) for name in getattr(model.config, "sub_configs", {}))):
+        if config is not None:  # a vision-language model's text and vision configs say the dtype their weights have too
+            config.dtype = dtype
     _check(stop)
 
     emit.progress("save", 0, 1)
