@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     x.add_argument("--max-shard-size", default=DEFAULT_SHARD_SIZE, metavar="SIZE",
                    help=_("largest safetensors file, e.g. 2GB, 500MB (default {size})").format(size=DEFAULT_SHARD_SIZE))
     x.add_argument("--gguf", nargs="?", const="f16", choices=GGUF_TYPES, metavar="TYPE",
-                   help=_("also write a GGUF file for llama.cpp / Ollama: {types} (default f16); Llama, Mistral and Qwen2/Qwen3 models").format(
+                   help=_("also write a GGUF file for llama.cpp / Ollama: {types} (default f16); Llama, Mistral and Qwen2/Qwen3 language models (a vision-language model: convert the export with llama.cpp's convert_hf_to_gguf.py, --mmproj for its projector)").format(
                        types=", ".join(GGUF_TYPES)))
     x.add_argument("--force", action="store_true", help=_(
         "replace an earlier ftui export at --out (once the new export is complete): only a directory holding nothing but what "

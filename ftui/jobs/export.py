@@ -28,6 +28,7 @@ from typing import Any
 from ftui.config.schema import RunConfig
 from ftui.config.load import read_run_config
 from ftui.i18n import _
+from ftui.presets.vision_families import vision_family
 from ftui.rundir.formats import fmt_bytes
 from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, EXPORT_DIR, FINAL_DIR, JOB_SPEC_FILE, ftui_home
 
@@ -194,6 +195,16 @@ def base_model_source(run_dir: Path, cfg: RunConfig) -> str:
     return str(saved) if saved.is_dir() else cfg.model_name_or_path
 
 
+def vision_gguf_refusal(model_type: str) -> str:
+    """Why ``--gguf`` is refused for a vision-language model, and what to use instead: llama.cpp
+    runs one from two files, the language model and the vision tower with its projector
+    (``mmproj``), and ftui's GGUF writer makes only the first kind (for text families)."""
+    return _("GGUF export of a vision-language model ({model_type}) is not written by ftui: llama.cpp needs the language model "
+             "and a separate projector file (mmproj) for the vision tower. Export without --gguf, then convert the merged "
+             "export with llama.cpp's convert_hf_to_gguf.py: once for the model (convert_hf_to_gguf.py OUT --outtype f16) and "
+             "once with --mmproj for the projector (convert_hf_to_gguf.py OUT --mmproj)").format(model_type=model_type)
+
+
 def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, gguf: str | None) -> ExportNeeds:
     """Host memory: the model is built in fp32 on the CPU (a LoRA merge in half precision
     would round the base twice), so 4 bytes a parameter; a checkpoint's trained weights are
@@ -204,14 +215,16 @@ def export_needs(run_dir: Path, cfg: RunConfig, which: str | None, dtype: str, g
     from ftui.plan.model_shape import ModelShape, UnknownModel, read_model_config
     from ftui.machine.facts import MachineFacts
 
-    if gguf and not MachineFacts.without_gpu().has("gguf"):  # the job would fail once the model is merged
-        raise ExportError(_("GGUF export needs the gguf package, which is not installed: pip install 'ftui[gguf]' (or export "
-                            "without --gguf)"))
     try:
         config = read_model_config(base_model_source(run_dir, cfg))
         shape = ModelShape.from_config(config)
     except (UnknownModel, KeyError, TypeError, ValueError) as err:
         raise ExportError(_("cannot size the export: {reason}").format(reason=err)) from None
+    if gguf and vision_family(config.get("model_type")) is not None:
+        raise ExportError(vision_gguf_refusal(str(config.get("model_type"))))
+    if gguf and not MachineFacts.without_gpu().has("gguf"):  # the job would fail once the model is merged
+        raise ExportError(_("GGUF export needs the gguf package, which is not installed: pip install 'ftui[gguf]' (or export "
+                            "without --gguf)"))
     if gguf and config.get("model_type") not in GGUF_MODEL_TYPES:
         raise ExportError(_("GGUF export is written for the {types} model types, and this model is {model_type}; "
                             "export without --gguf and convert with llama.cpp's convert_hf_to_gguf.py").format(

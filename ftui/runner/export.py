@@ -13,6 +13,13 @@ whole: ``ftui.safety.export_out``):
   fp32 and cast once to the export dtype; safetensors shards of at most ``max_shard_size`` with
   their index (transformers' save_pretrained);
 - a reward model's value head beside it (``value_head.safetensors``, as LLaMA-Factory copies it);
+- a vision-language model (``ftui.presets.vision_families``) with its vision tower under
+  transformers' checkpoint names (what ``save_pretrained`` writes: ``visual.*`` beside
+  ``model.*``), its processor files (``preprocessor_config.json`` ...: final/'s copy of the
+  base's, byte for byte, as LLaMA-Factory saves the processor with the export) and a chat
+  template that also renders messages whose content is a list of parts (``{"type": "image"}``
+  becomes ``<|vision_start|><|image_pad|><|vision_end|>``, which the family's processor expands
+  to the image's tokens): ``AutoModelForImageTextToText`` and ``AutoImageProcessor`` load it;
 - the tokenizer with the chat template the run trained with, ``generation_config.json`` whose
   ``eos_token_id`` lists the template's stop tokens, an Ollama ``Modelfile``
   (``ftui.data.modelfile``) and ``ftui_export.json`` (where it came from; no config secrets);
@@ -42,6 +49,8 @@ from ftui.i18n import _
 from ftui.rundir.paths import FINAL_DIR, JOB_SPEC_FILE
 from ftui.runner.engines import DistInfo
 from ftui.runner.faults import StopRequest
+from ftui.runner.vlm import family_of
+from ftui.presets.vision_families import VisionFamily
 from ftui.stages import describe as describe_stage
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -107,8 +116,9 @@ def export(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | 
     shown = [p for p in out.iterdir() if p.name not in (EXPORT_MARKER, TEMP_MARKER)]
     files = sorted(p.name for p in shown)
     size = sum(p.stat().st_size for p in shown if p.is_file())
+    commands = usage_commands(out, result.get("gguf")) + (vision_gguf_commands(out) if result.get("vision") else [])
     emit.event("export", out=str(out), files=files, bytes=size, gguf=result.get("gguf"), dtype=spec["dtype"],
-               params=result["params"], commands=usage_commands(out, result.get("gguf")))
+               params=result["params"], commands=commands)
     return "completed", _("exported {label} to {out}").format(label=result["label"], out=out)
 
 
@@ -152,6 +162,7 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     emit.progress("load", 0, 1)
     emit.log(_("loading {label} ({kind}) in fp32").format(label=weights.label, kind=weights.kind))
     model = load_weights(weights, cfg, torch.float32, value_head=reward)
+    family = family_of(model)
     params = sum(p.numel() for p in model.parameters())
     emit.progress("load", 1, 1)
     _check(stop)
@@ -162,11 +173,13 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
         model = model.merge_and_unload()
         emit.progress("merge", 1, 1)
     model = model.to(dtype=dtype).eval()
-    model.config.torch_dtype = dtype
+    for config in (model.config, *(getattr(model.config, name, None) for name in getattr(model.config, "sub_configs", {}))):
+        if config is not None:  # a vision-language model's text and vision configs say the dtype their weights have too
+            config.dtype = dtype
     _check(stop)
 
     emit.progress("save", 0, 1)
-    tokenizer, stop_ids, template = _tokenizer(weights.tokenizer, cfg)
+    tokenizer, stop_ids, template = _tokenizer(weights.tokenizer, cfg, family)
     state = model.state_dict()
     head: dict[str, torch.Tensor] = {}
     if reward:
@@ -180,6 +193,8 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     del model, state
     _copy_value_head(weights, head, dest)
     tokenizer.save_pretrained(dest)
+    if family is not None:
+        _copy_processor(weights, dest)
     emit.progress("save", 1, 1)
     _check(stop)
 
@@ -195,17 +210,20 @@ def write_export(spec: dict[str, Any], cfg: RunConfig, dest: Path, emit: _Emitte
     provenance = {"source": weights.label, "kind": weights.kind, "run": str(run_dir), "checkpoint": spec.get("checkpoint"),
                   "stage": cfg.stage, "method": cfg.method, "base_model": cfg.model_name_or_path, "template": template,
                   "dtype": spec["dtype"], "gguf": gguf_name, "exported": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if family is not None:  # what training resized images to before the processor (plain transformers does not)
+        provenance.update(vision_family=family.name, image_max_pixels=cfg.image_max_pixels, image_min_pixels=cfg.image_min_pixels)
     (dest / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     from ftui.safety.export_out import write_marker
 
     write_marker(dest, run=str(run_dir), source=weights.label)  # last: what a later --force may replace
-    return {"params": params, "gguf": gguf_name, "label": weights.label}
+    return {"params": params, "gguf": gguf_name, "label": weights.label, "vision": family is not None}
 
 
-def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
+def _tokenizer(path: Path, cfg: RunConfig, family: VisionFamily | None = None) -> tuple[Any, list[int], str | None]:
     """The tokenizer as the run used it: the template's stop words in the vocabulary, its
-    chat template (the one final/ ships), left padding for generation (as LLaMA-Factory
-    exports it); with the stop token ids and the named template (None: the tokenizer's own)."""
+    chat template (the one final/ ships; for a vision-language model one that also renders
+    image and video parts), left padding for generation (as LLaMA-Factory exports it); with
+    the stop token ids and the named template (None: the tokenizer's own)."""
     from transformers import AutoTokenizer
 
     from ftui.data.chat_template import fix_tokenizer
@@ -217,6 +235,8 @@ def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
         fix_tokenizer(tok, TEMPLATES[cfg.template])
     template = template_name_for(cfg, tok)
     tok.chat_template = chat_template_for(cfg, tok)
+    if family is not None and template is not None:  # a tokenizer's own template is the family's, which has them
+        tok.chat_template = with_media_parts(tok.chat_template, family)
     tok.padding_side = "left"
     tok.init_kwargs["padding_side"] = "left"
     stop_words = TEMPLATES[template].stop_words if template else ()
@@ -225,6 +245,54 @@ def _tokenizer(path: Path, cfg: RunConfig) -> tuple[Any, list[int], str | None]:
         if word_id is not None and word_id not in stop_ids:
             stop_ids.append(word_id)
     return tok, stop_ids, template
+
+
+# Content parts as Qwen's own chat templates render them: an image or video part is its vision
+# tokens (the processor expands the pad token to the image's grid), a text part its text.
+_PARTS_MACRO = (
+    "{%- macro ftui_content(content) -%}{%- if content is string -%}{{ content }}{%- else -%}{%- for part in content -%}"
+    "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}{{ IMAGE }}"
+    "{%- elif part['type'] == 'video' or 'video' in part -%}{{ VIDEO }}"
+    "{%- elif 'text' in part -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}")
+
+
+def with_media_parts(chat_template: str, family: VisionFamily) -> str:
+    """``chat_template`` (``ftui.data.chat_template.to_jinja``'s, which reads a message's content
+    as a string) reading a content that is a list of parts too, as plain transformers and the
+    family's processor pass messages with images: ``[{"type": "image"}, {"type": "text", ...}]``."""
+    from ftui.runner.vision.plugins import plugin
+
+    marks = plugin(family.plugin)
+    image = json.dumps(marks.vision_bos + family.image_token + marks.vision_eos)
+    video = json.dumps(marks.vision_bos + family.video_token + marks.vision_eos)
+    macro = _PARTS_MACRO.replace("{{ IMAGE }}", "{{ " + image + " }}").replace("{{ VIDEO }}", "{{ " + video + " }}")
+    body = chat_template.replace("message['content']", "ftui_content(message['content'])")
+    return macro + body.replace("messages[0]['content']", "ftui_content(messages[0]['content'])")
+
+
+def vision_gguf_commands(out: Path) -> list[str]:
+    """llama.cpp's own conversion of a vision-language export: the language model, then the
+    vision tower's projector file (mmproj), which ftui's GGUF writer does not make."""
+    import shlex
+
+    return [f"python convert_hf_to_gguf.py {shlex.quote(str(out))} --outtype f16",
+            f"python convert_hf_to_gguf.py {shlex.quote(str(out))} --mmproj"]
+
+
+def _copy_processor(weights: Any, dest: Path) -> None:
+    """A vision-language model's processor files: final/'s (copied from the base when the run
+    ended), else the base's; a model without them cannot turn an image into its inputs."""
+    from ftui.runner.weights import PROCESSOR_FILES, WeightsError, copy_processor_files
+
+    sources = [weights.path] if weights.kind.startswith("final") else []
+    for source in (*sources, weights.base):
+        if Path(source, PROCESSOR_FILES[0]).is_file() or not Path(source).is_dir():
+            copy_processor_files(str(source), dest)
+            break
+    if not (dest / PROCESSOR_FILES[0]).is_file():
+        raise WeightsError(_("neither {final} nor the base model {base} has {file}, the image processor's settings a "
+                                  "vision-language model needs; put the base model's {file} in {base} and export again").format(
+            final=weights.path, base=weights.base, file=PROCESSOR_FILES[0]))
 
 
 def _set_generation_config(model: Any, tokenizer: Any, stop_ids: list[int]) -> None:

@@ -6,6 +6,10 @@ keys, tensor names (gguf's TensorNameMap), the Llama q/k row permutation, F32 no
 tensors, q8_0 only where a row splits into 32-value blocks (else f16, as the converter falls
 back), and the tokenizer as "gpt2" (byte-level BPE) or "llama" (SentencePiece-style BPE).
 
+A vision-language model is refused by name: llama.cpp runs one from the language model's GGUF
+plus a projector file (mmproj) for the vision tower, which this writer does not make (its
+convert_hf_to_gguf.py --mmproj does, from the merged export).
+
 Memory: tensors are read one at a time with safetensors' `safe_open` and streamed into the file
 (the tensor table is written first from the shapes alone), so a 7B export never holds the model.
 """
@@ -24,6 +28,7 @@ import torch
 from safetensors import safe_open
 
 from ftui.i18n import _
+from ftui.presets.vision_families import vision_family
 
 try:
     import gguf
@@ -133,6 +138,11 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
 
 def _gguf_arch(config: dict[str, Any]) -> str:
     model_type = config.get("model_type")
+    if vision_family(model_type) is not None:  # ftui.jobs.export refuses it before a job starts, in the same words
+        raise GGUFError(_("GGUF export of a vision-language model ({model_type}) is not written by ftui: llama.cpp needs the language model "
+                          "and a separate projector file (mmproj) for the vision tower. Export without --gguf, then convert the merged "
+                          "export with llama.cpp's convert_hf_to_gguf.py: once for the model (convert_hf_to_gguf.py OUT --outtype f16) and "
+                          "once with --mmproj for the projector (convert_hf_to_gguf.py OUT --mmproj)").format(model_type=model_type))
     if model_type not in GGUF_ARCHES:
         raise GGUFError(_("GGUF export does not support model_type {type}; supported: {types}. Export without --gguf and "
                           "convert with llama.cpp's convert_hf_to_gguf.py").format(type=repr(model_type), types=", ".join(GGUF_ARCHES)))
