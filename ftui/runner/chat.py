@@ -295,8 +295,8 @@ class ChatModel:
 
         def run() -> None:
             try:
-                generate(self, [ids], sampling, streamer=streamer, media=[media] if media else None,
-                         stopping_criteria=StoppingCriteriaList([StopOnRequest()]))
+                generate(self, [ids], sampling, streamer=streamer, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
+                         **({"media": [media]} if media else {}))
             except BaseException as exc:  # reported below, after the stream ends
                 errors.append(exc)
                 streamer.end()

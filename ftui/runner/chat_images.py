@@ -81,7 +81,7 @@ class ChatImages:
         try:
             return self.plugin.expand(messages, tokens)
         except ConversationError as err:
-            raise ImageRequestError(_("the message {error}").format(error=err)) from None
+            raise ImageRequestError(_("the messages: {error}").format(error=err)) from None
 
 
 def chat_images(family: Any, folders: list[Path], cfg: Any) -> tuple[ChatImages | None, str | None]:

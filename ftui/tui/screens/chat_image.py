@@ -27,7 +27,7 @@ from ftui.safety.text import visible
 from ftui.tui.screens.launch_media import MediaPreview, thumbnail
 from ftui.tui.ui_thread import to_ui
 
-IMAGE_PLACEHOLDER = N_("image file for the next message (Enter attaches it; Right completes the name)")
+IMAGE_PLACEHOLDER = N_("image file to send (Enter attaches it, Right completes the name)")
 LISTED_MAX = 2000  # the entries of a directory read for completion (a huge folder is cut, never walked)
 
 
