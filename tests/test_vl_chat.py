@@ -148,7 +148,7 @@ def test_a_text_model_given_an_image_says_so_and_keeps_answering(pictures):
         _text, bad = reply_to(worker, [{"role": "user", "content": "hi", "images": [str(pictures["red"])]}])
         assert bad["type"] == "error" and "reads text only, so it cannot take images" in bad["message"]
         _text, done = reply_to(worker, [{"role": "user", "content": "hi"}])
-        assert done["type"] == "done"
+        assert done["type"] == "done", done
     finally:
         worker.close()
 

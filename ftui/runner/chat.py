@@ -203,12 +203,11 @@ class ChatModel:
         """``media_dirs``: where the model's image processor may be, in order (a VLM's)."""
         from transformers import AutoTokenizer
 
-        from ftui.runner.chat_images import chat_images
-        from ftui.runner.vlm import family_of
-
         from ftui.data.chat_template import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
+        from ftui.runner.chat_images import chat_images
         from ftui.runner.model import chat_template_for
+        from ftui.runner.vlm import family_of
 
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
         if cfg is not None and cfg.template:
@@ -355,6 +354,8 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
         if op == "stop":
             stop.set()
             continue
+        if worker is not None and worker.is_alive() and op == "generate":
+            worker.join(timeout=1.0)  # one that has just sent its last reply (an error, "done") is ending
         if worker is not None and worker.is_alive():
             if op == "generate":
                 out.send("error", id=req.get("id"), message=_("a generation is still running; stop it first"))
