@@ -265,3 +265,30 @@ async def test_the_chat_screen_attaches_a_previewed_image_to_the_next_message(tm
         await pilot.press("enter")
         await until(pilot, lambda: not screen.busy and len(screen.conversations["main"].messages) == 4)
         assert "images" not in workers[0].sent[-1][0][-1]
+
+
+def huge_png(path: Path, width: int = 20_000, height: int = 20_000) -> Path:
+    """A PNG whose header says width x height (its data a few bytes): a decompression bomb's shape."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    return path
+
+
+def test_a_huge_or_truncated_image_is_refused_by_name_before_it_is_sent(pictures, tmp_path):
+    from ftui.data.media_files import MediaFileError, load_image_file
+    from ftui.jobs.chat_client import image_problem
+
+    bomb = huge_png(tmp_path / "bomb.png")
+    problem = image_problem(str(bomb))
+    assert problem.startswith(f"image {bomb}: ") and "larger than ftui decodes" in problem and "scale it down" in problem
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(pictures["red"].read_bytes()[:-30])
+    with pytest.raises(MediaFileError, match="cut.png: the image data is truncated or corrupt"):
+        load_image_file(str(cut))  # the worker decodes it whole before the processor sees it
+    assert image_problem(str(pictures["red"])) is None
