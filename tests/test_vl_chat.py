@@ -70,6 +70,7 @@ def reply_to(worker: ChatWorker, messages: list[dict], **extra) -> tuple[str, di
             return "".join(text), reply
 
 
+@pytest.mark.dist
 def test_the_worker_answers_with_images_and_says_what_is_wrong_with_bad_ones(vl_run, pictures):
     worker = ChatWorker()
     try:
@@ -95,6 +96,7 @@ def test_the_worker_answers_with_images_and_says_what_is_wrong_with_bad_ones(vl_
         worker.close()
 
 
+@pytest.mark.dist
 def test_the_image_reaches_the_model_and_generation_continues_its_forward(vl_run, pictures):
     """The first greedy token is the argmax of the model's forward over the same prompt, pixels,
     grid, token types and M-RoPE positions: the image is read, placed as LLaMA-Factory's chat
@@ -153,6 +155,7 @@ def test_a_text_model_given_an_image_says_so_and_keeps_answering(pictures):
         worker.close()
 
 
+@pytest.mark.dist
 def test_ftui_chat_answers_one_prompt_with_an_image(vl_run, pictures, capsys):
     from ftui.cli.main import main
 

@@ -46,6 +46,7 @@ def last_prompt(example: dict) -> list[int]:
     return example["input_ids"][:start]
 
 
+@pytest.mark.dist
 def test_prompts_with_images_are_llamafactorys_prompts(vl_run):
     from transformers import AutoTokenizer
 
@@ -61,6 +62,7 @@ def test_prompts_with_images_are_llamafactorys_prompts(vl_run):
     assert all(len(x["images"]) == len(e["images"]) for x, e in zip(items, case["examples"]))
 
 
+@pytest.mark.dist
 def test_predict_over_mllm_demo_generates_with_each_prompts_images(vl_run, lf_data):
     from ftui.rundir.paths import PREDICTIONS_FILE
 
@@ -77,6 +79,7 @@ def test_predict_over_mllm_demo_generates_with_each_prompts_images(vl_run, lf_da
         assert isinstance(row["predict"], str)
 
 
+@pytest.mark.dist
 def test_a_batch_of_prompts_with_images_answers_as_each_prompt_alone(vl_run, lf_data):
     """Left-padded rows with their images concatenated: the same greedy answers as one by one."""
     _job, (status, _m) = run_job("predict", vl_run, lf_data, max_samples=3,
@@ -88,6 +91,7 @@ def test_a_batch_of_prompts_with_images_answers_as_each_prompt_alone(vl_run, lf_
     assert batched == alone
 
 
+@pytest.mark.dist
 def test_eval_over_mllm_demo_scores_the_images(vl_run, lf_data):
     from ftui.rundir.paths import EVAL_RESULTS_FILE
 
