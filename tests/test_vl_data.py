@@ -426,16 +426,18 @@ def test_the_preview_names_a_records_problem_in_its_place(tmp_path, tiny_qwen2_v
     assert "record 1: file gone.png: no such file" in listing_text(gone).plain
 
 
-def test_predict_and_eval_jobs_refuse_images_until_they_read_them(tmp_path, lf_data):
+def test_predict_and_eval_jobs_over_images_need_a_vision_language_model(tmp_path, lf_data):
     from ftui.data.registry import media_job_problem
     from ftui.jobs.offline import JobError, prepare_job
 
-    assert "ftui predict over images is not supported yet" in media_job_problem("identity,mllm_demo", str(lf_data), "predict")
-    assert media_job_problem("identity", str(lf_data), "eval") is None
+    refused = media_job_problem("identity,mllm_demo", str(lf_data), "predict", "qwen2")
+    assert "dataset 'mllm_demo' has images" in refused and "ftui predict over images needs a vision-language model" in refused
+    assert media_job_problem("identity,mllm_demo", str(lf_data), "predict", "qwen2_vl") is None  # a family ftui trains
+    assert media_job_problem("identity", str(lf_data), "eval", "qwen2") is None
     base = {"model_name_or_path": "ftui-demo", "dataset": "identity", "dataset_dir": str(lf_data)}
     from ftui.config.schema import RunConfig
 
-    with pytest.raises(JobError, match="ftui eval over images is not supported yet"):
+    with pytest.raises(JobError, match="ftui eval over images needs a vision-language model"):
         prepare_job("eval", run_dir=None, source={"model": "ftui-demo"}, dataset="mllm_demo", dataset_dir=str(lf_data),
                     model_config=RunConfig.model_validate(base), root=tmp_path)
     assert not any(tmp_path.iterdir())  # refused before the job's directory exists

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -17,7 +18,7 @@ from ftui.safety.text import VisibleWriter, visible
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
+    from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings, image_problem
 
     err = safe_console(stderr=True)
     if bool(args.run) == bool(args.model):
@@ -38,6 +39,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt.strip():
         err.print(error_line(_("--prompt is empty: give the message to answer (or leave --prompt out for a conversation)")))
         return EXIT_USAGE
+    images = [os.path.abspath(os.path.expanduser(p)) for p in (getattr(args, "image", None) or [])]
+    for path, given in zip(images, args.image or []):
+        problem = image_problem(path)
+        if problem:  # before a model is loaded (exit 2)
+            err.print(error_line(problem.replace(path, given, 1)))
+            return EXIT_USAGE
     if args.run:
         run_dir = resolve_run_arg(args.run, args.root, err)
         if run_dir is None:
@@ -69,11 +76,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if loaded.get("note"):  # a GPU run on a machine without one: the CPU, in a precision it computes
             err.print(note_line(loaded["note"]))
         if args.prompt is not None:
-            text, ok = stream_answer(worker, Conversation().ask(args.prompt), settings)
+            text, ok = stream_answer(worker, Conversation().ask(args.prompt, images), settings)
             return EXIT_OK if ok else EXIT_FAILED
-        err.print("[dim]" + escape(_("{model} on {device}. /clear forgets the conversation, /save FILE writes it as JSON, "
-                                     "Ctrl-C stops an answer, Ctrl-D quits.").format(model=loaded["label"], device=loaded["device"])) + "[/]")
+        err.print("[dim]" + escape(_("{model} on {device}. /image PATH attaches an image to your next message, /clear forgets "
+                                     "the conversation, /save FILE writes it as JSON, Ctrl-C stops an answer, Ctrl-D quits.").format(
+            model=loaded["label"], device=loaded["device"])) + "[/]")
         conv = Conversation()
+        pending = list(images)  # --image without --prompt: sent with the first message
+        if pending:
+            err.print("[dim]" + escape(_("{n} image(s) attached to your next message").format(n=len(pending))) + "[/]")
         while True:
             try:
                 line = input("> ")
@@ -87,6 +98,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             if line.strip() == "/clear":
                 conv.clear()
+                pending.clear()
+                continue
+            if attach_command(line, pending, err):
                 continue
             if line.startswith("/save "):
                 target = line[6:].strip()
@@ -98,13 +112,39 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 else:
                     err.print("[dim]" + escape(_("saved to {path}").format(path=target)) + "[/]")
                 continue
-            text, ok = stream_answer(worker, conv.ask(line), settings)
+            text, ok = stream_answer(worker, conv.ask(line, pending), settings)
+            pending = []  # sent with this message (and with it in the history after)
             if ok:
                 conv.answer(text)
             else:
                 conv.messages.pop()
     finally:
         worker.close()
+
+
+def attach_command(line: str, pending: list[str], err: Any) -> bool:
+    """The REPL's ``/image PATH`` (the file checked, then attached to the next message; several
+    allowed) and ``/video PATH`` (not supported yet, said by name); False for any other line."""
+    from ftui.jobs.chat_client import VIDEOS_NOT_SUPPORTED, image_problem
+
+    command, _sep, rest = line.strip().partition(" ")
+    if command not in ("/image", "/video"):
+        return False
+    if command == "/video":
+        err.print(error_line(_(VIDEOS_NOT_SUPPORTED)))
+        return True
+    given = rest.strip()
+    if not given:
+        err.print(error_line(_("/image needs a file: /image PATH")))
+        return True
+    path = os.path.abspath(os.path.expanduser(given))
+    problem = image_problem(path)
+    if problem:
+        err.print(error_line(problem.replace(path, given, 1)))
+        return True
+    pending.append(path)
+    err.print("[dim]" + escape(_("attached {path}: {n} image(s) go with your next message").format(path=given, n=len(pending))) + "[/]")
+    return True
 
 
 def stream_answer(worker: Any, messages: list[dict[str, str]], settings: Any) -> tuple[str, bool]:

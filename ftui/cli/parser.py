@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", help=_("a model directory with weights (transformers' layout: a run's final/, an export, a downloaded model)"))
     c.add_argument("--adapter", help=_("with --model: a LoRA adapter directory on top"))
     c.add_argument("--prompt", help=_("answer this one prompt on stdout and exit (for scripts)"))
+    c.add_argument("--image", action="append", metavar="PATH",
+                   help=_("an image sent with the prompt (repeat for several; a vision-language model such as Qwen2-VL); "
+                          "without --prompt it goes with the conversation's first message. In the conversation, "
+                          "/image PATH attaches one to the next message"))
     c.add_argument("--system", default="", help=_("system prompt"))
     c.add_argument("--temperature", type=float, default=0.7, help=_("0 means greedy (default 0.7)"))
     c.add_argument("--top-p", type=float, default=0.9)

@@ -157,3 +157,33 @@ def _verified(key: tuple[Any, ...]) -> tuple[str | None, tuple[int, int]]:
     size = image.size
     image.close()
     return None, size
+
+
+def _named(path: str, problem: str) -> MediaFileError:
+    return MediaFileError(_("image {path}: {problem}").format(path=_clip(str(path), 300), problem=problem))
+
+
+def checked_image_file(path: str) -> ImageInfo:
+    """An image named outside any dataset (chat's ``--image``, ``/image``, the chat screen's
+    field): its header read and within IMAGE_PIXEL_LIMIT, as for a record's images, the
+    message naming the file alone."""
+    if not os.path.isfile(path):
+        raise _named(path, _("no such file"))
+    try:
+        image = _open_header(path)
+        try:
+            width, height = _header_size(image)
+        finally:
+            image.close()
+    except _Problem as problem:
+        raise _named(path, str(problem)) from None
+    return ImageInfo(os.path.abspath(path), width, height)
+
+
+def load_image_file(path: str) -> Any:
+    """``checked_image_file``'s image decoded whole (truncated or corrupt data refused by name)."""
+    checked_image_file(path)
+    try:
+        return _decoded(path)
+    except _Problem as problem:
+        raise _named(path, str(problem)) from None

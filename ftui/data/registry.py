@@ -113,20 +113,26 @@ def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = Non
     return None
 
 
-def media_job_problem(dataset: str, dataset_dir: str, kind: str) -> str | None:
-    """Why a predict or eval job cannot read ``dataset`` in this slice of issue 42: its entry
-    has media, which the job would drop and read the text alone, placeholders and all."""
+def media_job_problem(dataset: str, dataset_dir: str, kind: str, model_type: str | None) -> str | None:
+    """Why a predict or eval job cannot read ``dataset`` with a model of ``model_type`` (its
+    config.json's; None: not known here, the job's runner says it): the dataset has images and
+    the model reads text only. Images are read for the families ftui trains
+    (ftui.presets.vision_families); videos and audios are refused with the dataset
+    (``dataset_path_problem``: ftui.data.media.media_refusal)."""
     from ftui.data.media import dataset_media
+    from ftui.presets.vision_families import vision_family
 
+    if model_type is None or vision_family(model_type) is not None:
+        return None
     try:
         specs = resolve_datasets(dataset, dataset_dir)
     except (DataFormatError, OSError, ValueError):
         return None  # dataset_path_problem names it
     for spec in specs:
-        media = dataset_media(spec)
-        if media:
-            return _("dataset {name} has {medium}: ftui {kind} over {medium} is not supported yet (ftui train trains on "
-                     "images); give a text dataset").format(name=repr(spec.name), medium=media[0], kind=kind)
+        if "images" in dataset_media(spec):
+            return _("dataset {name} has images, but the model (model_type {model_type}) reads text only: ftui {kind} over "
+                     "images needs a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL); give a text dataset").format(
+                name=repr(spec.name), model_type=str(model_type)[:40], kind=kind)
     return None
 
 

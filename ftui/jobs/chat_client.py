@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftui.i18n import _
+from ftui.i18n import N_, _
 from ftui.jobs.torch_env import torch_process_env
 
 
@@ -38,12 +38,17 @@ class GenerationSettings:
 
 @dataclass
 class Conversation:
-    """The multi-turn history sent with every prompt; saved as JSON on request."""
+    """The multi-turn history sent with every prompt; saved as JSON on request. A user turn's
+    images (file paths) stay with it (``"images"``: the chat worker's protocol), so every later
+    prompt sends them again with their turn."""
 
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def ask(self, text: str) -> list[dict[str, str]]:
-        self.messages.append({"role": "user", "content": text})
+    def ask(self, text: str, images: list[str] | None = None) -> list[dict[str, Any]]:
+        turn: dict[str, Any] = {"role": "user", "content": text}
+        if images:
+            turn["images"] = list(images)
+        self.messages.append(turn)
         return list(self.messages)
 
     def answer(self, text: str) -> None:
@@ -63,6 +68,23 @@ class Conversation:
 
         with replacing(path) as fh:  # a typed path: no link there is followed, no predictable temporary name
             json.dump(data, fh, indent=1, ensure_ascii=False)
+
+
+def image_problem(path: str) -> str | None:
+    """Why the image file at ``path`` cannot go with a message (missing, not an image, too
+    large: ftui.data.media_files), said before it is sent; None for a good one."""
+    import os
+
+    from ftui.data.media_files import MediaError, checked_image_file
+
+    try:
+        checked_image_file(os.path.expanduser(path))
+    except MediaError as err:
+        return str(err)
+    return None
+
+
+VIDEOS_NOT_SUPPORTED = N_("videos are not supported yet: ftui chats with images (/image PATH); videos come with a later release")
 
 
 class ChatWorker:

@@ -114,7 +114,7 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
         raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
     problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage, unresolved=True)  # the job reads it with the run's stage
-    problem = problem or media_job_problem(cfg.dataset, cfg.dataset_dir, kind)  # images: training only, in issue 42's first slice
+    problem = problem or media_job_problem(cfg.dataset, cfg.dataset_dir, kind, job_model_type(source, cfg))
     if problem is None and device == "cuda" and not MachineFacts.gather(cfg.gpus).gpu_present:  # --device cuda, with the GPUs the job is given
         problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")
     if problem:
@@ -127,6 +127,18 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
     tmp.write_text(json.dumps(spec, indent=2))
     os.replace(tmp, job_dir / JOB_SPEC_FILE)
     return job_dir, cfg
+
+
+def job_model_type(source: dict[str, Any], cfg: RunConfig) -> str | None:
+    """The model_type of what the job loads (a model directory's, else the run's base model's);
+    None where no config.json is at hand (a hub name: the runner judges it)."""
+    from ftui.presets.families import read_model_type
+    from ftui.rundir.paths import resolve_model_path
+
+    try:
+        return read_model_type(resolve_model_path(str(source.get("model") or cfg.model_name_or_path)))
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def start_job(kind: str, job_dir: Path, cfg: RunConfig) -> dict[str, Any]:

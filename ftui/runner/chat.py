@@ -6,10 +6,15 @@ view starts two). Requests (one JSON object per line on stdin):
 
     {"op": "load", "run": RUN_DIR, "checkpoint": "final" | "step-N" | null, "base": false, "device": "cpu"}
     {"op": "load", "model": PATH, "adapter": PATH | null, "device": "auto"}
-    {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "..."}], "system": "...",
-     "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 256}
+    {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "...", "images": [PATH, ...]}],
+     "system": "...", "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 256}
     {"op": "stop"}                      stops the generation in progress
     {"op": "quit"}
+
+A message's ``images`` (optional) go with it: its ``<image>`` placeholders say where, or they are
+put at its start (LLaMA-Factory's chat engine; ``"images"`` beside ``messages`` is its form,
+taken too: ``ftui.runner.chat_images``). A text model given images, a file that is missing or
+not an image, or ``videos``: an ``error`` reply, and the worker stays up.
 
 Replies (stdout): {"type": "ready"}, {"type": "loaded", ...}, {"type": "token", "id", "text"},
 {"type": "done", "id", "tokens", "seconds", "tokens_per_s", "stopped"}, {"type": "error", "id"?,
@@ -125,6 +130,8 @@ class ChatModel:
         self.device: Any = None
         self.label = ""
         self.note: str | None = None  # said once with the next "loaded" reply (a GPU run loaded on the CPU)
+        self.images: Any = None  # a vision-language model's ChatImages (ftui.runner.chat_images)
+        self.images_why: str | None = None  # why it has none
 
     # --- Loading
 
@@ -148,7 +155,8 @@ class ChatModel:
             weights = locate(run_dir, cfg, "base" if base else which)
         except (ConfigError, WeightsError) as err:
             raise ChatError(str(err)) from None
-        self._set(self._load(weights, cfg, device), weights.tokenizer, cfg, device)
+        self._set(self._load(weights, cfg, device), weights.tokenizer, cfg, device,
+                  [weights.tokenizer, weights.path, weights.base, Path(resolve_model_path(cfg.model_name_or_path))])
         self.label = weights.label
         return self._loaded_info()
 
@@ -168,7 +176,7 @@ class ChatModel:
             if (a / "tokenizer_config.json").is_file():
                 tok_dir = a
             weights = TrainedWeights("final-adapter", a, resolved, tok_dir, f"{model_path.name} + {a.name}")
-        self._set(self._load(weights, None, device), tok_dir, None, device)
+        self._set(self._load(weights, None, device), tok_dir, None, device, [tok_dir, resolved])
         self.label = weights.label
         return self._loaded_info()
 
@@ -191,12 +199,15 @@ class ChatModel:
             check_free_memory(device, sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8)
         return model.to(device).eval()
 
-    def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any) -> None:
+    def _set(self, model: Any, tokenizer_dir: Path, cfg: RunConfig | None, device: Any, media_dirs: list[Path]) -> None:
+        """``media_dirs``: where the model's image processor may be, in order (a VLM's)."""
         from transformers import AutoTokenizer
 
         from ftui.data.chat_template import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
+        from ftui.runner.chat_images import chat_images
         from ftui.runner.model import chat_template_for
+        from ftui.runner.vlm import family_of
 
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
         if cfg is not None and cfg.template:
@@ -213,6 +224,7 @@ class ChatModel:
         listed = _generation_eos_ids(Path(getattr(model, "name_or_path", "") or ".")) if cfg is None else []
         self.stop_ids = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(list(stop_words)), *listed} - {None})
         self.model, self.tokenizer, self.device = model, tok, device
+        self.images, self.images_why = chat_images(family_of(model), media_dirs, cfg)
 
     def _loaded_info(self) -> dict[str, Any]:
         params = sum(p.numel() for p in self.model.parameters())
@@ -226,6 +238,24 @@ class ChatModel:
         msgs = ([{"role": "system", "content": system}] if system else []) + list(messages)
         text = self.tokenizer.apply_chat_template(msgs, chat_template=self.template, tokenize=False, add_generation_prompt=True)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_inputs(self, messages: list[dict[str, Any]], system: str | None,
+                      images: list[str] | None = None) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt's ids, and its images' tensors (None without images): ``images``, the
+        request's own, or each message's ``images`` (ftui.runner.chat_images)."""
+        from ftui.runner.chat_images import TEXT_ONLY, ImageRequestError, placed, text_only_message
+
+        try:
+            messages, paths = placed(messages, images)
+            media = None
+            if paths:
+                if self.images is None:
+                    raise ImageRequestError(text_only_message(self.label) if self.images_why == TEXT_ONLY else str(self.images_why))
+                media, tokens = self.images.encode(paths)
+                messages = self.images.expand(messages, tokens)
+        except ImageRequestError as err:
+            raise ChatError(str(err)) from None
+        return self.prompt_ids(messages, system), media
 
     def generate(self, req: dict[str, Any], out: Out, stop: threading.Event) -> None:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
@@ -243,7 +273,9 @@ class ChatModel:
         messages = req.get("messages") or []
         if not messages or not all(isinstance(m, dict) and m.get("role") and isinstance(m.get("content"), str) for m in messages):
             raise ChatError(_("messages must be a list of {role, content}"))
-        ids = self.prompt_ids(messages, req.get("system"))
+        if req.get("videos") or any(isinstance(m, dict) and m.get("videos") for m in messages):
+            raise ChatError(_("videos are not supported yet: ftui chats with images (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)"))
+        ids, media = self.prompt_inputs(messages, req.get("system"), req.get("images"))
         sampling = sampling_kwargs(req, CHAT_DEFAULTS)
         generate = backend()
 
@@ -262,8 +294,8 @@ class ChatModel:
 
         def run() -> None:
             try:
-                generate(self, [ids], sampling, streamer=streamer,
-                         stopping_criteria=StoppingCriteriaList([StopOnRequest()]))
+                generate(self, [ids], sampling, streamer=streamer, stopping_criteria=StoppingCriteriaList([StopOnRequest()]),
+                         **({"media": [media]} if media else {}))
             except BaseException as exc:  # reported below, after the stream ends
                 errors.append(exc)
                 streamer.end()
@@ -322,6 +354,8 @@ def serve(stdin: Any = None, out: Out | None = None) -> int:
         if op == "stop":
             stop.set()
             continue
+        if worker is not None and worker.is_alive() and op == "generate":
+            worker.join(timeout=1.0)  # one that has just sent its last reply (an error, "done") is ending
         if worker is not None and worker.is_alive():
             if op == "generate":
                 out.send("error", id=req.get("id"), message=_("a generation is still running; stop it first"))

@@ -11,7 +11,9 @@ share ``cutoff_len``), and the model continues it (the backend of ``ftui.runner.
 the job's ``infer_backend`` names, as the chat worker does): batches left-padded, with the KV cache, ending at EOS or the template's stop words.
 Several processes each take every N-th example; each writes its answers to a part file as it
 goes, so a stopped job keeps what it did; rank 0 then writes ``generated_predictions.jsonl``
-(``{"prompt", "predict", "label"}``, dataset order) and ``predict_results.json``
+(``{"prompt", "predict", "label"}``, dataset order; a prompt with images adds ``"images"``, the
+files it had, absolute: LLaMA-Factory writes no such field, its readers ignore it; the prompt
+holds the expanded image tokens as LLaMA-Factory's does) and ``predict_results.json``
 (``predict_bleu-4``, ``predict_rouge-1/2/l`` as LLaMA-Factory computes them, examples and
 tokens per second).
 """
@@ -40,6 +42,7 @@ from ftui.runner.faults import Heartbeat, StopRequest
 from ftui.runner.backends import backend
 from ftui.runner.generate import PREDICT_DEFAULTS, sampling_kwargs
 from ftui.runner.job import run_job
+from ftui.runner.predict_media import PromptImages, batch_media
 from ftui.runner.stages.preference import ComparisonEncoder
 
 PART = "part-{rank}.jsonl"  # each rank's answers as it goes: {"index", "prompt", "predict", "label", "tokens"}
@@ -79,23 +82,34 @@ def load_model(spec: dict[str, Any], device: str) -> Any:
     return loaded
 
 
-def prompts(cfg: RunConfig, tokenizer: Any) -> list[dict[str, Any]]:
+def prompts(cfg: RunConfig, tokenizer: Any) -> tuple[list[dict[str, Any]], PromptImages]:
     """Every record's prompt ids and label text, in dataset order (records whose turns do not
-    alternate are skipped, as in training)."""
+    alternate are skipped, as in training), a record's image files with it; and the images'
+    encoder the batches take their tensors from (ftui.runner.predict_media)."""
+    from ftui.runner.model import template_name_for
+    from ftui.runner.stages.sft import SFTStage
+
     encoder = ComparisonEncoder(cfg, tokenizer)
+    images = PromptImages(cfg, encoder.renderer, template_name_for(cfg, tokenizer))
     out = []
     for spec, records in load_all(cfg):
         for i, record in enumerate(records):
             conv = to_conversation(record, spec, i)
             if conv is None:
                 continue
+            paths = SFTStage.images_of(record, spec, i)
+            if paths:
+                conv, image_tokens = images.expanded(conv, paths, spec, i)
             head = type(conv)(conv.turns[:-1], conv.system, conv.tools)
             prompt, answer = encoder.encode(head, conv.turns[-1])
             source, target = split_budget(len(prompt), len(answer), cfg.cutoff_len)
-            out.append({"ids": prompt[:source], "label": tokenizer.decode(answer[:target], skip_special_tokens=True)})
+            if paths:
+                images.check_cut(prompt[:source], image_tokens, spec, i)
+            out.append({"ids": prompt[:source], "label": tokenizer.decode(answer[:target], skip_special_tokens=True),
+                        **({"images": paths, "spec": spec, "record": i} if paths else {})})
     if not out:
         raise DataFormatError(_("no record of the dataset has a prompt and an answer to predict"))
-    return out
+    return out, images
 
 
 def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
@@ -108,7 +122,7 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
         loaded = load_model(spec, device)
-        items = prompts(cfg, loaded.tokenizer)
+        items, images = prompts(cfg, loaded.tokenizer)
         mine = list(range(info.rank, len(items), info.world_size))
         if writer is not None:
             params = sum(p.numel() for p in loaded.model.parameters())
@@ -123,11 +137,13 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
                 if stop.requested:
                     break
                 batch = [items[k] for k in mine[start:start + bs]]
-                answers = generate(loaded, [x["ids"] for x in batch], sampling_kwargs(settings, PREDICT_DEFAULTS))
+                media = batch_media(images, batch)
+                answers = generate(loaded, [x["ids"] for x in batch], sampling_kwargs(settings, PREDICT_DEFAULTS),
+                                   **({"media": media} if media else {}))
                 for k, x, (answer, n) in zip(mine[start:start + bs], batch, answers):
                     prompt = loaded.tokenizer.decode(x["ids"], skip_special_tokens=False)
-                    part.write(json.dumps({"index": k, "prompt": prompt, "predict": answer, "label": x["label"], "tokens": n},
-                                          ensure_ascii=False) + "\n")
+                    row = {"index": k, "prompt": prompt, "predict": answer, "label": x["label"], "tokens": n}
+                    part.write(json.dumps(row | ({"images": x["images"]} if x.get("images") else {}), ensure_ascii=False) + "\n")
                     tokens += n
                 part.flush()
                 done += len(batch)
@@ -177,7 +193,8 @@ def merge_parts(job_dir: Path, world_size: int) -> list[dict[str, Any]]:
     rows.sort(key=lambda r: r["index"])
     with open(job_dir / (PREDICTIONS_FILE + ".tmp"), "w", encoding="utf-8") as out:
         for r in rows:
-            out.write(json.dumps({"prompt": r["prompt"], "predict": r["predict"], "label": r["label"]}, ensure_ascii=False) + "\n")
+            row = {"prompt": r["prompt"], "predict": r["predict"], "label": r["label"]}
+            out.write(json.dumps(row | ({"images": r["images"]} if r.get("images") else {}), ensure_ascii=False) + "\n")
     (job_dir / (PREDICTIONS_FILE + ".tmp")).replace(job_dir / PREDICTIONS_FILE)
     return rows
 

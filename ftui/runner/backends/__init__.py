@@ -3,7 +3,8 @@ answers of the chat worker and of the predict job.
 
 A backend is a ``generate(loaded, prompts, sampling, *, streamer=None, stopping_criteria=None)``
 returning (answer, its token count) for each prompt (``huggingface.generate`` says what each
-argument is). A new backend (vllm, sglang) is one module here and one line in ``BACKENDS``, and
+argument is); a backend that takes images also takes ``media`` (each prompt's images' tensors),
+which the callers pass only with prompts that have images. A new backend (vllm, sglang) is one module here and one line in ``BACKENDS``, and
 its name in ``ftui.jobs.offline.INFER_BACKENDS``, the app's list that a predict YAML is checked
 against before a job starts.
 """

@@ -31,6 +31,7 @@ from ftui.rundir.checkpoints import checkpoints
 from ftui.rundir.paths import FINAL_DIR
 from ftui.tui.footer import FittingFooter
 from ftui.tui.relabel import offer, relabel, relabel_options, word
+from ftui.tui.screens.chat_image import ImageField
 from ftui.tui.screens.chat_pane import ChatPane
 from ftui.tui.ui_thread import to_ui
 
@@ -93,7 +94,7 @@ class ChatScreen(Screen):
         self.compare = False
         self.specs: dict[str, dict[str, Any]] = {}  # what each pane loaded, to reload after a forced stop
         self.loading_panes: set[str] = set()  # panes whose model is loading
-        self.queued: dict[str, str] = {}  # pane -> a prompt typed while its model loaded, sent once loaded
+        self.queued: dict[str, tuple[str, list[str]]] = {}  # pane -> a prompt (and its images) typed while its model loaded
         self.stop_asked: dict[str, float] = {}  # pane -> when Esc asked it to stop
         self.found: tuple[bool, list[int]] | None = None  # the run's final/ and checkpoints, once a worker has read them
         # Every worker process this screen started, until closed: loads finish in threads,
@@ -122,6 +123,7 @@ class ChatScreen(Screen):
         with Horizontal(id="chat-panes"):
             yield ChatPane(N_("model"), id="pane-main")
         yield Static("", id="chat-status")
+        yield ImageField(id="chat-image")
         yield Input(placeholder=word(PLACEHOLDERS, "#chat-prompt"), id="chat-prompt")
         yield FittingFooter(self.FOOTER_DROP_FIRST)
 
@@ -163,6 +165,7 @@ class ChatScreen(Screen):
         """The language changed: the screen's own words are relabelled in place, so the
         conversation, what is typed, the chosen source and the model workers all stay."""
         relabel(self, {**PLACEHOLDERS, **LABELS})
+        self.query_one(ImageField).retranslate()
         for pane in self.query(ChatPane):
             if pane.model_label is None:
                 pane.border_title = _(pane.default_title)
@@ -276,7 +279,7 @@ class ChatScreen(Screen):
         if reply.get("note"):  # a GPU run loaded on a machine without one: said once
             self.notify(reply["note"])
         if queued is not None and pane in self.workers_by_pane:
-            self.ask(pane, self.workers_by_pane[pane], queued, shown=True)
+            self.ask(pane, self.workers_by_pane[pane], queued[0], shown=True, images=queued[1])
 
     def action_reload(self) -> None:
         if self.run_dir is not None and self.found is None:
@@ -305,22 +308,23 @@ class ChatScreen(Screen):
                 self.notify(_("no model is loaded: choose one and press Ctrl+O (or Enter in the model field)"), severity="warning")
                 return
             event.input.value = ""
+            images = self.query_one(ImageField).take()  # the attached images go with this message
             for pane in sorted(self.loading_panes):  # sent when its model has loaded
-                self.queued[pane] = text
-                self.query_one(f"#pane-{pane}", ChatPane).add_user(text, waiting=True)
+                self.queued[pane] = (text, images)
+                self.query_one(f"#pane-{pane}", ChatPane).add_user(text, waiting=True, images=images)
             for pane, worker in list(self.workers_by_pane.items()):
                 if pane not in self.loading_panes:
-                    self.ask(pane, worker, text)
+                    self.ask(pane, worker, text, images=images)
 
     # --- Asking and streaming
 
-    def ask(self, pane: str, worker: Any, text: str, shown: bool = False) -> None:
-        """Sends ``text`` to ``pane``'s model (``shown``: its turn is on screen already, queued)."""
+    def ask(self, pane: str, worker: Any, text: str, shown: bool = False, images: list[str] | None = None) -> None:
+        """Sends ``text`` (with ``images``) to ``pane``'s model (``shown``: its turn is on screen already, queued)."""
         conv = self.conversations.setdefault(pane, Conversation())
         if not shown:
-            self.query_one(f"#pane-{pane}", ChatPane).add_user(text)
+            self.query_one(f"#pane-{pane}", ChatPane).add_user(text, images=images)
         self.busy.add(pane)
-        self.stream(pane, worker, conv.ask(text), self.settings())
+        self.stream(pane, worker, conv.ask(text, images), self.settings())
 
     @work(thread=True, group="chat-stream")
     def stream(self, pane: str, worker: Any, messages: list[dict[str, str]], settings: GenerationSettings) -> None:

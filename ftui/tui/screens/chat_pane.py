@@ -26,9 +26,13 @@ class ChatPane(VerticalScroll):
         self._answer: Static | None = None
         self._text = ""
 
-    def add_user(self, text: str, waiting: bool = False) -> None:
-        """The user's turn and a place for the answer (``waiting``: the model is still loading)."""
-        self.mount(Static(Text.assemble((_("you") + ": ", "bold cyan"), visible(text)), classes="turn"))
+    def add_user(self, text: str, waiting: bool = False, images: list[str] | None = None) -> None:
+        """The user's turn (with its images' names) and a place for the answer (``waiting``:
+        the model is still loading)."""
+        turn = Text.assemble((_("you") + ": ", "bold cyan"), visible(text))
+        for path in images or ():
+            turn.append("\n  [" + _("image") + "] " + visible(path, one_line=True), style="dim")
+        self.mount(Static(turn, classes="turn"))
         self._answer = Static(Text("… " + _("(sent when the model has loaded)") if waiting else "…", style="dim"),
                               classes="turn answer")
         self._text = ""

@@ -1,0 +1,71 @@
+"""The predict job's records with images (a vision-language run's), prompted as LLaMA-Factory
+0.9.5's unsupervised processor prompts them (``processor/unsupervised.py``): the family's plugin
+expands each ``<image>`` of the prompt and the answer to the image's tokens
+(``ftui.runner.vision``), then the template's ``encode_oneturn`` and ``cutoff_len`` cut them as
+for text. A prompt whose image tokens the cut would lose is refused by name (the model would
+fail on it), as training refuses such an example.
+
+The pixels are not kept for the whole dataset (a thousand images are gigabytes of tensors): a
+prompt keeps its files, and its batch encodes them again when it is generated (``batch_media``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ftui.data.conversation import Conversation, ConversationError
+from ftui.data.records import DataFormatError, DatasetSpec
+from ftui.i18n import _
+from ftui.runner.vision.encode import VisionEncoder, vision_encoder
+
+
+class PromptImages:
+    """The run's image encoder, made at the first record with images."""
+
+    def __init__(self, cfg: Any, renderer: Any, template: str | None):
+        self.cfg, self.renderer, self.template = cfg, renderer, template
+        self._vision: VisionEncoder | None = None
+
+    @property
+    def vision(self) -> VisionEncoder:
+        if self._vision is None:
+            from ftui.runner.hub import model_source
+            from ftui.runner.model import model_config
+
+            model_type = model_config(self.cfg).get("model_type")
+            self._vision = vision_encoder(self.renderer, self.template, model_type, model_source(self.cfg.model_name_or_path),
+                                          self.cfg)
+        return self._vision
+
+    def media(self, paths: list[str], spec: DatasetSpec, index: int) -> dict[str, Any]:
+        """The processor's tensors for one record's images."""
+        vision = self.vision
+        return vision.plugin.image_inputs(vision.open_images(paths, spec, index), vision.image_processor, vision.settings)
+
+    def expanded(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> tuple[Conversation, int]:
+        """The conversation with its placeholders expanded, and the image tokens it holds."""
+        vision = self.vision
+        media = self.media(paths, spec, index)
+        tokens = vision.plugin.image_tokens(media["image_grid_thw"], vision.image_processor)
+        try:
+            turns = vision.plugin.expand(conv.turns, tokens)
+        except ConversationError as err:
+            raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=index, error=err)) from None
+        return Conversation(turns, conv.system, conv.tools), sum(tokens)
+
+    def check_cut(self, prompt: list[int], tokens: int, spec: DatasetSpec, index: int) -> None:
+        """Refuses a prompt that ``cutoff_len`` cut inside its images' tokens."""
+        kept = sum(1 for tid in prompt if tid == self.vision.image_token_id)
+        if kept != tokens:
+            raise DataFormatError(_("dataset {name} record {i}: its images take {tokens} tokens and cutoff_len={cutoff_len} cuts "
+                                    "{missing} of them, which the model cannot read; raise cutoff_len or lower "
+                                    "image_max_pixels (now {max_pixels})").format(
+                name=repr(spec.name), i=index, tokens=tokens, cutoff_len=self.cfg.cutoff_len, missing=tokens - kept,
+                max_pixels=self.vision.settings.max_pixels))
+
+
+def batch_media(images: PromptImages | None, batch: list[dict[str, Any]]) -> list[dict[str, Any] | None] | None:
+    """Each prompt's images' tensors for a batch (None where it has none; None for a batch of text)."""
+    if images is None or not any(x.get("images") for x in batch):
+        return None
+    return [images.media(x["images"], x["spec"], x["record"]) if x.get("images") else None for x in batch]
