@@ -21,13 +21,14 @@ from ftui.data.media_files import verify_image
 from ftui.data.media_tokens import VisionProcessor, processor_from_config
 from ftui.data.records import DatasetSpec
 from ftui.i18n import _
-from ftui.presets.vision_families import VISION_FAMILIES, vision_family
+from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
 from ftui.safety.bounded_input import load_json
 
-# LLaMA-Factory's templates of the families ftui trains, with the mm_plugin each encodes images
-# with (its template.py); ftui.presets.templates holds their text side.
+# LLaMA-Factory's templates made for Qwen's vision-language models, with the mm_plugin each
+# encodes images with (its template.py): a text model given one is refused. The templates that
+# encode images for any family (gemma3 and llava are text templates too) are
+# ftui.presets.vision_families.IMAGE_TEMPLATES.
 VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
-FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL"
 
 
 def read_processor(model_name_or_path: str) -> VisionProcessor:
@@ -99,7 +100,12 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
             read_processor(cfg.model_name_or_path)
         except ValueError as err:
             out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, str(err)))
-    if cfg.template not in VISION_TEMPLATES and (family is not None or model is None):  # a text model: said above
+    if family is not None and cfg.template in IMAGE_TEMPLATES and not template_fits(cfg.template, family):
+        out.append(FieldProblem("template", cfg.template, _(
+            "the dataset {name} has images and template {template} encodes them for another family than this {family} "
+            "model: set template: {wanted}").format(name=spec.name, template=cfg.template, family=family.name,
+                                                   wanted=family.template)))
+    elif cfg.template not in IMAGE_TEMPLATES and (family is not None or model is None):  # a text model: said above
         wanted = family.template if family is not None else " / ".join(sorted({f.template for f in VISION_FAMILIES}))
         said = (_("the tokenizer's own chat template (template empty)") if cfg.template is None else
                 _("template {template}").format(template=cfg.template))

@@ -53,13 +53,13 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-# Image keys LLaMA-Factory reads for one family only, which ftui does not train yet: set, they
+# Image keys LLaMA-Factory reads for one family only, which ftui does not implement yet: set, they
 # would change that family's images, so they are refused rather than ignored. (The video and
 # audio keys are accepted and have no effect: a dataset with videos or audios is refused by
 # name, ftui.data.media, and LLaMA-Factory's own Qwen3-VL examples set video_max_pixels.)
 FAMILY_IMAGE_KEYS = {
-    "image_do_pan_and_scan": N_("image_do_pan_and_scan applies to Gemma 3, which ftui does not train yet; remove it (or set it false)"),
-    "crop_to_patches": N_("crop_to_patches applies to InternVL, which ftui does not train yet; remove it (or set it false)"),
+    "image_do_pan_and_scan": N_("image_do_pan_and_scan (Gemma 3's crops of wide images) is not supported yet: ftui trains Gemma 3 on whole images; remove it (or set it false)"),
+    "crop_to_patches": N_("crop_to_patches (InternVL's tiles of large images) is not supported yet: ftui trains InternVL on whole images; remove it (or set it false)"),
 }
 
 

@@ -1,5 +1,11 @@
-"""LLaMA-Factory 0.9.5's multimodal plugins for Qwen's vision-language models, by its names
-(``mm_plugin.py``: ``Qwen2VLPlugin`` "qwen2_vl", ``Qwen3VLPlugin`` "qwen3_vl"), images only.
+"""LLaMA-Factory 0.9.5's multimodal plugins, by its names (``mm_plugin.py``), images only:
+Qwen's here (``Qwen2VLPlugin`` "qwen2_vl", ``Qwen3VLPlugin`` "qwen3_vl"), LLaVA's, Gemma 3's and
+InternVL's in ``ftui.runner.vision.fixed_plugins`` (an image of a fixed number of tokens).
+
+Every plugin answers the same four questions, whatever its family: ``image_inputs`` (a record's
+images -> the model's tensors), ``media_tokens`` (those tensors -> each image's token count),
+``expand`` (the placeholders -> the tokens) and ``token_types_key`` (the token-type tensor its
+model reads beside the ids, or None).
 
 A record's images become the image processor's tensors (``pixel_values`` [patches, d] and
 ``image_grid_thw`` [images, 3], each image regularised first: ``ftui.runner.vision.images``),
@@ -25,12 +31,33 @@ from ftui.runner.vision.processor import ImageSettings
 IMAGE_PLACEHOLDER = "<image>"  # LLaMA-Factory's (its IMAGE_PLACEHOLDER environment variable is not read)
 
 
+def expand_placeholders(turns: list[dict[str, str]], texts: list[str]) -> list[dict[str, str]]:
+    """The turns with each ``<image>`` placeholder replaced by its image's text, in order over
+    the turns; the number of placeholders must equal the number of images (LLaMA-Factory's
+    rule, ``_validate_messages``)."""
+    found = sum(turn["content"].count(IMAGE_PLACEHOLDER) for turn in turns)
+    if found != len(texts):
+        raise ConversationError(_("it has {images} images but {placeholders} {placeholder} placeholders in its messages; "
+                                  "each image needs one placeholder where it goes").format(
+            images=len(texts), placeholders=found, placeholder=IMAGE_PLACEHOLDER))
+    out, k = [], 0
+    for turn in turns:  # split, not replaced in a loop: LLaVA's image token is "<image>" itself
+        parts = turn["content"].split(IMAGE_PLACEHOLDER)
+        content = parts[0]
+        for part in parts[1:]:
+            content += texts[k] + part
+            k += 1
+        out.append({**turn, "content": content})
+    return out
+
+
 @dataclass(frozen=True)
 class QwenVLPlugin:
     name: str
     image_token: str = "<|image_pad|>"
     vision_bos: str = "<|vision_start|>"
     vision_eos: str = "<|vision_end|>"
+    token_types_key: str | None = "mm_token_type_ids"  # 1 at image tokens, 2 at video tokens
 
     def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
         """The processor's tensors for opened PIL ``images`` (one record's, in order)."""
@@ -44,28 +71,23 @@ class QwenVLPlugin:
         merge = int(image_processor.merge_size) ** 2
         return [int(t) * int(h) * int(w) // merge for t, h, w in grid_thw.tolist()]
 
+    def media_tokens(self, media: dict[str, Any], image_processor: Any) -> list[int]:
+        """Each image's token count, from its ``image_inputs``."""
+        return self.image_tokens(media["image_grid_thw"], image_processor)
+
     def expand(self, turns: list[dict[str, str]], tokens: list[int]) -> list[dict[str, str]]:
-        """The turns with each placeholder replaced by its image's tokens, in order over the
-        turns; the number of placeholders must equal the number of images (LLaMA-Factory's
-        rule, ``_validate_messages``)."""
-        found = sum(turn["content"].count(IMAGE_PLACEHOLDER) for turn in turns)
-        if found != len(tokens):
-            raise ConversationError(_("it has {images} images but {placeholders} {placeholder} placeholders in its messages; "
-                                      "each image needs one placeholder where it goes").format(
-                images=len(tokens), placeholders=found, placeholder=IMAGE_PLACEHOLDER))
-        out, k = [], 0
-        for turn in turns:
-            content = turn["content"]
-            while IMAGE_PLACEHOLDER in content:
-                content = content.replace(IMAGE_PLACEHOLDER, self.vision_bos + self.image_token * tokens[k] + self.vision_eos, 1)
-                k += 1
-            out.append({**turn, "content": content})
-        return out
+        """The turns with each placeholder replaced by its image's tokens
+        (<|vision_start|> + <|image_pad|> x n + <|vision_end|>)."""
+        return expand_placeholders(turns, [self.vision_bos + self.image_token * n + self.vision_eos for n in tokens])
 
 
-PLUGINS: dict[str, QwenVLPlugin] = {name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}
+PLUGINS: dict[str, Any] = {name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}
 
 
-def plugin(name: str) -> QwenVLPlugin:
+def plugin(name: str) -> Any:
     """The plugin of LLaMA-Factory's name (a family's ``plugin`` in ftui.presets.vision_families)."""
+    if name not in PLUGINS:
+        from ftui.runner.vision.fixed_plugins import FIXED_PLUGINS
+
+        PLUGINS.update(FIXED_PLUGINS)
     return PLUGINS[name]

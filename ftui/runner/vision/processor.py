@@ -31,11 +31,17 @@ def image_settings(cfg: Any) -> ImageSettings:
 
 
 def load_image_processor(model_dir: str) -> Any:
-    """The image processor of the model folder (or hub name already resolved to one)."""
+    """The image processor of the model folder (or hub name already resolved to one), with the
+    folder's processor_config.json numbers as ``processor_numbers`` (ftui.runner.vision.fixed_plugins)."""
     from transformers import AutoImageProcessor
 
+    from ftui.runner.vision.fixed_plugins import processor_numbers
+
     try:
-        return AutoImageProcessor.from_pretrained(model_dir)
+        image_processor = AutoImageProcessor.from_pretrained(model_dir)
+        # the Processor's numbers LLaMA-Factory reads beside the image processor (image_seq_length ...)
+        image_processor.processor_numbers = processor_numbers(model_dir)
+        return image_processor
     except (OSError, ValueError, KeyError) as err:
         raise DataFormatError(_("the model {model} has no image processor ftui can load ({error}); a vision-language "
                                 "model folder needs its preprocessor_config.json").format(model=model_dir, error=err)) from None
