@@ -307,8 +307,9 @@ def test_the_vl_keys_rules():
     assert "InternVL" in cfg_problems(crop_to_patches=True)["crop_to_patches"]
     assert "dataset_dir" in cfg_problems(media_dir="/elsewhere")["media_dir"]
     assert cfg_problems(media_dir=None) == {}
-    assert "multimodal" in cfg_problems(template="llava")["template"]
-    assert "qwen2_vl" in cfg_problems(template="llava")["template"]
+    assert "multimodal" in cfg_problems(template="pixtral")["template"]
+    assert "qwen2_vl" in cfg_problems(template="pixtral")["template"] and "LLaVA-1.5" in cfg_problems(template="pixtral")["template"]
+    assert cfg_problems(template="llava") == {} and cfg_problems(template="intern_vl") == {}
 
 
 # --- preflight against the model

@@ -202,3 +202,31 @@ def test_a_llava_folder_without_its_patch_size_says_which_file(models, tmp_path)
     spec = mllm_demo_spec()
     with pytest.raises(ValueError, match="processor_config.json has no patch_size"):
         encoder.encode(to_conversation(RECORDS[1], spec, 1), record_media(RECORDS[1], spec, 1)["images"], spec, 1)
+
+
+# --- `ftui train` end to end on mllm_demo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", OTHERS)
+def test_ftui_train_on_mllm_demo_trains_the_family_with_lora(family, tmp_path, lf_data):
+    """Two LoRA steps from `ftui train` (the preflight, the sft stage's encoding, the batches,
+    the adapter saved): the losses are finite and the adapter covers the language model only."""
+    from safetensors.torch import load_file
+
+    from tests.conftest import train_sync
+
+    from ftui.config.load import demo_config
+
+    model = vlm_dir(family, tmp_path / "models")
+    cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template=FAMILIES[family]["template"],
+                      dataset="mllm_demo", dataset_dir=str(lf_data), finetuning_type="lora", lora_target="all", max_steps=2,
+                      per_device_train_batch_size=2, learning_rate=1e-2, image_max_pixels=128 * 128, cutoff_len=512,
+                      output_dir=str(tmp_path / "runs"), logging_steps=1, run_name=f"{family}-lora")
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    adapter = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
+    assert adapter and all("language_model" in key for key in adapter), sorted(adapter)[:4]
+    assert (run_dir / "final" / "processor_config.json").read_bytes() == (model / "processor_config.json").read_bytes()
