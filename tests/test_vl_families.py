@@ -204,6 +204,48 @@ def test_a_llava_folder_without_its_patch_size_says_which_file(models, tmp_path)
         encoder.encode(to_conversation(RECORDS[1], spec, 1), record_media(RECORDS[1], spec, 1)["images"], spec, 1)
 
 
+@pytest.mark.parametrize("family", OTHERS)
+def test_the_preview_counts_each_image_as_the_encoding_does(family, models):
+    """The app side (no torch) reads the same token count from the folder's JSON files as the
+    runner's encoding gives: every image, whatever its size, the family's fixed count."""
+    from ftui.config.media_checks import read_processor
+    from ftui.data.media_tokens import image_tokens
+
+    model_dir, _model = models(family)
+    processor = read_processor(str(model_dir))
+    assert processor.fixed_tokens == PER_IMAGE[family]
+    assert {image_tokens(w, h, processor) for w, h in ((640, 480), (56, 56), (3000, 200))} == {PER_IMAGE[family]}
+
+
+@pytest.mark.parametrize("family, over", [("llava", {}), ("gemma3", {}), ("internvl", {}),
+                                          ("gemma3", {"vision_use_head": True}), ("internvl", {"use_qk_norm": True})])
+def test_the_planner_sizes_the_tower_and_projector_as_transformers_builds_them(family, over, tmp_path):
+    """ftui.plan.vision_towers from config.json alone, against the parameters of the model
+    transformers builds from it (the tiny one, and with the optional parts switched on)."""
+    import transformers
+
+    from ftui.plan.vision_shape import vision_shape
+
+    config = json.loads((vlm_dir(family, tmp_path) / "config.json").read_text())
+    config["vision_config"].update(over)
+    model = transformers.AutoModelForImageTextToText.from_config(transformers.AutoConfig.for_model(**config))
+    shape = vision_shape(config)
+    count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+    assert shape.tower == count(model.model.vision_tower)
+    assert shape.projector == count(model.model.multi_modal_projector)
+    layers = getattr(model.model.vision_tower, "encoder", None) or model.model.vision_tower.vision_model.encoder
+    blocks = getattr(layers, "layers", None) or layers.layer
+    assert (shape.block, shape.depth) == (count(blocks[0]), len(blocks))
+
+
+def test_the_qwen_families_keep_their_size_dependent_count(tmp_path):
+    from ftui.config.media_checks import read_processor
+    from ftui.data.media_tokens import image_tokens
+
+    processor = read_processor(str(vlm_dir("qwen2_vl", tmp_path)))
+    assert processor.fixed_tokens is None and image_tokens(56, 84, processor) == 6
+
+
 # --- `ftui train` end to end on mllm_demo
 
 

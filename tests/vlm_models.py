@@ -161,7 +161,7 @@ def other_config(family: str, ids: dict[str, int]):
     if family == "gemma3":
         return transformers.Gemma3Config(
             text_config=dict(text, model_type="gemma3_text", sliding_window=64, layer_types=["sliding_attention", "full_attention"]),
-            vision_config=dict(vision, model_type="siglip_vision_model"), mm_tokens_per_image=4,
+            vision_config=dict(vision, model_type="siglip_vision_model", vision_use_head=False), mm_tokens_per_image=4,
             boi_token_id=ids["<start_of_image>"], eoi_token_id=ids["<end_of_image>"], image_token_id=ids["<image_soft_token>"],
             tie_word_embeddings=False)
     return transformers.InternVLConfig(

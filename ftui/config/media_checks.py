@@ -52,9 +52,21 @@ def read_processor(model_name_or_path: str) -> VisionProcessor:
             raise ValueError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
         if not isinstance(data, dict):
             raise ValueError(_("{path} must hold a JSON object").format(path=path))
-        return processor_from_config(data)
+        return processor_from_config(data, _processor_numbers(path.with_name("processor_config.json")))
     raise ValueError(_("no preprocessor_config.json (the image processor's settings) for {model}; copy it from the model's "
                        "release into its folder").format(model=repr(model_name_or_path)))
+
+
+def _processor_numbers(path: Path) -> dict[str, Any]:
+    """The Processor's settings beside the image processor's (LLaVA's patch_size, Gemma 3's and
+    InternVL's image_seq_length: ftui.data.media_tokens.fixed_image_tokens); {} without them."""
+    try:
+        data = load_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and isinstance(data.get("processor"), dict):
+        data = {**data, **data["processor"]}
+    return data if isinstance(data, dict) else {}
 
 
 def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
