@@ -269,6 +269,8 @@ def test_ftui_train_on_mllm_demo_trains_the_family_with_lora(family, tmp_path, l
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    start = next(e for e in events if e["event"] == "run_start")
+    assert start["padding_free"] is False and "collated padded, each with its own images" in start["padding_free_why"]
     adapter = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
     assert adapter and all("language_model" in key for key in adapter), sorted(adapter)[:4]
     assert (run_dir / "final" / "processor_config.json").read_bytes() == (model / "processor_config.json").read_bytes()

@@ -18,39 +18,21 @@ placeholder becomes:
 
 The numbers (patch_size, num_additional_image_tokens, vision_feature_select_strategy,
 image_seq_length) are the transformers Processor's, which LLaMA-Factory reads: the model
-folder's processor_config.json (``ProcessorNumbers``), with the Processor classes' defaults.
+folder's processor_config.json (``ftui.runner.vision.processor.processor_numbers``), with the Processor classes' defaults.
 Pan-and-scan (Gemma 3's image_do_pan_and_scan) is refused by name too (ftui.config.rules).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ftui.i18n import _
 from ftui.runner.vision.images import regularize
-from ftui.runner.vision.plugins import expand_placeholders
+from ftui.runner.vision.placeholders import expand_placeholders
 from ftui.runner.vision.processor import ImageSettings
-
-PROCESSOR_CONFIG = "processor_config.json"
-
-
-def processor_numbers(model_dir: str | Path) -> dict[str, Any]:
-    """The Processor's own settings in a model folder's processor_config.json ({} without one):
-    transformers 5 nests them under "processor" in some saves, older ones keep them at the top."""
-    path = Path(model_dir) / PROCESSOR_CONFIG
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {**data, **data["processor"]} if isinstance(data.get("processor"), dict) else data
-
 
 def _number(numbers: dict[str, Any], key: str, default: Any) -> Any:
     value = numbers.get(key, default)

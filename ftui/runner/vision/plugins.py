@@ -23,33 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ftui.i18n import _
-from ftui.data.conversation import ConversationError
+from ftui.runner.vision.fixed_plugins import FIXED_PLUGINS
 from ftui.runner.vision.images import regularize_qwen
+from ftui.runner.vision.placeholders import IMAGE_PLACEHOLDER, expand_placeholders  # noqa: F401 (IMAGE_PLACEHOLDER: re-exported)
 from ftui.runner.vision.processor import ImageSettings
-
-IMAGE_PLACEHOLDER = "<image>"  # LLaMA-Factory's (its IMAGE_PLACEHOLDER environment variable is not read)
-
-
-def expand_placeholders(turns: list[dict[str, str]], texts: list[str]) -> list[dict[str, str]]:
-    """The turns with each ``<image>`` placeholder replaced by its image's text, in order over
-    the turns; the number of placeholders must equal the number of images (LLaMA-Factory's
-    rule, ``_validate_messages``)."""
-    found = sum(turn["content"].count(IMAGE_PLACEHOLDER) for turn in turns)
-    if found != len(texts):
-        raise ConversationError(_("it has {images} images but {placeholders} {placeholder} placeholders in its messages; "
-                                  "each image needs one placeholder where it goes").format(
-            images=len(texts), placeholders=found, placeholder=IMAGE_PLACEHOLDER))
-    out, k = [], 0
-    for turn in turns:  # split, not replaced in a loop: LLaVA's image token is "<image>" itself
-        parts = turn["content"].split(IMAGE_PLACEHOLDER)
-        content = parts[0]
-        for part in parts[1:]:
-            content += texts[k] + part
-            k += 1
-        out.append({**turn, "content": content})
-    return out
-
 
 @dataclass(frozen=True)
 class QwenVLPlugin:
@@ -81,13 +58,9 @@ class QwenVLPlugin:
         return expand_placeholders(turns, [self.vision_bos + self.image_token * n + self.vision_eos for n in tokens])
 
 
-PLUGINS: dict[str, Any] = {name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}
+PLUGINS: dict[str, Any] = {**{name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}, **FIXED_PLUGINS}
 
 
 def plugin(name: str) -> Any:
     """The plugin of LLaMA-Factory's name (a family's ``plugin`` in ftui.presets.vision_families)."""
-    if name not in PLUGINS:
-        from ftui.runner.vision.fixed_plugins import FIXED_PLUGINS
-
-        PLUGINS.update(FIXED_PLUGINS)
     return PLUGINS[name]
