@@ -24,11 +24,12 @@ from ftui.i18n import _
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
 from ftui.safety.bounded_input import load_json
 
-# LLaMA-Factory's templates made for Qwen's vision-language models, with the mm_plugin each
-# encodes images with (its template.py): a text model given one is refused. The templates that
-# encode images for any family (gemma3 and llava are text templates too) are
-# ftui.presets.vision_families.IMAGE_TEMPLATES.
-VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
+# LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
+# images with (its template.py): a text model given one is refused (LLaMA-Factory fails on every
+# example: "Processor was not found"). Gemma 3's template is a text template too (Gemma 3 1B);
+# every template that encodes images is in ftui.presets.vision_families.IMAGE_TEMPLATES.
+VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl", "llava": "llava",
+                    "intern_vl": "intern_vl"}
 
 
 def read_processor(model_name_or_path: str) -> VisionProcessor:
@@ -70,8 +71,8 @@ def _processor_numbers(path: Path) -> dict[str, Any]:
 
 
 def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
-    """A vision-language template (qwen2_vl, qwen3_vl, qwen3_vl_nothink) for a model that reads
-    text only: LLaMA-Factory fails on every example ("Processor was not found")."""
+    """A vision-language template (qwen2_vl, qwen3_vl, qwen3_vl_nothink, llava, intern_vl) for a
+    model that reads text only: LLaMA-Factory fails on every example ("Processor was not found")."""
     if cfg.template not in VISION_TEMPLATES or model is None or vision_family(model.get("model_type")) is not None:
         return []
     return [FieldProblem("template", cfg.template, _(
