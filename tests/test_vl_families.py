@@ -204,6 +204,34 @@ def test_a_llava_folder_without_its_patch_size_says_which_file(models, tmp_path)
         encoder.encode(to_conversation(RECORDS[1], spec, 1), record_media(RECORDS[1], spec, 1)["images"], spec, 1)
 
 
+def test_a_pixtral_checkpoint_of_model_type_llava_is_refused_by_name(models, tmp_path):
+    import shutil
+
+    model_dir, _model = models("llava")
+    copy = tmp_path / "pixtral"
+    shutil.copytree(model_dir, copy)
+    (copy / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 14, "width": 14},
+        "size": {"longest_edge": 56}, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    encoder = encoder_for(copy, "llava", 1024, 768 * 768)
+    spec = mllm_demo_spec()
+    with pytest.raises(DataFormatError, match=r"this llava model is a Pixtral \(its image processor is Pixtral"):
+        encoder.encode(to_conversation(RECORDS[0], spec, 0), record_media(RECORDS[0], spec, 0)["images"], spec, 0)
+
+
+@pytest.mark.parametrize("family, hub_name", [("llava", "llava-hf/llava-1.5-7b-hf"), ("gemma3", "google/gemma-3-4b-it"),
+                                              ("internvl", "OpenGVLab/InternVL3-1B-hf")])
+def test_the_form_tells_the_family_from_its_folder_and_its_hub_name(family, hub_name, models):
+    from ftui.presets.families import detect_family
+
+    model_dir, _model = models(family)
+    for given in (str(model_dir), hub_name):
+        found = detect_family(given)
+        assert found is not None and found.vision and found.name == family, given
+        assert found.template == FAMILIES[family]["template"]
+    assert not detect_family("google/gemma-3-1b-it").vision  # Gemma 3 1B reads text only
+
+
 @pytest.mark.parametrize("family", OTHERS)
 def test_the_preview_counts_each_image_as_the_encoding_does(family, models):
     """The app side (no torch) reads the same token count from the folder's JSON files as the
@@ -274,3 +302,35 @@ def test_ftui_train_on_mllm_demo_trains_the_family_with_lora(family, tmp_path, l
     adapter = load_file(str(run_dir / "final" / "adapter_model.safetensors"))
     assert adapter and all("language_model" in key for key in adapter), sorted(adapter)[:4]
     assert (run_dir / "final" / "processor_config.json").read_bytes() == (model / "processor_config.json").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gemma3", "llava"])
+def test_ftui_train_under_fsdp_trains_the_unfrozen_tower_and_keeps_the_projector(family, tmp_path, lf_data):
+    """Full training on 2 gloo ranks under FSDP2 (the tower's blocks its own units, Gemma 3's
+    token_type_ids in the batches): the tower and the language model change, the projector
+    (freeze_multi_modal_projector) does not."""
+    from safetensors.torch import load_file
+
+    from tests.conftest import train_sync
+
+    from ftui.config.load import demo_config
+
+    model = vlm_dir(family, tmp_path / "models")
+    cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template=FAMILIES[family]["template"],
+                      dataset="mllm_demo", dataset_dir=str(lf_data), finetuning_type="full", freeze_vision_tower=False,
+                      max_steps=2, per_device_train_batch_size=1, learning_rate=1e-2, image_max_pixels=128 * 128, cutoff_len=512,
+                      engine="fsdp", nproc_per_node=2, output_dir=str(tmp_path / "runs"), logging_steps=1, run_name=f"{family}-fsdp")
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    before = load_file(str(model / "model.safetensors"))
+    after = load_file(str(run_dir / "final" / "model.safetensors"))
+
+    def changed(part: str) -> bool:
+        keys = [k for k in before if part in k]
+        assert keys, part
+        return any(not torch.equal(before[k], after[k]) for k in keys)
+
+    assert changed("vision_tower.") and changed("language_model.") and not changed("multi_modal_projector.")

@@ -199,6 +199,8 @@ def build_other(family: str, out: Path, seed: int = 0) -> Path:
     ids = write_other_tokenizer(family, out)
     torch.manual_seed(seed)
     model = transformers.AutoModelForImageTextToText.from_config(other_config(family, ids))
+    if family == "gemma3":  # transformers starts its projection at zero: no image would reach the text, no gradient the tower
+        torch.nn.init.normal_(model.model.multi_modal_projector.mm_input_projection_weight, std=0.02)
     model.save_pretrained(str(out))
     image, processor = OTHER_PROCESSORS[family]
     (out / "preprocessor_config.json").write_text(json.dumps(image, indent=1))
