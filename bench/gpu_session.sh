@@ -22,6 +22,9 @@
 # with --measured on what came back: its table puts the prediction beside each measurement. That
 # part outgrows one 600 s call together with the rest: SINGLE=0 runs it alone (the single-GPU
 # references it needs are then among its own cases). One GPU: it says so and skips them.
+# Then bench/vl_step.py (issue 42): a Qwen2-VL SFT step, 448 x 448 images and about 1,000 text tokens,
+# tokens/s and the peak against the planner (VL_STEP_S; after the single-GPU part, so a cut call
+# loses it first: VL=1 SINGLE=0 runs it alone; VL=0 leaves it out).
 # A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
 #     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh
 set -uo pipefail
@@ -53,6 +56,12 @@ if [ "${SINGLE:-1}" != 0 ]; then
     timeout "${PROFILE_S:-180}" "$PY" bench/packed_attention.py --shape "$SHAPE" --profile --attn fa2_packed,sdpa_packed --precision pure_bf16 \
         --out "$OUT/packed_attention.json" > /dev/null 2> "$OUT/packed_attention.log" || echo "packed_attention.py ended with $?"
     tail -n 12 "$OUT/packed_attention.log"
+fi
+# a vision-language SFT step (issue 42): with the single-GPU part unless VL=0, or alone with VL=1 SINGLE=0
+if [ "${VL:-$([ "${SINGLE:-1}" != 0 ] && echo 1 || echo 0)}" = 1 ]; then
+    timeout "${VL_STEP_S:-120}" "$PY" bench/vl_step.py --device auto --steps "${VL_STEPS:-6}" --out "$OUT/vl_step.json" > /dev/null \
+        2> "$OUT/vl_step.log" || echo "vl_step.py ended with $?"
+    tail -n 4 "$OUT/vl_step.log"
 fi
 # several GPUs: each engine on all of them (issue 41 item 5), then the plan against what they measured
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

@@ -2,6 +2,13 @@
 its model swapped for a tiny local test model and dataset_dir for the shared folder: it
 either trains (`ftui train --set max_steps=2`) or exits 2 naming what ftui does not support.
 
+The vision-language examples (issue 42) get a tiny local model of their family: the three
+Qwen3-VL ones a tiny qwen3_vl folder (tests/vlm_models.py) and train; qwen3vl_lora_dpo.yaml's
+dataset rlhf_v (a hub dataset, not on this machine) is swapped for the tests' 4 image pairs, twice, in
+the same layout (tests/data/llamafactory_vlm/data/mllm_dpo_demo.json). The two MOSS-VL ones get a
+folder with a MOSS-VL config.json and weights but not its Python code: they are refused naming
+the remote code they need (ftui.config.remote_code_checks).
+
 The refusals run in a few seconds (no torch is imported before a refusal); the training ones
 are marked slow. Where a YAML is refused only for its template name (qwen3_nothink: the
 templates of issue 14 item 1), the test expects the refusal while the template is missing and
@@ -21,14 +28,19 @@ from ftui.machine.facts import MachineFacts
 from ftui.presets.templates import TEMPLATES
 from tests.conftest import LLAMAFACTORY_DATA
 
+MOSS_CODE = "MOSS-VL needs its own code"
+VLM_DATA = Path(__file__).resolve().parent / "data" / "llamafactory_vlm" / "data"
+# YAML -> what replaces its hub dataset (name, dataset_dir): data this machine has, in the same layout
+SWAPPED_DATA = {"train_lora/qwen3vl_lora_dpo.yaml": ("mllm_dpo_demo,mllm_dpo_demo", VLM_DATA)}  # twice: 8 pairs fill its 1 x 8 batch
+
 EXAMPLES = LLAMAFACTORY_DATA / "examples"
 TRAINS = "trains"
 # YAML -> TRAINS, or the words the refusal must name (any one of them, for YAMLs with several problems)
 EXPECTED: dict[str, str | tuple[str, ...]] = {
-    "train_full/mossvl_full_sft.yaml": ("multimodal",),  # multimodal data and a multimodal template, each refused as such
+    "train_full/mossvl_full_sft.yaml": (MOSS_CODE,),  # its model's code is not part of transformers
     "train_full/qwen3_full_sft.yaml": TRAINS,
-    "train_full/qwen3vl_full_sft.yaml": ("reads text only",),  # images and a VL template for the text-only test model
-    "train_lora/mossvl_lora_sft.yaml": ("multimodal",),
+    "train_full/qwen3vl_full_sft.yaml": TRAINS,  # mllm_demo's images and two text datasets, ZeRO-3, a tiny Qwen3-VL
+    "train_lora/mossvl_lora_sft.yaml": (MOSS_CODE,),
     "train_lora/qwen3_lora_dpo.yaml": TRAINS,
     "train_lora/qwen3_lora_kto.yaml": TRAINS,
     "train_lora/qwen3_lora_pretrain.yaml": TRAINS,
@@ -37,8 +49,8 @@ EXPECTED: dict[str, str | tuple[str, ...]] = {
     "train_lora/qwen3_lora_sft_ds3.yaml": TRAINS,
     "train_lora/qwen3_lora_sft_ray.yaml": ("ray_num_workers",),
     "train_lora/qwen3_preprocess.yaml": TRAINS,
-    "train_lora/qwen3vl_lora_dpo.yaml": ("stage dpo with images is not supported yet", "reads text only"),
-    "train_lora/qwen3vl_lora_sft.yaml": ("reads text only",),
+    "train_lora/qwen3vl_lora_dpo.yaml": TRAINS,  # image pairs (SWAPPED_DATA)
+    "train_lora/qwen3vl_lora_sft.yaml": TRAINS,
     "train_qlora/llama3_lora_sft_aqlm.yaml": TRAINS,  # the pre-quantized model is swapped for a plain one
     "train_qlora/llama3_lora_sft_awq.yaml": TRAINS,
     "train_qlora/llama3_lora_sft_gptq.yaml": TRAINS,
@@ -74,10 +86,55 @@ def test_model(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def vl_model(tmp_path_factory) -> Path:
+    """A tiny Qwen3-VL with random weights (tests/vlm_models.py)."""
+    from tests.vlm_models import vlm_dir
+
+    return vlm_dir("qwen3_vl", tmp_path_factory.mktemp("lf-vl-model"))
+
+
+def moss_vl_folder(folder: Path, code: bool = False) -> Path:
+    """A MOSS-VL model folder as its release has it, less its Python files (``code``: with
+    them): config.json naming them in auto_map, weights, and a tokenizer (the demo's)."""
+    import shutil
+
+    from ftui.rundir.paths import DEMO_MODEL_DIR
+
+    from safetensors.numpy import save_file
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in Path(DEMO_MODEL_DIR).iterdir():
+        if path.is_file() and path.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
+            shutil.copy(path, folder / path.name)
+    config = {"model_type": "moss_vl", "architectures": ["MossVLForConditionalGeneration"],
+              "auto_map": {"AutoConfig": "configuration_moss_vl.MossVLConfig",
+                           "AutoModelForCausalLM": "modeling_moss_vl.MossVLForConditionalGeneration"},
+              "vision_config": {"depth": 2, "hidden_size": 32},
+              "text_config": {"hidden_size": 64, "num_hidden_layers": 2, "max_position_embeddings": 8192}}
+    (folder / "config.json").write_text(__import__("json").dumps(config))
+    save_file({"w": np.zeros((2, 2), dtype=np.float32)}, str(folder / "model.safetensors"))
+    if code:
+        for name in ("configuration_moss_vl.py", "modeling_moss_vl.py"):
+            (folder / name).write_text("# MOSS-VL's own code\n")
+    return folder
+
+
+def model_for(name: str, folder: Path, test_model: Path, vl_model: Path) -> Path:
+    """The tiny local model that stands in for the example's: of the same family."""
+    if "/mossvl" in name:
+        return moss_vl_folder(folder / "moss-vl")
+    return vl_model if "/qwen3vl" in name else test_model
+
+
 def swapped(name: str, folder: Path, model: Path | str) -> Path:
-    """The example YAML with the local model, the shared dataset folder and paths under ``folder``."""
+    """The example YAML with the local model, the shared dataset folder (or SWAPPED_DATA's)
+    and paths under ``folder``."""
     data = yaml.safe_load((EXAMPLES / name).read_text())
     data |= {"model_name_or_path": str(model), "dataset_dir": str(LLAMAFACTORY_DATA), "output_dir": str(folder / "runs")}
+    if name in SWAPPED_DATA:
+        data["dataset"], data["dataset_dir"] = SWAPPED_DATA[name][0], str(SWAPPED_DATA[name][1])
     if data.get("deepspeed"):
         data["deepspeed"] = str(LLAMAFACTORY_DATA / data["deepspeed"])
     path = folder / Path(name).name
@@ -100,14 +157,14 @@ MAYBE_TRAINS = [n for n, e in EXPECTED.items() if e == TRAINS]
 
 
 @pytest.mark.parametrize("name", REFUSED + MAYBE_TRAINS)
-def test_an_official_example_is_refused_by_name_with_exit_2(name, tmp_path, lf_data, test_model):
+def test_an_official_example_is_refused_by_name_with_exit_2(name, tmp_path, lf_data, test_model, vl_model):
     """The refusals (fast: nothing is loaded), with nothing else to refuse: each names only what
     ftui does not support."""
     data = yaml.safe_load((EXAMPLES / name).read_text())
     expected = expectation(name, data)
     if expected == TRAINS:
         pytest.skip("this example trains on this machine, nothing to refuse: test_an_official_example_trains runs it (-m slow)")
-    proc = ftui_train(swapped(name, tmp_path, test_model), tmp_path, timeout=120)
+    proc = ftui_train(swapped(name, tmp_path, model_for(name, tmp_path, test_model, vl_model)), tmp_path, timeout=120)
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and any(word in said for word in expected), said
     assert "Traceback" not in proc.stderr and "model_name_or_path" not in said and "cutoff_len" not in said
@@ -115,10 +172,40 @@ def test_an_official_example_is_refused_by_name_with_exit_2(name, tmp_path, lf_d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MAYBE_TRAINS)
-def test_an_official_example_trains(name, tmp_path, lf_data, test_model):
+def test_an_official_example_trains(name, tmp_path, lf_data, test_model, vl_model):
     data = yaml.safe_load((EXAMPLES / name).read_text())
     if expectation(name, data) != TRAINS:
         pytest.skip("refused on this machine ({why}): test_an_official_example_is_refused_by_name_with_exit_2 checks that".format(
             why=", ".join(expectation(name, data))))
-    proc = ftui_train(swapped(name, tmp_path, test_model), tmp_path, timeout=900)
+    proc = ftui_train(swapped(name, tmp_path, model_for(name, tmp_path, test_model, vl_model)), tmp_path, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_every_key_of_the_vl_examples_is_known(lf_data):
+    """Every key the five VL YAMLs set is a RunConfig field (implemented, or refused by name by
+    the preflight: ftui.presets.lf_keys), never silently dropped."""
+    from ftui.config.schema import RunConfig
+    from ftui.presets.lf_keys import classify
+
+    for name in [n for n in EXPECTED if "vl_" in n]:
+        for key, value in yaml.safe_load((EXAMPLES / name).read_text()).items():
+            assert key in RunConfig.model_fields or classify(key, value) != "unknown", (name, key)
+
+
+@pytest.mark.parametrize("trust, code, said", [
+    (False, True, "MOSS-VL needs its own code (trust_remote_code): its model is not part of transformers"),
+    (True, False, "MOSS-VL needs its own code (trust_remote_code) and it is not here: configuration_moss_vl.py, "
+                  "modeling_moss_vl.py missing"),
+    (True, True, "MOSS-VL's model loads with its own code (trust_remote_code), but ftui does not encode its images"),
+])
+def test_moss_vl_is_refused_naming_its_remote_code(trust, code, said, tmp_path):
+    """Without trust_remote_code, without its code, and with both (it would load, but LLaMA-
+    Factory 0.9.5 has no moss_vl template or plugin to match): each refusal says which."""
+    from ftui.config.model_checks import model_checks, read_model
+    from ftui.config.schema import RunConfig
+
+    folder = moss_vl_folder(tmp_path / "moss", code=code)
+    cfg = RunConfig(model_name_or_path=str(folder), trust_remote_code=trust, dataset="mllm_demo")
+    problems = model_checks(cfg, read_model(str(folder)))
+    assert [p.message for p in problems if "MOSS-VL" in p.message] and any(said in p.message for p in problems), problems
+    assert not any("family ftui does not train yet" in p.message for p in problems)  # the named refusal replaces the generic one

@@ -150,8 +150,8 @@ def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
 
 def test_media_datasets_are_judged_by_the_registry_before_a_run(lf_data, tmp_path):
     """Images pass the registry for stage sft (the model and the records are checked in
-    preflight: tests/test_vl_data.py); videos and audios, and images for another stage, are
-    refused by name in this slice of issue 42."""
+    preflight: tests/test_vl_data.py); videos and audios, and images for stages pt, kto and rm
+    (which LLaMA-Factory 0.9.5 does not train on images), are refused by name in this slice of issue 42."""
     from ftui.data.registry import dataset_path_problem
 
     assert dataset_path_problem("identity,mllm_demo", str(lf_data), "sft") is None

@@ -7,7 +7,9 @@ transformers 5.24.0) for the tiny models of tests/vlm_models.py, at cutoff_len 1
 (which cuts image tokens) and with image_max_pixels 128*128 (which shrinks the images first).
 ftui's encoding of the same records must equal it field by field: input_ids, labels and
 image_grid_thw exactly, pixel_values to 1e-5, and the M-RoPE position ids that the model's
-get_rope_index computes from them (as LLaMA-Factory's collator calls it) exactly.
+get_rope_index computes from them (as LLaMA-Factory's collator calls it) exactly. As in
+LLaMA-Factory, an example keeps its image files and grids and the collator processes the
+pixels (ftui.runner.vision.batch_images): the pixels compared are the collated ones.
 """
 
 from __future__ import annotations
@@ -71,17 +73,15 @@ def encoder_for(model_dir: Path, family: str, template: str, cutoff: int, max_pi
     return VisionEncoder(renderer, vision_family(family), load_image_processor(str(model_dir)), ImageSettings(max_pixels=max_pixels))
 
 
-def rope_positions(model, ids: list[int], grid: torch.Tensor) -> list[list[int]]:
-    """The M-RoPE position ids of one example as LLaMA-Factory's collator gets them: the model's
-    get_rope_index with image token types, the text row put in front (4 x length)."""
-    config = model.config
-    input_ids = torch.tensor([ids])
-    types = torch.zeros_like(input_ids)
-    types[input_ids == config.image_token_id] = 1
-    types[input_ids == config.video_token_id] = 2
-    positions, _deltas = model.model.get_rope_index(input_ids=input_ids, mm_token_type_ids=types, image_grid_thw=grid,
-                                                   attention_mask=torch.ones_like(input_ids))
-    return torch.cat([positions[:1], positions], dim=0)[:, 0, :].tolist()
+def collated(model, ids: list[int], labels: list[int], media) -> tuple[dict, list[list[int]]]:
+    """One example through ftui's collator, as LLaMA-Factory's reference ran each example alone:
+    its images' tensors (the files opened and processed there, ftui.runner.media_batch) and its
+    M-RoPE position ids (the model's get_rope_index, the text row in front: 4 x length)."""
+    from ftui.runner.data import Collator, Example
+    from ftui.runner.media_batch import media_collation
+
+    batch = Collator(0, media=media_collation(model))([Example(ids, labels, real_tokens=len(ids), media=media)])
+    return batch.media.tensors, batch.media.position_ids[:, 0, :].tolist()
 
 
 def _case_id(case: dict) -> str:
@@ -103,18 +103,22 @@ def test_encoding_matches_llamafactory(case, models):
         enc = encoder.encode(to_conversation(record, spec, i), paths, spec, i)
         assert enc.input_ids == ref["input_ids"], f"record {i}: input_ids differ"
         assert enc.labels == ref["labels"], f"record {i}: labels differ"
-        grid = enc.media["image_grid_thw"]
-        assert grid.tolist() == ref["image_grid_thw"]
-        pixels = enc.media["pixel_values"].float().numpy()
+        assert [list(g) for g in enc.media.grids] == ref["image_grid_thw"]  # computed from the images' sizes
+        kept = sum(1 for t in ref["input_ids"] if t == model.config.image_token_id)
+        # no positions: LLaMA-Factory's collator failed on the example (cutoff_len cut its image
+        # tokens, which the stage refuses), so only its images are processed
+        alone = ref["position_ids"] is None
+        tensors, positions = (enc.media.tensors(), None) if alone else collated(model, enc.input_ids, enc.labels, enc.media)
+        assert tensors["image_grid_thw"].tolist() == ref["image_grid_thw"]
+        pixels = tensors["pixel_values"].float().numpy()
         assert list(pixels.shape) == ref["pixel_values"]["shape"]
         np.testing.assert_allclose(pixels.reshape(-1)[: len(ref["pixel_values"]["first"])], ref["pixel_values"]["first"], atol=1e-5)
         assert float(pixels.astype(np.float64).sum()) == pytest.approx(ref["pixel_values"]["sum"], rel=1e-6, abs=1e-3)
         assert hashlib.sha256(np.round(pixels.astype(np.float32), 4).tobytes()).hexdigest()[:16] == ref["pixel_values"]["digest"]
         # the image tokens LLaMA-Factory's ids keep, against what the grids expand to
-        kept = sum(1 for t in ref["input_ids"] if t == model.config.image_token_id)
         assert encoder.missing_image_tokens(enc) == sum(t * h * w // 4 for t, h, w in ref["image_grid_thw"]) - kept
-        if ref["position_ids"] is not None:
-            assert rope_positions(model, enc.input_ids, grid) == ref["position_ids"], f"record {i}: M-RoPE positions differ"
+        if not alone:
+            assert positions == ref["position_ids"], f"record {i}: M-RoPE positions differ"
 
 
 def test_the_reference_covers_every_family_and_a_cut():
@@ -145,8 +149,9 @@ def test_sft_stage_gives_examples_with_their_images(models):
     ref = next(c for c in CASES if c["family"] == "qwen2_vl" and c["cutoff_len"] == 1024 and c["image_max_pixels"] == 768 * 768)
     examples = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), RECORDS)
     assert [e.input_ids for e in examples] == [r["input_ids"] for r in ref["examples"]]
-    assert [e.media["image_grid_thw"].tolist() for e in examples] == [r["image_grid_thw"] for r in ref["examples"]]
-    assert examples[0].media["pixel_values"].shape[0] == int(examples[0].media["image_grid_thw"].prod(dim=1).sum())
+    assert [[list(g) for g in e.media.grids] for e in examples] == [r["image_grid_thw"] for r in ref["examples"]]
+    assert [Path(p).name for p in examples[1].media.paths] == ref["examples"][1]["images"]
+    assert examples[0].media.tensors()["pixel_values"].shape[0] == examples[0].media.patches
 
 
 def test_text_records_of_a_vision_run_are_encoded_as_text(models):
@@ -169,7 +174,8 @@ def test_image_max_pixels_is_read_from_the_config(models):
     model_dir, _model = models("qwen2_vl")
     [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024, image_max_pixels=128 * 128), RECORDS[1:2])
     ref = next(c for c in CASES if c["family"] == "qwen2_vl" and c["image_max_pixels"] == 128 * 128)
-    assert example.media["image_grid_thw"].tolist() == ref["examples"][1]["image_grid_thw"]
+    assert [list(g) for g in example.media.grids] == ref["examples"][1]["image_grid_thw"]
+    assert example.media.tensors()["image_grid_thw"].tolist() == ref["examples"][1]["image_grid_thw"]
 
 
 @pytest.mark.parametrize("content, images, match", [
@@ -246,3 +252,80 @@ def load_tokenizer_of(model_dir: Path, template: str):
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     fix_tokenizer(tok, TEMPLATES[template])
     return tok
+
+
+# --- images kept as files until their batch is collated (ftui.runner.vision.batch_images)
+
+
+def image_record(path: Path) -> dict:
+    return {"messages": [{"role": "user", "content": "<image>What colour?"}, {"role": "assistant", "content": "Blue."}],
+            "images": [str(path)]}
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_an_images_grid_from_its_size_is_the_processors(family, models):
+    """The grid encoding computes from the size alone equals what the processor gives the
+    regularised image: sizes around the processors' factors, tiny, long and huge ones."""
+    from PIL import Image
+
+    from ftui.runner.vision.batch_images import ImageReader
+    from ftui.runner.vision.plugins import plugin
+
+    model_dir, _model = models(family)
+    processor = load_image_processor(str(model_dir))
+    for max_pixels in (768 * 768, 128 * 128):
+        reader = ImageReader(plugin(vision_family(family).plugin), processor, ImageSettings(max_pixels=max_pixels))
+        for size in [(448, 448), (300, 168), (1000, 999), (27, 500), (20, 10), (5000, 40), (56, 8000), (1920, 1080), (111, 113)]:
+            image = Image.new("RGB", size, (10, 200, 30))
+            got = reader.plugin.image_inputs([image], processor, reader.settings)["image_grid_thw"].tolist()
+            assert [list(reader.grid(image))] == got, (size, max_pixels)
+
+
+def test_an_example_holds_its_image_files_not_their_pixels(models):
+    import dataclasses
+
+    model_dir, _model = models("qwen2_vl")
+    [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), RECORDS[:1])
+    fields = {f.name: getattr(example.media, f.name) for f in dataclasses.fields(example.media)}
+    assert set(fields) == {"paths", "grids", "reader"}
+    assert all(isinstance(p, str) for p in fields["paths"]) and len(fields["paths"]) == 2
+    assert not any(isinstance(x, torch.Tensor) for x in (*fields["grids"], *vars(fields["reader"]).values()))
+
+
+def test_a_batch_processes_its_rows_images_in_row_order(models):
+    """Two examples with images and one without, collated: each key concatenated over the rows,
+    each row's share kept, the pixels those of each example's images processed alone."""
+    model_dir, model = models("qwen2_vl")
+    stage = stage_for(model_dir, "qwen2_vl", 1024)
+    text = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    examples = stage_encode(stage, [RECORDS[0], text, RECORDS[1]])
+    from ftui.runner.data import Collator
+    from ftui.runner.media_batch import media_collation
+
+    batch = Collator(0, media=media_collation(model))(examples)
+    alone = [examples[0].media.tensors(), examples[2].media.tensors()]
+    for key in ("pixel_values", "image_grid_thw"):
+        assert torch.equal(batch.media.tensors[key], torch.cat([a[key] for a in alone]))
+    assert batch.media.row_sizes["image_grid_thw"] == [2, 0, 1]
+    assert batch.media.row_sizes["pixel_values"] == [examples[0].media.patches, 0, examples[2].media.patches]
+
+
+def test_an_image_changed_or_gone_since_encoding_is_named_when_its_batch_is_collated(models, tmp_path):
+    from PIL import Image
+
+    from ftui.runner.data import Collator
+    from ftui.runner.media_batch import media_collation
+
+    model_dir, model = models("qwen2_vl")
+    picture = tmp_path / "picture.png"
+    Image.new("RGB", (112, 56), (0, 0, 255)).save(picture)
+    [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), [image_record(picture)])
+    collate = Collator(0, media=media_collation(model))
+    assert collate([example]).media.tensors["image_grid_thw"].tolist() == [[1, 4, 8]]
+    Image.new("RGB", (56, 112), (0, 0, 255)).save(picture)  # same pixels count, another grid
+    with pytest.raises(DataFormatError, match=r"the image .*picture\.png changed since the dataset was encoded: its grid of "
+                                              r"patches is now 1x8x4, not 1x4x8"):
+        collate([example])
+    picture.unlink()
+    with pytest.raises(DataFormatError, match=r"the image .*picture\.png could be read when the dataset was encoded but not now"):
+        collate([example])

@@ -98,8 +98,10 @@ def test_encoding_matches_llamafactory(case, models):
         enc = encoder.encode(to_conversation(record, spec, i), paths, spec, i)
         assert enc.input_ids == ref["input_ids"], f"record {i}: input_ids differ"
         assert enc.labels == ref["labels"], f"record {i}: labels differ"
-        assert set(enc.media) == {"pixel_values"} and ref["image_grid_thw"] is None and ref["position_ids"] is None
-        pixels = enc.media["pixel_values"].float().numpy()
+        tensors = enc.media.tensors()  # the files kept, processed when collated (ftui.runner.vision.batch_images)
+        assert set(tensors) == {"pixel_values"} and ref["image_grid_thw"] is None and ref["position_ids"] is None
+        assert enc.media.grids == ((1, 1, 1),) * len(paths)
+        pixels = tensors["pixel_values"].float().numpy()
         assert list(pixels.shape) == ref["pixel_values"]["shape"] == [len(paths), 3, 56, 56]
         np.testing.assert_allclose(pixels.reshape(-1)[: len(ref["pixel_values"]["first"])], ref["pixel_values"]["first"], atol=1e-5)
         assert float(pixels.astype(np.float64).sum()) == pytest.approx(ref["pixel_values"]["sum"], rel=1e-6, abs=1e-3)

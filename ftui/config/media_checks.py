@@ -140,6 +140,10 @@ def first_records_media(spec: DatasetSpec, records: list[Any]) -> None:
     """The first records' media, as the run will read them: each record's files resolved, its
     placeholders counted and each image decoded whole (a missing, unreadable, truncated,
     corrupt, huge or non-image file is named with its record). Raises a MediaError."""
+    from ftui.data.preference_media import preference_images
+    from ftui.stages import PAIRS
+
     for index, record in enumerate(records):
-        for path in record_media(record, spec, index)["images"]:
+        paths = preference_images(record, spec, index, PAIRS) if spec.ranking else record_media(record, spec, index)["images"]
+        for path in paths:
             verify_image(path, spec, index)

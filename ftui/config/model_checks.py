@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ftui.config.problems import FieldProblem
+from ftui.config.remote_code_checks import moss_vl_problems
 from ftui.config.schema import RunConfig, comma_items
 from ftui.i18n import _
 from ftui.presets.families import FA2_MODEL_TYPES, runs_sdpa
@@ -36,7 +37,7 @@ def model_checks(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProb
     out = model_problems(cfg)
     out += model_size_problems(cfg, model)
     out += cutoff_problems(cfg, model)
-    out += multimodal_model_problems(cfg, model)
+    out += moss_vl_problems(cfg, model) or multimodal_model_problems(cfg, model)  # MOSS-VL: refused naming its remote code
     out += attention_model_problems(cfg, model)
     out += padding_free_model_problems(cfg, model)
     out += lora_target_problems(cfg, model)

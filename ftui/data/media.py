@@ -15,7 +15,8 @@ LLaMA-Factory 0.9.5's training raises for it ("The number of images does not mat
 number of <image> tokens"); only its chat engines put the placeholders in front of the first
 message, which ftui's chat may do, never its training.
 
-This slice of issue 42 trains on images; a record with videos or audios is refused by name.
+This slice of issue 42 trains on images (stages sft and dpo; a preference record's images:
+ftui.data.preference_media); a record with videos or audios is refused by name.
 No torch here: the launch form, preflight and the runner's encoding share this code.
 """
 
@@ -38,7 +39,14 @@ __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "Med
 PLACEHOLDERS = {"images": "<image>", "videos": "<video>", "audios": "<audio>"}
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")  # http://, https://, s3://, gs://, hf://, file:// ...
 SUPPORTED_MEDIA = ("images",)  # what this slice decodes; videos and audios come next
-MEDIA_STAGES = ("sft",)  # the stages that train on images in this slice (LLaMA-Factory has dpo, kto, rm and pt too)
+# The stages that train on images as LLaMA-Factory 0.9.5 trains them (with transformers 5.24,
+# the tests' version). Refused by name: pt (its pretrain processor never calls the plugin: the
+# images are dropped and "<image>" stays as text); kto (its trainer's forward passes neither
+# mm_token_type_ids nor the M-RoPE positions, which Qwen2-VL / Qwen3-VL refuse in their first
+# step); rm (TRL's value head reads config.hidden_size, which these configs keep in
+# text_config: the model fails to load). ftui's kto and rm encode images already
+# (tests/test_vl_dpo.py checks kto's against LLaMA-Factory's feedback processor).
+MEDIA_STAGES = ("sft", "dpo")
 
 
 class MediaPathError(MediaError):

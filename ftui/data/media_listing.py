@@ -48,7 +48,13 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
     from ftui.data.media_files import image_header
 
     try:
-        paths = record_media(record, spec, index)["images"]
+        if spec.ranking:  # a preference pair: its images checked with each answer (ftui.data.preference_media)
+            from ftui.data.preference_media import preference_images
+            from ftui.stages import PAIRS
+
+            paths = preference_images(record, spec, index, PAIRS)
+        else:
+            paths = record_media(record, spec, index)["images"]
         infos = [image_header(path, spec, index) for path in paths]
     except DataFormatError as err:  # a MediaError, or a record that does not convert
         return RecordListing(spec.name, index, problem=str(err))

@@ -39,6 +39,7 @@ from typing import Any
 from ftui.i18n import _
 from ftui.plan.loss_chunks import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.plan.model_shape import ModelShape, read_model_config
+from ftui.plan.vision_activations import ImageLoad, image_load, vision_activations
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.stages import describe as describe_stage
 
@@ -187,7 +188,8 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              nproc_per_node: int | None = None, compute_major: int | None = None, chunked_loss: bool = True,
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
              pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True,
-             stage_options: dict[str, Any] | None = None, frozen: tuple[bool, bool, bool] = (True, True, False)) -> Estimate:
+             stage_options: dict[str, Any] | None = None, frozen: tuple[bool, bool, bool] = (True, True, False),
+             images: ImageLoad | None = None) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -212,10 +214,13 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     varlen FlashAttention-2: no repeated K/V heads and no mask bias where ``packing`` or several
     rows of examples make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
     length per token). ``frozen``: a vision-language model's frozen parts (``trainable_params``);
-    its vision tower and projector count in the weights (``ModelShape.params``).
+    its vision tower and projector count in the weights (``ModelShape.params``); ``images``: the
+    example its micro batches are planned with (``ftui.plan.vision_activations``: the tower's
+    activations and the pixels; the image tokens are in the rows of ``seq_len``).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers, frozen)
+    vision_frozen, projector_frozen = frozen[0], frozen[1]
     W = max(1, world_size)
     spec = engine_spec(engine)
     deepspeed = zero_stage is not None or spec.deepspeed
@@ -356,6 +361,20 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         # run has no copy to make: 11.6 bytes a logit measured on the CPU, bench/planner_check.py)
         logits = tokens * shape.vocab * (12 + (act if half else 0))
     activations = layers_act + logits
+    if images is not None and shape.vision.depth:
+        vision = shape.vision
+        trained_blocks = range(max(0, shape.layers - freeze_layers), shape.layers) if method == "freeze" else range(vision.depth)
+        activations += vision_activations(vision, images, micro_batch * rows, act=act, res_bytes=res_bytes,
+                                          tower_trains=not vision_frozen and any(i < vision.depth for i in trained_blocks),
+                                          projector_trains=not projector_frozen, gradient_checkpointing=gradient_checkpointing,
+                                          eager=attention == "eager")
+        source = (_("the largest of the dataset's first records") if images.source == "dataset" else
+                  _("one image of image_max_pixels (the dataset's images not read here)"))
+        notes.append(_("images: {tokens} image tokens an example, within cutoff_len, and {patches} patches through the vision "
+                       "tower; planned from {source}").format(tokens=images.tokens, patches=images.patches, source=source))
+        if images.tokens >= seq_len:
+            notes.append(_("an example's images take {tokens} tokens, cutoff_len={cutoff_len} leaves no room for its text: such "
+                           "records are refused; raise cutoff_len or lower image_max_pixels").format(tokens=images.tokens, cutoff_len=seq_len))
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(_("{engine} shards over processes: with one process it saves nothing").format(engine=engine))
@@ -392,7 +411,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     attention=attention_for(get("flash_attn"), shape),
                     packing=bool(cfg.packing),  # None (the stage's default): no examples kept apart by a mask
                     frozen=(bool(getattr(cfg, "freeze_vision_tower", True)), bool(getattr(cfg, "freeze_multi_modal_projector", True)),
-                            bool(getattr(cfg, "freeze_language_model", False))))
+                            bool(getattr(cfg, "freeze_language_model", False))),
+                    images=overrides["images"] if "images" in overrides else (image_load(cfg, shape.vision) if shape.vision.depth else None))
 
 
 def attention_for(flash_attn: str, shape: ModelShape) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from ftui.i18n import _
 from ftui.plan.model_shape import ModelShape, read_model_config
 from ftui.plan.planner import Estimate, estimate_for, gib
+from ftui.plan.vision_activations import image_load
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 
 
@@ -60,12 +61,16 @@ class Verdict:
         return head + _("; does NOT fit {size} GPUs ({needs})").format(size=gpus, needs=needs) + tail
 
 
-def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None) -> list[str]:
+def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compute_major: int | None = None,
+              images: Any = None) -> list[str]:
     """Changes that make the run fit, least disruptive first: every combination of a more
     memory-saving engine, a smaller micro batch (same effective batch), gradient
     checkpointing, LoRA/QLoRA and, where attention is eager (``flash_attn: disabled``), SDPA
     is estimated (a few hundred estimates, microseconds each)
-    and ranked by how much it changes the run."""
+    and ranked by how much it changes the run. ``images``: a vision-language run's example
+    (``ftui.plan.vision_activations.image_load``, read once by the caller; None: read here)."""
+    if images is None and shape.vision.depth:
+        images = image_load(cfg, shape.vision)
     engines: list[tuple[str | None, int]] = [(None, 0)]
     engine, seen = (None if cfg.deepspeed else cfg.engine), set()
     pure = bool(getattr(cfg, "pure_bf16", False))
@@ -92,7 +97,7 @@ def what_fits(cfg: Any, shape: ModelShape, gpu_bytes: int, limit: int = 3, compu
         if cost == 0:
             continue
         over: dict[str, Any] = {"per_device_train_batch_size": mb, "gradient_checkpointing": ck, "method": method,
-                                "flash_attn": attn}
+                                "flash_attn": attn, "images": images}
         if eng:
             over["engine"] = eng
         e = estimate_for(cfg, shape, compute_major, **over)
@@ -133,6 +138,8 @@ def plan(cfg: Any, gpu_bytes: int | None = None, compute_major: int | None = Non
         if compute_major is None:
             majors = [major for _gpu, (major, _minor) in compute_capabilities(cfg.nproc_per_node, picked)]
             compute_major = min(majors) if majors else None
-    e = estimate_for(cfg, shape, compute_major)
-    suggestions = what_fits(cfg, shape, gpu_bytes, compute_major=compute_major) if gpu_bytes is not None and e.needed > gpu_bytes else []
+    images = image_load(cfg, shape.vision) if shape.vision.depth else None  # the dataset's first images, read once
+    e = estimate_for(cfg, shape, compute_major, images=images)
+    suggestions = (what_fits(cfg, shape, gpu_bytes, compute_major=compute_major, images=images)
+                   if gpu_bytes is not None and e.needed > gpu_bytes else [])
     return Verdict(e, gpu_bytes, suggestions)

@@ -2,8 +2,12 @@
 token types the model reads them with, collated as LLaMA-Factory's collator does
 (``data/collator.py``, MultiModalDataCollatorForSeq2Seq).
 
-Each example carries the processor's tensors for its own images (``Example.media``:
-``pixel_values`` [patches, d], ``image_grid_thw`` [images, 3]; videos' keys later); the batch
+Each example carries its images as files and grids (``Example.media``: an ``ExampleImages``,
+``ftui.runner.vision.batch_images``), which the collator opens, regularises and processes here,
+per micro batch and in the prefetch thread, as LLaMA-Factory's collator runs its plugin (what it
+costs a step is measured there); a row may also carry ready tensors (a dict: the stand-in image
+below, examples built by hand). Either way a row gives the processor's tensors for its images
+(``pixel_values`` [patches, d], ``image_grid_thw`` [images, 3]; videos' keys later); the batch
 concatenates each key over its rows along dim 0, in row order, and remembers each row's share,
 so a slice of rows (``MediaInputs.inputs(rows)``) takes exactly those rows' images. The model
 also needs ``mm_token_type_ids`` (1 at image tokens, 2 at video tokens: transformers 5's
@@ -21,6 +25,7 @@ from typing import Any
 import torch
 
 from ftui.i18n import _
+from ftui.runner.vision.batch_images import ExampleImages
 
 
 @dataclass(frozen=True)
@@ -124,13 +129,22 @@ def token_types(ids: torch.Tensor, collation: MediaCollation) -> torch.Tensor:
     return types
 
 
-def collate_media(media: list[dict[str, torch.Tensor] | None], ids: torch.Tensor, mask: torch.Tensor,
+RowMedia = dict[str, torch.Tensor] | ExampleImages | None
+
+
+def row_tensors(media: RowMedia) -> dict[str, torch.Tensor] | None:
+    """A row's image tensors: an example's files processed now, or the tensors it carries."""
+    return media.tensors() if isinstance(media, ExampleImages) else media
+
+
+def collate_media(rows: list[RowMedia], ids: torch.Tensor, mask: torch.Tensor,
                   collation: MediaCollation | None) -> MediaInputs:
-    """The batch's images from each row's ``media`` (None for a row without any), with its
-    padded ``ids`` and attention ``mask`` (rows x width, right-padded)."""
+    """The batch's images from each row's ``Example.media`` (None for a row without any), with
+    its padded ``ids`` and attention ``mask`` (rows x width, right-padded)."""
     if collation is None:
         raise ValueError(_("these examples have images, but the model is not a vision-language model ftui trains; "
                            "use a model of a family in ftui.presets.vision_families, or a dataset without images"))
+    media = [row_tensors(m) for m in rows]
     keys = sorted({k for m in media if m for k in m})
     tensors = {k: torch.cat([m[k] for m in media if m and k in m], dim=0) for k in keys}
     sizes = {k: [(m[k].size(0) if m and k in m else 0) for m in media] for k in keys}

@@ -36,6 +36,7 @@ from ftui.runner.stages.base import MicroLoss
 from ftui.runner.stages.preference import (KL_ROTATION_BATCH, ComparisonEncoder, FeedbackExample, PreferenceStage,
                                            Reference, answer_example, example_of, forward_logps, labelled_tokens,
                                            saved_columns)
+from ftui.runner.stages.preference_vision import RecordImages
 
 
 @dataclass
@@ -71,14 +72,16 @@ class KTOStage(PreferenceStage):
         skipped = 0
         for start in range(0, len(items), KL_ROTATION_BATCH):
             block = items[start:start + KL_ROTATION_BATCH]
-            for j, (comp, spec, i) in enumerate(block):
+            for j, (comp, spec, i, paths) in enumerate(block):
                 if comp is None or comp.desirable is None:
                     skipped += 1
                     continue
                 previous = block[j - 1][0]  # j = 0: the block's last record, as LF's rotation (skipped ones too)
                 kl_answer = previous.answers[0] if previous is not None else comp.answers[0]
                 try:
-                    example = self.feedback_example(comp.prompt, comp.answers[0], kl_answer, comp.desirable, encoder, out)
+                    images = self.record_images(paths, encoder, spec, i)
+                    example = self.feedback_example(comp.prompt, comp.answers[0], kl_answer, comp.desirable, encoder, out,
+                                                    images, spec, i)
                 except ConversationError as err:
                     raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
                 if example is not None:
@@ -91,10 +94,13 @@ class KTOStage(PreferenceStage):
         return examples
 
     def feedback_example(self, prompt: Any, answer: dict[str, str], kl_answer: dict[str, str], desirable: bool,
-                         encoder: ComparisonEncoder, out: TokenizedData) -> FeedbackExample | None:
+                         encoder: ComparisonEncoder, out: TokenizedData, images: RecordImages | None = None,
+                         spec: DatasetSpec | None = None, i: int = 0) -> FeedbackExample | None:
+        """The answer's example and the mismatched one; both read the record's images (as
+        LLaMA-Factory's feedback processor gives them to the plugin)."""
         cutoff = self.cfg.cutoff_len
-        p, a = encoder.encode(prompt, answer)
-        kp, ka = encoder.encode(prompt, kl_answer)
+        p, a = self.encode_answer(encoder, prompt, answer, images)
+        kp, ka = self.encode_answer(encoder, prompt, kl_answer, images)
         source, target = split_budget(len(p), len(a), cutoff)
         kl_source, kl_target = split_budget(len(kp), len(ka), cutoff)
         if source < len(p) or target < len(a):
@@ -102,7 +108,8 @@ class KTOStage(PreferenceStage):
         if target == 0:
             out.dropped += 1
             return None
-        return FeedbackExample(answer_example(p, a, source, target), answer_example(kp, ka, kl_source, kl_target), desirable)
+        return FeedbackExample(self.with_images(answer_example(p, a, source, target), images, spec, i),
+                               self.with_images(answer_example(kp, ka, kl_source, kl_target), images, spec, i), desirable)
 
     def parse_saved(self, table: Any, path: str) -> list[FeedbackExample]:
         cols = saved_columns(table, path, ("input_ids", "labels", "kl_input_ids", "kl_labels", "kto_tags"), self.name)
@@ -110,7 +117,7 @@ class KTOStage(PreferenceStage):
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
         return FeedbackCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
-                                sequence_lengths=self.sequence_lengths)
+                                sequence_lengths=self.sequence_lengths, media=self.media)
 
     def keep_start(self, model: nn.Module) -> None:
         self.reference.keep(model)

@@ -19,6 +19,11 @@ adapter switched off (no second copy, as TRL and LF do); for full and freeze a f
 the starting weights, which the engine places as it places the policy (sharded under FSDP
 and ZeRO-3: ``Engine.prepare_frozen``). Dropout is off in both (TRL's ``disable_dropout``),
 so the policy and the reference agree exactly at the first step.
+
+Records with images (a vision-language model): each sequence's placeholders are expanded to
+its images' tokens before the template renders it, and every example of the record carries
+the images' tensors (``ftui.runner.stages.preference_vision``); batches collate them with the
+rows (``ftui.runner.media_batch``), and the reference model reads the same batch.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from torch import nn
 
 from ftui.data.conversation import Conversation, ConversationError, Renderer, split_budget
 from ftui.i18n import _
+from ftui.data.preference_media import preference_images
 from ftui.data.preference_records import Comparison, as_messages, to_comparison
 from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.runner.data import IGNORE, Batch, Collator, Example, Progress, TokenizedData
@@ -42,6 +48,7 @@ from ftui.runner.faults import developer_note
 from ftui.runner.loss import install_chunked_loss, micro_batch_logps
 from ftui.runner.model import template_name_for
 from ftui.runner.stages.base import Stage
+from ftui.runner.stages.preference_vision import PreferenceVision, RecordImages
 from ftui.runner.stages.sft import Encoder, encode_options
 from ftui.stages import PAIRS
 
@@ -138,17 +145,43 @@ class ComparisonEncoder:
 class PreferenceStage(Stage):
     """The ranking stages' data (dpo, rm): pairs; subclasses give the loss."""
 
+    _vision: PreferenceVision | None = None  # made at the first record with images
+
+    def vision(self, encoder: ComparisonEncoder) -> PreferenceVision:
+        if self._vision is None:
+            self._vision = PreferenceVision(self.cfg, self.tokenizer, encoder.renderer)
+        return self._vision
+
+    def record_images(self, paths: list[str], encoder: ComparisonEncoder, spec: DatasetSpec, i: int) -> RecordImages | None:
+        return self.vision(encoder).images(paths, spec, i) if paths else None
+
+    def encode_answer(self, encoder: ComparisonEncoder, prompt: Conversation, answer: dict[str, str],
+                      images: RecordImages | None) -> tuple[list[int], list[int]]:
+        """(prompt ids, answer ids) of one sequence, its placeholders expanded when it has images."""
+        if images is not None:
+            prompt, answer = self._vision.expand(prompt, answer, images)  # type: ignore[union-attr]
+        return encoder.encode(prompt, answer)
+
+    def with_images(self, example: Example, images: RecordImages | None, spec: DatasetSpec, i: int) -> Example:
+        """The example carrying the record's image tensors, once its image tokens are known kept."""
+        if images is None:
+            return example
+        self._vision.check_kept(example.input_ids, images, spec, i)  # type: ignore[union-attr]
+        example.media = images.media
+        return example
+
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Any]:
         encoder = ComparisonEncoder(self.cfg, self.tokenizer)
         examples: list[Any] = []
         skipped = 0
-        for comp, spec, i in self.comparisons(loaded, out, report):
+        for comp, spec, i, paths in self.comparisons(loaded, out, report):
             if comp is None:
                 skipped += 1
                 continue
             try:
-                example = self.make_example(comp, encoder, out)
+                images = self.record_images(paths, encoder, spec, i)
+                example = self.make_example(comp, encoder, out, images, spec, i)
             except ConversationError as err:
                 raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
             if example is not None:
@@ -161,18 +194,22 @@ class PreferenceStage(Stage):
             for i, record in enumerate(records):
                 out.records += 1
                 report.tick(out.records)
-                yield to_comparison(record, spec, i, self.name), spec, i
+                comp = to_comparison(record, spec, i, self.name)
+                paths = preference_images(record, spec, i, self.description.data) if comp is not None else []
+                yield comp, spec, i, paths
 
-    def make_example(self, comp: Comparison, encoder: ComparisonEncoder, out: TokenizedData) -> PairExample | None:
-        prompt, chosen = encoder.encode(comp.prompt, comp.answers[0])
-        _prompt, rejected = encoder.encode(comp.prompt, comp.answers[1])
+    def make_example(self, comp: Comparison, encoder: ComparisonEncoder, out: TokenizedData,
+                     images: RecordImages | None = None, spec: DatasetSpec | None = None, i: int = 0) -> PairExample | None:
+        prompt, chosen = self.encode_answer(encoder, comp.prompt, comp.answers[0], images)
+        _prompt, rejected = self.encode_answer(encoder, comp.prompt, comp.answers[1], images)
         source, target = split_budget(len(prompt), max(len(chosen), len(rejected)), self.cfg.cutoff_len)
         if source < len(prompt) or target < max(len(chosen), len(rejected)):
             out.truncated += 1
         if target == 0:
             out.dropped += 1
             return None
-        return PairExample(answer_example(prompt, chosen, source, target), answer_example(prompt, rejected, source, target))
+        return PairExample(self.with_images(answer_example(prompt, chosen, source, target), images, spec, i),
+                           self.with_images(answer_example(prompt, rejected, source, target), images, spec, i))
 
     def report_counts(self, out: TokenizedData, skipped: int, kept: int) -> None:
         what = _("pairs") if self.description.data == PAIRS else _("examples")
@@ -197,7 +234,7 @@ class PreferenceStage(Stage):
 
     def collator(self, pad_to_multiple: int = 1, pin_memory: bool = False) -> Callable[[list[Any]], Any]:
         return PairCollator(self.tokenizer.pad_token_id, pad_to_multiple=pad_to_multiple, pin_memory=pin_memory,
-                            sequence_lengths=self.sequence_lengths)
+                            sequence_lengths=self.sequence_lengths, media=self.media)
 
     def prepare_model(self, model: nn.Module) -> None:
         """Dropout off (TRL's disable_dropout), and the output projection computes the answers'

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftui.runner.media_batch import media_collation
 from ftui.runner.model import trained_dtype
 from ftui.runner.reward import VALUE_HEAD_FILE, install_value_head, pair_scores, split_value_head
 from ftui.runner.stages.base import MicroLoss
@@ -32,6 +33,7 @@ class RewardStage(PreferenceStage):
         """The value head replaces the output projection's work (the model's dropout stays as
         configured: LLaMA-Factory's reward trainer keeps it). In the trained weights' dtype
         (bf16 for pure_bf16's full and freeze, else fp32): FSDP2 shards them in one dtype."""
+        self.media = media_collation(model)  # a vision-language model's batches carry their images
         install_value_head(model, dtype=trained_dtype(model))
 
     def loss(self, model: nn.Module, batch: Any, autocast: Callable) -> MicroLoss:

@@ -10,5 +10,8 @@ encode them (``data/mm_plugin.py``), for the families of ``ftui.presets.vision_f
 - ``plugins``: the plugin of each LLaMA-Factory name (``qwen2_vl``, ``qwen3_vl``): the
   processor's tensors for a record's images and the ``<image>`` placeholder expansion;
 - ``encode``: a record with images through the plugin and the template to an ``Example`` whose
-  ``media`` holds its tensors (where a record's image files are: ``ftui.data.media``).
+  ``media`` holds its image files and their grids (where a record's image files are:
+  ``ftui.data.media``);
+- ``batch_images``: those files opened, regularised and processed per micro batch, in the
+  collator (``ftui.runner.media_batch``), their grids checked against the encoded ones.
 """

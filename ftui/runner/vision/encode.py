@@ -7,6 +7,11 @@ LLaMA-Factory cuts the expanded ids like any text, so a small ``cutoff_len`` can
 tokens (or drop a later image's entirely) while its pixels stay: the model then fails in the
 first step ("Image features and image tokens do not match"). ftui makes the same ids, then
 refuses such a record by name before training (``missing_image_tokens``).
+
+An example keeps its images as files and grids (``ftui.runner.vision.batch_images``), not as
+pixels: each image is opened and decoded whole here (a truncated or corrupt file is named with
+its record before training), its grid computed from its size, and the pixels dropped; the
+collator processes them per micro batch, as LLaMA-Factory's does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ftui.i18n import _
 from ftui.data.conversation import Conversation, Encoded, Renderer
 from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VisionFamily, template_fits, vision_family
+from ftui.runner.vision.batch_images import ExampleImages, ImageReader
 from ftui.runner.vision.images import open_image
 from ftui.runner.vision.plugins import plugin
 from ftui.runner.vision.processor import ImageSettings, image_settings, load_image_processor
@@ -25,7 +31,7 @@ from ftui.runner.vision.processor import ImageSettings, image_settings, load_ima
 
 @dataclass
 class MediaEncoded(Encoded):
-    media: dict[str, Any] | None = None  # pixel_values, image_grid_thw
+    media: ExampleImages | None = None  # its image files and their grids, processed when collated
     image_tokens: int = 0  # the tokens its images expand to, before cutoff_len
 
 
@@ -39,6 +45,7 @@ class VisionEncoder:
         self.image_processor = image_processor
         self.settings = settings
         self.image_token_id = renderer.tokenizer.convert_tokens_to_ids(self.plugin.image_token)
+        self.reader = ImageReader(self.plugin, image_processor, settings)
 
     def open_images(self, paths: list[str], spec: DatasetSpec, index: int) -> list[Any]:
         from PIL import Image
@@ -54,11 +61,12 @@ class VisionEncoder:
         return images
 
     def encode(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> MediaEncoded:
-        media = self.plugin.image_inputs(self.open_images(paths, spec, index), self.image_processor, self.settings)
-        tokens = self.plugin.media_tokens(media, self.image_processor)
+        grids = tuple(self.reader.grid(image) for image in self.open_images(paths, spec, index))  # the pixels dropped
+        tokens = self.plugin.grid_tokens(grids, self.image_processor)
         turns = self.plugin.expand(conv.turns, tokens)
         enc = self.renderer.encode(Conversation(turns, conv.system, conv.tools))
-        return MediaEncoded(enc.input_ids, enc.labels, enc.truncated, media=media, image_tokens=sum(tokens))
+        return MediaEncoded(enc.input_ids, enc.labels, enc.truncated, media=ExampleImages(tuple(paths), grids, self.reader),
+                            image_tokens=sum(tokens))
 
     def missing_image_tokens(self, enc: MediaEncoded) -> int:
         """How many of the example's image tokens ``cutoff_len`` cut (0: all there)."""

@@ -56,13 +56,24 @@ class FixedTokensPlugin:
         out = image_processor(regular, return_tensors="pt")
         return {"pixel_values": out["pixel_values"]}
 
-    def per_image(self, pixel_values: torch.Tensor, image_processor: Any) -> int:
+    def per_image(self, height: int, width: int, image_processor: Any) -> int:
+        """The tokens of one image whose pixel_values are ``height`` x ``width``."""
         raise NotImplementedError
 
+    @staticmethod
+    def image_grid(image: Any) -> tuple[int, int, int]:
+        """An image's "grid" as ftui.runner.vision.batch_images keeps it: one row of pixel_values."""
+        return (1, 1, 1)
+
+    def grid_tokens(self, grids: Any, image_processor: Any) -> list[int]:
+        """Each image's token count (every image the same), before any image is processed."""
+        height, width = output_size(image_processor)
+        return [self.per_image(height, width, image_processor)] * len(grids)
+
     def media_tokens(self, media: dict[str, Any], image_processor: Any) -> list[int]:
-        """Each image's token count (every image the same)."""
+        """Each image's token count from its processed tensors (every image the same)."""
         pixels = media["pixel_values"]
-        return [self.per_image(pixels, image_processor)] * int(pixels.size(0))
+        return [self.per_image(int(pixels.shape[-2]), int(pixels.shape[-1]), image_processor)] * int(pixels.size(0))
 
     def image_text(self, n: int) -> str:
         return self.image_token * n
@@ -83,6 +94,21 @@ class FixedTokensPlugin:
         return ids, {"pixel_values": torch.zeros(1, channels, int(side), int(side))}
 
 
+def output_size(image_processor: Any) -> tuple[int, int]:
+    """(height, width) of every image the processor outputs: its crop (CLIP's center crop) or
+    its fixed size. ValueError for a processor whose output follows each image's own shape."""
+    def get(size: Any, key: str) -> Any:
+        return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+
+    crop = getattr(image_processor, "crop_size", None) if getattr(image_processor, "do_center_crop", False) else None
+    for size in (crop, getattr(image_processor, "size", None)):
+        if size is not None and get(size, "height") and get(size, "width"):
+            return int(get(size, "height")), int(get(size, "width"))
+    raise ValueError(_("the image processor {processor} does not resize every image to one size (a crop_size with "
+                       "do_center_crop, or a size with height and width), which ftui's {kind} encoding needs").format(
+        processor=type(image_processor).__name__, kind="LLaVA / Gemma 3 / InternVL"))
+
+
 def _patches(config: Any) -> int:
     vision = config.vision_config
     size = vision.image_size[0] if isinstance(vision.image_size, (list, tuple)) else vision.image_size
@@ -92,20 +118,28 @@ def _patches(config: Any) -> int:
 
 @dataclass(frozen=True)
 class LlavaPlugin(FixedTokensPlugin):
-    def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
-        if type(image_processor).__name__.startswith("Pixtral"):  # Pixtral's checkpoints say model_type llava too
+    @staticmethod
+    def refuse_pixtral(image_processor: Any) -> None:
+        """Pixtral's checkpoints say model_type llava too; their images are encoded otherwise."""
+        if type(image_processor).__name__.startswith("Pixtral"):
             from ftui.data.records import DataFormatError
 
             raise DataFormatError(_("this llava model is a Pixtral (its image processor is {processor}), whose images ftui "
                                     "does not encode yet; use a LLaVA-1.5 model, or a family ftui trains").format(
                 processor=type(image_processor).__name__))
+
+    def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
+        self.refuse_pixtral(image_processor)
         return super().image_inputs(images, image_processor, settings)
 
-    def per_image(self, pixel_values: torch.Tensor, image_processor: Any) -> int:
+    def grid_tokens(self, grids: Any, image_processor: Any) -> list[int]:
+        self.refuse_pixtral(image_processor)
+        return super().grid_tokens(grids, image_processor)
+
+    def per_image(self, height: int, width: int, image_processor: Any) -> int:
         numbers = getattr(image_processor, "processor_numbers", {})
         patch = int(_number(numbers, "patch_size", None))
-        height, width = pixel_values.shape[-2:]
-        n = (int(height) // patch) * (int(width) // patch) + int(_number(numbers, "num_additional_image_tokens", 0))
+        n = (height // patch) * (width // patch) + int(_number(numbers, "num_additional_image_tokens", 0))
         return n - 1 if numbers.get("vision_feature_select_strategy") == "default" else n
 
     def stand_in_tokens(self, config: Any) -> int:
@@ -123,7 +157,7 @@ class Gemma3Plugin(FixedTokensPlugin):
     boi: str = "<start_of_image>"
     eoi: str = "<end_of_image>"
 
-    def per_image(self, pixel_values: torch.Tensor, image_processor: Any) -> int:
+    def per_image(self, height: int, width: int, image_processor: Any) -> int:
         return int(_number(getattr(image_processor, "processor_numbers", {}), "image_seq_length", 256))
 
     def image_text(self, n: int) -> str:
@@ -138,7 +172,7 @@ class InternVLPlugin(FixedTokensPlugin):
     start: str = "<img>"
     end: str = "</img>"
 
-    def per_image(self, pixel_values: torch.Tensor, image_processor: Any) -> int:
+    def per_image(self, height: int, width: int, image_processor: Any) -> int:
         return int(_number(getattr(image_processor, "processor_numbers", {}), "image_seq_length", 256))
 
     def image_text(self, n: int) -> str:

@@ -2,10 +2,11 @@
 Qwen's here (``Qwen2VLPlugin`` "qwen2_vl", ``Qwen3VLPlugin`` "qwen3_vl"), LLaVA's, Gemma 3's and
 InternVL's in ``ftui.runner.vision.fixed_plugins`` (an image of a fixed number of tokens).
 
-Every plugin answers the same four questions, whatever its family: ``image_inputs`` (a record's
-images -> the model's tensors), ``media_tokens`` (those tensors -> each image's token count),
-``expand`` (the placeholders -> the tokens) and ``token_types_key`` (the token-type tensor its
-model reads beside the ids, or None).
+Every plugin answers the same questions, whatever its family: ``image_inputs`` (a record's
+images -> the model's tensors), ``grid_tokens`` / ``media_tokens`` (each image's token count
+from its grids, ``ftui.runner.vision.batch_images``, or from those tensors), ``expand`` (the
+placeholders -> the tokens) and ``token_types_key`` (the token-type tensor its model reads
+beside the ids, or None).
 
 A record's images become the image processor's tensors (``pixel_values`` [patches, d] and
 ``image_grid_thw`` [images, 3], each image regularised first: ``ftui.runner.vision.images``),
@@ -47,6 +48,12 @@ class QwenVLPlugin:
         """How many image tokens each image expands to: its grid's t*h*w / merge_size**2."""
         merge = int(image_processor.merge_size) ** 2
         return [int(t) * int(h) * int(w) // merge for t, h, w in grid_thw.tolist()]
+
+    @staticmethod
+    def grid_tokens(grids: Any, image_processor: Any) -> list[int]:
+        """Each image's token count from its grid (t, h, w): t*h*w / merge_size**2."""
+        merge = int(image_processor.merge_size) ** 2
+        return [int(t) * int(h) * int(w) // merge for t, h, w in grids]
 
     def media_tokens(self, media: dict[str, Any], image_processor: Any) -> list[int]:
         """Each image's token count, from its ``image_inputs``."""

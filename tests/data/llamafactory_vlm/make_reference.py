@@ -8,9 +8,12 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
     cp -a /work/lfvenv /work/lfvenv-vl
     /work/lfvenv-vl/bin/python -m pip install transformers==5.24.0 pillow==13.0.0   # ftui's versions
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py [LF_DATA_DIR] [--only F1,F2]
+    DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --dpo
 
 ``--only``: runs those families alone and puts their cases into the stored reference.json in
 place of any earlier ones (a family added; the other cases are kept as they were made).
+``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
+answers of ``stage: kto``, below) and leaves reference.json as it is.
 
 For each family and case (cutoff_len, image_max_pixels) it runs LLaMA-Factory's
 ``get_template_and_fix_tokenizer`` and ``get_dataset`` (stage sft, template qwen2_vl or
@@ -27,6 +30,18 @@ and the multimodal settings LLaMA-Factory's ``patch_processor`` sets on a real p
 LLaVA's and Gemma 3's Processors need no torchvision: LLaMA-Factory builds them itself.
 InternVL's does (a video processor), so it gets the same container, with the image_seq_length
 of the folder's processor_config.json (what InternVLProcessor would read).
+
+The dpo reference (reference_dpo.json): LLaMA-Factory's pairwise processor (``get_dataset``
+with stage "rm", as its dpo workflow calls it) over data/mllm_dpo_demo.json, 4 preference
+pairs in its rlhf_v layout over mllm_demo's images written for these tests (LLaMA-Factory's
+demo data has no image pairs), then its ``PairwiseDataCollatorWithPadding`` on each pair
+alone: the chosen row, then the rejected row, each with the record's images, padded to the
+longer. Stored per pair: the batch's input_ids, attention_mask, labels, image_grid_thw,
+position_ids (4 x 2 rows x width) and the pixel_values summary. Its ``kto`` cases: the
+feedback processor (stage "kto") over data/mllm_kto_demo.json (4 answers tagged desirable or
+not), then ``KTODataCollatorWithPadding`` on each example alone: input_ids, labels,
+position_ids and pixel_values of the answer's row, and the mismatched row's kl_input_ids and
+kl_labels (the previous record's answer after this record's prompt and images).
 
 Stored per example: input_ids, labels, image_grid_thw and position_ids (4 rows: text, then
 M-RoPE's temporal, height, width; None where the image tokens were cut, which the model cannot
@@ -47,11 +62,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
-ARGS = [a for a in sys.argv[1:] if a != "--only" and (ONLY is None or a != ",".join(ONLY))]
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo") and (ONLY is None or a != ",".join(ONLY))]
 LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
 CASES = [(1024, 768 * 768), (80, 768 * 768), (1024, 128 * 128)]
+# (family, cutoff_len, image_max_pixels) of the dpo reference: the default, and small images
+# with a cutoff_len that cuts the longer answers (the prompt keeps its image tokens).
+DPO_CASES = [("qwen2_vl", 1024, 768 * 768), ("qwen3_vl", 1024, 768 * 768), ("qwen3_vl", 64, 128 * 128)]
+KTO_CASES = [("qwen2_vl", 1024, 768 * 768), ("qwen3_vl", 1024, 128 * 128)]
+KTO_ENTRY = {"file_name": "mllm_kto_demo.json", "formatting": "sharegpt",
+             "columns": {"messages": "messages", "kto_tag": "label", "images": "images"},
+             "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}
+DPO_ENTRY = {"file_name": "mllm_dpo_demo.json", "ranking": True, "formatting": "sharegpt",
+             "columns": {"messages": "conversations", "chosen": "chosen", "rejected": "rejected", "images": "images"}}
 FIRST_VALUES = 8
 
 
@@ -63,7 +87,7 @@ def write_data() -> None:
         shutil.copy(LF_DATA / name, DATA / name)
     (DATA / "mllm_demo.json").write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n")
     entry = json.loads((LF_DATA / "dataset_info.json").read_text())["mllm_demo"]
-    (DATA / "dataset_info.json").write_text(json.dumps({"mllm_demo": entry}, indent=2) + "\n")
+    (DATA / "dataset_info.json").write_text(json.dumps({"mllm_demo": entry, "mllm_dpo_demo": DPO_ENTRY, "mllm_kto_demo": KTO_ENTRY}, indent=2) + "\n")
 
 
 def pixel_summary(pixels) -> dict:
@@ -110,6 +134,87 @@ class ImageOnlyProcessor:
         numbers = model_dir / "processor_config.json"
         if numbers.is_file():  # InternVL: image_seq_length
             self.image_seq_length = json.loads(numbers.read_text())["image_seq_length"]
+
+
+def llamafactory_module(model_dir: Path, args: dict):
+    """LLaMA-Factory's parsed arguments and tokenizer module for ``args``, with the processor
+    the module doc describes where transformers builds none."""
+    from transformers import AutoImageProcessor
+
+    from llamafactory.hparams import get_train_args
+    from llamafactory.model import load_tokenizer
+    from llamafactory.model.patcher import patch_processor
+
+    model_args, data_args, training_args, _ft, _gen = get_train_args(args)
+    module = load_tokenizer(model_args)
+    if module["processor"] is None:  # no torchvision: the patch the module doc describes
+        processor = ImageOnlyProcessor(module["tokenizer"], AutoImageProcessor.from_pretrained(str(model_dir)), model_dir)
+        patch_processor(processor, module["tokenizer"], model_args)
+        module["processor"] = processor
+    return model_args, data_args, training_args, module
+
+
+def run_dpo_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, tmp: Path) -> dict:
+    """LLaMA-Factory's pairs of data/mllm_dpo_demo.json, each collated alone (module doc)."""
+    from llamafactory.data import PairwiseDataCollatorWithPadding, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.extras.constants import IGNORE_INDEX
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import FAMILIES
+
+    template = FAMILIES[family]["template"]
+    args = dict(
+        model_name_or_path=str(model_dir), stage="dpo", do_train=True, finetuning_type="lora", dataset="mllm_dpo_demo",
+        dataset_dir=str(DATA), cutoff_len=cutoff, template=template, image_max_pixels=max_pixels,
+        output_dir=str(tmp / "o"), overwrite_cache=True, report_to="none", cache_dir=str(tmp / "cache"),
+    )
+    model_args, data_args, training_args, module = llamafactory_module(model_dir, args)
+    template_obj = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
+    ds = get_dataset(template_obj, model_args, data_args, training_args, stage="rm", **module)["train_dataset"]
+    collator = PairwiseDataCollatorWithPadding(template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, **module)
+    pairs = []
+    for row in ds:
+        batch = collator([dict(row)])
+        pairs.append({
+            "images": [Path(p).name for p in row["images"]],
+            "input_ids": batch["input_ids"].tolist(), "attention_mask": batch["attention_mask"].tolist(),
+            "labels": batch["labels"].tolist(), "image_grid_thw": batch["image_grid_thw"].tolist(),
+            "position_ids": batch["position_ids"].tolist(), "pixel_values": pixel_summary(batch["pixel_values"]),
+        })
+    tokenizer = module["tokenizer"]
+    return {"family": family, "template": template, "cutoff_len": cutoff, "image_max_pixels": max_pixels,
+            "vocab": len(tokenizer), "pad": tokenizer.pad_token_id, "pairs": pairs}
+
+
+def run_kto_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, tmp: Path) -> dict:
+    """LLaMA-Factory's tagged answers of data/mllm_kto_demo.json, each collated alone (module doc)."""
+    from llamafactory.data import KTODataCollatorWithPadding, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.extras.constants import IGNORE_INDEX
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import FAMILIES
+
+    template = FAMILIES[family]["template"]
+    args = dict(
+        model_name_or_path=str(model_dir), stage="kto", do_train=True, finetuning_type="lora", dataset="mllm_kto_demo",
+        dataset_dir=str(DATA), cutoff_len=cutoff, template=template, image_max_pixels=max_pixels,
+        output_dir=str(tmp / "o"), overwrite_cache=True, report_to="none", cache_dir=str(tmp / "cache"),
+    )
+    model_args, data_args, training_args, module = llamafactory_module(model_dir, args)
+    template_obj = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
+    ds = get_dataset(template_obj, model_args, data_args, training_args, stage="kto", **module)["train_dataset"]
+    collator = KTODataCollatorWithPadding(template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, **module)
+    examples = []
+    for row in ds:
+        batch = collator([dict(row)])
+        examples.append({
+            "images": [Path(p).name for p in row["images"]], "kto_tag": bool(row["kto_tags"]),
+            "input_ids": batch["input_ids"][0].tolist(), "labels": batch["labels"][0].tolist(),
+            "kl_input_ids": batch["kl_input_ids"][0].tolist(), "kl_labels": batch["kl_labels"][0].tolist(),
+            "image_grid_thw": batch["image_grid_thw"].tolist(), "position_ids": batch["position_ids"][:, 0, :].tolist(),
+            "pixel_values": pixel_summary(batch["pixel_values"]),
+        })
+    return {"family": family, "template": template, "cutoff_len": cutoff, "image_max_pixels": max_pixels, "examples": examples}
 
 
 def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, tmp: Path) -> dict:
@@ -171,6 +276,32 @@ def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, 
             "vocab": len(tokenizer), "eos": tokenizer.eos_token, "examples": examples}
 
 
+def main_dpo() -> None:
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import vlm_dir
+
+    cases, kto = [], []
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        for family, cutoff, max_pixels in DPO_CASES:
+            model_dir = vlm_dir(family, tmp / "models")
+            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
+            case = run_dpo_case(family, model_dir, model, cutoff, max_pixels, tmp)
+            print(family, cutoff, max_pixels, [len(p["input_ids"][0]) for p in case["pairs"]], file=sys.stderr)
+            cases.append(case)
+        for family, cutoff, max_pixels in KTO_CASES:
+            model_dir = vlm_dir(family, tmp / "models")
+            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
+            kto.append(run_kto_case(family, model_dir, model, cutoff, max_pixels, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {"transformers": transformers.__version__, "dataset": "mllm_dpo_demo", "cases": cases,
+           "kto_dataset": "mllm_kto_demo", "kto_cases": kto}
+    (HERE / "reference_dpo.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
 def main() -> None:
     import transformers
 
@@ -198,4 +329,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main_dpo() if "--dpo" in sys.argv[1:] else main()
