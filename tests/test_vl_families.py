@@ -268,6 +268,25 @@ def test_the_planner_sizes_the_tower_and_projector_as_transformers_builds_them(f
     assert (shape.block, shape.depth) == (count(blocks[0]), len(blocks))
 
 
+@pytest.mark.parametrize("family", OTHERS)
+def test_the_planner_counts_each_image_as_the_encoding_does(family, models):
+    """The planner's image load (ftui.plan.vision_activations) for the run's first records: the
+    family's fixed tokens per image in the language model's rows, the tower's whole square of
+    patches per image (CLIP's and InternViT's class token too) through the tower."""
+    from ftui.config.load import demo_config
+    from ftui.plan.vision_activations import image_load
+    from ftui.plan.vision_shape import vision_shape
+
+    model_dir, _model = models(family)
+    cfg = demo_config(model_name_or_path=str(model_dir), model_init="pretrained", template=FAMILIES[family]["template"],
+                      dataset="mllm_demo", dataset_dir=str(DATA))
+    shape = vision_shape(json.loads((model_dir / "config.json").read_text()))
+    load = image_load(cfg, shape)
+    most = max(len(r["images"]) for r in RECORDS)
+    assert (load.images, load.tokens, load.source) == (most, PER_IMAGE[family] * most, "dataset")
+    assert load.patches == most * (16 if family == "gemma3" else 17)
+
+
 def test_the_qwen_families_keep_their_size_dependent_count(tmp_path):
     from ftui.config.media_checks import read_processor
     from ftui.data.media_tokens import image_tokens
