@@ -295,6 +295,27 @@ def test_the_qwen_families_keep_their_size_dependent_count(tmp_path):
     assert processor.fixed_tokens is None and image_tokens(56, 84, processor) == 6
 
 
+@pytest.mark.parametrize("family", OTHERS)
+def test_dpo_pairs_with_images_run_the_family(family, models):
+    """Stage dpo (tests/test_vl_dpo.py's pairs over mllm_demo's images): each pair's rows carry
+    the record's images, the batch runs the model to finite log-probabilities."""
+    from test_vl_dpo import PAIRS, _no_autocast, encode, make_stage
+
+    from ftui.runner.media_batch import media_collation
+    from ftui.runner.stages.preference import forward_logps
+
+    model_dir, model = models(family)
+    stage = make_stage(model_dir, FAMILIES[family]["template"], cutoff_len=1024)
+    stage.media = media_collation(model)
+    pairs = encode(stage, PAIRS[:2])
+    batch = stage.collator()(pairs)
+    images = sum(len(pair["images"]) for pair in PAIRS[:2])
+    assert batch.media.tensors["pixel_values"].shape[0] == 2 * images  # chosen and rejected rows
+    with torch.no_grad():
+        sums, lengths = forward_logps(model, None, batch, _no_autocast)
+    assert torch.isfinite(sums).all() and (lengths > 0).all()
+
+
 # --- `ftui train` end to end on mllm_demo
 
 
