@@ -21,13 +21,15 @@ from ftui.data.media_files import verify_image
 from ftui.data.media_tokens import VisionProcessor, processor_from_config
 from ftui.data.records import DatasetSpec
 from ftui.i18n import _
-from ftui.presets.vision_families import VISION_FAMILIES, vision_family
+from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
 from ftui.safety.bounded_input import load_json
 
-# LLaMA-Factory's templates of the families ftui trains, with the mm_plugin each encodes images
-# with (its template.py); ftui.presets.templates holds their text side.
-VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl"}
-FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL"
+# LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
+# images with (its template.py): a text model given one is refused (LLaMA-Factory fails on every
+# example: "Processor was not found"). Gemma 3's template is a text template too (Gemma 3 1B);
+# every template that encodes images is in ftui.presets.vision_families.IMAGE_TEMPLATES.
+VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl", "llava": "llava",
+                    "intern_vl": "intern_vl"}
 
 
 def read_processor(model_name_or_path: str) -> VisionProcessor:
@@ -51,14 +53,26 @@ def read_processor(model_name_or_path: str) -> VisionProcessor:
             raise ValueError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
         if not isinstance(data, dict):
             raise ValueError(_("{path} must hold a JSON object").format(path=path))
-        return processor_from_config(data)
+        return processor_from_config(data, _processor_numbers(path.with_name("processor_config.json")))
     raise ValueError(_("no preprocessor_config.json (the image processor's settings) for {model}; copy it from the model's "
                        "release into its folder").format(model=repr(model_name_or_path)))
 
 
+def _processor_numbers(path: Path) -> dict[str, Any]:
+    """The Processor's settings beside the image processor's (LLaVA's patch_size, Gemma 3's and
+    InternVL's image_seq_length: ftui.data.media_tokens.fixed_image_tokens); {} without them."""
+    try:
+        data = load_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if isinstance(data, dict) and isinstance(data.get("processor"), dict):
+        data = {**data, **data["processor"]}
+    return data if isinstance(data, dict) else {}
+
+
 def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:
-    """A vision-language template (qwen2_vl, qwen3_vl, qwen3_vl_nothink) for a model that reads
-    text only: LLaMA-Factory fails on every example ("Processor was not found")."""
+    """A vision-language template (qwen2_vl, qwen3_vl, qwen3_vl_nothink, llava, intern_vl) for a
+    model that reads text only: LLaMA-Factory fails on every example ("Processor was not found")."""
     if cfg.template not in VISION_TEMPLATES or model is None or vision_family(model.get("model_type")) is not None:
         return []
     return [FieldProblem("template", cfg.template, _(
@@ -99,7 +113,12 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
             read_processor(cfg.model_name_or_path)
         except ValueError as err:
             out.append(FieldProblem("model_name_or_path", cfg.model_name_or_path, str(err)))
-    if cfg.template not in VISION_TEMPLATES and (family is not None or model is None):  # a text model: said above
+    if family is not None and cfg.template in IMAGE_TEMPLATES and not template_fits(cfg.template, family):
+        out.append(FieldProblem("template", cfg.template, _(
+            "the dataset {name} has images and template {template} encodes them for another family than this {family} "
+            "model: set template: {wanted}").format(name=spec.name, template=cfg.template, family=family.name,
+                                                   wanted=family.template)))
+    elif cfg.template not in IMAGE_TEMPLATES and (family is not None or model is None):  # a text model: said above
         wanted = family.template if family is not None else " / ".join(sorted({f.template for f in VISION_FAMILIES}))
         said = (_("the tokenizer's own chat template (template empty)") if cfg.template is None else
                 _("template {template}").format(template=cfg.template))

@@ -14,6 +14,7 @@ import re
 from pydantic import ValidationError
 
 from ftui.config.media_checks import VISION_TEMPLATES
+from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES
 from ftui.config.problems import FieldProblem, pydantic_message
 from ftui.config.schema import BNB_OPTIMIZERS, OPTIMIZERS, TORCH_OPTIMIZERS, RunConfig, comma_items
 from ftui.data.conversation import TOOL_FORMATS
@@ -36,8 +37,8 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
     if cfg.template in MULTIMODAL_TEMPLATES and cfg.template not in VISION_TEMPLATES:
         out.append(FieldProblem("template", cfg.template, _("LLaMA-Factory's template for a multimodal (vision, video or audio) "
                                                             "model family ftui does not train yet: ftui trains text-only language "
-                                                            "models and Qwen2-VL, Qwen2.5-VL, Qwen3-VL (templates {templates})").format(
-            templates=", ".join(VISION_TEMPLATES))))
+                                                            "models and {families} (templates {templates})").format(
+            families=FAMILY_NAMES, templates=", ".join(IMAGE_TEMPLATES))))
     elif cfg.template is not None and cfg.template not in TEMPLATES and cfg.template not in VISION_TEMPLATES:
         out.append(FieldProblem("template", cfg.template, _("unknown template; allowed: {templates} or empty for the tokenizer's own").format(templates=", ".join(TEMPLATES))))
     out += encoding_problems(cfg)
@@ -53,13 +54,13 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
-# Image keys LLaMA-Factory reads for one family only, which ftui does not train yet: set, they
+# Image keys LLaMA-Factory reads for one family only, which ftui does not implement yet: set, they
 # would change that family's images, so they are refused rather than ignored. (The video and
 # audio keys are accepted and have no effect: a dataset with videos or audios is refused by
 # name, ftui.data.media, and LLaMA-Factory's own Qwen3-VL examples set video_max_pixels.)
 FAMILY_IMAGE_KEYS = {
-    "image_do_pan_and_scan": N_("image_do_pan_and_scan applies to Gemma 3, which ftui does not train yet; remove it (or set it false)"),
-    "crop_to_patches": N_("crop_to_patches applies to InternVL, which ftui does not train yet; remove it (or set it false)"),
+    "image_do_pan_and_scan": N_("image_do_pan_and_scan (Gemma 3's crops of wide images) is not supported yet: ftui trains Gemma 3 on whole images; remove it (or set it false)"),
+    "crop_to_patches": N_("crop_to_patches (InternVL's tiles of large images) is not supported yet: ftui trains InternVL on whole images; remove it (or set it false)"),
 }
 
 

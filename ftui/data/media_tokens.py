@@ -11,7 +11,8 @@ Two resizes, in the order a run applies them:
    x merge_size, the pixels within the processor's min_pixels / max_pixels), whose result in
    patches is the grid ``(t=1, h / patch_size, w / patch_size)``.
 
-An image then stands for ``h * w / patch_size^2 / merge_size^2`` ``<|image_pad|>`` tokens. The
+An image then stands for ``h * w / patch_size^2 / merge_size^2`` ``<|image_pad|>`` tokens. (LLaVA,
+Gemma 3 and InternVL resize every image to one square: a fixed count, ``fixed_image_tokens``.) The
 processor's numbers come from the model folder's preprocessor_config.json (plain JSON, read by
 ftui.config.media_checks.read_processor; ``processor_from_config`` here reads them as
 transformers does).
@@ -41,9 +42,31 @@ class VisionProcessor:
     temporal_patch_size: int = 2
     min_pixels: int = 56 * 56
     max_pixels: int = 28 * 28 * 1280
+    fixed_tokens: int | None = None  # LLaVA, Gemma 3, InternVL: every image the same tokens (fixed_image_tokens)
 
 
-def processor_from_config(config: dict[str, Any]) -> VisionProcessor:
+def fixed_image_tokens(config: dict[str, Any], numbers: dict[str, Any]) -> int | None:
+    """The tokens every image takes in a family whose images are resized to one square
+    (LLaMA-Factory 0.9.5's llava / gemma3 / intern_vl plugins, ftui.runner.vision.fixed_plugins),
+    from the image processor's config and the Processor's (processor_config.json: ``numbers``);
+    None for the Qwen-VL families (their images' tokens follow their sizes)."""
+    kind = numbers.get("processor_class")
+    if kind in ("Gemma3Processor", "InternVLProcessor"):
+        return int(numbers.get("image_seq_length") or 256)
+    if kind != "LlavaProcessor" or not numbers.get("patch_size"):
+        return None
+    crop = config.get("crop_size") if isinstance(config.get("crop_size"), dict) else {}
+    size = config.get("size") if isinstance(config.get("size"), dict) else {}
+    side_h = crop.get("height") or size.get("height") or size.get("shortest_edge")
+    side_w = crop.get("width") or size.get("width") or size.get("shortest_edge")
+    if not isinstance(side_h, int) or not isinstance(side_w, int):
+        return None
+    patch = int(numbers["patch_size"])
+    tokens = (side_h // patch) * (side_w // patch) + int(numbers.get("num_additional_image_tokens") or 0)
+    return tokens - 1 if numbers.get("vision_feature_select_strategy") == "default" else tokens
+
+
+def processor_from_config(config: dict[str, Any], numbers: dict[str, Any] | None = None) -> VisionProcessor:
     """The processor a preprocessor_config.json describes, read as transformers reads it: its
     ``size`` dict (shortest_edge / longest_edge) where given, else the class defaults, then
     ``min_pixels`` / ``max_pixels`` over it (their older spelling). ValueError for numbers that
@@ -63,7 +86,7 @@ def processor_from_config(config: dict[str, Any]) -> VisionProcessor:
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(_("preprocessor_config.json: {key} is {value}, not a positive whole number").format(key=key, value=repr(value)))
-    return VisionProcessor(**values)
+    return VisionProcessor(**values, fixed_tokens=fixed_image_tokens(config, numbers or {}))
 
 
 def regularized_size(width: int, height: int, max_pixels: int = IMAGE_MAX_PIXELS, min_pixels: int = IMAGE_MIN_PIXELS) -> tuple[int, int]:
@@ -118,5 +141,7 @@ def image_grid(width: int, height: int, processor: VisionProcessor, max_pixels: 
 def image_tokens(width: int, height: int, processor: VisionProcessor, max_pixels: int = IMAGE_MAX_PIXELS,
                  min_pixels: int = IMAGE_MIN_PIXELS) -> int:
     """How many image tokens (``<|image_pad|>``) the image expands to in the text."""
+    if processor.fixed_tokens is not None:
+        return processor.fixed_tokens
     t, h, w = image_grid(width, height, processor, max_pixels, min_pixels)
     return t * h * w // processor.merge_size ** 2

@@ -75,14 +75,32 @@ def vision_processor(model_name_or_path: str, vision: VisionShape) -> VisionProc
     data = read_processor_config(model_name_or_path)
     if data is not None:
         try:
-            return processor_from_config(data)
+            return processor_from_config(data, read_processor_numbers(model_name_or_path))
         except ValueError:
             pass  # said by the config's checks (media_checks.read_processor); planned with the model's sizes
     return VisionProcessor(patch_size=vision.patch_size, merge_size=vision.merge)
 
 
-def load_of(sizes: list[tuple[int, int]], processor: VisionProcessor, max_pixels: int, min_pixels: int, source: str) -> ImageLoad:
-    """The load of one example whose images have ``sizes`` (width, height)."""
+def read_processor_numbers(model_name_or_path: str) -> dict[str, Any]:
+    """The model's processor_config.json (LLaVA's patch_size, Gemma 3's and InternVL's
+    image_seq_length: ftui.data.media_tokens.fixed_image_tokens), {} where there is none."""
+    from ftui.rundir.paths import resolve_model_path
+
+    try:
+        data = load_json((Path(resolve_model_path(model_name_or_path)).expanduser() / "processor_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RuntimeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_of(sizes: list[tuple[int, int]], processor: VisionProcessor, max_pixels: int, min_pixels: int, source: str,
+            image_patches: int = 0) -> ImageLoad:
+    """The load of one example whose images have ``sizes`` (width, height); a family whose
+    images all take the same tokens (``fixed_tokens``) runs ``image_patches`` through its tower
+    for each, whatever its size."""
+    if processor.fixed_tokens is not None:
+        return ImageLoad(len(sizes), processor.fixed_tokens * len(sizes), (image_patches or processor.fixed_tokens) * len(sizes),
+                         source)
     grids = [image_grid(w, h, processor, max_pixels, min_pixels) for w, h in sizes]
     patches = sum(t * h * w for t, h, w in grids)
     return ImageLoad(len(sizes), patches // processor.merge_size ** 2, patches, source)
@@ -121,10 +139,10 @@ def image_load(cfg: Any, vision: VisionShape) -> ImageLoad | None:
     min_pixels = int(getattr(cfg, "image_min_pixels", None) or IMAGE_MIN_PIXELS)
     sizes = first_records_sizes(cfg)
     if sizes is not None:
-        loads = [load_of(each, processor, max_pixels, min_pixels, "dataset") for each in sizes if each]
+        loads = [load_of(each, processor, max_pixels, min_pixels, "dataset", vision.image_patches) for each in sizes if each]
         return max(loads, key=lambda load: load.patches) if loads else None
     side = int(max_pixels ** 0.5)
-    return load_of([(side, side)], processor, max_pixels, min_pixels, "image_max_pixels")
+    return load_of([(side, side)], processor, max_pixels, min_pixels, "image_max_pixels", vision.image_patches)
 
 
 def vision_activations(vision: VisionShape, load: ImageLoad, micro_batch: int, *, act: int, res_bytes: int, tower_trains: bool,

@@ -36,6 +36,7 @@ class VisionShape:
     patch_size: int = 14
     merge: int = 2
     kernel: int = 0
+    image_patches: int = 0  # LLaVA, Gemma 3, InternVL: the tower's sequence for every image (its square's patches)
 
 
 def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
@@ -58,6 +59,11 @@ def vision_shape(model: dict[str, Any]) -> VisionShape:
     """The vision parts of a config.json (as a dict); all zero for a text model or a family the
     planner does not size."""
     family = vision_family(model.get("model_type"))
+    if family is not None and family.name not in DEFAULTS and isinstance(model.get("vision_config"), dict):
+        from ftui.plan.vision_towers import tower_parameters  # LLaVA, Gemma 3, InternVL
+
+        sized = tower_parameters(family.name, model)
+        return VisionShape(**sized) if sized is not None else VisionShape()
     if family is None or family.name not in DEFAULTS or not isinstance(model.get("vision_config"), dict):
         return VisionShape()
     v = {**DEFAULTS[family.name], **{k: x for k, x in model["vision_config"].items() if x is not None}}

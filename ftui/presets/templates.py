@@ -111,6 +111,12 @@ def _gemma(stop_words: tuple[str, ...], **kw: bool) -> Template:
     )
 
 
+_VICUNA = Template(
+    user=("USER: {{content}} ASSISTANT:",),
+    default_system=("A chat between a curious user and an artificial intelligence assistant. "
+                    "The assistant gives helpful, detailed, and polite answers to the user's questions."),
+)
+
 TEMPLATES: dict[str, Template] = {
     # --- Plain-text formats (base models)
     "empty": Template(assistant=("{{content}}",)),
@@ -122,11 +128,9 @@ TEMPLATES: dict[str, Template] = {
         user=("### Instruction:\n{{content}}\n\n### Response:\n",), assistant=("{{content}}", EOS, "\n\n"),
         default_system="Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n",
     ),
-    "vicuna": Template(
-        user=("USER: {{content}} ASSISTANT:",),
-        default_system=("A chat between a curious user and an artificial intelligence assistant. "
-                        "The assistant gives helpful, detailed, and polite answers to the user's questions."),
-    ),
+    "vicuna": _VICUNA,
+    # LLaVA-1.5: vicuna's text; images expanded by the llava encoding in ftui.runner.vision
+    "llava": _VICUNA,
     # --- ChatML family
     "chatml": Template(
         user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,),
@@ -153,6 +157,12 @@ TEMPLATES: dict[str, Template] = {
             "- InternLM (书生·浦语) can understand and communicate fluently in the language "
             "chosen by the user such as English and 中文."
         ),
+        stop_words=("<|im_end|>",),
+    ),
+    # InternVL 3: intern2's text with its own system prompt; images expanded by the intern_vl encoding
+    "intern_vl": Template(
+        user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,), prefix=(BOS,),
+        default_system="你是书生·万象，英文名是InternVL，是由上海人工智能实验室、清华大学及多家合作单位联合开发的多模态大语言模型。",
         stop_words=("<|im_end|>",),
     ),
     "phi4": Template(

@@ -31,6 +31,8 @@ class VisionFamily:
 
 
 QWEN_LANGUAGE = ("language_model", "lm_head")
+# LLaMA-Factory's defaults for a composite model registered with no keys (LLaVA, Gemma 3, InternVL)
+PROJECTOR, TOWER, LANGUAGE = ("multi_modal_projector",), ("vision_tower",), ("language_model", "lm_head")
 
 VISION_FAMILIES: tuple[VisionFamily, ...] = (
     VisionFamily("qwen2_vl", ("qwen2_vl",), "qwen2_vl", "qwen2_vl", ("visual.merger",),
@@ -40,7 +42,31 @@ VISION_FAMILIES: tuple[VisionFamily, ...] = (
     VisionFamily("qwen3_vl", ("qwen3_vl",), "qwen3_vl", "qwen3_vl", ("visual.merger",),
                  ("visual.pos_embed", "visual.patch_embed", "visual.blocks", "visual.deepstack_merger_list"),
                  QWEN_LANGUAGE, ("patch_embed",), name_pattern=r"qwen-?3-?vl"),
+    # LLaVA-1.5 (model_type llava; Pixtral's llava checkpoints are refused by their image processor)
+    VisionFamily("llava", ("llava",), "llava", "llava", PROJECTOR, TOWER, LANGUAGE, media=("images",),
+                 image_token="<image>", video_token="", name_pattern=r"llava-?(v)?1\.5"),
+    VisionFamily("gemma3", ("gemma3",), "gemma3", "gemma3", PROJECTOR, TOWER, LANGUAGE, media=("images",),
+                 image_token="<image_soft_token>", video_token="", name_pattern=r"gemma-?3-(4|12|27)b"),
+    VisionFamily("internvl", ("internvl",), "intern_vl", "intern_vl", PROJECTOR, TOWER, LANGUAGE, media=("images",),
+                 image_token="<IMG_CONTEXT>", video_token="", name_pattern=r"internvl-?3"),
 )
+
+# LLaMA-Factory's templates that encode images, and the mm_plugin each one encodes them with
+# (its template.py): ftui.runner.vision has the same encoding under the plugin's name.
+IMAGE_TEMPLATES: dict[str, str] = {
+    "qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl", "qwen3_5": "qwen3_vl",
+    "qwen3_5_nothink": "qwen3_vl", "llava": "llava", "gemma3": "gemma3", "intern_vl": "intern_vl",
+}
+QWEN_PLUGINS = frozenset({"qwen2_vl", "qwen3_vl"})  # the same image encoding (they differ for videos only)
+
+
+def template_fits(template: str, family: VisionFamily) -> bool:
+    """Whether the image template encodes images as ``family``'s models read them."""
+    plugin = IMAGE_TEMPLATES.get(template)
+    return plugin == family.plugin or (plugin in QWEN_PLUGINS and family.plugin in QWEN_PLUGINS)
+
+
+FAMILY_NAMES = "Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-1.5, Gemma 3, InternVL 3"
 
 
 def vision_family(model_type: str | None) -> VisionFamily | None:

@@ -35,10 +35,11 @@ class MediaCollation:
     without any (``stand_in``)."""
 
     rope_index: Any
-    image_token_id: int | None
+    image_token_id: int | None  # the token typed 1 (the image token; Gemma 3: <start_of_image>, as LLaMA-Factory)
     video_token_id: int | None
     stand_in_ids: tuple[int, ...] = ()  # the tokens of the stand-in image
     stand_in_media: dict[str, torch.Tensor] | None = None  # its tensors
+    token_types_key: str | None = "mm_token_type_ids"  # the family's (its plugin's): Gemma 3 token_type_ids, LLaVA none
 
 
 def stand_in(config: Any) -> tuple[tuple[int, ...], dict[str, torch.Tensor] | None]:
@@ -67,10 +68,14 @@ def media_collation(model: Any) -> MediaCollation | None:
 
     if family_of(model) is None:
         return None
+    from ftui.runner.vision.plugins import plugin
+
     config = base_of(model).config
-    ids, media = stand_in(config)
-    return MediaCollation(rope_index(model), getattr(config, "image_token_id", None), getattr(config, "video_token_id", None),
-                          ids, media)
+    family_plugin = plugin(family_of(model).plugin)
+    ids, media = family_plugin.stand_in(config) if hasattr(family_plugin, "stand_in") else stand_in(config)
+    typed = getattr(config, getattr(family_plugin, "typed_token", "image_token_id"), None)  # Gemma 3: <start_of_image>
+    return MediaCollation(rope_index(model), typed, getattr(config, "video_token_id", None), ids, media,
+                          family_plugin.token_types_key)
 
 
 @dataclass
@@ -79,6 +84,7 @@ class MediaInputs:
     row_sizes: dict[str, list[int]]  # each row's share of each key (dim-0 sizes), host side
     mm_token_type_ids: torch.Tensor  # rows x width: 0 text, 1 image, 2 video
     position_ids: torch.Tensor | None  # 4 x rows x width: text positions, then M-RoPE's temporal, height, width
+    token_types_key: str | None = "mm_token_type_ids"  # the model's keyword for mm_token_type_ids (None: not passed)
 
     def to(self, device: torch.device) -> "MediaInputs":
         nb = device.type == "cuda"
@@ -92,7 +98,8 @@ class MediaInputs:
         tensors (a key no chosen row has is left out), token types and positions."""
         if rows is None:
             out: dict[str, Any] = dict(self.tensors)
-            out["mm_token_type_ids"] = self.mm_token_type_ids
+            if self.token_types_key is not None:
+                out[self.token_types_key] = self.mm_token_type_ids
             if self.position_ids is not None:
                 out["position_ids"] = self.position_ids
             return out
@@ -105,7 +112,8 @@ class MediaInputs:
             first, last = sum(sizes[:start]), sum(sizes[:stop])
             if last > first:
                 out[key] = tensor[first:last]
-        out["mm_token_type_ids"] = self.mm_token_type_ids[rows]
+        if self.token_types_key is not None:
+            out[self.token_types_key] = self.mm_token_type_ids[rows]
         if self.position_ids is not None:
             out["position_ids"] = self.position_ids[:, rows]
         return out
@@ -148,7 +156,7 @@ def collate_media(rows: list[RowMedia], ids: torch.Tensor, mask: torch.Tensor,
                                                      image_grid_thw=grids["image_grid_thw"],
                                                      video_grid_thw=grids["video_grid_thw"])
         positions = torch.cat([position_ids[:1], position_ids], dim=0)  # LLaMA-Factory's text row in front
-    return MediaInputs(tensors, sizes, types, positions)
+    return MediaInputs(tensors, sizes, types, positions, collation.token_types_key)
 
 
 def pinned(media: MediaInputs) -> MediaInputs:

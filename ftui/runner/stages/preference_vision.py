@@ -58,7 +58,7 @@ class PreferenceVision:
         """The record's image files, opened, regularised and processed."""
         enc = self.encoder
         media = enc.plugin.image_inputs(enc.open_images(paths, spec, index), enc.image_processor, enc.settings)
-        return RecordImages(media, enc.plugin.image_tokens(media["image_grid_thw"], enc.image_processor))
+        return RecordImages(media, enc.plugin.media_tokens(media, enc.image_processor))
 
     def expand(self, prompt: Conversation, answer: dict[str, str], images: RecordImages) -> tuple[Conversation, dict[str, str]]:
         """The prompt and the answer with each ``<image>`` expanded to its image's tokens, counted

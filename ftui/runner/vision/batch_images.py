@@ -56,16 +56,19 @@ class ImageReader:
     """What turns image files into the model's tensors, one per run: the family's plugin, the
     image processor and the run's image settings."""
 
-    plugin: QwenVLPlugin
+    plugin: Any  # QwenVLPlugin, or a FixedTokensPlugin (ftui.runner.vision.fixed_plugins)
     image_processor: Any
     settings: ImageSettings
-    numbers: VisionProcessor = field(init=False)
+    numbers: VisionProcessor | None = field(init=False)  # None: a family whose images all take one grid
 
     def __post_init__(self) -> None:
-        self.numbers = grid_numbers(self.image_processor)
+        self.numbers = grid_numbers(self.image_processor) if isinstance(self.plugin, QwenVLPlugin) else None
 
     def grid(self, image: Any) -> Grid:
-        """An opened image's grid, from its size alone (what the processor will give it)."""
+        """An opened image's grid, from its size alone (what the processor will give it); for
+        LLaVA, Gemma 3 and InternVL (1, 1, 1): one row of pixel_values, whatever the size."""
+        if self.numbers is None:
+            return self.plugin.image_grid(image)
         return image_grid(image.width, image.height, self.numbers, self.settings.max_pixels, self.settings.min_pixels)
 
     def tensors(self, images: "ExampleImages") -> dict[str, Any]:
@@ -83,7 +86,10 @@ class ImageReader:
                                         "restore the file and start the run again").format(
                     path=path, error=f"{type(err).__name__}: {err}")) from None
         out = self.plugin.image_inputs(opened, self.image_processor, self.settings)
-        got = [tuple(int(x) for x in row) for row in out["image_grid_thw"].tolist()]
+        if "image_grid_thw" in out:
+            got = [tuple(int(x) for x in row) for row in out["image_grid_thw"].tolist()]
+        else:  # one pixel_values row per image (fixed_plugins)
+            got = [self.plugin.image_grid(None)] * int(out["pixel_values"].size(0))
         for path, encoded, now in zip(images.paths, images.grids, got):
             if tuple(encoded) != now:
                 raise DataFormatError(_("the image {path} changed since the dataset was encoded: its grid of patches is now "

@@ -22,15 +22,11 @@ from typing import Any
 from ftui.i18n import _
 from ftui.data.conversation import Conversation, Encoded, Renderer
 from ftui.data.records import DataFormatError, DatasetSpec
-from ftui.presets.vision_families import VisionFamily, vision_family
+from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VisionFamily, template_fits, vision_family
 from ftui.runner.vision.batch_images import ExampleImages, ImageReader
 from ftui.runner.vision.images import open_image
-from ftui.runner.vision.plugins import QwenVLPlugin, plugin
+from ftui.runner.vision.plugins import plugin
 from ftui.runner.vision.processor import ImageSettings, image_settings, load_image_processor
-
-# LLaMA-Factory's templates whose mm_plugin encodes Qwen's images (template.py).
-IMAGE_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_nothink": "qwen3_vl",
-                   "qwen3_5": "qwen3_vl", "qwen3_5_nothink": "qwen3_vl"}
 
 
 @dataclass
@@ -45,7 +41,7 @@ class VisionEncoder:
     def __init__(self, renderer: Renderer, family: VisionFamily, image_processor: Any, settings: ImageSettings):
         self.renderer = renderer
         self.family = family
-        self.plugin: QwenVLPlugin = plugin(family.plugin)
+        self.plugin = plugin(family.plugin)
         self.image_processor = image_processor
         self.settings = settings
         self.image_token_id = renderer.tokenizer.convert_tokens_to_ids(self.plugin.image_token)
@@ -66,8 +62,7 @@ class VisionEncoder:
 
     def encode(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> MediaEncoded:
         grids = tuple(self.reader.grid(image) for image in self.open_images(paths, spec, index))  # the pixels dropped
-        merge = self.reader.numbers.merge_size ** 2
-        tokens = [t * h * w // merge for t, h, w in grids]
+        tokens = self.plugin.grid_tokens(grids, self.image_processor)
         turns = self.plugin.expand(conv.turns, tokens)
         enc = self.renderer.encode(Conversation(turns, conv.system, conv.tools))
         return MediaEncoded(enc.input_ids, enc.labels, enc.truncated, media=ExampleImages(tuple(paths), grids, self.reader),
@@ -84,10 +79,14 @@ def vision_encoder(renderer: Renderer, template: str | None, model_type: str | N
     family = vision_family(model_type)
     if family is None:
         raise DataFormatError(_("the dataset has images, but the model {model} (model_type {model_type}) reads text only; use a "
-                                "vision-language model such as Qwen2-VL, Qwen2.5-VL or Qwen3-VL").format(
-            model=cfg.model_name_or_path, model_type=model_type))
+                                "vision-language model of a family ftui trains ({families})").format(
+            model=cfg.model_name_or_path, model_type=model_type, families=FAMILY_NAMES))
     if template not in IMAGE_TEMPLATES:
         raise DataFormatError(_("the dataset has images, but template {template} has no image encoding; use template: "
                                 "{family_template} (LLaMA-Factory's for this model)").format(
             template=template or _("(the tokenizer's own)"), family_template=family.template))
+    if not template_fits(template, family):
+        raise DataFormatError(_("the dataset has images, but template {template} encodes them for another family than this "
+                                "{family} model; use template: {family_template} (LLaMA-Factory's for this model)").format(
+            template=template, family=family.name, family_template=family.template))
     return VisionEncoder(renderer, family, load_image_processor(model_dir), image_settings(cfg))

@@ -1,5 +1,12 @@
-"""LLaMA-Factory 0.9.5's multimodal plugins for Qwen's vision-language models, by its names
-(``mm_plugin.py``: ``Qwen2VLPlugin`` "qwen2_vl", ``Qwen3VLPlugin`` "qwen3_vl"), images only.
+"""LLaMA-Factory 0.9.5's multimodal plugins, by its names (``mm_plugin.py``), images only:
+Qwen's here (``Qwen2VLPlugin`` "qwen2_vl", ``Qwen3VLPlugin`` "qwen3_vl"), LLaVA's, Gemma 3's and
+InternVL's in ``ftui.runner.vision.fixed_plugins`` (an image of a fixed number of tokens).
+
+Every plugin answers the same questions, whatever its family: ``image_inputs`` (a record's
+images -> the model's tensors), ``grid_tokens`` / ``media_tokens`` (each image's token count
+from its grids, ``ftui.runner.vision.batch_images``, or from those tensors), ``expand`` (the
+placeholders -> the tokens) and ``token_types_key`` (the token-type tensor its model reads
+beside the ids, or None).
 
 A record's images become the image processor's tensors (``pixel_values`` [patches, d] and
 ``image_grid_thw`` [images, 3], each image regularised first: ``ftui.runner.vision.images``),
@@ -17,13 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ftui.i18n import _
-from ftui.data.conversation import ConversationError
+from ftui.runner.vision.fixed_plugins import FIXED_PLUGINS
 from ftui.runner.vision.images import regularize_qwen
+from ftui.runner.vision.placeholders import IMAGE_PLACEHOLDER, expand_placeholders  # noqa: F401 (IMAGE_PLACEHOLDER: re-exported)
 from ftui.runner.vision.processor import ImageSettings
-
-IMAGE_PLACEHOLDER = "<image>"  # LLaMA-Factory's (its IMAGE_PLACEHOLDER environment variable is not read)
-
 
 @dataclass(frozen=True)
 class QwenVLPlugin:
@@ -31,6 +35,7 @@ class QwenVLPlugin:
     image_token: str = "<|image_pad|>"
     vision_bos: str = "<|vision_start|>"
     vision_eos: str = "<|vision_end|>"
+    token_types_key: str | None = "mm_token_type_ids"  # 1 at image tokens, 2 at video tokens
 
     def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
         """The processor's tensors for opened PIL ``images`` (one record's, in order)."""
@@ -44,28 +49,25 @@ class QwenVLPlugin:
         merge = int(image_processor.merge_size) ** 2
         return [int(t) * int(h) * int(w) // merge for t, h, w in grid_thw.tolist()]
 
+    @staticmethod
+    def grid_tokens(grids: Any, image_processor: Any) -> list[int]:
+        """Each image's token count from its grid (t, h, w): t*h*w / merge_size**2."""
+        merge = int(image_processor.merge_size) ** 2
+        return [int(t) * int(h) * int(w) // merge for t, h, w in grids]
+
+    def media_tokens(self, media: dict[str, Any], image_processor: Any) -> list[int]:
+        """Each image's token count, from its ``image_inputs``."""
+        return self.image_tokens(media["image_grid_thw"], image_processor)
+
     def expand(self, turns: list[dict[str, str]], tokens: list[int]) -> list[dict[str, str]]:
-        """The turns with each placeholder replaced by its image's tokens, in order over the
-        turns; the number of placeholders must equal the number of images (LLaMA-Factory's
-        rule, ``_validate_messages``)."""
-        found = sum(turn["content"].count(IMAGE_PLACEHOLDER) for turn in turns)
-        if found != len(tokens):
-            raise ConversationError(_("it has {images} images but {placeholders} {placeholder} placeholders in its messages; "
-                                      "each image needs one placeholder where it goes").format(
-                images=len(tokens), placeholders=found, placeholder=IMAGE_PLACEHOLDER))
-        out, k = [], 0
-        for turn in turns:
-            content = turn["content"]
-            while IMAGE_PLACEHOLDER in content:
-                content = content.replace(IMAGE_PLACEHOLDER, self.vision_bos + self.image_token * tokens[k] + self.vision_eos, 1)
-                k += 1
-            out.append({**turn, "content": content})
-        return out
+        """The turns with each placeholder replaced by its image's tokens
+        (<|vision_start|> + <|image_pad|> x n + <|vision_end|>)."""
+        return expand_placeholders(turns, [self.vision_bos + self.image_token * n + self.vision_eos for n in tokens])
 
 
-PLUGINS: dict[str, QwenVLPlugin] = {name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}
+PLUGINS: dict[str, Any] = {**{name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}, **FIXED_PLUGINS}
 
 
-def plugin(name: str) -> QwenVLPlugin:
+def plugin(name: str) -> Any:
     """The plugin of LLaMA-Factory's name (a family's ``plugin`` in ftui.presets.vision_families)."""
     return PLUGINS[name]

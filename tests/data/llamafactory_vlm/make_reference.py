@@ -1,14 +1,17 @@
 """Regenerates reference.json: what LLaMA-Factory 0.9.5's own supervised preprocessing and
 collator make of its ``mllm_demo`` dataset (the 6 records and 3 images, copied to data/) for
-the tiny Qwen2-VL, Qwen2.5-VL and Qwen3-VL models of tests/vlm_models.py. Runs once, in a
+the tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-1.5, Gemma 3 and InternVL models of
+tests/vlm_models.py. Runs once, in a
 LLaMA-Factory venv with the transformers the tests use (5.24.0), never ftui's;
 tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Factory.
 
     cp -a /work/lfvenv /work/lfvenv-vl
     /work/lfvenv-vl/bin/python -m pip install transformers==5.24.0 pillow==13.0.0   # ftui's versions
-    DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py [LF_DATA_DIR]
+    DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py [LF_DATA_DIR] [--only F1,F2]
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --dpo
 
+``--only``: runs those families alone and puts their cases into the stored reference.json in
+place of any earlier ones (a family added; the other cases are kept as they were made).
 ``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
 answers of ``stage: kto``, below) and leaves reference.json as it is.
 
@@ -24,6 +27,9 @@ qwen2_vl / qwen3_vl plugins read: the tokenizer, ``AutoImageProcessor.from_pretr
 PIL implementation, Qwen2VLImageProcessorPil, the one ftui uses), that same image processor as
 ``video_processor`` (read only for its ``merge_size`` and to be present: no video is encoded),
 and the multimodal settings LLaMA-Factory's ``patch_processor`` sets on a real processor.
+LLaVA's and Gemma 3's Processors need no torchvision: LLaMA-Factory builds them itself.
+InternVL's does (a video processor), so it gets the same container, with the image_seq_length
+of the folder's processor_config.json (what InternVLProcessor would read).
 
 The dpo reference (reference_dpo.json): LLaMA-Factory's pairwise processor (``get_dataset``
 with stage "rm", as its dpo workflow calls it) over data/mllm_dpo_demo.json, 4 preference
@@ -39,8 +45,9 @@ kl_labels (the previous record's answer after this record's prompt and images).
 
 Stored per example: input_ids, labels, image_grid_thw and position_ids (4 rows: text, then
 M-RoPE's temporal, height, width; None where the image tokens were cut, which the model cannot
-run), and of pixel_values the shape, a digest of its float32 bytes rounded to 4 decimals, its
-sum and its first values.
+run, or for a family without M-RoPE), token_type_ids (Gemma 3's; None elsewhere), and of
+pixel_values the shape, a digest of its float32 bytes rounded to 4 decimals, its sum and its
+first values.
 """
 
 from __future__ import annotations
@@ -54,7 +61,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-LF_DATA = Path(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "--dpo" else ROOT.parent / "shared" / "data" / "llamafactory"
+ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo") and (ONLY is None or a != ",".join(ONLY))]
+LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
 CASES = [(1024, 768 * 768), (80, 768 * 768), (1024, 128 * 128)]
@@ -90,14 +99,41 @@ def pixel_summary(pixels) -> dict:
             "first": [float(x) for x in arr.reshape(-1)[:FIRST_VALUES]]}
 
 
+def _as_list(value):
+    if value is None:
+        return None
+    value = value.tolist() if hasattr(value, "tolist") else value
+    return value[0] if value and isinstance(value[0], list) else value
+
+
+class NoTorchvisionProcessor:
+    """transformers' AutoProcessor, whose "requires torchvision" ValueError (InternVL's video
+    processor) becomes the error LLaMA-Factory's load_tokenizer takes for "no processor" (it
+    retries a ValueError once and lets the second one through)."""
+
+    @staticmethod
+    def from_pretrained(*args, **kwargs):
+        from transformers import AutoProcessor
+
+        try:
+            return AutoProcessor.from_pretrained(*args, **kwargs)
+        except ValueError as err:
+            if "torchvision" in str(err):
+                raise RuntimeError(str(err)) from None
+            raise
+
+
 class ImageOnlyProcessor:
     """What LLaMA-Factory's qwen2_vl / qwen3_vl plugins read of a processor (see the module doc)."""
 
-    def __init__(self, tokenizer, image_processor):
+    def __init__(self, tokenizer, image_processor, model_dir: Path):
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.video_processor = image_processor
         self.model_input_names = ["input_ids", "attention_mask", "pixel_values", "image_grid_thw"]
+        numbers = model_dir / "processor_config.json"
+        if numbers.is_file():  # InternVL: image_seq_length
+            self.image_seq_length = json.loads(numbers.read_text())["image_seq_length"]
 
 
 def llamafactory_module(model_dir: Path, args: dict):
@@ -112,7 +148,7 @@ def llamafactory_module(model_dir: Path, args: dict):
     model_args, data_args, training_args, _ft, _gen = get_train_args(args)
     module = load_tokenizer(model_args)
     if module["processor"] is None:  # no torchvision: the patch the module doc describes
-        processor = ImageOnlyProcessor(module["tokenizer"], AutoImageProcessor.from_pretrained(str(model_dir)))
+        processor = ImageOnlyProcessor(module["tokenizer"], AutoImageProcessor.from_pretrained(str(model_dir)), model_dir)
         patch_processor(processor, module["tokenizer"], model_args)
         module["processor"] = processor
     return model_args, data_args, training_args, module
@@ -201,10 +237,13 @@ def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, 
         output_dir=str(tmp / "o"), overwrite_cache=True, report_to="none", cache_dir=str(tmp / "cache"),
     )
     model_args, data_args, training_args, _ft, _gen = get_train_args(args)
+    import llamafactory.model.loader as lf_loader
+
+    lf_loader.AutoProcessor = NoTorchvisionProcessor
     module = load_tokenizer(model_args)
     tokenizer = module["tokenizer"]
     if module["processor"] is None:  # no torchvision: the patch the module doc describes
-        processor = ImageOnlyProcessor(tokenizer, AutoImageProcessor.from_pretrained(str(model_dir)))
+        processor = ImageOnlyProcessor(tokenizer, AutoImageProcessor.from_pretrained(str(model_dir)), model_dir)
         patch_processor(processor, tokenizer, model_args)
         module["processor"] = processor
     template_obj = get_template_and_fix_tokenizer(tokenizer, data_args)
@@ -219,7 +258,7 @@ def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, 
                    "images": row["images"], "videos": row["videos"], "audios": row["audios"]}
         try:
             batch = collator([feature])
-            positions = batch["position_ids"][:, 0, :].tolist()
+            positions = batch["position_ids"][:, 0, :].tolist() if batch.get("position_ids") is not None else None
         except (ValueError, IndexError, RuntimeError) as err:  # image tokens cut: the model cannot run it
             print(family, cutoff, "collator refused:", type(err).__name__, str(err)[:120], file=sys.stderr)
             batch, positions = None, None
@@ -229,7 +268,8 @@ def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, 
             mm = batch
         examples.append({
             "input_ids": ids, "labels": labels, "images": [Path(p).name for p in row["images"]],
-            "image_grid_thw": mm["image_grid_thw"].tolist(), "position_ids": positions,
+            "image_grid_thw": mm["image_grid_thw"].tolist() if "image_grid_thw" in mm else None, "position_ids": positions,
+            "token_type_ids": _as_list(mm.get("token_type_ids")),
             "pixel_values": pixel_summary(mm["pixel_values"]),
         })
     return {"family": family, "template": template, "cutoff_len": cutoff, "image_max_pixels": max_pixels,
@@ -270,9 +310,12 @@ def main() -> None:
 
     write_data()
     cases = []
+    if ONLY is not None:
+        kept = json.loads((HERE / "reference.json").read_text())["cases"]
+        cases = [case for case in kept if case["family"] not in ONLY]
     tmp = Path(tempfile.mkdtemp())
     try:
-        for family in FAMILIES:
+        for family in ONLY or FAMILIES:
             model_dir = vlm_dir(family, tmp / "models")
             model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
             for cutoff, max_pixels in CASES:
