@@ -27,6 +27,8 @@ def test_a_vision_model_is_told_apart_from_its_text_sibling(tmp_path):
     assert detect_family("Qwen/Qwen2-VL-7B-Instruct").template == "qwen2_vl"
     assert detect_family("Qwen/Qwen2-VL-7B-Instruct").vision
     assert detect_family("Qwen/Qwen2.5-7B-Instruct").template == "qwen" and not detect_family("Qwen/Qwen2.5-7B-Instruct").vision
+    assert detect_family("Qwen/Qwen3-VL-4B-Instruct").template == "qwen3_vl_nothink"  # LLaMA-Factory's model list
+    assert detect_family("Qwen/Qwen3-VL-4B-Thinking").template == "qwen3_vl"
     folder = vlm_dir("qwen3_vl", tmp_path)  # by config.json's model_type, whatever the folder is called
     assert detect_family(str(folder)).name == "qwen3_vl" and detect_family(str(folder)).lora_targets == ("all",)
 

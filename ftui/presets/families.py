@@ -77,11 +77,16 @@ def read_model_type(model_name_or_path: str) -> str | None:
         return None
 
 
-def vision_as_family(vision: VisionFamily) -> Family:
+def vision_as_family(vision: VisionFamily, name: str = "") -> Family:
     """A vision-language family as the form fills it: LLaMA-Factory's template, and LoRA on
     ``all``, which ftui (as LLaMA-Factory) narrows to the language model's linear layers while
-    the vision tower is frozen (ftui.runner.vlm)."""
-    return Family(vision.name, vision.model_types, vision.template, ("all",), vision.name_pattern, "model.language_model.layers",
+    the vision tower is frozen (ftui.runner.vlm). Qwen3-VL's Instruct models take
+    ``qwen3_vl_nothink`` and its Thinking ones ``qwen3_vl`` (LLaMA-Factory's model list): told
+    by the name, as config.json says qwen3_vl for both."""
+    template = vision.template
+    if template == "qwen3_vl" and "thinking" not in name.lower():
+        template = "qwen3_vl_nothink"
+    return Family(vision.name, vision.model_types, template, ("all",), vision.name_pattern, "model.language_model.layers",
                   vision=True)
 
 
@@ -91,14 +96,14 @@ def detect_family(model_name_or_path: str) -> Family | None:
     model_type = read_model_type(model_name_or_path)
     vision = vision_family(model_type)
     if vision is not None:
-        return vision_as_family(vision)
+        return vision_as_family(vision, model_name_or_path)
     fam = family_for_model_type(model_type)
     if fam is not None:
         return fam
     lowered = model_name_or_path.lower()
     for vf in VISION_FAMILIES:
         if model_type is None and vf.name_pattern and re.search(vf.name_pattern, lowered):
-            return vision_as_family(vf)
+            return vision_as_family(vf, model_name_or_path)
     for fam in FAMILIES:
         if re.search(fam.name_pattern, lowered):
             return fam

@@ -113,12 +113,12 @@ class Stage:
 
     name = ""
     layout: Any = None  # the run's BatchLayout (ftui.runner.batch_layout), set by the training job
+    media: "MediaCollation | None" = None  # a vision-language model's: how its batches carry images (prepare_model)
 
     def __init__(self, cfg: RunConfig, tokenizer: Any):
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.head: nn.Module | None = None  # the output projection when the loss is computed in chunks
-        self.media: MediaCollation | None = None  # a vision-language model's: how its batches carry images
 
     @property
     def description(self) -> StageDescription:
