@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from ftui.data.records import DataFormatError, DatasetSpec
-from vlm_models import FAMILIES, vlm_dir
+from vlm_models import FAMILIES, loaded_models, vlm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "tests" / "data" / "llamafactory_vlm"
@@ -43,18 +43,7 @@ def dpo_spec() -> DatasetSpec:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """family -> (model folder, loaded model): built once for the module."""
-    import transformers
-
-    root = tmp_path_factory.mktemp("vlm")
-    cache = {}
-
-    def get(family: str):
-        if family not in cache:
-            path = vlm_dir(family, root)
-            cache[family] = (path, transformers.AutoModelForImageTextToText.from_pretrained(str(path)))
-        return cache[family]
-
-    return get
+    return loaded_models(tmp_path_factory.mktemp("vlm"))
 
 
 def make_stage(model_dir: Path, template: str, stage: str = "dpo", **extra):

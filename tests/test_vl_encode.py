@@ -31,7 +31,7 @@ from ftui.runner.vision.encode import VisionEncoder
 from ftui.runner.vision.images import regularize_qwen
 from ftui.data.media import record_media
 from ftui.runner.vision.processor import ImageSettings, load_image_processor
-from vlm_models import FAMILIES, vlm_dir
+from vlm_models import FAMILIES, loaded_models
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "tests" / "data" / "llamafactory_vlm"
@@ -50,18 +50,7 @@ def mllm_demo_spec() -> DatasetSpec:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """family -> (model folder, loaded model): built once for the module."""
-    import transformers
-
-    root = tmp_path_factory.mktemp("vlm")
-    cache = {}
-
-    def get(family: str):
-        if family not in cache:
-            path = vlm_dir(family, root)
-            cache[family] = (path, transformers.AutoModelForImageTextToText.from_pretrained(str(path)))
-        return cache[family]
-
-    return get
+    return loaded_models(tmp_path_factory.mktemp("vlm"))
 
 
 def encoder_for(model_dir: Path, family: str, template: str, cutoff: int, max_pixels: int) -> VisionEncoder:

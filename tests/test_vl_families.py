@@ -21,12 +21,13 @@ import torch
 from ftui.data.chat_template import fix_tokenizer
 from ftui.data.conversation import EncodeOptions, Renderer
 from ftui.data.media import record_media
-from ftui.data.records import DataFormatError, DatasetSpec, to_conversation
+from ftui.data.records import DataFormatError, to_conversation
 from ftui.presets.templates import TEMPLATES
 from ftui.presets.vision_families import vision_family
 from ftui.runner.vision.encode import VisionEncoder
 from ftui.runner.vision.processor import ImageSettings, load_image_processor
-from vlm_models import FAMILIES, vlm_dir
+from test_vl_encode import mllm_demo_spec
+from vlm_models import FAMILIES, loaded_models, vlm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "tests" / "data" / "llamafactory_vlm"
@@ -37,27 +38,10 @@ RECORDS = json.loads((DATA / "mllm_demo.json").read_text())
 PER_IMAGE = {"llava": 16, "gemma3": 4, "internvl": 4}  # (56 / 14)² patches; Gemma 3 and InternVL pool them to 4
 
 
-def mllm_demo_spec() -> DatasetSpec:
-    entry = json.loads((DATA / "dataset_info.json").read_text())["mllm_demo"]
-    return DatasetSpec(name="mllm_demo", file_name=str(DATA / entry["file_name"]), formatting=entry["formatting"],
-                       columns=entry["columns"], tags=entry["tags"], media_dir=str(DATA))
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """family -> (model folder, loaded model), built once for the module."""
-    import transformers
-
-    root = tmp_path_factory.mktemp("vlm-others")
-    cache = {}
-
-    def get(family: str):
-        if family not in cache:
-            path = vlm_dir(family, root)
-            cache[family] = (path, transformers.AutoModelForImageTextToText.from_pretrained(str(path)))
-        return cache[family]
-
-    return get
+    return loaded_models(tmp_path_factory.mktemp("vlm-others"))
 
 
 def encoder_for(model_dir: Path, family: str, cutoff: int, max_pixels: int) -> VisionEncoder:

@@ -213,3 +213,19 @@ def copy_family(family: str, src_root: Path, dst: Path) -> Path:
     src = vlm_dir(family, src_root)
     shutil.copytree(src, dst)
     return dst
+
+
+def loaded_models(root: Path):
+    """family -> (model folder, loaded model), each built and loaded once under ``root``: the
+    getter a test module's ``models`` fixture returns."""
+    import transformers
+
+    cache: dict[str, tuple[Path, object]] = {}
+
+    def get(family: str):
+        if family not in cache:
+            path = vlm_dir(family, root)
+            cache[family] = (path, transformers.AutoModelForImageTextToText.from_pretrained(str(path)))
+        return cache[family]
+
+    return get
