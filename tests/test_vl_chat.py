@@ -155,6 +155,22 @@ def test_a_text_model_given_an_image_says_so_and_keeps_answering(pictures):
         worker.close()
 
 
+@pytest.mark.parametrize("family", ["llava", "gemma3", "internvl"])
+def test_the_fixed_token_families_answer_with_an_image(family, pictures, tmp_path):
+    """LLaVA, Gemma 3 and InternVL: their plugin's token counts and token types (Gemma 3's
+    token_type_ids, none for the others) reach generate, as in training."""
+    from tests.vlm_models import vlm_dir
+
+    worker = ChatWorker()
+    try:
+        loaded = worker.load(model=str(vlm_dir(family, tmp_path)), device="cpu")
+        assert loaded["type"] == "loaded", loaded
+        _text, done = reply_to(worker, [{"role": "user", "content": "what is it?", "images": [str(pictures["red"])]}])
+        assert done["type"] == "done" and done["tokens"] > 0, done
+    finally:
+        worker.close()
+
+
 @pytest.mark.dist
 def test_ftui_chat_answers_one_prompt_with_an_image(vl_run, pictures, capsys):
     from ftui.cli.main import main

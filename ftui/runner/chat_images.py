@@ -22,7 +22,7 @@ from ftui.data.conversation import ConversationError
 from ftui.data.media_files import MediaFileError, load_image_file
 from ftui.data.records import DataFormatError
 from ftui.i18n import _
-from ftui.runner.vision.plugins import IMAGE_PLACEHOLDER, QwenVLPlugin, plugin
+from ftui.runner.vision.plugins import IMAGE_PLACEHOLDER, plugin
 from ftui.runner.vision.processor import ImageSettings, image_settings, load_image_processor
 
 TEXT_ONLY = "text-only"  # ChatImages.why for a model without a vision tower
@@ -63,7 +63,7 @@ def placed(messages: list[dict[str, Any]], request_images: list[str] | None) -> 
 class ChatImages:
     """A loaded vision-language model's image side: its plugin, image processor and settings."""
 
-    plugin: QwenVLPlugin
+    plugin: Any  # the family's plugin (ftui.runner.vision: QwenVLPlugin or a fixed-tokens one)
     image_processor: Any
     settings: ImageSettings
 
@@ -74,7 +74,7 @@ class ChatImages:
         except MediaFileError as err:
             raise ImageRequestError(str(err)) from None
         media = self.plugin.image_inputs(images, self.image_processor, self.settings)
-        return media, self.plugin.image_tokens(media["image_grid_thw"], self.image_processor)
+        return media, self.plugin.media_tokens(media, self.image_processor)
 
     def expand(self, messages: list[dict[str, str]], tokens: list[int]) -> list[dict[str, str]]:
         """Each placeholder replaced by its image's tokens; a count that does not match is said."""
@@ -106,4 +106,4 @@ def chat_images(family: Any, folders: list[Path], cfg: Any) -> tuple[ChatImages 
 
 def text_only_message(label: str) -> str:
     return _("{model} reads text only, so it cannot take images; chat with a vision-language model (Qwen2-VL, "
-             "Qwen2.5-VL, Qwen3-VL) or send the message without images").format(model=label)
+             "Qwen2.5-VL, Qwen3-VL, LLaVA-1.5, Gemma 3, InternVL 3) or send the message without images").format(model=label)

@@ -46,7 +46,7 @@ class PromptImages:
         """The conversation with its placeholders expanded, and the image tokens it holds."""
         vision = self.vision
         media = self.media(paths, spec, index)
-        tokens = vision.plugin.image_tokens(media["image_grid_thw"], vision.image_processor)
+        tokens = vision.plugin.media_tokens(media, vision.image_processor)
         try:
             turns = vision.plugin.expand(conv.turns, tokens)
         except ConversationError as err:

@@ -68,5 +68,6 @@ def image_inputs(model: Any, ids: torch.Tensor, media: list[dict[str, torch.Tens
     for key in keys:
         tensor = torch.cat([m[key] for m in media if m and key in m], dim=0)
         out[key] = tensor.to(device, dtype=model.dtype) if tensor.is_floating_point() else tensor.to(device)
-    out["mm_token_type_ids"] = token_types(ids, collation).to(device)
+    if collation.token_types_key is not None:  # the family's keyword (Qwen mm_token_type_ids, Gemma 3 token_type_ids; LLaVA none)
+        out[collation.token_types_key] = token_types(ids, collation).to(device)
     return out
