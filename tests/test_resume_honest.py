@@ -220,7 +220,8 @@ def test_a_real_resume_with_a_refused_batch_then_the_advised_one_trains_on(tmp_p
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "replaces what it has after that step: final/" in " ".join(resumed.stderr.split())
     assert summarize_run(run).status == "completed" and summarize_run(run).step == 6
-    shutil.rmtree(run)
+    # tidy only (tmp_path goes anyway): the job's supervisor may still be closing its files in it
+    shutil.rmtree(run, ignore_errors=True)
 
 
 @pytest.mark.parametrize("settings, saved, says", [
