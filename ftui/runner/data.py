@@ -209,8 +209,9 @@ class Progress:
             self.progress(self.count, self.total)
 
 
-def pack_examples(examples: list[Example], row_len: int) -> list[Example]:
-    """First-fit-decreasing packing into rows of at most ``row_len`` tokens.
+def pack_examples(examples: list[Example], row_len: int, join: Callable[[list[Example]], Example] | None = None) -> list[Example]:
+    """First-fit-decreasing packing into rows of at most ``row_len`` tokens, each row made by
+    ``join`` (default ``join_row``; examples with images: ``ftui.runner.media_packing``).
 
     Each example keeps its own position ids (restarting at 0), which transformers turns
     into a block-diagonal causal mask, so packed examples never attend to each other.
@@ -227,7 +228,7 @@ def pack_examples(examples: list[Example], row_len: int) -> list[Example]:
         else:
             rows.append([ex])
             space.append(row_len - n)
-    return [join_row(row) for row in rows]
+    return [(join or join_row)(row) for row in rows]
 
 
 def join_row(examples: list[Example]) -> Example:
@@ -396,6 +397,12 @@ class Collator:
         extra: dict[str, Any] = dict(cu_seqlens=tensors[4], row_sequences=counts, max_seqlen=longest_sequence) if cu is not None else {}
         if self.loss_positions:
             extra["loss_positions"] = tensors[-1]
+        if packed and any(ex.media for ex in rows) and not self.padding_free and self.media is not None:
+            from ftui.runner.media_packing import collate_packed_media  # it imports this module
+
+            media, block = collate_packed_media(rows, ids, self.media, self.media.eager_attention)
+            extra["media"] = pinned(media) if self.pin else media
+            return Batch(ids, labels, block.pin_memory() if self.pin else block, None, real, trainable, predicted, **extra)
         if any(ex.media for ex in rows):
             if packed:
                 raise ValueError(media_rows_message())

@@ -40,6 +40,7 @@ class MediaCollation:
     stand_in_ids: tuple[int, ...] = ()  # the tokens of the stand-in image
     stand_in_media: dict[str, torch.Tensor] | None = None  # its tensors
     token_types_key: str | None = "mm_token_type_ids"  # the family's (its plugin's): Gemma 3 token_type_ids, LLaVA none
+    eager_attention: bool = False  # the model adds its attention mask to the scores (packed rows' mask: ftui.runner.media_packing)
 
 
 def stand_in(config: Any) -> tuple[tuple[int, ...], dict[str, torch.Tensor] | None]:
@@ -74,8 +75,9 @@ def media_collation(model: Any) -> MediaCollation | None:
     family_plugin = plugin(family_of(model).plugin)
     ids, media = family_plugin.stand_in(config) if hasattr(family_plugin, "stand_in") else stand_in(config)
     typed = getattr(config, getattr(family_plugin, "typed_token", "image_token_id"), None)  # Gemma 3: <start_of_image>
+    eager = getattr(getattr(config, "text_config", config), "_attn_implementation", None) == "eager"
     return MediaCollation(rope_index(model), typed, getattr(config, "video_token_id", None), ids, media,
-                          family_plugin.token_types_key)
+                          family_plugin.token_types_key, eager)
 
 
 @dataclass

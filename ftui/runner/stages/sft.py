@@ -138,7 +138,15 @@ class SFTStage(Stage):
                 max_pixels=self._vision.settings.max_pixels))
 
     def pack(self, train: list[Example]) -> list[Example]:
-        return pack_examples(train, self.cfg.cutoff_len) if self.cfg.packing else train
+        """Rows of several examples with ``packing``; examples with images keep theirs, in order
+        (``ftui.runner.media_packing``)."""
+        if not self.cfg.packing:
+            return train
+        if any(ex.media for ex in train):
+            from ftui.runner.media_packing import join_media_row
+
+            return pack_examples(train, self.cfg.cutoff_len, join_media_row)
+        return pack_examples(train, self.cfg.cutoff_len)
 
 
 class Encoder:
