@@ -2,13 +2,21 @@
 images in order, each example's M-RoPE positions are those of the example alone (as
 LLaMA-Factory's neat_packing computes them per sub-sequence), and no token attends across
 examples: an example's logits in a packed row equal its logits alone, whatever the other
-example's image is. LLaMA-Factory's own packed encoding is compared in
-tests/test_vl_packing_reference.py."""
+example's image is. And LLaMA-Factory's own packed encoding of mllm_demo
+(reference_packed.json), row by row: ids, labels, segment ids, grids, pixels and, for
+neat_packing, every position id of the padded row."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
+import numpy as np
 import pytest
 import torch
+
+from ftui.runner.data import Example
+from tests.test_vl_encode import REF_DIR, RECORDS, encoder_for, mllm_demo_spec
 
 from tests.vl_examples import ImageExamples
 from tests.vlm_models import loaded_models
@@ -118,3 +126,73 @@ def test_eager_attention_gets_an_additive_mask(models):
     n = len(one.input_ids)
     assert batch.attention_mask.dtype == torch.float32
     assert batch.attention_mask[0, 0, n, n - 1] == torch.finfo(torch.float32).min and batch.attention_mask[0, 0, n, n] == 0
+
+
+# LLaMA-Factory's own packed encoding (tests/data/llamafactory_vlm/reference_packed.json, made by
+# make_reference.py --packed): the rows it packed, each compared with ftui's row of the same
+# examples in the same order (ftui's own rows are first-fit decreasing, README: neat_packing).
+PACKED = json.loads((REF_DIR / "reference_packed.json").read_text())
+
+
+def _packed_id(case: dict) -> str:
+    return f"{case['family']}-{'neat_packing' if case['neat_packing'] else 'packing'}"
+
+
+def _ftui_rows(case: dict, models):
+    """ftui's encoding of mllm_demo's records, joined as each of LLaMA-Factory's rows holds
+    them, each collated alone and padded to LLaMA-Factory's row length (cutoff_len)."""
+    from ftui.data.media import record_media
+    from ftui.data.records import to_conversation
+    from ftui.runner.data import Collator
+    from ftui.runner.media_batch import media_collation
+    from ftui.runner.media_packing import join_media_row, segment_ids
+
+    model_dir, model = models(case["family"])
+    encoder = encoder_for(model_dir, case["family"], case["template"], case["cutoff_len"], case["image_max_pixels"])
+    spec = mllm_demo_spec()
+    examples = []
+    for i, record in enumerate(RECORDS):
+        enc = encoder.encode(to_conversation(record, spec, i), record_media(record, spec, i)["images"], spec, i)
+        examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids), media=enc.media))
+    collate = Collator(encoder.renderer.tokenizer.pad_token_id, pad_to_multiple=case["cutoff_len"], media=media_collation(model))
+    for ref in case["rows"]:
+        row = join_media_row([examples[i] for i in ref["examples"]])
+        yield ref, row, collate([row]), segment_ids([row], case["cutoff_len"])[0]
+
+
+@pytest.mark.parametrize("case", PACKED["cases"], ids=_packed_id)
+def test_packed_rows_match_llamafactory(case, models):
+    assert len(case["rows"]) >= 2 and any(len(r["examples"]) >= 2 for r in case["rows"])
+    assert sorted(i for r in case["rows"] for i in r["examples"]) == list(range(len(RECORDS)))
+    for ref, row, batch, segments in _ftui_rows(case, models):
+        n = ref["length"]
+        assert len(row.input_ids) == n
+        assert batch.input_ids[0].tolist() == ref["input_ids"]
+        assert batch.labels[0].tolist() == ref["labels"]
+        tensors = batch.media.tensors
+        assert tensors["image_grid_thw"].tolist() == ref["image_grid_thw"]
+        pixels = tensors["pixel_values"].float().numpy()
+        assert list(pixels.shape) == ref["pixel_values"]["shape"]
+        np.testing.assert_allclose(pixels.reshape(-1)[: len(ref["pixel_values"]["first"])], ref["pixel_values"]["first"], atol=1e-5)
+        assert float(pixels.astype(np.float64).sum()) == pytest.approx(ref["pixel_values"]["sum"], rel=1e-6, abs=1e-3)
+        assert hashlib.sha256(np.round(pixels.astype(np.float32), 4).tobytes()).hexdigest()[:16] == ref["pixel_values"]["digest"]
+        positions = batch.media.position_ids[:, 0, :].tolist()
+        if case["neat_packing"]:
+            # segment ids: LLaMA-Factory's padding is 0 (masked whole), ftui's a segment of its own
+            assert segments[:n].tolist() == ref["attention_mask"][:n] and set(ref["attention_mask"][n:]) <= {0}
+            assert positions == ref["position_ids"], "M-RoPE positions differ from LLaMA-Factory's neat_packing"
+        else:
+            # LLaMA-Factory's plain packing lets a row's examples attend to each other and runs M-RoPE
+            # over the row as one sequence; ftui keeps them apart as neat_packing does (module doc of
+            # ftui.runner.media_packing): the first example's positions agree, the next ones' restart.
+            m = len(_first_example(ref, case))
+            assert [p[:m] for p in positions] == [p[:m] for p in ref["position_ids"]]
+            assert set(ref["attention_mask"]) == {1}
+            if len(ref["examples"]) > 1:
+                assert positions[0][m] == 0 and ref["position_ids"][0][m] > 0
+
+
+def _first_example(ref: dict, case: dict) -> list[int]:
+    neat = next(c for c in PACKED["cases"] if c["family"] == case["family"] and c["neat_packing"])
+    twin = next(r for r in neat["rows"] if r["examples"] == ref["examples"])
+    return [t for t, s in zip(twin["input_ids"], twin["attention_mask"]) if s == 1]

@@ -9,11 +9,13 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
     /work/lfvenv-vl/bin/python -m pip install transformers==5.24.0 pillow==13.0.0   # ftui's versions
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py [LF_DATA_DIR] [--only F1,F2]
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --dpo
+    DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --packed
 
 ``--only``: runs those families alone and puts their cases into the stored reference.json in
 place of any earlier ones (a family added; the other cases are kept as they were made).
 ``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
-answers of ``stage: kto``, below) and leaves reference.json as it is.
+answers of ``stage: kto``, below) and leaves reference.json as it is. ``--packed`` regenerates only reference_packed.json
+(packing and neat_packing, packed_reference.py).
 
 For each family and case (cutoff_len, image_max_pixels) it runs LLaMA-Factory's
 ``get_template_and_fix_tokenizer`` and ``get_dataset`` (stage sft, template qwen2_vl or
@@ -62,7 +64,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
-ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo") and (ONLY is None or a != ",".join(ONLY))]
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--packed") and (ONLY is None or a != ",".join(ONLY))]
 LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
@@ -329,4 +331,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main_dpo() if "--dpo" in sys.argv[1:] else main()
+    if "--packed" in sys.argv[1:]:
+        sys.path.insert(0, str(HERE))
+        from packed_reference import main_packed
+
+        main_packed()
+    else:
+        main_dpo() if "--dpo" in sys.argv[1:] else main()
