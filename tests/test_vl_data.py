@@ -350,14 +350,13 @@ def test_preflight_refuses_images_for_a_text_model(tmp_path, lf_data):
     assert "template qwen2_vl encodes images" in problems["template"] and "reads text only" in problems["template"]
 
 
-def test_preflight_wants_an_image_template_packing_off_and_no_tokenized_path(tmp_path, lf_data, tiny_qwen2_vl):
+def test_preflight_wants_an_image_template_and_no_tokenized_path(tmp_path, lf_data, tiny_qwen2_vl):
     def problems(**extra) -> dict[str, str]:
         return {p.field: p.message for p in preflight(run_config(tmp_path, tiny_qwen2_vl, dataset_dir=str(lf_data), **extra)).problems}
 
     assert "set template: qwen2_vl" in problems(template=None)["template"]
     assert "template qwen encodes text only" in problems(template="qwen")["template"]
-    assert "packing examples with images is not supported yet" in problems(packing=True)["packing"]
-    assert "neat_packing false" in problems(neat_packing=True)["neat_packing"]
+    assert "packing" not in problems(packing=True) and "neat_packing" not in problems(neat_packing=True)  # Qwen2-VL packs
     assert "tokenized_path" in problems(tokenized_path=str(tmp_path / "enc"))["tokenized_path"]
     assert "stage pt with images is not supported yet" in problems(stage="pt")["dataset"]
 

@@ -234,16 +234,20 @@ def test_the_loss_through_the_vlm_matches_full_logits_and_each_row_alone(qwen2):
 # --- the batch layout: padded rows only
 
 
-def test_vision_language_models_take_padded_rows_and_refuse_padding_free_and_packing_by_name():
+def test_vision_language_models_take_padded_rows_and_refuse_padding_free_by_name():
     from ftui.config.load import demo_config
     from ftui.runner.batch_layout import batch_layout
 
     model = {"model_type": "qwen2_vl", "vision_config": {}}
     layout = batch_layout(demo_config(), model, "cpu")
     assert not layout.padding_free and not layout.sequence_lengths and "M-RoPE" in layout.why
-    for key in ("padding_free", "packing"):
-        with pytest.raises(ValueError, match=f"{key} is not supported for qwen2_vl vision-language models"):
-            batch_layout(demo_config().model_copy(update={key: True}), model, "cpu")
+    with pytest.raises(ValueError, match="padding_free is not supported for qwen2_vl vision-language models"):
+        batch_layout(demo_config().model_copy(update={"padding_free": True}), model, "cpu")
+    for key in ("packing", "neat_packing"):  # packed rows are padded rows (ftui.runner.media_packing)
+        packed = batch_layout(demo_config().model_copy(update={key: True}), model, "cpu")
+        assert not packed.padding_free and not packed.sequence_lengths
+        with pytest.raises(ValueError, match=f"{key} is not supported for gemma3 vision-language models: Gemma 3 builds"):
+            batch_layout(demo_config().model_copy(update={key: True}), {"model_type": "gemma3", "vision_config": {}}, "cpu")
     assert batch_layout(demo_config(), {"model_type": "llama"}, "cpu").padding_free  # text models unchanged
 
 

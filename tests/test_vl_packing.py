@@ -46,7 +46,8 @@ def _collate(model, examples, **kw):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_packed_row_carries_its_examples_images_and_their_own_positions(family, models):
     from ftui.runner.data import pack_examples
-    from ftui.runner.media_packing import PackedMedia, join_media_row
+    from ftui.runner.data import join_media_row
+    from ftui.runner.media_packing import PackedMedia
 
     folder, model = models(family)
     one, two = _examples(folder)
@@ -78,7 +79,7 @@ def _logits(model, batch):
 def test_no_token_of_a_packed_row_attends_across_its_examples(family, models):
     """The second example's logits in the row equal its logits alone, and changing the first
     example's image changes the first example's logits only."""
-    from ftui.runner.media_packing import join_media_row
+    from ftui.runner.data import join_media_row
 
     folder, model = models(family)
     model.eval()
@@ -96,7 +97,7 @@ def test_no_token_of_a_packed_row_attends_across_its_examples(family, models):
 def test_padding_after_packed_rows_is_a_segment_of_its_own(models):
     """Two packed rows of different lengths in one micro batch: the shorter row's padding
     attends to itself alone and no real token attends to it; its positions count 0, 1, ..."""
-    from ftui.runner.media_packing import join_media_row
+    from ftui.runner.data import join_media_row
 
     folder, model = models("qwen2_vl")
     one, two = _examples(folder)
@@ -117,7 +118,7 @@ def test_eager_attention_gets_an_additive_mask(models):
 
     from ftui.runner.media_batch import media_collation
     from ftui.runner.data import Collator
-    from ftui.runner.media_packing import join_media_row
+    from ftui.runner.data import join_media_row
 
     folder, model = models("qwen2_vl")
     one, two = _examples(folder)
@@ -145,7 +146,8 @@ def _ftui_rows(case: dict, models):
     from ftui.data.records import to_conversation
     from ftui.runner.data import Collator
     from ftui.runner.media_batch import media_collation
-    from ftui.runner.media_packing import join_media_row, segment_ids
+    from ftui.runner.data import join_media_row, row_sequence_lengths
+    from ftui.runner.media_packing import segment_ids
 
     model_dir, model = models(case["family"])
     encoder = encoder_for(model_dir, case["family"], case["template"], case["cutoff_len"], case["image_max_pixels"])
@@ -157,7 +159,7 @@ def _ftui_rows(case: dict, models):
     collate = Collator(encoder.renderer.tokenizer.pad_token_id, pad_to_multiple=case["cutoff_len"], media=media_collation(model))
     for ref in case["rows"]:
         row = join_media_row([examples[i] for i in ref["examples"]])
-        yield ref, row, collate([row]), segment_ids([row], case["cutoff_len"])[0]
+        yield ref, row, collate([row]), segment_ids([row_sequence_lengths(row, case["cutoff_len"])], case["cutoff_len"])[0]
 
 
 @pytest.mark.parametrize("case", PACKED["cases"], ids=_packed_id)
@@ -196,3 +198,97 @@ def _first_example(ref: dict, case: dict) -> list[int]:
     neat = next(c for c in PACKED["cases"] if c["family"] == case["family"] and c["neat_packing"])
     twin = next(r for r in neat["rows"] if r["examples"] == ref["examples"])
     return [t for t, s in zip(twin["input_ids"], twin["attention_mask"]) if s == 1]
+
+
+def _demo_examples(family: str, models) -> list[Example]:
+    from ftui.data.media import record_media
+    from ftui.data.records import to_conversation
+    from test_vl_families import encoder_for as family_encoder
+
+    model_dir, _model = models(family)
+    encoder = family_encoder(model_dir, family, 1024, 128 * 128)
+    spec = mllm_demo_spec()
+    out = []
+    for i, record in enumerate(RECORDS[:3]):
+        enc = encoder.encode(to_conversation(record, spec, i), record_media(record, spec, i)["images"], spec, i)
+        out.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids), media=enc.media))
+    return out
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl", "llava", "internvl"])
+def test_an_example_packed_after_another_gives_its_logits_alone(family, models):
+    """mllm_demo's record 0 packed after record 1 and after record 2 (other texts, other images):
+    its logits are its logits alone, in every family that packs."""
+    from ftui.runner.data import join_media_row
+
+    _folder, model = models(family)
+    model.eval()
+    ex0, ex1, ex2 = _demo_examples(family, models)
+    alone = _logits(model, _collate(model, [ex0]))[0]
+    for first in (ex1, ex2):
+        n = len(first.input_ids)
+        packed = _logits(model, _collate(model, [join_media_row([first, ex0])]))[0]
+        assert torch.allclose(packed[n:], alone, atol=1e-4), f"after an example of {n} tokens"
+
+
+def test_gemma3_is_not_packed_since_a_packed_rows_mask_would_change_its_logits(models):
+    """Why packing is refused for Gemma 3 (ftui.config.media_checks.vision_packing_problem): its
+    image tokens attend to each other both ways through the mask the model builds, which the
+    packed row's mask replaces, so an example packed after another is not itself any more."""
+    from ftui.runner.data import join_media_row
+
+    _folder, model = models("gemma3")
+    model.eval()
+    ex0, ex1, _ex2 = _demo_examples("gemma3", models)
+    alone = _logits(model, _collate(model, [ex0]))[0]
+    packed = _logits(model, _collate(model, [join_media_row([ex1, ex0])]))[0]
+    assert not torch.allclose(packed[len(ex1.input_ids):], alone, atol=1e-4)
+
+
+# --- the config's keys, and a run
+
+
+def test_preflight_packs_images_for_qwen_and_refuses_gemma3_by_name(tmp_path, lf_data):
+    from ftui.config.preflight import preflight
+    from tests.vlm_models import vlm_dir
+
+    def problems(family: str, template: str, **extra) -> dict[str, str]:
+        cfg = {"model_name_or_path": str(vlm_dir(family, tmp_path / "models")), "dataset": "mllm_demo", "template": template,
+               "device": "cpu", "dataset_dir": str(lf_data), "output_dir": str(tmp_path / "runs")} | extra
+        return {p.field: p.message for p in preflight(cfg).problems}
+
+    for key in ("packing", "neat_packing"):
+        assert problems("qwen2_vl", "qwen2_vl", **{key: True}) == {}
+        assert "Gemma 3 builds its own attention mask" in problems("gemma3", "gemma3", **{key: True})[key]
+        assert key not in problems("gemma3", "gemma3")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["packing", "neat_packing"])
+def test_ftui_train_packs_mllm_demo_for_a_tiny_qwen2_vl_with_lora(key, tmp_path, lf_data):
+    from tests.test_vl_dpo import ftui_train, run_events
+    from tests.vlm_models import vlm_dir
+
+    model = vlm_dir("qwen2_vl", tmp_path / "models")
+    config = {"model_name_or_path": str(model), "stage": "sft", "finetuning_type": "lora", "template": "qwen2_vl",
+              "dataset": "mllm_demo", "dataset_dir": str(lf_data), "cutoff_len": 1024, "image_max_pixels": 128 * 128,
+              "per_device_train_batch_size": 1, "learning_rate": 1e-3, "output_dir": str(tmp_path / "runs"), key: True}
+    proc = ftui_train(config, tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    events = run_events(tmp_path)
+    start = next(e for e in events if e["event"] == "run_start")
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    assert start["train_examples"] == 2  # the 6 records (1,231 tokens at 128 x 128 pixels) in 2 rows of at most 1,024
+
+
+def test_a_model_loaded_with_eager_attention_gets_the_additive_mask(tmp_path):
+    import transformers
+
+    from ftui.runner.media_batch import media_collation
+    from tests.vlm_models import vlm_dir
+
+    folder = vlm_dir("qwen2_vl", tmp_path)
+    for implementation, eager in (("eager", True), ("sdpa", False)):
+        model = transformers.AutoModelForImageTextToText.from_pretrained(str(folder), attn_implementation=implementation)
+        assert media_collation(model).eager_attention is eager

@@ -1,7 +1,8 @@
 """The checks of a dataset with images against the rest of the config: the model must be a
 vision-language family ftui trains (``ftui.presets.vision_families``) with its image processor's
-settings at hand, the template must encode images, and packing and saved encodings
-(tokenized_path) wait for a later slice; and the first records' images, each opened and
+settings at hand, the template must encode images, packing is for the families whose rows
+can be packed (not Gemma 3), and saved encodings (tokenized_path) wait for a later slice; and
+the first records' images, each opened and
 decoded whole (ftui.data.media, ftui.data.media_files) with their placeholders counted.
 
 Part of the one preflight (ftui.config.preflight, through file_checks.dataset_problems): a
@@ -125,10 +126,8 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
         out.append(FieldProblem("template", cfg.template, _(
             "the dataset {name} has images and {said} encodes text only: set template: {wanted}").format(
             name=spec.name, said=said, wanted=wanted)))
-    if cfg.packing:
-        field = "neat_packing" if cfg.neat_packing else "packing"
-        out.append(FieldProblem(field, True, _("packing examples with images is not supported yet (the dataset {name} has "
-                                               "images); set {field} false").format(name=spec.name, field=field)))
+    if (cfg.packing or cfg.neat_packing) and family is not None:
+        out += packing_problems(cfg, family.name)
     if cfg.tokenized_path:
         out.append(FieldProblem("tokenized_path", cfg.tokenized_path, _(
             "saving or reading encoded data with images (tokenized_path) is not supported yet (the dataset {name} has "
@@ -147,3 +146,24 @@ def first_records_media(spec: DatasetSpec, records: list[Any]) -> None:
         paths = preference_images(record, spec, index, PAIRS) if spec.ranking else record_media(record, spec, index)["images"]
         for path in paths:
             verify_image(path, spec, index)
+
+
+def packing_problems(cfg: RunConfig, family: str) -> list[FieldProblem]:
+    """Packing rows with images (ftui.runner.media_packing): done for every family but Gemma 3."""
+    problem = vision_packing_problem(family, cfg)
+    if problem is None:
+        return []
+    return [FieldProblem("neat_packing" if cfg.neat_packing else "packing", True, problem)]
+
+
+def vision_packing_problem(family: str, cfg: RunConfig) -> str | None:
+    """Why rows of this family cannot be packed (None: they can). Gemma 3 builds its own
+    attention mask, its image tokens attending to each other both ways and its sliding-window
+    layers seeing a window: a packed row's block mask between examples would replace it
+    (LLaMA-Factory packs Gemma 3 all the same, with that mask)."""
+    if family != "gemma3":
+        return None
+    key = "neat_packing" if cfg.neat_packing else "packing"
+    return _("{key} is not supported for gemma3 vision-language models: Gemma 3 builds its own attention mask (an image's "
+             "tokens attend to each other both ways, sliding-window layers), which a packed row's mask between examples would "
+             "replace; set {key} false").format(key=key)

@@ -18,9 +18,12 @@ token sequences (sft, pt), decoder-only text models with rotary positions
 without fa2 it stays off by default: SDPA would compute every query of the joined row against
 every key through a mask. ``padding_free: true`` turns it on wherever it is exact.
 
-Vision-language models (``ftui.presets.vision_families``) take padded rows only: their M-RoPE
+Vision-language models (``ftui.presets.vision_families``) take padded rows: their M-RoPE
 positions are computed per row from its images (``ftui.runner.media_batch``), so padding_free
-and packing are off for them, and asking for either is refused by name.
+is off for them, and asking for it is refused by name. Packed rows are padded rows too
+(``ftui.runner.media_packing``: each example's positions, a block mask between examples),
+except for Gemma 3, whose own attention mask (its images attended both ways, its
+sliding-window layers) a packed row's mask would replace: packing is refused by name there.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ftui.config.media_checks import vision_packing_problem
 from ftui.config.model_checks import padding_free_model_problem
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
@@ -79,14 +83,16 @@ def batch_layout(cfg: RunConfig, model: dict[str, Any], device_type: str) -> Bat
 
 
 def vision_layout(cfg: RunConfig, family: str) -> BatchLayout:
-    """Padded rows for a vision-language model: each row's M-RoPE positions follow its own
-    images, which rows laid end to end (padding_free) or packed would mix."""
-    if cfg.padding_free or cfg.packing or cfg.neat_packing:
-        key = "padding_free" if cfg.padding_free else "neat_packing" if cfg.neat_packing else "packing"
-        raise ValueError(_("{key} is not supported for {family} vision-language models yet: their M-RoPE positions are "
-                           "computed per row from its images; set {key} false").format(key=key, family=family))
+    """Padded rows for a vision-language model (packed ones with ``packing``): each row's M-RoPE
+    positions follow its own images, which rows laid end to end (padding_free) would mix."""
+    if cfg.padding_free:
+        raise ValueError(_("padding_free is not supported for {family} vision-language models yet: their M-RoPE positions are "
+                           "computed per row from its images; set padding_free false").format(family=family))
+    if (cfg.packing or cfg.neat_packing) and (problem := vision_packing_problem(family, cfg)) is not None:
+        raise ValueError(problem)
     if family.startswith("qwen"):
         why = _("{family} is a vision-language model: its M-RoPE positions are computed per padded row").format(family=family)
     else:  # LLaVA, Gemma 3, InternVL: no M-RoPE, but each row's images (and Gemma 3's token types) go with it
         why = _("{family} is a vision-language model: its rows are collated padded, each with its own images").format(family=family)
     return BatchLayout(False, why, False, attn_implementation(cfg.flash_attn))  # fa2 is refused at load (fa2_model_problem)
+

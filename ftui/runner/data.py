@@ -25,6 +25,7 @@ from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.data.registry import resolve_datasets
 from ftui.data.stage_formats import check_format
 from ftui.runner.media_batch import MediaCollation, MediaInputs, collate_media, pinned
+from ftui.runner.media_packing import PackedMedia, collate_packed_media
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
@@ -251,9 +252,17 @@ def join_row(examples: list[Example]) -> Example:
     return Example(ids, labels, pos, real_tokens=len(ids))
 
 
+def join_media_row(examples: list[Example]) -> Example:
+    """Examples with images laid end to end as ``join_row`` lays examples, their images kept
+    in the row's order (``ftui.runner.media_packing.PackedMedia``): a packed row of a
+    vision-language model."""
+    row = join_row([dataclasses.replace(ex, media=None) for ex in examples])
+    return dataclasses.replace(row, media=PackedMedia(tuple(ex.media for ex in examples)))
+
+
 def media_rows_message() -> str:
-    return _("examples with images are collated in padded rows only (M-RoPE positions are per row); "
-             "set padding_free and packing false")
+    return _("examples with images are collated in padded rows only, packed ones included (M-RoPE positions are per "
+             "row, ftui.runner.media_packing); set padding_free false")
 
 
 @dataclass
@@ -336,7 +345,9 @@ class Collator:
     padding (TRL's padding-free batches, transformers' DataCollatorWithFlattening).
     ``loss_positions``: the batch names the positions that carry loss (``Batch.loss_positions``).
     ``media``: a vision-language model's collation; examples with images then give a batch with
-    them (``Batch.media``; padded rows only: their M-RoPE positions are per row)."""
+    them (``Batch.media``; padded rows only: their M-RoPE positions are per row); packed rows
+    with images get their examples' positions and a 4-D mask between their examples
+    (``ftui.runner.media_packing``)."""
 
     def __init__(self, pad_id: int, pad_to_multiple: int = 1, pin_memory: bool = False, sequence_lengths: bool = False,
                  padding_free: bool = False, loss_positions: bool = False, media: MediaCollation | None = None):
@@ -398,11 +409,11 @@ class Collator:
         if self.loss_positions:
             extra["loss_positions"] = tensors[-1]
         if packed and any(ex.media for ex in rows) and not self.padding_free and self.media is not None:
-            from ftui.runner.media_packing import collate_packed_media  # it imports this module
-
-            media, block = collate_packed_media(rows, ids, self.media, self.media.eager_attention)
+            lengths = [row_sequence_lengths(ex, width) for ex in rows]
+            media, block = collate_packed_media([ex.media for ex in rows], lengths, ids, self.media, self.media.eager_attention)
             extra["media"] = pinned(media) if self.pin else media
-            return Batch(ids, labels, block.pin_memory() if self.pin else block, None, real, trainable, predicted, **extra)
+            text_pos = pos if media.position_ids is None else None  # LLaVA, InternVL: each example's own 0, 1, 2, ...
+            return Batch(ids, labels, block.pin_memory() if self.pin else block, text_pos, real, trainable, predicted, **extra)
         if any(ex.media for ex in rows):
             if packed:
                 raise ValueError(media_rows_message())

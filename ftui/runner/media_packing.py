@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 
-from ftui.runner.data import IGNORE, Example, row_sequence_lengths
 from ftui.runner.media_batch import MediaCollation, MediaInputs, row_tensors, token_types
 
 
@@ -44,41 +43,22 @@ class PackedMedia:
     """A packed row's images: each of its examples' ``Example.media`` (None: an example without
     images), in the row's order."""
 
-    parts: tuple[Any, ...]
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """The row's image tensors: each key of its examples' concatenated along dim 0."""
-        made = [row_tensors(p) or {} for p in self.parts]
-        keys = sorted({k for m in made for k in m})
-        return {k: torch.cat([m[k] for m in made if k in m], dim=0) for k in keys}
+    parts: tuple[Any, ...]  # each an ExampleImages, the tensors of a hand-made example, or None
 
 
-def join_media_row(examples: list[Example]) -> Example:
-    """Examples laid end to end in one row as ``ftui.runner.data.join_row`` lays them (each
-    one's positions restart at 0, its first token not predicted from the previous example),
-    with their images kept in order (``PackedMedia``)."""
-    ids: list[int] = []
-    labels: list[int] = []
-    pos: list[int] = []
-    for ex in examples:
-        ids += ex.input_ids
-        labels += [IGNORE] + ex.labels[1:]
-        pos += list(range(len(ex.input_ids)))
-    return Example(ids, labels, pos, real_tokens=len(ids), media=PackedMedia(tuple(ex.media for ex in examples)))
-
-
-def parts_of(example: Example) -> tuple[Any, ...]:
-    """The examples' media of a packed row (a row that packing left with one example is one part)."""
-    media = example.media
+def parts_of(media: Any) -> tuple[Any, ...]:
+    """The examples' media of a packed row's ``Example.media`` (a row that packing left with
+    one example is one part)."""
     return media.parts if isinstance(media, PackedMedia) else (media,)
 
 
-def segment_ids(rows: list[Example], width: int) -> torch.Tensor:
-    """rows x width: 1, 2, ... for each example of a row, the row's padding one more."""
-    out = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, ex in enumerate(rows):
+def segment_ids(lengths: list[list[int]], width: int) -> torch.Tensor:
+    """rows x width: 1, 2, ... for each example of a row, the row's padding one more
+    (``lengths``: each row's sequences, ``ftui.runner.data.row_sequence_lengths``)."""
+    out = torch.zeros((len(lengths), width), dtype=torch.long)
+    for r, row in enumerate(lengths):
         start = 0
-        for s, length in enumerate(row_sequence_lengths(ex, width), start=1):
+        for s, length in enumerate(row, start=1):
             out[r, start:start + length] = s
             start += length
     return out
@@ -108,12 +88,13 @@ def segment_positions(ids: torch.Tensor, grids: torch.Tensor | None, real: bool,
     return positions
 
 
-def collate_packed_media(rows: list[Example], ids: torch.Tensor, collation: MediaCollation,
+def collate_packed_media(media: list[Any], lengths: list[list[int]], ids: torch.Tensor, collation: MediaCollation,
                          eager: bool = False) -> tuple[MediaInputs, torch.Tensor]:
-    """The images, token types and M-RoPE positions of packed rows (``ids``: rows x width,
-    right-padded), and their 4-D attention mask (module doc)."""
+    """The images, token types and M-RoPE positions of packed rows (each row's
+    ``Example.media``, its sequences' ``lengths``; ``ids``: rows x width, right-padded), and
+    their 4-D attention mask (module doc)."""
     width = ids.size(1)
-    row_media = [[row_tensors(p) or {} for p in parts_of(ex)] for ex in rows]
+    row_media = [[row_tensors(p) or {} for p in parts_of(m)] for m in media]
     keys = sorted({k for parts in row_media for m in parts for k in m})
     flat = [m for parts in row_media for m in parts]
     tensors = {k: torch.cat([m[k] for m in flat if k in m], dim=0) for k in keys}
@@ -121,10 +102,9 @@ def collate_packed_media(rows: list[Example], ids: torch.Tensor, collation: Medi
     positions = None
     if collation.rope_index is not None:
         per_row = []
-        for r, ex in enumerate(rows):
-            lengths = row_sequence_lengths(ex, width)
+        for r in range(len(media)):
             start, pieces = 0, []
-            for s, length in enumerate(lengths):
+            for s, length in enumerate(lengths[r]):
                 real = s < len(row_media[r])  # the segments after the examples: the row's padding
                 grids = row_media[r][s].get("image_grid_thw") if real else None
                 pieces.append(segment_positions(ids[r:r + 1, start:start + length], grids, real, collation))
@@ -132,5 +112,5 @@ def collate_packed_media(rows: list[Example], ids: torch.Tensor, collation: Medi
             per_row.append(torch.cat(pieces, dim=-1))
         mrope = torch.cat(per_row, dim=1)
         positions = torch.cat([mrope[:1], mrope], dim=0)  # LLaMA-Factory's text row in front
-    media = MediaInputs(tensors, sizes, token_types(ids, collation), positions, collation.token_types_key)
-    return media, block_mask(segment_ids(rows, width), eager)
+    inputs = MediaInputs(tensors, sizes, token_types(ids, collation), positions, collation.token_types_key)
+    return inputs, block_mask(segment_ids(lengths, width), eager)

@@ -22,7 +22,7 @@ from typing import Any
 from ftui.data.conversation import ConversationError, EncodeOptions, Encoded, Renderer, assemble
 from ftui.i18n import _
 from ftui.data.records import DataFormatError, DatasetSpec, to_conversation, to_messages
-from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_examples
+from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, join_media_row, pack_examples
 from ftui.runner.hub import model_source
 from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
@@ -143,8 +143,6 @@ class SFTStage(Stage):
         if not self.cfg.packing:
             return train
         if any(ex.media for ex in train):
-            from ftui.runner.media_packing import join_media_row
-
             return pack_examples(train, self.cfg.cutoff_len, join_media_row)
         return pack_examples(train, self.cfg.cutoff_len)
 
