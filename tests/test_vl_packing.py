@@ -292,3 +292,20 @@ def test_a_model_loaded_with_eager_attention_gets_the_additive_mask(tmp_path):
     for implementation, eager in (("eager", True), ("sdpa", False)):
         model = transformers.AutoModelForImageTextToText.from_pretrained(str(folder), attn_implementation=implementation)
         assert media_collation(model).eager_attention is eager
+
+
+def test_the_planner_counts_a_packed_rows_images(tmp_path):
+    """With packing a row holds several examples' images: planned as many of the heaviest
+    example as its image tokens fit in cutoff_len; without, one example's."""
+    from ftui.plan.model_shape import ModelShape, read_model_config
+    from ftui.plan.vision_activations import image_load, vision_activations
+    from tests.test_vl_plan import vl_config
+
+    data = REF_DIR / "data"
+    vision = ModelShape.from_config(read_model_config(vl_config(tmp_path, data).model_name_or_path)).vision
+    one = image_load(vl_config(tmp_path, data, image_max_pixels=128 * 128, cutoff_len=1024), vision)
+    packed = image_load(vl_config(tmp_path, data, image_max_pixels=128 * 128, cutoff_len=1024, packing=True), vision)
+    rows = 1024 // one.tokens
+    assert rows > 1 and (packed.images, packed.tokens, packed.patches) == (one.images * rows, one.tokens * rows, one.patches * rows)
+    kw = dict(act=2, res_bytes=4, tower_trains=True, projector_trains=True)
+    assert vision_activations(vision, packed, 1, **kw) == pytest.approx(vision_activations(vision, one, rows, **kw))

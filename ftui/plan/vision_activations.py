@@ -12,7 +12,9 @@ No torch.
 - **The language model.** The image tokens are tokens of its rows: LLaMA-Factory cuts the
   expanded ids at ``cutoff_len`` and ftui refuses an example whose image tokens the cut would
   reach, so the rows the planner already sizes (``micro_batch x cutoff_len``) hold them; an
-  example whose images alone take more than ``cutoff_len`` is said in a note.
+  example whose images alone take more than ``cutoff_len`` is said in a note. A packed row
+  (``packing``) holds several examples' images: it is planned with as many of the heaviest
+  example as its image tokens fit in ``cutoff_len`` (``packed_load``).
 - **The tower.** Its blocks keep, per patch, what a decoder layer keeps per token, at the
   tower's width (``planner``'s per-layer sum: the residual stream and the norms' inputs,
   q/k/v, the attention's output, and the MLP's hidden values: two for a plain MLP, four for a
@@ -140,9 +142,19 @@ def image_load(cfg: Any, vision: VisionShape) -> ImageLoad | None:
     sizes = first_records_sizes(cfg)
     if sizes is not None:
         loads = [load_of(each, processor, max_pixels, min_pixels, "dataset", vision.image_patches) for each in sizes if each]
-        return max(loads, key=lambda load: load.patches) if loads else None
+        return packed_load(max(loads, key=lambda load: load.patches), cfg) if loads else None
     side = int(max_pixels ** 0.5)
-    return load_of([(side, side)], processor, max_pixels, min_pixels, "image_max_pixels", vision.image_patches)
+    return packed_load(load_of([(side, side)], processor, max_pixels, min_pixels, "image_max_pixels", vision.image_patches), cfg)
+
+
+def packed_load(load: ImageLoad, cfg: Any) -> ImageLoad:
+    """A row's images with ``packing`` (sft): a packed row holds the images of all its examples
+    (ftui.runner.media_packing), so it is planned with as many of the heaviest example as its
+    image tokens alone fit in ``cutoff_len`` (a bound: each example's text takes room too)."""
+    if not getattr(cfg, "packing", None) or getattr(cfg, "stage", "sft") != "sft" or load.tokens <= 0:
+        return load
+    examples = max(1, int(getattr(cfg, "cutoff_len", 0) or 0) // load.tokens)
+    return ImageLoad(load.images * examples, load.tokens * examples, load.patches * examples, load.source)
 
 
 def vision_activations(vision: VisionShape, load: ImageLoad, micro_batch: int, *, act: int, res_bytes: int, tower_trains: bool,
