@@ -309,3 +309,28 @@ def test_the_planner_counts_a_packed_rows_images(tmp_path):
     assert rows > 1 and (packed.images, packed.tokens, packed.patches) == (one.images * rows, one.tokens * rows, one.patches * rows)
     kw = dict(act=2, res_bytes=4, tower_trains=True, projector_trains=True)
     assert vision_activations(vision, packed, 1, **kw) == pytest.approx(vision_activations(vision, one, rows, **kw))
+
+
+@pytest.mark.parametrize("joined", ["text rows", "rows with images left out"])
+def test_packed_rows_without_images_run_the_tower_on_a_hidden_stand_in(joined, models):
+    """A micro batch of packed rows with no image (a text dataset beside an image one) gets
+    the stand-in image after row 0's examples, as an unpacked one does (sharded engines
+    need every rank's tower to run): one more segment, which changes no example's logits."""
+    from ftui.runner.data import IGNORE, join_media_row, join_row
+
+    folder, model = models("qwen2_vl")
+    model.eval()
+    make = ImageExamples(folder)
+    one, two = make.example("hello", " there", sizes=[]), make.example("and you", " fine thanks", sizes=[])
+    row = join_row([one, two]) if joined == "text rows" else join_media_row([one, two])
+    assert not row.media
+    batch = _collate(model, [row])
+    n = len(row.input_ids)
+    hidden = batch.input_ids.size(1) - n
+    assert hidden > 0 and batch.labels[0, n:].tolist() == [IGNORE] * hidden
+    assert batch.media.tensors["image_grid_thw"].tolist() == [[1, 2, 2]]
+    assert not batch.attention_mask[0, 0, n:, :n].any() and not batch.attention_mask[0, 0, :n, n:].any()
+    packed = _logits(model, batch)[0]
+    for start, ex in ((0, one), (len(one.input_ids), two)):
+        alone = _logits(model, _collate(model, [ex]))[0, :len(ex.input_ids)]  # unpacked: its own stand-in, masked out
+        assert torch.allclose(packed[start:start + len(ex.input_ids)], alone, atol=1e-4)

@@ -25,7 +25,7 @@ from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.data.registry import resolve_datasets
 from ftui.data.stage_formats import check_format
 from ftui.runner.media_batch import MediaCollation, MediaInputs, collate_media, pinned
-from ftui.runner.media_packing import PackedMedia, collate_packed_media
+from ftui.runner.media_packing import PackedMedia, collate_packed_media, with_stand_in
 
 __all__ = ["DataFormatError", "IGNORE", "Example", "TokenizedData", "load_all", "split_eval", "pack_examples", "Collator", "Batch", "EpochSampler", "run_sampler"]
 
@@ -369,11 +369,14 @@ class Collator:
         rows = [join_row(examples)] if self.padding_free else examples
         hidden = 0  # a stand-in image's tokens at the end of row 0, masked out (ftui.runner.media_batch.stand_in)
         if (self.media is not None and self.media.stand_in_media is not None and not self.padding_free
-                and rows[0].position_ids is None and not any(ex.media for ex in rows)):
+                and not any(ex.media for ex in rows)):
             hidden = len(self.media.stand_in_ids)
             first = rows[0]
+            media, pos = self.media.stand_in_media, first.position_ids
+            if pos is not None:  # a packed row: the stand-in is one more example of it, kept apart by the block mask
+                media, pos = with_stand_in(first.media, pos, media), pos + list(range(hidden))
             rows = [dataclasses.replace(first, input_ids=first.input_ids + list(self.media.stand_in_ids),
-                                        labels=first.labels + [IGNORE] * hidden, media=self.media.stand_in_media), *rows[1:]]
+                                        labels=first.labels + [IGNORE] * hidden, position_ids=pos, media=media), *rows[1:]]
         longest = max(len(e.input_ids) for e in rows)
         width = -(-longest // self.multiple) * self.multiple
         packed = rows[0].position_ids is not None

@@ -45,6 +45,20 @@ class PackedMedia:
 
     parts: tuple[Any, ...]  # each an ExampleImages, the tensors of a hand-made example, or None
 
+    def __bool__(self) -> bool:
+        """Whether the row has images at all (a row of text examples has none, as ``None``)."""
+        return any(self.parts)
+
+
+def with_stand_in(media: Any, position_ids: list[int], stand_in: dict[str, torch.Tensor]) -> PackedMedia:
+    """A packed row's media (``Example.media``, its ``position_ids``) with the stand-in image
+    (``ftui.runner.media_batch.stand_in``) as one more example after its examples: a micro
+    batch of packed rows without images still runs the vision tower, and the block mask keeps
+    the stand-in's tokens and the examples apart."""
+    examples = 1 + sum(1 for p in position_ids[1:] if p == 0)
+    parts = media.parts if isinstance(media, PackedMedia) else (None,) * examples
+    return PackedMedia(parts + (stand_in,))
+
 
 def parts_of(media: Any) -> tuple[Any, ...]:
     """The examples' media of a packed row's ``Example.media`` (a row that packing left with
