@@ -288,10 +288,15 @@ def test_a_model_loaded_with_eager_attention_gets_the_additive_mask(tmp_path):
     from ftui.runner.media_batch import media_collation
     from tests.vlm_models import vlm_dir
 
+    from ftui.runner.data import join_media_row
+
     folder = vlm_dir("qwen2_vl", tmp_path)
+    one, two = _examples(folder)
     for implementation, eager in (("eager", True), ("sdpa", False)):
-        model = transformers.AutoModelForImageTextToText.from_pretrained(str(folder), attn_implementation=implementation)
+        model = transformers.AutoModelForImageTextToText.from_pretrained(str(folder), attn_implementation=implementation).eval()
         assert media_collation(model).eager_attention is eager
+        packed = _logits(model, _collate(model, [join_media_row([one, two])]))[0, len(one.input_ids):]
+        assert torch.allclose(packed, _logits(model, _collate(model, [two]))[0], atol=1e-4), implementation
 
 
 def test_the_planner_counts_a_packed_rows_images(tmp_path):
