@@ -264,15 +264,16 @@ def test_preflight_packs_images_for_qwen_and_refuses_gemma3_by_name(tmp_path, lf
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["packing", "neat_packing"])
-def test_ftui_train_packs_mllm_demo_for_a_tiny_qwen2_vl_with_lora(key, tmp_path, lf_data):
+@pytest.mark.parametrize("key,engine", [("packing", "single"), ("neat_packing", "single"), ("packing", "fsdp")])
+def test_ftui_train_packs_mllm_demo_for_a_tiny_qwen2_vl_with_lora(key, engine, tmp_path, lf_data):
     from tests.test_vl_dpo import ftui_train, run_events
     from tests.vlm_models import vlm_dir
 
     model = vlm_dir("qwen2_vl", tmp_path / "models")
     config = {"model_name_or_path": str(model), "stage": "sft", "finetuning_type": "lora", "template": "qwen2_vl",
               "dataset": "mllm_demo", "dataset_dir": str(lf_data), "cutoff_len": 1024, "image_max_pixels": 128 * 128,
-              "per_device_train_batch_size": 1, "learning_rate": 1e-3, "output_dir": str(tmp_path / "runs"), key: True}
+              "per_device_train_batch_size": 1, "learning_rate": 1e-3, "output_dir": str(tmp_path / "runs"), key: True,
+              "engine": engine, "nproc_per_node": 1 if engine == "single" else 2}
     proc = ftui_train(config, tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     events = run_events(tmp_path)
