@@ -18,7 +18,7 @@ placeholder becomes:
 
 The numbers (patch_size, num_additional_image_tokens, vision_feature_select_strategy,
 image_seq_length) are the transformers Processor's, which LLaMA-Factory reads: the model
-folder's processor_config.json (``ftui.runner.vision.processor.processor_numbers``), with the Processor classes' defaults.
+folder's processor_config.json (``ftui.plan.model_json.processor_numbers``), with the Processor classes' defaults.
 Pan-and-scan (Gemma 3's image_do_pan_and_scan) is refused by name too (ftui.config.rules).
 """
 
