@@ -75,10 +75,12 @@ def first_records_sizes(cfg: Any) -> list[list[tuple[int, int]]] | None:
     where the data cannot be read here (a hub dataset, another machine, a bad file: the
     config's checks say why)."""
     from ftui.data.dataset_files import read_records
-    from ftui.data.media import record_media
     from ftui.data.media_files import image_header
+    from ftui.data.preference_media import preference_images
     from ftui.data.registry import resolve_datasets
+    from ftui.stages import describe
 
+    kind = describe(getattr(cfg, "stage", "sft")).data  # a dpo pair's record ends with its prompt: its images are the pair's
     out = []
     try:
         specs = resolve_datasets(cfg.dataset, cfg.dataset_dir)
@@ -86,7 +88,7 @@ def first_records_sizes(cfg: Any) -> list[list[tuple[int, int]]] | None:
             return None
         for spec in specs:
             for index, record in enumerate(read_records(spec, limit=FIRST_RECORDS)):
-                paths = record_media(record, spec, index)["images"]
+                paths = preference_images(record, spec, index, kind)
                 out.append([(info.width, info.height) for info in (image_header(p, spec, index) for p in paths)])
     except Exception:  # noqa: BLE001 - a plan from what can be read; every error is the checks' to report
         return None
