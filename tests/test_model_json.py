@@ -48,13 +48,14 @@ def test_the_local_folder_comes_first_then_the_newest_snapshot(tmp_path, hub):
 
 
 @pytest.mark.parametrize("text, said", [("{not json", "is not valid JSON"), ("[1, 2]", "must hold a JSON object"),
-                                        ("[" * 100_000, "nested deeper")])
+                                        ("[" * 100_000, "nested deeper"), (b"\xff\xfe{}", "is not valid JSON")])
 def test_a_malformed_file_is_named_and_not_passed_over(tmp_path, hub, text, said):
     """The first file there decides (transformers would load the folder's and fail on it): a
     good cached copy does not hide the folder's broken one."""
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "config.json").write_text(text)
+    path = folder / "config.json"
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     (snapshot(hub, str(folder)) / "config.json").write_text("{}")
     with pytest.raises(ModelJSONError, match=said) as err:
         find_model_json(str(folder), "config.json")

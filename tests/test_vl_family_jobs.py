@@ -96,6 +96,7 @@ def run_job(kind: str, run: Path, data: Path, **extra):
 
 
 @pytest.mark.slow
+@pytest.mark.dist
 @pytest.mark.parametrize("family", OTHERS)
 def test_predict_and_eval_over_an_image_set(family, family_runs, picture_set):
     from ftui.rundir.paths import EVAL_RESULTS_FILE, PREDICTIONS_FILE
@@ -151,6 +152,7 @@ def plain_inputs(out: Path, family: str, image: Path) -> dict[str, torch.Tensor]
     return dict(own)
 
 
+@pytest.mark.dist
 @pytest.mark.parametrize("family", OTHERS)
 def test_a_merged_lora_export_runs_in_plain_transformers_with_base_plus_adapter_logits(family, family_runs, picture_set, tmp_path):
     from transformers import AutoModelForImageTextToText

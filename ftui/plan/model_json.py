@@ -41,6 +41,8 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     ModelJSONError naming the file when it is not valid JSON or not an object."""
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ModelJSONError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
     try:
