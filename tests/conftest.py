@@ -89,7 +89,7 @@ def demo_tokenizer():
 # one of its tests would start them); the read-only pre-trained base is built once under a
 # lock and read by every worker.
 GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo_train
-                    "four_step_run", "mirrored_run", "two_fsdp_ranks")
+                    "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marks into the groups it schedules by

@@ -220,8 +220,13 @@ def test_a_real_resume_with_a_refused_batch_then_the_advised_one_trains_on(tmp_p
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "replaces what it has after that step: final/" in " ".join(resumed.stderr.split())
     assert summarize_run(run).status == "completed" and summarize_run(run).step == 6
-    # tidy only (tmp_path goes anyway): the job's supervisor may still be closing its files in it
-    shutil.rmtree(run, ignore_errors=True)
+    # the command returned once the job's processes had exited (ftui.cli.following.wait_for_exit): nothing
+    # writes in the run any more, so it can go at once (it met "Directory not empty" when the command
+    # returned at run_end; tests/test_follow_exit.py)
+    from ftui.rundir.liveness import launcher_gone
+
+    assert launcher_gone(run)
+    shutil.rmtree(run)
 
 
 @pytest.mark.parametrize("settings, saved, says", [

@@ -14,11 +14,9 @@ pixels (ftui.runner.vision.batch_images): the pixels compared are the collated o
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -27,10 +25,9 @@ from ftui.data.conversation import EncodeOptions, Renderer
 from ftui.data.records import DataFormatError, DatasetSpec, to_conversation
 from ftui.presets.templates import TEMPLATES
 from ftui.presets.vision_families import vision_family
-from ftui.runner.vision.encode import VisionEncoder
 from ftui.runner.vision.images import regularize_qwen
-from ftui.data.media import record_media
 from ftui.runner.vision.processor import ImageSettings, load_image_processor
+from vl_parity import RECORDS, assert_pixels_as_lf, encodings_against_lf
 from vlm_models import FAMILIES, loaded_models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +35,6 @@ REF_DIR = ROOT / "tests" / "data" / "llamafactory_vlm"
 DATA = REF_DIR / "data"
 REFERENCE = json.loads((REF_DIR / "reference.json").read_text())
 CASES = [c for c in REFERENCE["cases"] if c["family"] in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")]  # the others: test_vl_families.py
-RECORDS = json.loads((DATA / "mllm_demo.json").read_text())
 
 
 def mllm_demo_spec() -> DatasetSpec:
@@ -51,15 +47,6 @@ def mllm_demo_spec() -> DatasetSpec:
 def models(tmp_path_factory):
     """family -> (model folder, loaded model): built once for the module."""
     return loaded_models(tmp_path_factory.mktemp("vlm"))
-
-
-def encoder_for(model_dir: Path, family: str, template: str, cutoff: int, max_pixels: int) -> VisionEncoder:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    fix_tokenizer(tok, TEMPLATES[template])
-    renderer = Renderer(template, tok, EncodeOptions(cutoff_len=cutoff))
-    return VisionEncoder(renderer, vision_family(family), load_image_processor(str(model_dir)), ImageSettings(max_pixels=max_pixels))
 
 
 def collated(model, ids: list[int], labels: list[int], media) -> tuple[dict, list[list[int]]]:
@@ -80,18 +67,7 @@ def _case_id(case: dict) -> str:
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_encoding_matches_llamafactory(case, models):
     model_dir, model = models(case["family"])
-    assert case["template"] == FAMILIES[case["family"]]["template"]
-    encoder = encoder_for(model_dir, case["family"], case["template"], case["cutoff_len"], case["image_max_pixels"])
-    tok = encoder.renderer.tokenizer
-    assert (len(tok), tok.eos_token) == (case["vocab"], case["eos"])
-    spec = mllm_demo_spec()
-    assert len(case["examples"]) == len(RECORDS)
-    for i, (record, ref) in enumerate(zip(RECORDS, case["examples"])):
-        paths = record_media(record, spec, i)["images"]
-        assert [Path(p).name for p in paths] == ref["images"]
-        enc = encoder.encode(to_conversation(record, spec, i), paths, spec, i)
-        assert enc.input_ids == ref["input_ids"], f"record {i}: input_ids differ"
-        assert enc.labels == ref["labels"], f"record {i}: labels differ"
+    for i, enc, ref, encoder in encodings_against_lf(case, model_dir, mllm_demo_spec()):
         assert [list(g) for g in enc.media.grids] == ref["image_grid_thw"]  # computed from the images' sizes
         kept = sum(1 for t in ref["input_ids"] if t == model.config.image_token_id)
         # no positions: LLaMA-Factory's collator failed on the example (cutoff_len cut its image
@@ -99,11 +75,7 @@ def test_encoding_matches_llamafactory(case, models):
         alone = ref["position_ids"] is None
         tensors, positions = (enc.media.tensors(), None) if alone else collated(model, enc.input_ids, enc.labels, enc.media)
         assert tensors["image_grid_thw"].tolist() == ref["image_grid_thw"]
-        pixels = tensors["pixel_values"].float().numpy()
-        assert list(pixels.shape) == ref["pixel_values"]["shape"]
-        np.testing.assert_allclose(pixels.reshape(-1)[: len(ref["pixel_values"]["first"])], ref["pixel_values"]["first"], atol=1e-5)
-        assert float(pixels.astype(np.float64).sum()) == pytest.approx(ref["pixel_values"]["sum"], rel=1e-6, abs=1e-3)
-        assert hashlib.sha256(np.round(pixels.astype(np.float32), 4).tobytes()).hexdigest()[:16] == ref["pixel_values"]["digest"]
+        assert_pixels_as_lf(tensors["pixel_values"], ref["pixel_values"])
         # the image tokens LLaMA-Factory's ids keep, against what the grids expand to
         assert encoder.missing_image_tokens(enc) == sum(t * h * w // 4 for t, h, w in ref["image_grid_thw"]) - kept
         if not alone:

@@ -10,23 +10,16 @@ Gemma 3's token_type_ids must equal it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from ftui.data.chat_template import fix_tokenizer
-from ftui.data.conversation import EncodeOptions, Renderer
 from ftui.data.media import record_media
 from ftui.data.records import DataFormatError, to_conversation
-from ftui.presets.templates import TEMPLATES
-from ftui.presets.vision_families import vision_family
-from ftui.runner.vision.encode import VisionEncoder
-from ftui.runner.vision.processor import ImageSettings, load_image_processor
 from test_vl_encode import mllm_demo_spec
+from vl_parity import RECORDS, assert_pixels_as_lf, encoder_for, encodings_against_lf
 from vlm_models import FAMILIES, loaded_models, vlm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +27,6 @@ REF_DIR = ROOT / "tests" / "data" / "llamafactory_vlm"
 DATA = REF_DIR / "data"
 OTHERS = ("llava", "gemma3", "internvl")
 CASES = [c for c in json.loads((REF_DIR / "reference.json").read_text())["cases"] if c["family"] in OTHERS]
-RECORDS = json.loads((DATA / "mllm_demo.json").read_text())
 PER_IMAGE = {"llava": 16, "gemma3": 4, "internvl": 4}  # (56 / 14)² patches; Gemma 3 and InternVL pool them to 4
 
 
@@ -42,16 +34,6 @@ PER_IMAGE = {"llava": 16, "gemma3": 4, "internvl": 4}  # (56 / 14)² patches; Ge
 def models(tmp_path_factory):
     """family -> (model folder, loaded model), built once for the module."""
     return loaded_models(tmp_path_factory.mktemp("vlm-others"))
-
-
-def encoder_for(model_dir: Path, family: str, cutoff: int, max_pixels: int) -> VisionEncoder:
-    from transformers import AutoTokenizer
-
-    template = FAMILIES[family]["template"]
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    fix_tokenizer(tok, TEMPLATES[template])
-    renderer = Renderer(template, tok, EncodeOptions(cutoff_len=cutoff))
-    return VisionEncoder(renderer, vision_family(family), load_image_processor(str(model_dir)), ImageSettings(max_pixels=max_pixels))
 
 
 def _case_id(case: dict) -> str:
@@ -69,29 +51,16 @@ def test_encoding_matches_llamafactory(case, models):
 
     family = case["family"]
     model_dir, model = models(family)
-    assert case["template"] == FAMILIES[family]["template"]
-    encoder = encoder_for(model_dir, family, case["cutoff_len"], case["image_max_pixels"])
-    tok = encoder.renderer.tokenizer
-    assert (len(tok), tok.eos_token) == (case["vocab"], case["eos"])
-    spec = mllm_demo_spec()
     collation = media_collation(model)
-    assert len(case["examples"]) == len(RECORDS)
-    for i, (record, ref) in enumerate(zip(RECORDS, case["examples"])):
-        paths = record_media(record, spec, i)["images"]
-        assert [Path(p).name for p in paths] == ref["images"]
-        enc = encoder.encode(to_conversation(record, spec, i), paths, spec, i)
-        assert enc.input_ids == ref["input_ids"], f"record {i}: input_ids differ"
-        assert enc.labels == ref["labels"], f"record {i}: labels differ"
+    for i, enc, ref, encoder in encodings_against_lf(case, model_dir, mllm_demo_spec()):
         tensors = enc.media.tensors()  # the files kept, processed when collated (ftui.runner.vision.batch_images)
         assert set(tensors) == {"pixel_values"} and ref["image_grid_thw"] is None and ref["position_ids"] is None
-        assert enc.media.grids == ((1, 1, 1),) * len(paths)
-        pixels = tensors["pixel_values"].float().numpy()
-        assert list(pixels.shape) == ref["pixel_values"]["shape"] == [len(paths), 3, 56, 56]
-        np.testing.assert_allclose(pixels.reshape(-1)[: len(ref["pixel_values"]["first"])], ref["pixel_values"]["first"], atol=1e-5)
-        assert float(pixels.astype(np.float64).sum()) == pytest.approx(ref["pixel_values"]["sum"], rel=1e-6, abs=1e-3)
-        assert hashlib.sha256(np.round(pixels.astype(np.float32), 4).tobytes()).hexdigest()[:16] == ref["pixel_values"]["digest"]
+        images = len(ref["images"])
+        assert enc.media.grids == ((1, 1, 1),) * images
+        assert ref["pixel_values"]["shape"] == [images, 3, 56, 56]
+        assert_pixels_as_lf(tensors["pixel_values"], ref["pixel_values"])
         kept = sum(1 for t in ref["input_ids"] if t == model.config.image_token_id)
-        assert encoder.missing_image_tokens(enc) == PER_IMAGE[family] * len(paths) - kept
+        assert encoder.missing_image_tokens(enc) == PER_IMAGE[family] * images - kept
         types = token_types(torch.tensor([enc.input_ids]), collation)[0].tolist()
         if family == "gemma3":
             assert types == ref["token_type_ids"], f"record {i}: token_type_ids differ"

@@ -67,8 +67,8 @@ def vl_config(tmp_path, dataset_dir, **over):
     from ftui.config.schema import RunConfig
 
     cfg = tiny_vlm_cfg("qwen2_vl", tmp_path)
-    return RunConfig(model_name_or_path=cfg.model_name_or_path, dataset="mllm_demo", dataset_dir=str(dataset_dir), stage="sft",
-                     template="qwen2_vl", **over)
+    return RunConfig(**{"model_name_or_path": cfg.model_name_or_path, "dataset": "mllm_demo", "dataset_dir": str(dataset_dir),
+                        "stage": "sft", "template": "qwen2_vl", **over})
 
 
 def test_an_examples_images_are_read_from_the_first_records_else_image_max_pixels(tmp_path):
@@ -138,3 +138,40 @@ def test_images_that_fill_cutoff_len_are_said(tmp_path):
     [said] = estimate(shape, seq_len=1024, images=ImageLoad(1, 729, 2916, "image_max_pixels")).notes
     assert said == ("images: 729 image tokens an example, within cutoff_len, and 2916 patches through the vision tower; planned "
                     "from one image of image_max_pixels (the dataset's images not read here)")
+
+
+def test_a_dpo_pair_counts_its_images_on_both_rows(tmp_path):
+    """A dpo pair is two rows (prompt + chosen, prompt + rejected), each with the prompt's images
+    (ftui.runner.stages.preference_vision; the reference model reads the same batch under no_grad,
+    keeping nothing): the example's images are read from the pairs (whose records end with the
+    prompt, which sft's reading refused: the plan fell back to image_max_pixels), and the tower's
+    pixels and activations count twice an sft example's."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    from ftui.data.media_tokens import VisionProcessor, image_grid
+    from ftui.plan.model_shape import ModelShape, read_model_config
+    from ftui.plan.planner import estimate
+    from ftui.plan.vision_activations import image_load
+
+    data = Path(__file__).parent / "data" / "llamafactory_vlm" / "data"
+    cfg = vl_config(tmp_path, data, stage="dpo", dataset="mllm_dpo_demo")
+    shape = ModelShape.from_config(read_model_config(cfg.model_name_or_path))
+    load = image_load(cfg, shape.vision)
+    pairs = json.loads((data / "mllm_dpo_demo.json").read_text())
+    qwen = VisionProcessor(min_pixels=3136, max_pixels=12845056)
+    most = max(sum(t * h * w for t, h, w in (image_grid(*Image.open(data / p).size, qwen) for p in pair["images"]))
+               for pair in pairs)
+    assert (load.source, load.images, load.patches) == ("dataset", 2, most)
+
+    def vision_part(stage: str, frozen: tuple[bool, bool, bool]) -> float:
+        def act(images):
+            return estimate(shape, precision="fp32", micro_batch=2, seq_len=1024, frozen=frozen, images=images,
+                            training_stage=stage).activations
+        return act(load) - act(None)
+
+    for frozen in ((True, True, False), (False, False, False)):
+        sft = vision_part("sft", frozen)
+        assert sft > 0 and vision_part("dpo", frozen) == pytest.approx(2 * sft)
+    assert vision_part("dpo", (True, True, False)) == pytest.approx(2 * 2 * load.patches * shape.vision.kernel * 4)

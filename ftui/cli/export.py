@@ -40,6 +40,7 @@ def add_parser(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from ftui.cli.console import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, refusal, safe_console
     from ftui.cli.follow import follow_run
+    from ftui.cli.following import wait_for_exit
     from ftui.cli.runs import resolve_run_arg
     from ftui.jobs.export import leftover_note
     from ftui.ops import jobs
@@ -76,6 +77,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         stop(job_dir, force=count > 1)
 
     summary = follow_run(job_dir, out, on_interrupt=interrupted)
+    wait_for_exit(job_dir, out)  # the job's processes gone before the out directory is named
     if summary.status == "completed":
         result = export_result(job_dir)
         for command in result.get("commands") or []:

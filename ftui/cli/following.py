@@ -11,6 +11,9 @@ from rich.markup import escape
 
 from ftui.i18n import N_, _
 
+# How long a followed job's processes may take to exit once its events have ended (rank 0's
+# teardown, then the launcher and the supervisor): the command returns after them.
+EXIT_WAIT_S = 60.0
 # What Ctrl-C says while a training run / an offline job is followed: (first, second)
 TRAIN_INTERRUPTS = (N_("stopping: the ranks finish the current step (Ctrl-C again to kill)"), N_("killing the run"))
 JOB_INTERRUPTS = (N_("stopping: what is done is kept"), N_("killing the job"))
@@ -33,5 +36,23 @@ def follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, st
         said = stop_run(job_dir, force=True)  # said before: it may have ended gracefully meanwhile
         out.print("[red]" + _(says[1]) + "[/]" if said == _("killed") else "[dim]" + escape(said) + "[/]")
 
-    return follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset), bool(interrupts)
+    summary = follow_run(job_dir, out, on_interrupt=interrupted, start_offset=offset)
+    wait_for_exit(job_dir, out)
+    return summary, bool(interrupts)
+
+
+def wait_for_exit(job_dir: Path, out: Console, timeout_s: float = EXIT_WAIT_S) -> None:
+    """Returns once the job's processes have exited (its supervisor's lock is free), not as
+    soon as its events end: they still write in the job directory after run_end
+    (ftui.rundir.liveness.wait_until_gone), and what runs after the command (a script that
+    copies, archives or deletes the run) must find it finished. Said when they take longer
+    than ``timeout_s``; Ctrl-C stops the wait."""
+    from ftui.rundir.liveness import wait_until_gone
+
+    try:
+        if not wait_until_gone(job_dir, timeout_s):
+            out.print("[yellow]" + escape(_("the job's events have ended but its processes still run after {seconds} s; "
+                                             "ftui runs shows when they are gone").format(seconds=f"{timeout_s:.0f}")) + "[/]")
+    except KeyboardInterrupt:
+        pass
 

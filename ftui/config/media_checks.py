@@ -12,18 +12,16 @@ run directory exists. No torch here.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from ftui.config.problems import FieldProblem
 from ftui.config.schema import RunConfig
 from ftui.data.media import dataset_media, record_media
 from ftui.data.media_files import verify_image
-from ftui.data.media_tokens import VisionProcessor, processor_from_config
+from ftui.data.media_tokens import VisionProcessor
 from ftui.data.records import DatasetSpec
 from ftui.i18n import _
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
-from ftui.safety.bounded_input import load_json
 
 # LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
 # images with (its template.py): a text model given one is refused (LLaMA-Factory fails on every
@@ -35,40 +33,16 @@ VISION_TEMPLATES = {"qwen2_vl": "qwen2_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_no
 
 def read_processor(model_name_or_path: str) -> VisionProcessor:
     """The image processor of a model: its preprocessor_config.json in the local folder or the
-    hub cache. ValueError when there is none (a run needs it: LLaMA-Factory fails with
-    "Processor was not found") or it cannot be read."""
-    from ftui.plan.model_files import cached_snapshots
-    from ftui.rundir.paths import resolve_model_path
+    hub cache (ftui.plan.model_json), with the processor_config.json beside it. ValueError when
+    there is none (a run needs it: LLaMA-Factory fails with "Processor was not found") or it is
+    malformed (named)."""
+    from ftui.plan.model_json import model_image_processor
 
-    try:
-        candidates = [Path(resolve_model_path(model_name_or_path)).expanduser() / "preprocessor_config.json"]
-    except RuntimeError:  # ~nosuchuser/...
-        candidates = []
-    candidates += [snapshot / "preprocessor_config.json" for snapshot in cached_snapshots(model_name_or_path)]
-    for path in candidates:
-        try:
-            data = load_json(path.read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        except ValueError as err:
-            raise ValueError(_("{path} is not valid JSON: {error}").format(path=path, error=err)) from None
-        if not isinstance(data, dict):
-            raise ValueError(_("{path} must hold a JSON object").format(path=path))
-        return processor_from_config(data, _processor_numbers(path.with_name("processor_config.json")))
-    raise ValueError(_("no preprocessor_config.json (the image processor's settings) for {model}; copy it from the model's "
-                       "release into its folder").format(model=repr(model_name_or_path)))
-
-
-def _processor_numbers(path: Path) -> dict[str, Any]:
-    """The Processor's settings beside the image processor's (LLaVA's patch_size, Gemma 3's and
-    InternVL's image_seq_length: ftui.data.media_tokens.fixed_image_tokens); {} without them."""
-    try:
-        data = load_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if isinstance(data, dict) and isinstance(data.get("processor"), dict):
-        data = {**data, **data["processor"]}
-    return data if isinstance(data, dict) else {}
+    processor = model_image_processor(model_name_or_path)
+    if processor is None:
+        raise ValueError(_("no preprocessor_config.json (the image processor's settings) for {model}; copy it from the "
+                           "model's release into its folder").format(model=repr(model_name_or_path)))
+    return processor
 
 
 def template_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:

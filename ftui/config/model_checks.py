@@ -82,8 +82,8 @@ def lora_target_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[F
 def model_problems(cfg: RunConfig) -> list[FieldProblem]:
     """What the run would load and cannot: a local folder without config.json, weights (unless
     model_init is random) or a tokenizer; a hub model missing from the cache under
-    HF_HUB_OFFLINE; USE_MODELSCOPE_HUB=1 without the modelscope package. From file names only
-    (no torch, no network): the form runs it per keystroke."""
+    HF_HUB_OFFLINE; USE_MODELSCOPE_HUB=1 without the modelscope package; a config.json that is not
+    JSON. From file names and that small file only (no torch, no network): the form runs it per keystroke."""
     from ftui.plan.model_files import (cached_for_run, has_tokenizer, has_weights, hub_cache_dir, hub_offline, is_folder, looks_like_path,
                                   modelscope_missing, use_modelscope)
 
@@ -97,6 +97,8 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
                          "in adapter_config.json); give the model's folder, the one with config.json")
                        if (folder / "adapter_config.json").is_file() else
                        _("this folder has no config.json; give the model's folder, the one with config.json"))
+        elif (malformed := _malformed_config(folder)) is not None:
+            problem = malformed
         elif cfg.model_init == "pretrained" and not has_weights(folder):
             problem = _("no weights found in this folder (no *.safetensors, *.bin or sharded *.index.json); put the "
                         "weights beside config.json, or set model_init: random to build the model from config.json "
@@ -112,6 +114,18 @@ def model_problems(cfg: RunConfig) -> list[FieldProblem]:
         problem = _("HF_HUB_OFFLINE is set and this hub model is not (completely) in the hub cache ({cache}); "
                     "give a local folder, download it first, or unset HF_HUB_OFFLINE").format(cache=hub_cache_dir())
     return [FieldProblem("model_name_or_path", name, problem)] if problem else []
+
+
+def _malformed_config(folder: Path) -> str | None:
+    """A folder's config.json that is not a JSON object (ftui.plan.model_json names it): said
+    here, where the run would fail on it only once it loads."""
+    from ftui.plan.model_json import ModelJSONError, read_json_object
+
+    try:
+        read_json_object(folder / "config.json")
+    except ModelJSONError as err:
+        return _("{error}; give the model's folder with its own config.json").format(error=err)
+    return None
 
 
 def model_size_problems(cfg: RunConfig, model: dict[str, Any] | None) -> list[FieldProblem]:

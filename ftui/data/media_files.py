@@ -86,6 +86,16 @@ def _header_size(image: Any) -> tuple[int, int]:
     return width, height
 
 
+def _header_dimensions(path: str) -> tuple[int, int]:
+    """(width, height) from the file's header, the file closed again, or _Problem: the check
+    of a record's image (image_header) and of one named alone (checked_image_file)."""
+    image = _open_header(path)
+    try:
+        return _header_size(image)
+    finally:
+        image.close()
+
+
 def _decoded(path: str) -> Any:
     """The image with its pixels loaded (file closed), or _Problem."""
     from PIL import Image
@@ -113,11 +123,7 @@ def image_header(path: str, spec: DatasetSpec, index: int) -> ImageInfo:
     """The image's size from its header alone (cheap: no pixel is decoded), refused when the
     file is missing, not an image or larger than IMAGE_PIXEL_LIMIT."""
     try:
-        image = _open_header(path)
-        try:
-            width, height = _header_size(image)
-        finally:
-            image.close()
+        width, height = _header_dimensions(path)
     except _Problem as problem:
         raise MediaFileError(where(spec, index, path) + ": " + str(problem)) from None
     return ImageInfo(path, width, height)
@@ -170,11 +176,7 @@ def checked_image_file(path: str) -> ImageInfo:
     if not os.path.isfile(path):
         raise _named(path, _("no such file"))
     try:
-        image = _open_header(path)
-        try:
-            width, height = _header_size(image)
-        finally:
-            image.close()
+        width, height = _header_dimensions(path)
     except _Problem as problem:
         raise _named(path, str(problem)) from None
     return ImageInfo(os.path.abspath(path), width, height)

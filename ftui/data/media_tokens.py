@@ -14,7 +14,7 @@ Two resizes, in the order a run applies them:
 An image then stands for ``h * w / patch_size^2 / merge_size^2`` ``<|image_pad|>`` tokens. (LLaVA,
 Gemma 3 and InternVL resize every image to one square: a fixed count, ``fixed_image_tokens``.) The
 processor's numbers come from the model folder's preprocessor_config.json (plain JSON, read by
-ftui.config.media_checks.read_processor; ``processor_from_config`` here reads them as
+ftui.plan.model_json; ``processor_from_config`` here reads them as
 transformers does).
 """
 

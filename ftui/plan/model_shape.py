@@ -6,16 +6,12 @@ torch: the planner (``ftui.plan.planner``), the config's checks and the export e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ftui.safety.bounded_input import load_json
 from ftui.i18n import _
-from ftui.rundir.paths import DEMO_MODEL, DEMO_MODEL_DIR
+from ftui.plan.model_json import ModelJSONError, find_model_json
 from ftui.plan.vision_shape import VisionShape, vision_shape
 from ftui.presets.families import runs_sdpa
-
-DEMO_CONFIG = DEMO_MODEL_DIR / "config.json"
 
 
 class UnknownModel(ValueError):
@@ -91,22 +87,13 @@ class ModelShape:
 
 
 def read_model_config(model_name_or_path: str) -> dict[str, Any]:
-    """config.json of the demo, a local model directory, or a hub model already in the cache."""
-    if model_name_or_path == DEMO_MODEL:
-        candidates = [DEMO_CONFIG]
-    else:
-        from ftui.plan.model_files import cached_snapshots
-
-        try:
-            candidates = [Path(model_name_or_path).expanduser() / "config.json"]
-        except RuntimeError:  # ~nosuchuser/...
-            candidates = []
-        candidates += [snapshot / "config.json" for snapshot in cached_snapshots(model_name_or_path)]
-    for path in candidates:
-        try:
-            data = load_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
-    raise UnknownModel(_("no config.json for {model} (not a local directory nor in the hub cache)").format(model=repr(model_name_or_path)))
+    """config.json of the demo, a local model directory, or a hub model already in the cache
+    (ftui.plan.model_json); UnknownModel when there is none, or it is malformed (named)."""
+    try:
+        found = find_model_json(model_name_or_path, "config.json")
+    except ModelJSONError as err:
+        raise UnknownModel(str(err)) from None
+    if found is None:
+        raise UnknownModel(_("no config.json for {model} (not a local directory nor in the hub cache)").format(
+            model=repr(model_name_or_path)))
+    return found[1]

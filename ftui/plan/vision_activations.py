@@ -30,12 +30,11 @@ No torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ftui.data.media_tokens import IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS, VisionProcessor, image_grid, processor_from_config
+from ftui.data.media_tokens import IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS, VisionProcessor, image_grid
+from ftui.plan.model_json import model_image_processor
 from ftui.plan.vision_shape import VisionShape
-from ftui.safety.bounded_input import load_json
 
 FIRST_RECORDS = 16  # the records whose images are read for the plan
 
@@ -50,49 +49,14 @@ class ImageLoad:
     source: str  # "dataset" (its first records) or "image_max_pixels"
 
 
-def read_processor_config(model_name_or_path: str) -> dict[str, Any] | None:
-    """The model's preprocessor_config.json as a dict (the local folder, else the hub cache), or
-    None where there is none readable (the vision config's sizes are used then)."""
-    from ftui.plan.model_files import cached_snapshots
-    from ftui.rundir.paths import resolve_model_path
-
-    try:
-        candidates = [Path(resolve_model_path(model_name_or_path)).expanduser() / "preprocessor_config.json"]
-    except RuntimeError:  # ~nosuchuser/...
-        candidates = []
-    candidates += [snapshot / "preprocessor_config.json" for snapshot in cached_snapshots(model_name_or_path)]
-    for path in candidates:
-        try:
-            data = load_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            return data
-    return None
-
-
 def vision_processor(model_name_or_path: str, vision: VisionShape) -> VisionProcessor:
-    """The image processor's numbers: its preprocessor_config.json's, else the model's patch and
-    merge sizes with the processor's default pixel bounds."""
-    data = read_processor_config(model_name_or_path)
-    if data is not None:
-        try:
-            return processor_from_config(data, read_processor_numbers(model_name_or_path))
-        except ValueError:
-            pass  # said by the config's checks (media_checks.read_processor); planned with the model's sizes
-    return VisionProcessor(patch_size=vision.patch_size, merge_size=vision.merge)
-
-
-def read_processor_numbers(model_name_or_path: str) -> dict[str, Any]:
-    """The model's processor_config.json (LLaVA's patch_size, Gemma 3's and InternVL's
-    image_seq_length: ftui.data.media_tokens.fixed_image_tokens), {} where there is none."""
-    from ftui.rundir.paths import resolve_model_path
-
+    """The image processor's numbers: its preprocessor_config.json's (with the processor_config.json
+    beside it), else the model's patch and merge sizes with the processor's default pixel bounds."""
     try:
-        data = load_json((Path(resolve_model_path(model_name_or_path)).expanduser() / "processor_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RuntimeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        processor = model_image_processor(model_name_or_path)
+    except ValueError:  # said by the config's checks (media_checks.read_processor); planned with the model's sizes
+        processor = None
+    return processor or VisionProcessor(patch_size=vision.patch_size, merge_size=vision.merge)
 
 
 def load_of(sizes: list[tuple[int, int]], processor: VisionProcessor, max_pixels: int, min_pixels: int, source: str,
@@ -113,10 +77,12 @@ def first_records_sizes(cfg: Any) -> list[list[tuple[int, int]]] | None:
     where the data cannot be read here (a hub dataset, another machine, a bad file: the
     config's checks say why)."""
     from ftui.data.dataset_files import read_records
-    from ftui.data.media import record_media
     from ftui.data.media_files import image_header
+    from ftui.data.preference_media import preference_images
     from ftui.data.registry import resolve_datasets
+    from ftui.stages import describe
 
+    kind = describe(getattr(cfg, "stage", "sft")).data  # a dpo pair's record ends with its prompt: its images are the pair's
     out = []
     try:
         specs = resolve_datasets(cfg.dataset, cfg.dataset_dir)
@@ -124,7 +90,7 @@ def first_records_sizes(cfg: Any) -> list[list[tuple[int, int]]] | None:
             return None
         for spec in specs:
             for index, record in enumerate(read_records(spec, limit=FIRST_RECORDS)):
-                paths = record_media(record, spec, index)["images"]
+                paths = preference_images(record, spec, index, kind)
                 out.append([(info.width, info.height) for info in (image_header(p, spec, index) for p in paths)])
     except Exception:  # noqa: BLE001 - a plan from what can be read; every error is the checks' to report
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,17 @@ def launcher_gone(run_dir: Path, launch: dict[str, Any] | None = None) -> bool:
     if held is not None:
         return not held
     return launcher_process(launch, run_dir) is None
+
+
+def wait_until_gone(run_dir: Path, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Waits until nothing runs the job of ``run_dir`` (launcher_gone), at most ``timeout_s``;
+    True when it is gone. Rank 0 writes run_end before its own process, the launcher and the
+    supervisor have exited, and they still write in the run directory after it (the launcher
+    removes its store file; the supervisor frees the run-end reserve, adds its last line to
+    train.log, and writes a run_end of its own into an events.jsonl it no longer finds)."""
+    deadline = time.monotonic() + timeout_s
+    while not launcher_gone(run_dir):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True

@@ -247,8 +247,9 @@ def _tokenizer(path: Path, cfg: RunConfig, family: VisionFamily | None = None) -
     return tok, stop_ids, template
 
 
-# Content parts as Qwen's own chat templates render them: an image or video part is its vision
-# tokens (the processor expands the pad token to the image's grid), a text part its text.
+# Content parts as the family's own chat templates render them: an image or video part is the
+# text its Processor expands to the image's tokens (Qwen's vision tokens around the pad token,
+# LLaVA's <image>, Gemma 3's <start_of_image>, InternVL's <IMG_CONTEXT>), a text part its text.
 _PARTS_MACRO = (
     "{%- macro ftui_content(content) -%}{%- if content is string -%}{{ content }}{%- else -%}{%- for part in content -%}"
     "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}{{ IMAGE }}"
@@ -263,9 +264,12 @@ def with_media_parts(chat_template: str, family: VisionFamily) -> str:
     from ftui.runner.vision.plugins import plugin
 
     marks = plugin(family.plugin)
-    image = json.dumps(marks.vision_bos + family.image_token + marks.vision_eos)
-    video = json.dumps(marks.vision_bos + family.video_token + marks.vision_eos)
-    macro = _PARTS_MACRO.replace("{{ IMAGE }}", "{{ " + image + " }}").replace("{{ VIDEO }}", "{{ " + video + " }}")
+    image = "{{ " + json.dumps(marks.processor_image_text) + " }}"
+    if marks.processor_video_text is not None:
+        video = "{{ " + json.dumps(marks.processor_video_text) + " }}"
+    else:  # transformers' chat templates have raise_exception
+        video = "{{ raise_exception(" + json.dumps(_("a {family} model takes images, not videos").format(family=family.name)) + ") }}"
+    macro = _PARTS_MACRO.replace("{{ IMAGE }}", image).replace("{{ VIDEO }}", video)
     body = chat_template.replace("message['content']", "ftui_content(message['content'])")
     return macro + body.replace("messages[0]['content']", "ftui_content(messages[0]['content'])")
 

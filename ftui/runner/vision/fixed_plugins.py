@@ -18,7 +18,7 @@ placeholder becomes:
 
 The numbers (patch_size, num_additional_image_tokens, vision_feature_select_strategy,
 image_seq_length) are the transformers Processor's, which LLaMA-Factory reads: the model
-folder's processor_config.json (``ftui.runner.vision.processor.processor_numbers``), with the Processor classes' defaults.
+folder's processor_config.json (``ftui.plan.model_json.processor_numbers``), with the Processor classes' defaults.
 Pan-and-scan (Gemma 3's image_do_pan_and_scan) is refused by name too (ftui.config.rules).
 """
 
@@ -50,6 +50,13 @@ class FixedTokensPlugin:
     image_token: str
     token_types_key: str | None = None
     typed_token: str = "image_token_id"  # the config's id of the token whose type is 1 (see Gemma3Plugin)
+    processor_video_text = None  # images only (videos are refused by name)
+
+    @property
+    def processor_image_text(self) -> str:
+        """An image in a chat template's text as the family's transformers Processor expands it
+        (LLaVA's <image>, InternVL's <IMG_CONTEXT>; Gemma 3's below): an exported chat template's image part."""
+        return self.image_token
 
     def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
         regular = [regularize(image, settings.max_pixels, settings.min_pixels) for image in images]
@@ -156,6 +163,10 @@ class Gemma3Plugin(FixedTokensPlugin):
 
     boi: str = "<start_of_image>"
     eoi: str = "<end_of_image>"
+
+    @property
+    def processor_image_text(self) -> str:
+        return self.boi  # Gemma3Processor expands each <start_of_image> to its full image sequence
 
     def per_image(self, height: int, width: int, image_processor: Any) -> int:
         return int(_number(getattr(image_processor, "processor_numbers", {}), "image_seq_length", 256))

@@ -36,6 +36,17 @@ class QwenVLPlugin:
     vision_bos: str = "<|vision_start|>"
     vision_eos: str = "<|vision_end|>"
     token_types_key: str | None = "mm_token_type_ids"  # 1 at image tokens, 2 at video tokens
+    video_token: str = "<|video_pad|>"
+
+    @property
+    def processor_image_text(self) -> str:
+        """An image in a chat template's text as the family's transformers Processor expands it
+        (its pad token to the image's grid): what an exported chat template renders an image part as."""
+        return self.vision_bos + self.image_token + self.vision_eos
+
+    @property
+    def processor_video_text(self) -> str | None:
+        return self.vision_bos + self.video_token + self.vision_eos
 
     def image_inputs(self, images: list[Any], image_processor: Any, settings: ImageSettings) -> dict[str, Any]:
         """The processor's tensors for opened PIL ``images`` (one record's, in order)."""

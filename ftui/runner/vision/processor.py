@@ -9,13 +9,13 @@ until the schema has them all).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ftui.i18n import _
 from ftui.data.records import DataFormatError
+from ftui.plan.model_json import processor_numbers
 
 IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS = 768 * 768, 32 * 32  # LLaMA-Factory's defaults
 
@@ -32,22 +32,6 @@ def image_settings(cfg: Any) -> ImageSettings:
                          int(getattr(cfg, "image_min_pixels", IMAGE_MIN_PIXELS) or IMAGE_MIN_PIXELS))
 
 
-PROCESSOR_CONFIG = "processor_config.json"
-
-
-def processor_numbers(model_dir: str | Path) -> dict[str, Any]:
-    """The Processor's own settings in a model folder's processor_config.json ({} without one):
-    transformers 5 nests them under "processor" in some saves, older ones keep them at the top."""
-    path = Path(model_dir) / PROCESSOR_CONFIG
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {**data, **data["processor"]} if isinstance(data.get("processor"), dict) else data
-
-
 def load_image_processor(model_dir: str) -> Any:
     """The image processor of the model folder (or hub name already resolved to one), with the
     folder's processor_config.json numbers as ``processor_numbers`` (read by ftui.runner.vision.fixed_plugins)."""
@@ -56,7 +40,7 @@ def load_image_processor(model_dir: str) -> Any:
     try:
         image_processor = AutoImageProcessor.from_pretrained(model_dir)
         # the Processor's numbers LLaMA-Factory reads beside the image processor (image_seq_length ...)
-        image_processor.processor_numbers = processor_numbers(model_dir)
+        image_processor.processor_numbers = processor_numbers(Path(model_dir))
         return image_processor
     except (OSError, ValueError, KeyError) as err:
         raise DataFormatError(_("the model {model} has no image processor ftui can load ({error}); a vision-language "
