@@ -62,7 +62,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
-ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo") and (ONLY is None or a != ",".join(ONLY))]
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--audio") and (ONLY is None or a != ",".join(ONLY))]
 LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
@@ -329,4 +329,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if "--audio" in sys.argv[1:]:  # reference_audio.json alone: make_reference_audio.py
+        from make_reference_audio import main_audio; main_audio(LF_DATA); sys.exit(0)  # noqa: E702
     main_dpo() if "--dpo" in sys.argv[1:] else main()
