@@ -94,9 +94,14 @@ class SFTStage(Stage):
                 conv = to_conversation(record, spec, i)
                 if conv is None:
                     return None
-                images = self.images_of(record, spec, i)
-                if images:
-                    return self.vision_encoder(renderer, name).encode(conv, images, spec, i)
+                media = self.media_of(record, spec, i)
+                if media.get("audios"):
+                    if media.get("images"):
+                        raise DataFormatError(_("dataset {name} record {i} has images and audios; ftui trains one medium per "
+                                                "model (Qwen2-Audio reads audios only)").format(name=repr(spec.name), i=i))
+                    return self.audio_encoder(renderer, name).encode(conv, media["audios"], spec, i)
+                if media.get("images"):
+                    return self.vision_encoder(renderer, name).encode(conv, media["images"], spec, i)
                 return renderer.encode(conv)
 
             return by_template
@@ -104,18 +109,41 @@ class SFTStage(Stage):
 
         def by_chat_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
             messages, tools = to_messages(record, spec, i)
-            if self.images_of(record, spec, i):
+            media = self.media_of(record, spec, i)
+            if media.get("audios"):
+                self.audio_encoder(None, None)  # refuses, naming the template to use
+            if media.get("images"):
                 self.vision_encoder(None, None)  # refuses, naming the template to use
             return encoder.encode(messages, tools)
 
         return by_chat_template
 
     @staticmethod
-    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
-        """The record's image files (none for a dataset without media columns)."""
+    def media_of(record: Any, spec: DatasetSpec, i: int) -> dict[str, list[str]]:
+        """The record's media files per medium (none for a dataset without media columns)."""
         if not media_columns(spec, record):
-            return []
-        return record_media(record, spec, i).get("images", [])
+            return {}
+        return record_media(record, spec, i)
+
+    @staticmethod
+    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
+        """The record's image files; audios are refused (chat and predict read images only)."""
+        media = SFTStage.media_of(record, spec, i)
+        if media.get("audios"):
+            raise DataFormatError(_("dataset {name} record {i} has audios: predicting or chatting with audios is not supported "
+                                    "yet (ftui trains Qwen2-Audio with stage sft); use a dataset without audios").format(
+                name=repr(spec.name), i=i))
+        return media.get("images", [])
+
+    def audio_encoder(self, renderer: Renderer | None, template: str | None) -> Any:
+        """The run's audio encoder (ftui.runner.audio.encode), made at the first record with audios."""
+        from ftui.runner.audio.encode import AudioEncoder, audio_encoder
+
+        if not isinstance(self._vision, AudioEncoder):
+            model_dir = model_source(self.cfg.model_name_or_path)
+            model_type = model_config(self.cfg).get("model_type")
+            self._vision = audio_encoder(renderer, template, model_type, model_dir, self.cfg)  # type: ignore[arg-type,assignment]
+        return self._vision
 
     def vision_encoder(self, renderer: Renderer | None, template: str | None) -> VisionEncoder:
         """The run's image encoder, made at the first record with images."""
@@ -130,6 +158,10 @@ class SFTStage(Stage):
         its model fails in the first step: ftui.runner.vision.encode)."""
         assert self._vision is not None  # it encoded enc
         missing = self._vision.missing_image_tokens(enc)
+        if missing and not hasattr(self._vision, "settings"):  # an AudioEncoder
+            raise DataFormatError(_("dataset {name} record {i}: its audios take {tokens} tokens and cutoff_len={cutoff_len} cuts "
+                                    "{missing} of them, which the model cannot train on; raise cutoff_len").format(
+                name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing))
         if missing:
             raise DataFormatError(_("dataset {name} record {i}: its images take {tokens} tokens and cutoff_len={cutoff_len} cuts {missing} "
                                     "of them, which the model cannot train on; raise cutoff_len or lower image_max_pixels "
