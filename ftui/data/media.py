@@ -83,6 +83,9 @@ def media_refusal(spec: DatasetSpec, stage: str, first: Any = None) -> str | Non
     unsupported = [m for m in media if m not in SUPPORTED_MEDIA]
     if unsupported:
         return not_supported_message(spec, unsupported[0])
+    if "audios" in media and stage != "sft":  # Qwen2-Audio trains with sft only in this slice
+        return _("dataset {name} has audios: stage {stage} with audios is not supported yet; ftui trains Qwen2-Audio with "
+                 "stage sft").format(name=repr(spec.name), stage=stage)
     if media and stage not in MEDIA_STAGES:
         return _("dataset {name} has images: stage {stage} with images is not supported yet; ftui trains vision-language "
                  "models with stage {stages}").format(name=repr(spec.name), stage=stage, stages=", ".join(MEDIA_STAGES))
