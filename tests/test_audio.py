@@ -171,3 +171,24 @@ def test_ftui_train_on_mllm_audio_demo_trains_a_tiny_qwen2_audio_with_lora(tmp_p
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+
+
+def test_the_planner_counts_the_audio_tower_and_projector_from_config_json(tiny):
+    import torch
+    import transformers
+
+    from ftui.plan.model_shape import ModelShape
+    from ftui.plan.vision_shape import vision_shape
+
+    config = json.loads((tiny / "config.json").read_text())
+    model = transformers.Qwen2AudioForConditionalGeneration.from_pretrained(str(tiny))
+    shape = vision_shape(config)
+    assert shape.tower == sum(p.numel() for p in model.model.audio_tower.parameters())
+    assert shape.projector == sum(p.numel() for p in model.model.multi_modal_projector.parameters())
+    assert shape.depth == 2 and shape.block == sum(p.numel() for p in model.model.audio_tower.layers[0].parameters())
+    assert ModelShape.from_config(config).params == sum(p.numel() for p in model.parameters())
+    with torch.device("meta"):  # Qwen2-Audio-7B's defaults
+        big = transformers.Qwen2AudioForConditionalGeneration(transformers.Qwen2AudioConfig())
+    default = vision_shape({"model_type": "qwen2_audio", "audio_config": {}})
+    assert default.tower == sum(p.numel() for p in big.model.audio_tower.parameters())
+    assert default.projector == sum(p.numel() for p in big.model.multi_modal_projector.parameters())

@@ -147,3 +147,7 @@ def first_records_media(spec: DatasetSpec, records: list[Any]) -> None:
         paths = preference_images(record, spec, index, PAIRS) if spec.ranking else record_media(record, spec, index)["images"]
         for path in paths:
             verify_image(path, spec, index)
+        if not spec.ranking:  # every frame of the first records' audios decoded (ftui.data.audio_files)
+            from ftui.data.audio_files import verify_audio
+            for path in record_media(record, spec, index)["audios"]:
+                verify_audio(path, spec, index)

@@ -96,3 +96,20 @@ def audio_tokens(samples: int) -> int:
     frames = min(math.ceil(samples / HOP), MAX_FRAMES)
     after_conv = (frames - 1) // 2 + 1
     return (after_conv - 2) // 2 + 1
+
+
+def verify_audio(path: str, spec: DatasetSpec, index: int) -> AudioInfo:
+    """``audio_info``, then every frame decoded (a file cut short or corrupt past its first
+    frame is named too): preflight's check of the first records."""
+    info = audio_info(path, spec, index)
+    av = import_av()
+    try:
+        with av.open(path) as container:
+            stream = next(s for s in container.streams if s.type == "audio")
+            for _frame in container.decode(stream):
+                pass
+    except (av.error.FFmpegError, OSError, ValueError) as err:
+        raise MediaFileError(where(spec, index, path) + ": " + _(
+            "cannot be read as audio ({problem}); replace the file or drop the record").format(
+            problem=f"{type(err).__name__}: {err}")) from None
+    return info
