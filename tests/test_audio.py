@@ -171,6 +171,36 @@ def test_ftui_train_on_mllm_audio_demo_trains_a_tiny_qwen2_audio_with_lora(tmp_p
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
     steps = [e for e in events if e["event"] == "step"]
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)
+    _check_export(run_dir, model, tmp_path / "export")
+
+
+def _check_export(run_dir: Path, base: Path, out: Path) -> None:
+    """The LoRA run exports a merged Qwen2-Audio that plain transformers loads with its
+    processor; the export's chat template renders an audio part as the audio's three tokens,
+    which the processor expands to the ids ftui trained the record with."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoProcessor
+
+    from tests.test_export import export_in_process
+
+    result = export_in_process(run_dir, out)
+    assert result["vision"] is True
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    assert type(model).__name__ == "Qwen2AudioForConditionalGeneration" and not hasattr(model, "peft_config")
+    processor = AutoProcessor.from_pretrained(out)
+    question = RECORDS[0]["messages"][0]["content"].replace("<audio>", "")
+    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": question}]}],
+                                         tokenize=False, add_generation_prompt=True)
+    assert "<|audio_bos|><|AUDIO|><|audio_eos|>" + question in text
+    from ftui.runner.audio.decode import regularize_audio
+
+    wave = regularize_audio(str(DATA / RECORDS[0]["audios"][0]), 16000)
+    inputs = processor(text=text, audio=[wave], sampling_rate=16000, return_tensors="pt")
+    prompt = inputs["input_ids"][0].tolist()
+    assert prompt == REFERENCE["examples"][0]["input_ids"][:len(prompt)]  # LLaMA-Factory's ids, which ftui trained on
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert torch.isfinite(logits).all()
 
 
 def test_the_planner_counts_the_audio_tower_and_projector_from_config_json(tiny):

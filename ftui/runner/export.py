@@ -253,6 +253,7 @@ _PARTS_MACRO = (
     "{%- macro ftui_content(content) -%}{%- if content is string -%}{{ content }}{%- else -%}{%- for part in content -%}"
     "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}{{ IMAGE }}"
     "{%- elif part['type'] == 'video' or 'video' in part -%}{{ VIDEO }}"
+    "{%- elif part['type'] == 'audio' or 'audio' in part or 'audio_url' in part -%}{{ AUDIO }}"
     "{%- elif 'text' in part -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}")
 
 
@@ -263,9 +264,15 @@ def with_media_parts(chat_template: str, family: VisionFamily) -> str:
     from ftui.runner.vision.plugins import plugin
 
     marks = plugin(family.plugin)
-    image = json.dumps(marks.vision_bos + family.image_token + marks.vision_eos)
-    video = json.dumps(marks.vision_bos + family.video_token + marks.vision_eos)
-    macro = _PARTS_MACRO.replace("{{ IMAGE }}", "{{ " + image + " }}").replace("{{ VIDEO }}", "{{ " + video + " }}")
+    if "audios" in family.media:  # Qwen2-Audio: an audio part is its three tokens (its processor expands <|AUDIO|>)
+        image = video = json.dumps("")
+        audio = json.dumps("".join(marks.audio_tokens))
+    else:
+        image = json.dumps(marks.vision_bos + family.image_token + marks.vision_eos)
+        video = json.dumps(marks.vision_bos + family.video_token + marks.vision_eos)
+        audio = json.dumps("")
+    macro = (_PARTS_MACRO.replace("{{ IMAGE }}", "{{ " + image + " }}").replace("{{ VIDEO }}", "{{ " + video + " }}")
+             .replace("{{ AUDIO }}", "{{ " + audio + " }}"))
     body = chat_template.replace("message['content']", "ftui_content(message['content'])")
     return macro + body.replace("messages[0]['content']", "ftui_content(messages[0]['content'])")
 

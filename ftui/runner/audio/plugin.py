@@ -20,6 +20,7 @@ class Qwen2AudioPlugin:
     name: str = "qwen2_audio"
     token_types_key: str | None = None
     typed_token: str = "audio_token_id"  # typed 1 in the (unused) token types
+    audio_tokens: tuple[str, str, str] = ("<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>")  # Qwen2AudioProcessor's defaults
 
     @staticmethod
     def stand_in(config: Any) -> tuple[tuple[int, ...], dict[str, torch.Tensor] | None]:
