@@ -23,14 +23,21 @@ from typing import Any
 import torch
 
 from ftui.data.audio_files import AudioFileError, audio_tokens
-from ftui.data.conversation import Conversation, ConversationError, Renderer
+from ftui.data.conversation import Conversation, ConversationError, Encoded, Renderer
 from ftui.data.records import DataFormatError, DatasetSpec
 from ftui.i18n import _
 from ftui.presets.vision_families import VisionFamily, vision_family
 from ftui.runner.audio.decode import regularize_audio
-from ftui.runner.vision.encode import MediaEncoded
 
 AUDIO_PLACEHOLDER = "<audio>"  # LLaMA-Factory's AUDIO_PLACEHOLDER
+
+
+@dataclass
+class AudioEncoded(Encoded):
+    """An example with audios: its ids and labels, its files, and the audio tokens before
+    cutoff_len (``image_tokens``: the name the sft stage's check reads, as of MediaEncoded)."""
+    media: "ExampleAudios | None" = None
+    image_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -106,7 +113,7 @@ class AudioEncoder:
         self.bos, self.audio_token, self.eos = tokens
         self.audio_token_id = renderer.tokenizer.convert_tokens_to_ids(self.audio_token)
 
-    def encode(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> MediaEncoded:
+    def encode(self, conv: Conversation, paths: list[str], spec: DatasetSpec, index: int) -> AudioEncoded:
         lengths = []
         for path in paths:
             try:
@@ -118,10 +125,10 @@ class AudioEncoder:
         counts = [audio_tokens(n) for n in lengths]
         turns = expand_audio(conv.turns, [self.bos + self.audio_token * n + self.eos for n in counts])
         enc = self.renderer.encode(Conversation(turns, conv.system, conv.tools))
-        return MediaEncoded(enc.input_ids, enc.labels, enc.truncated, media=ExampleAudios(tuple(paths), tuple(lengths), self.reader),
+        return AudioEncoded(enc.input_ids, enc.labels, enc.truncated, media=ExampleAudios(tuple(paths), tuple(lengths), self.reader),
                             image_tokens=sum(counts))
 
-    def missing_image_tokens(self, enc: MediaEncoded) -> int:
+    def missing_image_tokens(self, enc: AudioEncoded) -> int:
         """How many of the example's audio tokens ``cutoff_len`` cut (0: all there): the name
         VisionEncoder's check has, which the sft stage calls."""
         return enc.image_tokens - sum(1 for tid in enc.input_ids if tid == self.audio_token_id)

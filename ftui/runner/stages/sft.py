@@ -26,6 +26,7 @@ from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_exam
 from ftui.runner.hub import model_source
 from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
+from ftui.runner.audio.encode import AudioEncoded
 from ftui.runner.vision.encode import MediaEncoded, VisionEncoder, vision_encoder
 from ftui.data.media import media_columns, record_media
 
@@ -62,10 +63,10 @@ class SFTStage(Stage):
                 if all(label == IGNORE for label in enc.labels[1:]):
                     out.dropped += 1
                     continue
-                if isinstance(enc, MediaEncoded):
+                if isinstance(enc, (MediaEncoded, AudioEncoded)):
                     self.check_image_tokens(enc, spec, i)
                 examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids),
-                                        media=enc.media if isinstance(enc, MediaEncoded) else None))
+                                        media=enc.media if isinstance(enc, (MediaEncoded, AudioEncoded)) else None))
         if skipped:
             out.warnings.append(_("{n} conversations were skipped: their turns do not alternate user/observation and "
                                   "assistant/function, ending with an answer (as LLaMA-Factory skips them)").format(n=skipped))
@@ -153,7 +154,7 @@ class SFTStage(Stage):
             self._vision = vision_encoder(renderer, template, model_type, model_dir, self.cfg)  # type: ignore[arg-type]
         return self._vision
 
-    def check_image_tokens(self, enc: MediaEncoded, spec: DatasetSpec, i: int) -> None:
+    def check_image_tokens(self, enc: MediaEncoded | AudioEncoded, spec: DatasetSpec, i: int) -> None:
         """Refuses an example whose image tokens cutoff_len cut (LLaMA-Factory keeps it, and
         its model fails in the first step: ftui.runner.vision.encode)."""
         assert self._vision is not None  # it encoded enc
