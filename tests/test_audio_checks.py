@@ -112,3 +112,21 @@ def test_a_micro_batch_without_audio_runs_the_tower_on_the_hidden_stand_in(tiny)
     assert torch.isfinite(out.logits).all()
     out.logits[0, :4].sum().backward()
     assert model.model.audio_tower.layers[0].fc1.weight.grad is not None  # the tower took part in the step
+
+
+def test_ftui_data_lists_each_audio_with_its_length_and_tokens():
+    from ftui.data.media_listing import list_record, listing_text
+    from ftui.data.registry import resolve_datasets
+
+    reference = json.loads((DATA.parent / "reference_audio.json").read_text())
+    [spec] = resolve_datasets("mllm_audio_demo", str(DATA))
+    records = json.loads((DATA / "mllm_audio_demo.json").read_text())
+    for i, (record, ref) in enumerate(zip(records, reference["examples"])):
+        listing = list_record(record, spec, i, None)
+        assert listing.problem is None and not listing.images
+        [audio] = listing.audios
+        frames = ref["feature_attention_mask"][0]
+        assert audio.tokens == ((frames - 1) // 2 + 1 - 2) // 2 + 1  # LLaMA-Factory's count from its mask
+        assert audio.shown == record["audios"][0]
+        assert f"audio 1: {record['audios'][0]}" in listing_text(listing).plain
+    assert listing.audios[0].sample_rate == 16000 and abs(listing.audios[0].seconds - 93680 / 16000) < 0.01
