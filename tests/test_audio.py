@@ -222,3 +222,24 @@ def test_the_planner_counts_the_audio_tower_and_projector_from_config_json(tiny)
     default = vision_shape({"model_type": "qwen2_audio", "audio_config": {}})
     assert default.tower == sum(p.numel() for p in big.model.audio_tower.parameters())
     assert default.projector == sum(p.numel() for p in big.model.multi_modal_projector.parameters())
+
+
+@pytest.mark.slow
+def test_audio_and_text_records_train_together_batches_without_audio_on_the_stand_in(tmp_path, lf_data):
+    import torch
+
+    from tests.conftest import train_sync
+    from tests.alm_models import audio_dir
+
+    from ftui.config.load import demo_config
+
+    cfg = demo_config(model_name_or_path=str(audio_dir(tmp_path / "models")), model_init="pretrained", stage="sft",
+                      template="qwen2_audio", dataset="mllm_audio_demo,identity", dataset_dir=str(lf_data),
+                      finetuning_type="lora", max_steps=3, per_device_train_batch_size=2, cutoff_len=256, engine="single",
+                      output_dir=str(tmp_path / "runs"), logging_steps=1, run_name="audio-mixed")
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    start = next(e for e in events if e["event"] == "run_start")
+    assert start["padding_free"] is False and "M-RoPE" not in start["padding_free_why"]
+    steps = [e for e in events if e["event"] == "step"]
+    assert len(steps) == 3 and all(torch.isfinite(torch.tensor(e["loss"])) for e in steps)

@@ -85,7 +85,7 @@ def vision_layout(cfg: RunConfig, family: str) -> BatchLayout:
         key = "padding_free" if cfg.padding_free else "neat_packing" if cfg.neat_packing else "packing"
         raise ValueError(_("{key} is not supported for {family} vision-language models yet: their M-RoPE positions are "
                            "computed per row from its images; set {key} false").format(key=key, family=family))
-    if family.startswith("qwen"):
+    if "_vl" in family:  # Qwen2-VL, Qwen2.5-VL, Qwen3-VL (Qwen2-Audio has no M-RoPE)
         why = _("{family} is a vision-language model: its M-RoPE positions are computed per padded row").format(family=family)
     else:  # LLaVA, Gemma 3, InternVL: no M-RoPE, but each row's images (and Gemma 3's token types) go with it
         why = _("{family} is a vision-language model: its rows are collated padded, each with its own images").format(family=family)
