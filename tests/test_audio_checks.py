@@ -130,3 +130,13 @@ def test_ftui_data_lists_each_audio_with_its_length_and_tokens():
         assert audio.shown == record["audios"][0]
         assert f"audio 1: {record['audios'][0]}" in listing_text(listing).plain
     assert listing.audios[0].sample_rate == 16000 and abs(listing.audios[0].seconds - 93680 / 16000) < 0.01
+
+
+def test_the_planner_plans_no_image_for_an_audio_model_whose_data_it_cannot_read(tiny, tmp_path):
+    from ftui.config.load import demo_config
+    from ftui.plan.planner import estimate_for
+
+    cfg = demo_config(model_name_or_path=str(tiny), stage="sft", template="qwen2_audio", dataset="mllm_audio_demo",
+                      dataset_dir=str(tmp_path / "elsewhere"), output_dir=str(tmp_path / "runs"))
+    plan = estimate_for(cfg)
+    assert plan.notes is not None and not any("image" in note for note in plan.notes)
