@@ -12,7 +12,8 @@ not the example dropped), masks prompts (``train_on_prompt``: not) and, with
 A record with images (a vision-language model, a template with an image encoding) goes through
 ``ftui.runner.vision``: its placeholders expanded to the images' tokens before the template
 renders it, its example carrying the processor's tensors (``Example.media``); text records of
-the same run are encoded as above.
+the same run are encoded as above. A record with audios (Qwen2-Audio, template qwen2_audio) goes
+through ``ftui.runner.audio`` the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, pack_exam
 from ftui.runner.hub import model_source
 from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
-from ftui.runner.audio.encode import AudioEncoded
+from ftui.runner.audio.encode import AudioEncoded, AudioEncoder, audio_encoder
 from ftui.runner.vision.encode import MediaEncoded, VisionEncoder, vision_encoder
 from ftui.data.media import media_columns, record_media
 
@@ -40,7 +41,7 @@ def encode_options(cfg: Any) -> EncodeOptions:
 
 class SFTStage(Stage):
     name = "sft"
-    _vision: VisionEncoder | None = None  # made at the first record with images
+    _vision: VisionEncoder | AudioEncoder | None = None  # made at the first record with images (audios: Qwen2-Audio)
 
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Example]:
@@ -136,10 +137,8 @@ class SFTStage(Stage):
                 name=repr(spec.name), i=i))
         return media.get("images", [])
 
-    def audio_encoder(self, renderer: Renderer | None, template: str | None) -> Any:
+    def audio_encoder(self, renderer: Renderer | None, template: str | None) -> AudioEncoder:
         """The run's audio encoder (ftui.runner.audio.encode), made at the first record with audios."""
-        from ftui.runner.audio.encode import AudioEncoder, audio_encoder
-
         if not isinstance(self._vision, AudioEncoder):
             model_dir = model_source(self.cfg.model_name_or_path)
             model_type = model_config(self.cfg).get("model_type")
@@ -159,7 +158,7 @@ class SFTStage(Stage):
         its model fails in the first step: ftui.runner.vision.encode)."""
         assert self._vision is not None  # it encoded enc
         missing = self._vision.missing_image_tokens(enc)
-        if missing and not hasattr(self._vision, "settings"):  # an AudioEncoder
+        if missing and isinstance(enc, AudioEncoded):
             raise DataFormatError(_("dataset {name} record {i}: its audios take {tokens} tokens and cutoff_len={cutoff_len} cuts "
                                     "{missing} of them, which the model cannot train on; raise cutoff_len").format(
                 name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing))
