@@ -140,3 +140,18 @@ def test_the_planner_plans_no_image_for_an_audio_model_whose_data_it_cannot_read
                       dataset_dir=str(tmp_path / "elsewhere"), output_dir=str(tmp_path / "runs"))
     plan = estimate_for(cfg)
     assert plan.notes is not None and not any("image" in note for note in plan.notes)
+
+
+def test_predict_and_chat_with_audio_are_refused_by_name(tiny):
+    from ftui.data.records import DataFormatError
+    from ftui.data.registry import resolve_datasets
+    from ftui.presets.vision_families import vision_family
+    from ftui.runner.chat_images import chat_images
+    from ftui.runner.stages.sft import SFTStage
+
+    [spec] = resolve_datasets("mllm_audio_demo", str(DATA))
+    record = json.loads((DATA / "mllm_audio_demo.json").read_text())[0]
+    with pytest.raises(DataFormatError, match="record 0 has audios: predicting or chatting with audios is not supported yet"):
+        SFTStage.images_of(record, spec, 0)
+    images, why = chat_images(vision_family("qwen2_audio"), [tiny], None)
+    assert images is None and "reads audios, not images" in why
