@@ -13,7 +13,9 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
 ``--only``: runs those families alone and puts their cases into the stored reference.json in
 place of any earlier ones (a family added; the other cases are kept as they were made).
 ``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
-answers of ``stage: kto``, below) and leaves reference.json as it is.
+answers of ``stage: kto``, below) and leaves reference.json as it is. ``--audio`` regenerates
+only reference_audio.json (Qwen2-Audio on mllm_audio_demo: make_reference_audio.py, which says
+what its venv needs).
 
 For each family and case (cutoff_len, image_max_pixels) it runs LLaMA-Factory's
 ``get_template_and_fix_tokenizer`` and ``get_dataset`` (stage sft, template qwen2_vl or
