@@ -234,7 +234,7 @@ async def test_a_yaml_with_neat_packing_shows_packing_on_in_the_form_and_saves_i
 
 
 def test_a_multimodal_template_of_llamafactory_is_refused_as_multimodal_not_as_unknown():
-    for name in ("llava_next", "pixtral", "qwen2_audio"):
+    for name in ("llava_next", "pixtral", "qwen2_omni"):
         message = problems_of(template=name)["template"]
         assert "vision, video or audio) model family ftui does not train yet" in message and "allowed:" not in message
     for name in ("qwen2_vl", "qwen3_vl_nothink", "llava", "intern_vl"):  # a family ftui trains: refused for the demo's text-only Llama alone

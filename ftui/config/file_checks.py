@@ -93,11 +93,15 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True, model: Any = UNRE
     encoded = bool(cfg.tokenized_path) and (Path(cfg.tokenized_path).expanduser() / TOKENIZED_MARKER).is_file()
 
     def media_problems(spec: Any, key: str, first: Any = None) -> list[FieldProblem]:
-        if "images" not in dataset_media(spec, first):
+        from ftui.config.audio_checks import audio_config_problems
+
+        media = dataset_media(spec, first)
+        if "images" not in media and "audios" not in media:
             return []
         if read[0] is UNREAD:
             read[0] = read_model(cfg.model_name_or_path)
-        return [p for p in media_config_problems(cfg, spec, key, read[0], first) if p not in out]
+        found = media_config_problems(cfg, spec, key, read[0], first) if "images" in media else []
+        return [p for p in found + audio_config_problems(cfg, spec, key, read[0], media) if p not in out]
 
     for key in ("dataset", "eval_dataset"):
         text = getattr(cfg, key)

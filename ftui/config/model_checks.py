@@ -231,7 +231,8 @@ def multimodal_model_problems(cfg: RunConfig, model: dict[str, Any] | None) -> l
                                "model").format(method=f"{method:.40}"))]
     found = next((k for k in MULTIMODAL_CONFIG_KEYS if k in model), None)
     if found is None or vision_family(model.get("model_type")) is not None:
-        return template_model_problems(cfg, model) + freeze_problems(cfg, model)
+        from ftui.config.audio_checks import audio_template_problems
+        return template_model_problems(cfg, model) + freeze_problems(cfg, model) + audio_template_problems(cfg, model)
     return [FieldProblem("model_name_or_path", cfg.model_name_or_path,
                          _("a multimodal model (model_type {model_type}; its config.json has {key}) of a family ftui does not "
                            "train yet: ftui trains text-only language models and the vision-language families {families}; use "

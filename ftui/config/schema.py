@@ -77,7 +77,7 @@ class RunConfig(BaseModel):
     video_fps: float = Field(2.0, gt=0.0, description=N_("frames sampled per second of video (videos are not supported yet)"))
     video_maxlen: int = Field(128, ge=1, description=N_("the most frames sampled from one video (videos are not supported yet)"))
     use_audio_in_video: bool = Field(False, description=N_("read a video's sound track too (Qwen2.5-Omni; not supported yet)"))
-    audio_sampling_rate: int = Field(16000, ge=1, description=N_("the rate audio is resampled to (audios are not supported yet)"))
+    audio_sampling_rate: int = Field(16000, ge=1, description=N_("the rate audio is resampled to before the feature extractor (Qwen2-Audio's: 16000)"))
     freeze_vision_tower: bool = Field(True, description=N_("vision-language models: leave the vision encoder untrained"))
     freeze_multi_modal_projector: bool = Field(True, description=N_("vision-language models: leave the projector between the vision encoder and the language model untrained"))
     freeze_language_model: bool = Field(False, description=N_("vision-language models: leave the language model untrained"))

@@ -38,7 +38,7 @@ __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "Med
 # environment variables of the same names can change them there, not in ftui)
 PLACEHOLDERS = {"images": "<image>", "videos": "<video>", "audios": "<audio>"}
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")  # http://, https://, s3://, gs://, hf://, file:// ...
-SUPPORTED_MEDIA = ("images",)  # what this slice decodes; videos and audios come next
+SUPPORTED_MEDIA = ("images", "audios")  # what this slice decodes; videos come next
 # The stages that train on images as LLaMA-Factory 0.9.5 trains them (with transformers 5.24,
 # the tests' version). Refused by name: pt (its pretrain processor never calls the plugin: the
 # images are dropped and "<image>" stays as text); kto (its trainer's forward passes neither
@@ -83,6 +83,9 @@ def media_refusal(spec: DatasetSpec, stage: str, first: Any = None) -> str | Non
     unsupported = [m for m in media if m not in SUPPORTED_MEDIA]
     if unsupported:
         return not_supported_message(spec, unsupported[0])
+    if "audios" in media and stage != "sft":  # Qwen2-Audio trains with sft only in this slice
+        return _("dataset {name} has audios: stage {stage} with audios is not supported yet; ftui trains Qwen2-Audio with "
+                 "stage sft").format(name=repr(spec.name), stage=stage)
     if media and stage not in MEDIA_STAGES:
         return _("dataset {name} has images: stage {stage} with images is not supported yet; ftui trains vision-language "
                  "models with stage {stages}").format(name=repr(spec.name), stage=stage, stages=", ".join(MEDIA_STAGES))
@@ -149,6 +152,9 @@ def record_media(record: Any, spec: DatasetSpec, index: int) -> dict[str, list[s
         found[medium] = [_resolved(item, medium, spec, index) for item in items]
     for path in found["images"]:
         image_header(path, spec, index)
+    for path in found["audios"]:  # opened with PyAV, its first frame decoded (ftui.data.audio_files)
+        from ftui.data.audio_files import audio_info
+        audio_info(path, spec, index)
     return found
 
 

@@ -1,6 +1,7 @@
 """The images a dataset's first records carry, listed for ``ftui data`` (and the launch form's
 preview): each file with its size from its header and the number of image tokens it expands
-to for the run's model (ftui.data.media_tokens), or what is wrong with it. Nothing is decoded,
+to for the run's model (ftui.data.media_tokens), or what is wrong with it; an audio with its
+length and its tokens (ftui.data.audio_files: from the header's duration, so "about"). Nothing is decoded,
 so a listing of a huge or broken file is as quick as of a good one. No torch here.
 """
 
@@ -32,6 +33,17 @@ class ListedImage:
 
 
 @dataclass(frozen=True)
+class ListedAudio:
+    """One audio of a record: its path as shown, its length and rate from the file's header,
+    and its <|AUDIO|> tokens at 16 kHz (Qwen2-Audio's; ftui.data.audio_files.audio_tokens)."""
+
+    shown: str
+    seconds: float
+    sample_rate: int
+    tokens: int
+
+
+@dataclass(frozen=True)
 class RecordListing:
     """A record's images, or the problem that stops them (named as preflight names it)."""
 
@@ -39,6 +51,7 @@ class RecordListing:
     index: int
     images: tuple[ListedImage, ...] = ()
     problem: str | None = None
+    audios: tuple[ListedAudio, ...] = ()
 
 
 def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionProcessor | None,
@@ -54,7 +67,10 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
 
             paths = preference_images(record, spec, index, PAIRS)
         else:
-            paths = record_media(record, spec, index)["images"]
+            media = record_media(record, spec, index)
+            paths = media["images"]
+            if media["audios"]:
+                return _audio_listing(media["audios"], spec, index)
         infos = [image_header(path, spec, index) for path in paths]
     except DataFormatError as err:  # a MediaError, or a record that does not convert
         return RecordListing(spec.name, index, problem=str(err))
@@ -68,6 +84,17 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
                 tokens = None
         listed.append(ListedImage(_shown(info.path, spec), info.width, info.height, tokens, info.path))
     return RecordListing(spec.name, index, tuple(listed))
+
+
+def _audio_listing(paths: list[str], spec: DatasetSpec, index: int) -> RecordListing:
+    """A record's audios (record_media has probed each one: rate, duration)."""
+    from ftui.data.audio_files import audio_info, audio_tokens
+
+    listed = []
+    for path in paths:
+        info = audio_info(path, spec, index)
+        listed.append(ListedAudio(_shown(path, spec), info.duration_s, info.sample_rate, audio_tokens(info.samples_at(16000))))
+    return RecordListing(spec.name, index, audios=tuple(listed))
 
 
 def _shown(path: str, spec: DatasetSpec) -> str:
@@ -91,4 +118,9 @@ def listing_text(listing: RecordListing) -> Text:
         text.append(_("{head}, image {n}: ").format(head=head, n=n), style="bold")
         text.append(visible(image.shown))
         text.append("  " + _("{width} x {height}, {tokens}").format(width=image.width, height=image.height, tokens=tokens) + "\n")
+    for n, audio in enumerate(listing.audios, 1):
+        text.append(_("{head}, audio {n}: ").format(head=head, n=n), style="bold")
+        text.append(visible(audio.shown))
+        text.append("  " + _("{seconds:.2f} s at {rate} Hz, about {tokens} audio tokens").format(
+            seconds=audio.seconds, rate=audio.sample_rate, tokens=audio.tokens) + "\n")
     return text

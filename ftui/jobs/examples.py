@@ -118,14 +118,15 @@ def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
                 apply_detected_format(spec, records[0])  # a file given by path: alpaca or sharegpt
         except (HubDataset, DataFormatError, OSError, ValueError):  # the examples' child says what is wrong with the file
             continue
-        if not records or "images" not in dataset_media(spec, records[0]):
+        media = dataset_media(spec, records[0]) if records else ()
+        if "images" not in media and "audios" not in media:
             continue
-        if not processor:
+        if not processor and "images" in media:
             try:
                 processor.append(read_processor(cfg.model_name_or_path))
             except ValueError:  # listed without token counts; preflight names the missing file
                 processor.append(None)
-        out += [list_record(record, spec, i, processor[0], cfg.image_max_pixels, cfg.image_min_pixels)
+        out += [list_record(record, spec, i, processor[0] if processor else None, cfg.image_max_pixels, cfg.image_min_pixels)
                 for i, record in enumerate(records)]
     return out
 

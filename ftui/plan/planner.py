@@ -412,7 +412,9 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     packing=bool(cfg.packing),  # None (the stage's default): no examples kept apart by a mask
                     frozen=(bool(getattr(cfg, "freeze_vision_tower", True)), bool(getattr(cfg, "freeze_multi_modal_projector", True)),
                             bool(getattr(cfg, "freeze_language_model", False))),
-                    images=overrides["images"] if "images" in overrides else (image_load(cfg, shape.vision) if shape.vision.depth else None))
+                    # kernel 0: an audio tower (Qwen2-Audio's), which reads no images
+                    images=overrides["images"] if "images" in overrides else
+                    (image_load(cfg, shape.vision) if shape.vision.depth and shape.vision.kernel else None))
 
 
 def attention_for(flash_attn: str, shape: ModelShape) -> str:

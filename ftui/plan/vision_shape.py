@@ -59,6 +59,11 @@ def vision_shape(model: dict[str, Any]) -> VisionShape:
     """The vision parts of a config.json (as a dict); all zero for a text model or a family the
     planner does not size."""
     family = vision_family(model.get("model_type"))
+    if family is not None and "audios" in family.media:  # Qwen2-Audio's audio tower
+        from ftui.plan.audio_shape import audio_tower_parameters
+
+        sized = audio_tower_parameters(model)
+        return VisionShape(**sized) if sized is not None else VisionShape()
     if family is not None and family.name not in DEFAULTS and isinstance(model.get("vision_config"), dict):
         from ftui.plan.vision_towers import tower_parameters  # LLaVA, Gemma 3, InternVL
 

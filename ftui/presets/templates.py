@@ -147,6 +147,9 @@ TEMPLATES: dict[str, Template] = {
     "qwen2_vl": _qwen("You are a helpful assistant."),
     "qwen3_vl": _qwen(reasoning=True),
     "qwen3_vl_nothink": _qwen(),
+    # Qwen2-Audio (LLaMA-Factory's qwen2_audio: ChatML, no tools); audios are expanded by ftui.runner.audio
+    "qwen2_audio": Template(user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,),
+                            default_system="You are a helpful assistant.", stop_words=("<|im_end|>",), replace_eos=True),
     "yi": Template(user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,), stop_words=("<|im_end|>",)),
     "intern2": Template(
         user=(_CHATML_USER,), assistant=(_CHATML_ASSISTANT,), system=(_CHATML_SYSTEM,), prefix=(BOS,),

@@ -49,7 +49,11 @@ VISION_FAMILIES: tuple[VisionFamily, ...] = (
                  image_token="<image_soft_token>", video_token="", name_pattern=r"gemma-?3-(4|12|27)b"),
     VisionFamily("internvl", ("internvl",), "intern_vl", "intern_vl", PROJECTOR, TOWER, LANGUAGE, media=("images",),
                  image_token="<IMG_CONTEXT>", video_token="", name_pattern=r"internvl-?3"),
+    # Qwen2-Audio: LLaMA-Factory registers its audio tower as the "vision" tower; audios only
+    VisionFamily("qwen2_audio", ("qwen2_audio",), "qwen2_audio", "qwen2_audio", PROJECTOR, ("audio_tower",), LANGUAGE,
+                 media=("audios",), image_token="", video_token="", name_pattern=r"qwen-?2-?audio"),
 )
+AUDIO_TEMPLATES = {"qwen2_audio": "qwen2_audio"}  # LLaMA-Factory's templates that encode audios, and their mm_plugin
 
 # LLaMA-Factory's templates that encode images, and the mm_plugin each one encodes them with
 # (its template.py): ftui.runner.vision has the same encoding under the plugin's name.

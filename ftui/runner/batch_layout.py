@@ -90,7 +90,7 @@ def vision_layout(cfg: RunConfig, family: str) -> BatchLayout:
                            "computed per row from its images; set padding_free false").format(family=family))
     if (cfg.packing or cfg.neat_packing) and (problem := vision_packing_problem(family, cfg)) is not None:
         raise ValueError(problem)
-    if family.startswith("qwen"):
+    if "_vl" in family:  # Qwen2-VL, Qwen2.5-VL, Qwen3-VL (Qwen2-Audio has no M-RoPE)
         why = _("{family} is a vision-language model: its M-RoPE positions are computed per padded row").format(family=family)
     else:  # LLaVA, Gemma 3, InternVL: no M-RoPE, but each row's images (and Gemma 3's token types) go with it
         why = _("{family} is a vision-language model: its rows are collated padded, each with its own images").format(family=family)

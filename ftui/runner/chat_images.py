@@ -91,6 +91,9 @@ def chat_images(family: Any, folders: list[Path], cfg: Any) -> tuple[ChatImages 
     (None, why) where it has none."""
     if family is None:
         return None, TEXT_ONLY
+    if "images" not in family.media:  # Qwen2-Audio
+        return None, _("this {family} model reads audios, not images, and chat with audios is not supported yet: send the "
+                       "message without images").format(family=family.name)
     problem = None
     for folder in dict.fromkeys(folders):
         if (folder / "preprocessor_config.json").is_file():

@@ -254,6 +254,7 @@ _PARTS_MACRO = (
     "{%- macro ftui_content(content) -%}{%- if content is string -%}{{ content }}{%- else -%}{%- for part in content -%}"
     "{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}{{ IMAGE }}"
     "{%- elif part['type'] == 'video' or 'video' in part -%}{{ VIDEO }}"
+    "{%- elif part['type'] == 'audio' or 'audio' in part or 'audio_url' in part -%}{{ AUDIO }}"
     "{%- elif 'text' in part -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}{%- endif -%}{%- endmacro -%}")
 
 
@@ -264,12 +265,17 @@ def with_media_parts(chat_template: str, family: VisionFamily) -> str:
     from ftui.runner.vision.plugins import plugin
 
     marks = plugin(family.plugin)
-    image = "{{ " + json.dumps(marks.processor_image_text) + " }}"
-    if marks.processor_video_text is not None:
-        video = "{{ " + json.dumps(marks.processor_video_text) + " }}"
-    else:  # transformers' chat templates have raise_exception
-        video = "{{ raise_exception(" + json.dumps(_("a {family} model takes images, not videos").format(family=family.name)) + ") }}"
-    macro = _PARTS_MACRO.replace("{{ IMAGE }}", image).replace("{{ VIDEO }}", video)
+    if "audios" in family.media:  # Qwen2-Audio: an audio part is its three tokens (its processor expands <|AUDIO|>)
+        image = video = "{{ " + json.dumps("") + " }}"
+        audio = "{{ " + json.dumps("".join(marks.audio_tokens)) + " }}"
+    else:
+        image = "{{ " + json.dumps(marks.processor_image_text) + " }}"
+        if marks.processor_video_text is not None:
+            video = "{{ " + json.dumps(marks.processor_video_text) + " }}"
+        else:  # transformers' chat templates have raise_exception
+            video = "{{ raise_exception(" + json.dumps(_("a {family} model takes images, not videos").format(family=family.name)) + ") }}"
+        audio = "{{ " + json.dumps("") + " }}"
+    macro = _PARTS_MACRO.replace("{{ IMAGE }}", image).replace("{{ VIDEO }}", video).replace("{{ AUDIO }}", audio)
     body = chat_template.replace("message['content']", "ftui_content(message['content'])")
     return macro + body.replace("messages[0]['content']", "ftui_content(messages[0]['content'])")
 

@@ -136,7 +136,7 @@ RowMedia = dict[str, torch.Tensor] | ExampleImages | None
 
 def row_tensors(media: RowMedia) -> dict[str, torch.Tensor] | None:
     """A row's image tensors: an example's files processed now, or the tensors it carries."""
-    return media.tensors() if isinstance(media, ExampleImages) else media
+    return media.tensors() if hasattr(media, "tensors") else media  # ExampleImages, ExampleAudios
 
 
 def collate_media(rows: list[RowMedia], ids: torch.Tensor, mask: torch.Tensor,

@@ -143,9 +143,12 @@ def load_model(cfg: RunConfig, device: torch.device, attention: str | None = Non
 def auto_model_class(config: Any) -> Any:
     """transformers' Auto class a model loads with: image-text-to-text for the vision families
     ftui trains (their ``*ForConditionalGeneration``), causal LM for every other model."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSeq2SeqLM
 
-    return AutoModelForImageTextToText if vision_family(getattr(config, "model_type", None)) else AutoModelForCausalLM
+    family = vision_family(getattr(config, "model_type", None))
+    if family is not None and "audios" in family.media:  # Qwen2-Audio: LLaMA-Factory's loader takes AutoModelForSeq2SeqLM
+        return AutoModelForSeq2SeqLM
+    return AutoModelForImageTextToText if family else AutoModelForCausalLM
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -12,7 +12,8 @@ not the example dropped), masks prompts (``train_on_prompt``: not) and, with
 A record with images (a vision-language model, a template with an image encoding) goes through
 ``ftui.runner.vision``: its placeholders expanded to the images' tokens before the template
 renders it, its example carrying the processor's tensors (``Example.media``); text records of
-the same run are encoded as above.
+the same run are encoded as above. A record with audios (Qwen2-Audio, template qwen2_audio) goes
+through ``ftui.runner.audio`` the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ftui.runner.data import IGNORE, Example, Progress, TokenizedData, join_medi
 from ftui.runner.hub import model_source
 from ftui.runner.model import model_config, template_name_for
 from ftui.runner.stages.base import Stage
+from ftui.runner.audio.encode import AudioEncoded, AudioEncoder, audio_encoder
 from ftui.runner.vision.encode import MediaEncoded, VisionEncoder, vision_encoder
 from ftui.data.media import media_columns, record_media
 
@@ -39,7 +41,7 @@ def encode_options(cfg: Any) -> EncodeOptions:
 
 class SFTStage(Stage):
     name = "sft"
-    _vision: VisionEncoder | None = None  # made at the first record with images
+    _vision: VisionEncoder | AudioEncoder | None = None  # made at the first record with images (audios: Qwen2-Audio)
 
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Example]:
@@ -62,10 +64,10 @@ class SFTStage(Stage):
                 if all(label == IGNORE for label in enc.labels[1:]):
                     out.dropped += 1
                     continue
-                if isinstance(enc, MediaEncoded):
+                if isinstance(enc, (MediaEncoded, AudioEncoded)):
                     self.check_image_tokens(enc, spec, i)
                 examples.append(Example(enc.input_ids, enc.labels, real_tokens=len(enc.input_ids),
-                                        media=enc.media if isinstance(enc, MediaEncoded) else None))
+                                        media=enc.media if isinstance(enc, (MediaEncoded, AudioEncoded)) else None))
         if skipped:
             out.warnings.append(_("{n} conversations were skipped: their turns do not alternate user/observation and "
                                   "assistant/function, ending with an answer (as LLaMA-Factory skips them)").format(n=skipped))
@@ -94,9 +96,14 @@ class SFTStage(Stage):
                 conv = to_conversation(record, spec, i)
                 if conv is None:
                     return None
-                images = self.images_of(record, spec, i)
-                if images:
-                    return self.vision_encoder(renderer, name).encode(conv, images, spec, i)
+                media = self.media_of(record, spec, i)
+                if media.get("audios"):
+                    if media.get("images"):
+                        raise DataFormatError(_("dataset {name} record {i} has images and audios; ftui trains one medium per "
+                                                "model (Qwen2-Audio reads audios only)").format(name=repr(spec.name), i=i))
+                    return self.audio_encoder(renderer, name).encode(conv, media["audios"], spec, i)
+                if media.get("images"):
+                    return self.vision_encoder(renderer, name).encode(conv, media["images"], spec, i)
                 return renderer.encode(conv)
 
             return by_template
@@ -104,18 +111,39 @@ class SFTStage(Stage):
 
         def by_chat_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
             messages, tools = to_messages(record, spec, i)
-            if self.images_of(record, spec, i):
+            media = self.media_of(record, spec, i)
+            if media.get("audios"):
+                self.audio_encoder(None, None)  # refuses, naming the template to use
+            if media.get("images"):
                 self.vision_encoder(None, None)  # refuses, naming the template to use
             return encoder.encode(messages, tools)
 
         return by_chat_template
 
     @staticmethod
-    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
-        """The record's image files (none for a dataset without media columns)."""
+    def media_of(record: Any, spec: DatasetSpec, i: int) -> dict[str, list[str]]:
+        """The record's media files per medium (none for a dataset without media columns)."""
         if not media_columns(spec, record):
-            return []
-        return record_media(record, spec, i).get("images", [])
+            return {}
+        return record_media(record, spec, i)
+
+    @staticmethod
+    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
+        """The record's image files; audios are refused (chat and predict read images only)."""
+        media = SFTStage.media_of(record, spec, i)
+        if media.get("audios"):
+            raise DataFormatError(_("dataset {name} record {i} has audios: predicting or chatting with audios is not supported "
+                                    "yet (ftui trains Qwen2-Audio with stage sft); use a dataset without audios").format(
+                name=repr(spec.name), i=i))
+        return media.get("images", [])
+
+    def audio_encoder(self, renderer: Renderer | None, template: str | None) -> AudioEncoder:
+        """The run's audio encoder (ftui.runner.audio.encode), made at the first record with audios."""
+        if not isinstance(self._vision, AudioEncoder):
+            model_dir = model_source(self.cfg.model_name_or_path)
+            model_type = model_config(self.cfg).get("model_type")
+            self._vision = audio_encoder(renderer, template, model_type, model_dir, self.cfg)  # type: ignore[arg-type,assignment]
+        return self._vision
 
     def vision_encoder(self, renderer: Renderer | None, template: str | None) -> VisionEncoder:
         """The run's image encoder, made at the first record with images."""
@@ -125,11 +153,15 @@ class SFTStage(Stage):
             self._vision = vision_encoder(renderer, template, model_type, model_dir, self.cfg)  # type: ignore[arg-type]
         return self._vision
 
-    def check_image_tokens(self, enc: MediaEncoded, spec: DatasetSpec, i: int) -> None:
+    def check_image_tokens(self, enc: MediaEncoded | AudioEncoded, spec: DatasetSpec, i: int) -> None:
         """Refuses an example whose image tokens cutoff_len cut (LLaMA-Factory keeps it, and
         its model fails in the first step: ftui.runner.vision.encode)."""
         assert self._vision is not None  # it encoded enc
         missing = self._vision.missing_image_tokens(enc)
+        if missing and isinstance(enc, AudioEncoded):
+            raise DataFormatError(_("dataset {name} record {i}: its audios take {tokens} tokens and cutoff_len={cutoff_len} cuts "
+                                    "{missing} of them, which the model cannot train on; raise cutoff_len").format(
+                name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing))
         if missing:
             raise DataFormatError(_("dataset {name} record {i}: its images take {tokens} tokens and cutoff_len={cutoff_len} cuts {missing} "
                                     "of them, which the model cannot train on; raise cutoff_len or lower image_max_pixels "

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ftui.runner.audio.plugin import AUDIO_PLUGINS
 from ftui.runner.vision.fixed_plugins import FIXED_PLUGINS
 from ftui.runner.vision.images import regularize_qwen
 from ftui.runner.vision.placeholders import IMAGE_PLACEHOLDER, expand_placeholders  # noqa: F401 (IMAGE_PLACEHOLDER: re-exported)
@@ -76,7 +77,7 @@ class QwenVLPlugin:
         return expand_placeholders(turns, [self.vision_bos + self.image_token * n + self.vision_eos for n in tokens])
 
 
-PLUGINS: dict[str, Any] = {**{name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}, **FIXED_PLUGINS}
+PLUGINS: dict[str, Any] = {**{name: QwenVLPlugin(name) for name in ("qwen2_vl", "qwen3_vl")}, **FIXED_PLUGINS, **AUDIO_PLUGINS}
 
 
 def plugin(name: str) -> Any:

@@ -15,7 +15,9 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
 place of any earlier ones (a family added; the other cases are kept as they were made).
 ``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
 answers of ``stage: kto``, below) and leaves reference.json as it is. ``--packed`` regenerates only reference_packed.json
-(packing and neat_packing, packed_reference.py).
+(packing and neat_packing, packed_reference.py). ``--audio`` regenerates
+only reference_audio.json (Qwen2-Audio on mllm_audio_demo: make_reference_audio.py, which says
+what its venv needs).
 
 For each family and case (cutoff_len, image_max_pixels) it runs LLaMA-Factory's
 ``get_template_and_fix_tokenizer`` and ``get_dataset`` (stage sft, template qwen2_vl or
@@ -64,7 +66,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
-ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--packed") and (ONLY is None or a != ",".join(ONLY))]
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--packed", "--audio") and (ONLY is None or a != ",".join(ONLY))]
 LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
@@ -331,6 +333,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if "--audio" in sys.argv[1:]:  # reference_audio.json alone: make_reference_audio.py
+        from make_reference_audio import main_audio; main_audio(LF_DATA); sys.exit(0)  # noqa: E702
     if "--packed" in sys.argv[1:]:
         sys.path.insert(0, str(HERE))
         from packed_reference import main_packed
