@@ -57,7 +57,7 @@ def audio_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
         out.append(FieldProblem("audio_sampling_rate", cfg.audio_sampling_rate, _(
             "Qwen2-Audio's feature extractor (Whisper's) reads 16000 Hz audio and refuses another rate, as in LLaMA-Factory; "
             "set audio_sampling_rate: 16000")))
-    if cfg.packing:
+    if cfg.packing or cfg.neat_packing:
         field = "neat_packing" if cfg.neat_packing else "packing"
         out.append(FieldProblem(field, True, _("packing examples with audios is not supported yet (the dataset {name} has "
                                                "audios); set {field} false").format(name=spec.name, field=field)))
