@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from ftui.runner.data import Example
-from tests.test_vl_encode import REF_DIR, RECORDS, encoder_for, mllm_demo_spec
+from tests.test_vl_encode import REF_DIR, mllm_demo_spec
+from tests.vl_parity import RECORDS, encoder_for
 
 from tests.vl_examples import ImageExamples
 from tests.vlm_models import loaded_models
@@ -150,7 +151,7 @@ def _ftui_rows(case: dict, models):
     from ftui.runner.media_packing import segment_ids
 
     model_dir, model = models(case["family"])
-    encoder = encoder_for(model_dir, case["family"], case["template"], case["cutoff_len"], case["image_max_pixels"])
+    encoder = encoder_for(model_dir, case["family"], case["cutoff_len"], case["image_max_pixels"], template=case["template"])
     spec = mllm_demo_spec()
     examples = []
     for i, record in enumerate(RECORDS):
