@@ -183,14 +183,16 @@ def test_a_huge_png_is_refused_from_its_header_without_decoding(tmp_path, side):
         assert f"{side} x {side}" in said or "400000000 pixels" in said
 
 
-def test_videos_and_audios_are_refused_by_name(tmp_path, lf_data):
-    (tmp_path / "v.mp4").write_bytes(b"\0")
-    record = talk("<video>What happens?", images=None, videos=["v.mp4"])
-    with pytest.raises(MediaNotSupported, match="record 0 has videos: videos are not supported yet: ftui trains on images"):
-        record_media(record, sharegpt(tmp_path, videos="videos"), 0)
-    for name, medium in (("mllm_video_demo", "videos"), ("mllm_audio_demo", "audios")):
-        problem = dataset_path_problem(name, str(lf_data), "sft")
-        assert f"has {medium}: {medium} are not supported yet" in problem and f"drop the {medium} column" in problem
+def test_audios_are_refused_by_name(tmp_path, lf_data):
+    (tmp_path / "a.wav").write_bytes(b"\0")
+    record = {"messages": [{"role": "user", "content": "<audio>What is it?"}, {"role": "assistant", "content": "an answer"}],
+              "audios": ["a.wav"]}
+    spec = DatasetSpec(name="pics", formatting="sharegpt", columns={"messages": "messages", "audios": "audios"},
+                       tags=SHAREGPT_TAGS, media_dir=str(tmp_path))
+    with pytest.raises(MediaNotSupported, match="record 0 has audios: audios are not supported yet"):
+        record_media(record, spec, 0)
+    problem = dataset_path_problem("mllm_audio_demo", str(lf_data), "sft")
+    assert "has audios: audios are not supported yet" in problem and "drop the audios column" in problem
 
 
 def test_images_train_with_the_stages_llamafactory_trains_on_them(lf_data):

@@ -15,8 +15,9 @@ LLaMA-Factory 0.9.5's training raises for it ("The number of images does not mat
 number of <image> tokens"); only its chat engines put the placeholders in front of the first
 message, which ftui's chat may do, never its training.
 
-This slice of issue 42 trains on images (stages sft and dpo; a preference record's images:
-ftui.data.preference_media); a record with videos or audios is refused by name.
+ftui trains on images (stages sft and dpo; a preference record's images:
+ftui.data.preference_media) and videos (each one's header read: ftui.data.video_files); a
+record with audios is refused by name.
 No torch here: the launch form, preflight and the runner's encoding share this code.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from ftui.data.media_files import ImageInfo, MediaError, MediaFileError, image_header, where
 from ftui.data.records import MEDIA_COLUMNS, DatasetSpec, _clip, to_messages
+from ftui.data.video_files import video_header
 from ftui.i18n import _
 
 __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "MediaPathError", "MediaNotSupported",
@@ -38,7 +40,7 @@ __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "Med
 # environment variables of the same names can change them there, not in ftui)
 PLACEHOLDERS = {"images": "<image>", "videos": "<video>", "audios": "<audio>"}
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")  # http://, https://, s3://, gs://, hf://, file:// ...
-SUPPORTED_MEDIA = ("images",)  # what this slice decodes; videos and audios come next
+SUPPORTED_MEDIA = ("images", "videos")  # what ftui decodes; audios come next
 # The stages that train on images as LLaMA-Factory 0.9.5 trains them (with transformers 5.24,
 # the tests' version). Refused by name: pt (its pretrain processor never calls the plugin: the
 # images are dropped and "<image>" stays as text); kto (its trainer's forward passes neither
@@ -149,6 +151,8 @@ def record_media(record: Any, spec: DatasetSpec, index: int) -> dict[str, list[s
         found[medium] = [_resolved(item, medium, spec, index) for item in items]
     for path in found["images"]:
         image_header(path, spec, index)
+    for path in found["videos"]:
+        video_header(path, spec, index)
     return found
 
 
