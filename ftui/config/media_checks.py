@@ -99,7 +99,7 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
     """What a dataset with images asks of the rest of the config (``key``: dataset or
     eval_dataset; ``model``: the model's config.json, None when it is not here yet). The stage
     and the media kinds are judged with the registry (ftui.data.media.media_refusal)."""
-    if "images" not in dataset_media(spec, first):
+    if not {"images", "videos"} & set(dataset_media(spec, first)):  # videos: the same model and template rules
         return []
     out: list[FieldProblem] = []
     family = vision_family(model.get("model_type")) if model is not None else None

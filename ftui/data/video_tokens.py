@@ -119,8 +119,9 @@ def video_tokens(info: VideoInfo, numbers: VideoProcessorNumbers, settings: Vide
 def video_timestamps(info: VideoInfo, numbers: VideoProcessorNumbers, settings: VideoSettings = VideoSettings()) -> list[float]:
     """Qwen3-VL's seconds per temporal patch (transformers' ``_calculate_timestamps`` over
     LLaMA-Factory's frame positions): the mean time of the patch's first and last frame."""
-    merge = numbers.merge_size  # LLaMA-Factory passes the video processor's merge_size
-    times = [i / info.average_fps for i in info.sample_indices(settings.video_fps, settings.video_maxlen)]
+    merge, fps = numbers.merge_size, settings.video_fps  # LLaMA-Factory passes the video processor's merge_size
+    # its frame positions (index / average_fps * video_fps) over video_fps, in that float order
+    times = [i / info.average_fps * fps / fps for i in info.sample_indices(fps, settings.video_maxlen)]
     if len(times) % merge:
         times.extend(times[-1] for _ in range(merge - len(times) % merge))
     return [(times[i] + times[i + merge - 1]) / 2 for i in range(0, len(times), merge)]

@@ -94,9 +94,9 @@ class SFTStage(Stage):
                 conv = to_conversation(record, spec, i)
                 if conv is None:
                     return None
-                images = self.images_of(record, spec, i)
-                if images:
-                    return self.vision_encoder(renderer, name).encode(conv, images, spec, i)
+                images, videos = self.media_of(record, spec, i)
+                if images or videos:
+                    return self.vision_encoder(renderer, name).encode(conv, images, spec, i, videos)
                 return renderer.encode(conv)
 
             return by_template
@@ -104,7 +104,7 @@ class SFTStage(Stage):
 
         def by_chat_template(record: Any, spec: DatasetSpec, i: int) -> Encoded | None:
             messages, tools = to_messages(record, spec, i)
-            if self.images_of(record, spec, i):
+            if any(self.media_of(record, spec, i)):
                 self.vision_encoder(None, None)  # refuses, naming the template to use
             return encoder.encode(messages, tools)
 
@@ -113,9 +113,15 @@ class SFTStage(Stage):
     @staticmethod
     def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
         """The record's image files (none for a dataset without media columns)."""
+        return SFTStage.media_of(record, spec, i)[0]
+
+    @staticmethod
+    def media_of(record: Any, spec: DatasetSpec, i: int) -> tuple[list[str], list[str]]:
+        """The record's image and video files (none for a dataset without media columns)."""
         if not media_columns(spec, record):
-            return []
-        return record_media(record, spec, i).get("images", [])
+            return [], []
+        found = record_media(record, spec, i)
+        return found.get("images", []), found.get("videos", [])
 
     def vision_encoder(self, renderer: Renderer | None, template: str | None) -> VisionEncoder:
         """The run's image encoder, made at the first record with images."""
@@ -136,6 +142,12 @@ class SFTStage(Stage):
                                     "(now {max_pixels})").format(
                 name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing,
                 max_pixels=self._vision.settings.max_pixels))
+        missing = self._vision.missing_video_tokens(enc) if enc.video_tokens else 0
+        if missing:
+            raise DataFormatError(_("dataset {name} record {i}: its videos take {tokens} tokens and cutoff_len={cutoff_len} cuts {missing} "
+                                    "of them, which the model cannot train on; raise cutoff_len, or lower video_max_pixels, "
+                                    "video_fps or video_maxlen").format(
+                name=repr(spec.name), i=i, tokens=enc.video_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing))
 
     def pack(self, train: list[Example]) -> list[Example]:
         return pack_examples(train, self.cfg.cutoff_len) if self.cfg.packing else train
