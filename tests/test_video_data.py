@@ -150,3 +150,24 @@ def test_use_audio_in_video_is_refused_by_name():
     said = {p.field: p.message for p in validate_config(base | {"use_audio_in_video": True})[1]}
     assert "needs an Omni model" in said["use_audio_in_video"] and "remove it" in said["use_audio_in_video"]
     assert "use_audio_in_video" not in {p.field for p in validate_config(base | {"video_fps": 1.0, "video_maxlen": 8})[1]}
+
+
+def test_preflight_of_the_video_demo(tmp_path, lf_data, monkeypatch):
+    """The video demo passes preflight for a tiny Qwen2-VL where torchvision is installed, and
+    is refused by name where it is not; stages other than sft are refused by name."""
+    pytest.importorskip("torch")
+    from ftui.config import video_checks
+    from ftui.config.preflight import preflight
+    from tests.vlm_models import vlm_dir
+
+    model = vlm_dir("qwen2_vl", tmp_path / "vlm")
+    cfg = {"model_name_or_path": str(model), "dataset": "mllm_video_demo", "dataset_dir": str(lf_data), "template": "qwen2_vl",
+           "device": "cpu", "output_dir": str(tmp_path / "runs")}
+    monkeypatch.setattr(video_checks, "has_torchvision", lambda: True)
+    verdict = preflight(cfg)
+    assert verdict.ready, [str(p) for p in verdict.problems]
+    monkeypatch.setattr(video_checks, "has_torchvision", lambda: False)
+    said = {p.field: p.message for p in preflight(cfg).problems}
+    assert "has videos, which need" in said["dataset"] and "install ftui[vision]" in said["dataset"]
+    [spec] = resolve_datasets("mllm_video_demo", str(lf_data))
+    assert "stage dpo with videos is not supported yet" in media_refusal(spec, "dpo")

@@ -93,7 +93,7 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True, model: Any = UNRE
     encoded = bool(cfg.tokenized_path) and (Path(cfg.tokenized_path).expanduser() / TOKENIZED_MARKER).is_file()
 
     def media_problems(spec: Any, key: str, first: Any = None) -> list[FieldProblem]:
-        if "images" not in dataset_media(spec, first):
+        if not {"images", "videos"} & set(dataset_media(spec, first)):
             return []
         if read[0] is UNREAD:
             read[0] = read_model(cfg.model_name_or_path)

@@ -22,6 +22,7 @@ from ftui.data.media_tokens import VisionProcessor, processor_from_config
 from ftui.data.records import DatasetSpec
 from ftui.i18n import _
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
+from ftui.config.video_checks import video_problems
 from ftui.safety.bounded_input import load_json
 
 # LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
@@ -101,7 +102,7 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
     and the media kinds are judged with the registry (ftui.data.media.media_refusal)."""
     if not {"images", "videos"} & set(dataset_media(spec, first)):  # videos: the same model and template rules
         return []
-    out: list[FieldProblem] = []
+    out: list[FieldProblem] = video_problems(cfg, spec, key, first)
     family = vision_family(model.get("model_type")) if model is not None else None
     if model is not None and family is None:
         out.append(FieldProblem(key, getattr(cfg, key), _(

@@ -85,6 +85,9 @@ def media_refusal(spec: DatasetSpec, stage: str, first: Any = None) -> str | Non
     unsupported = [m for m in media if m not in SUPPORTED_MEDIA]
     if unsupported:
         return not_supported_message(spec, unsupported[0])
+    if "videos" in media and stage != "sft":  # the preference stages read images only
+        return _("dataset {name} has videos: stage {stage} with videos is not supported yet; ftui trains on videos with "
+                 "stage sft").format(name=repr(spec.name), stage=stage)
     if media and stage not in MEDIA_STAGES:
         return _("dataset {name} has images: stage {stage} with images is not supported yet; ftui trains vision-language "
                  "models with stage {stages}").format(name=repr(spec.name), stage=stage, stages=", ".join(MEDIA_STAGES))

@@ -97,7 +97,11 @@ def prompts(cfg: RunConfig, tokenizer: Any) -> tuple[list[dict[str, Any]], Promp
             conv = to_conversation(record, spec, i)
             if conv is None:
                 continue
-            paths = SFTStage.images_of(record, spec, i)
+            paths, videos = SFTStage.media_of(record, spec, i)
+            if videos:
+                raise DataFormatError(_("dataset {name} record {i} has videos: predicting on videos is not supported yet (ftui "
+                                        "trains and evaluates on them, stage sft); predict on a dataset without videos").format(
+                    name=repr(spec.name), i=i))
             if paths:
                 conv, image_tokens = images.expanded(conv, paths, spec, i)
             head = type(conv)(conv.turns[:-1], conv.system, conv.tools)
