@@ -14,7 +14,8 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
 
 ``--video`` regenerates only reference_video.json (below), in a venv with torchvision (LF's
 video path needs transformers' video processors: ``pip install torch==2.14.1 torchvision==0.29.1``
-then ``pip install llamafactory==0.9.5 av`` then ``pip install transformers==5.24.0``), where
+then ``pip install llamafactory==0.9.5`` then ``pip install transformers==5.24.0 av==18.1.0
+pillow==13.0.0``: the frames' pixels depend on PyAV's FFmpeg), where
 LF's load_tokenizer builds the real Processor and no patch is needed.
 
 ``--only``: runs those families alone and puts their cases into the stored reference.json in
@@ -401,7 +402,12 @@ def main_video() -> None:
             cases.append(case)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    out = {"transformers": transformers.__version__, "dataset": "mllm_video_demo", "cases": cases}
+    import av
+    import PIL
+
+    # the frames' RGB depends on the FFmpeg inside PyAV (its colour conversion), their resize on Pillow
+    out = {"transformers": transformers.__version__, "av": av.__version__, "pillow": PIL.__version__,
+           "dataset": "mllm_video_demo", "cases": cases}
     (HERE / "reference_video.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
 
 
