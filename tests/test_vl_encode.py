@@ -285,7 +285,8 @@ def test_an_example_holds_its_image_files_not_their_pixels(models):
     model_dir, _model = models("qwen2_vl")
     [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), RECORDS[:1])
     fields = {f.name: getattr(example.media, f.name) for f in dataclasses.fields(example.media)}
-    assert set(fields) == {"paths", "grids", "reader"}
+    assert set(fields) == {"paths", "grids", "reader", "videos", "video_grids", "video_reader"}
+    assert fields["videos"] == () and fields["video_grids"] == () and fields["video_reader"] is None  # no video: none read
     assert all(isinstance(p, str) for p in fields["paths"]) and len(fields["paths"]) == 2
     assert not any(isinstance(x, torch.Tensor) for x in (*fields["grids"], *vars(fields["reader"]).values()))
 
