@@ -11,6 +11,10 @@ exactly that grid from the decoded frames.
 4. grid ``(frames / temporal_patch_size, h / patch_size, w / patch_size)``, and
    ``t * h * w / merge_size^2`` ``<|video_pad|>`` tokens. Qwen3-VL writes each temporal
    patch as ``<T seconds><|vision_start|>...<|vision_end|>``: ``video_timestamps``.
+
+One divergence, for Qwen3-VL records with several videos only: LLaMA-Factory 0.9.5 writes every
+video with the first one's frame count and reads the timestamps by message index (it fails, or
+stamps a later video with an earlier one's times); ftui writes each video with its own.
 """
 
 from __future__ import annotations
