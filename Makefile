@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # wheel); the package itself accepts any recent torch, CUDA builds included.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test install install-test lint app i18n
+.PHONY: demo test test-video install install-test lint app i18n
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,27 @@ PYTEST_WORKERS ?= 2
 
 test: install-test lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
+# The tests marked video (tests/test_video_runner.py): transformers' video processors need
+# torchvision, which cannot load beside the CPU torch 2.13 of .venv; a second venv holds torch
+# 2.14.1 with its torchvision 0.29.1 (cost measured: README, Tests)
+VIDEO_VENV ?= .venv-video
+VIDEO_TORCH ?= torch==2.14.1 torchvision==0.29.1
+
+$(VIDEO_VENV)/bin/python:
+	$(PY) -m venv $(VIDEO_VENV)
+	$(VIDEO_VENV)/bin/pip install -q --upgrade pip
+	$(VIDEO_VENV)/bin/pip install -q $(VIDEO_TORCH)
+	$(VIDEO_VENV)/bin/pip install -q -e '.[vision]' $(VIDEO_TEST_DEPS)
+
+# The video tests need pytest and the plugins pyproject's pytest options name, not the whole
+# test extra (deepspeed, wandb, tensorboard...: 7.6 min to install here instead of 3)
+VIDEO_TEST_DEPS ?= 'pytest>=8,<9' pytest-timeout pytest-xdist pytest-asyncio
+
+VIDEO_TESTS ?= tests/test_video_runner.py
+
+test-video: $(VIDEO_VENV)/bin/python
+	$(VIDEO_VENV)/bin/python -m pytest -q -n 0 -m video -p no:cacheprovider $(VIDEO_TESTS)
 
 # The message catalog: extract the marked strings, update ftui/locale/zh_CN/.../ftui.po, compile ftui.mo
 i18n: install-test

@@ -183,16 +183,10 @@ def test_a_huge_png_is_refused_from_its_header_without_decoding(tmp_path, side):
         assert f"{side} x {side}" in said or "400000000 pixels" in said
 
 
-def test_videos_and_audios_are_refused_by_name(tmp_path, lf_data):
-    (tmp_path / "v.mp4").write_bytes(b"\0")
-    record = talk("<video>What happens?", images=None, videos=["v.mp4"])
-    with pytest.raises(MediaNotSupported, match="record 0 has videos: videos are not supported yet: ftui trains on images"):
-        record_media(record, sharegpt(tmp_path, videos="videos"), 0)
-    for name, medium in (("mllm_video_demo", "videos"),):
-        problem = dataset_path_problem(name, str(lf_data), "sft")
-        assert f"has {medium}: {medium} are not supported yet" in problem and f"drop the {medium} column" in problem
-    assert dataset_path_problem("mllm_audio_demo", str(lf_data), "sft") is None  # Qwen2-Audio: tests/test_audio.py
-    assert "stage dpo with audios is not supported yet" in dataset_path_problem("mllm_audio_demo", str(lf_data), "dpo")
+def test_video_and_audio_datasets_train_with_sft_and_other_stages_are_refused_by_name(lf_data):
+    for name, medium in (("mllm_video_demo", "videos"), ("mllm_audio_demo", "audios")):
+        assert dataset_path_problem(name, str(lf_data), "sft") is None  # tests/test_video_*.py, tests/test_audio.py
+        assert f"stage dpo with {medium} is not supported yet" in dataset_path_problem(name, str(lf_data), "dpo")
 
 
 def test_images_train_with_the_stages_llamafactory_trains_on_them(lf_data):

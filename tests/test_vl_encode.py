@@ -14,6 +14,8 @@ pixels (ftui.runner.vision.batch_images): the pixels compared are the collated o
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -169,13 +171,21 @@ def test_images_need_a_vision_model_and_an_image_template(models, tmp_path):
         stage_encode(stage_for(demo, "qwen2_vl", 1024), RECORDS[:1])
 
 
-def test_videos_are_refused_by_name(models):
-    model_dir, _model = models("qwen2_vl")
+def test_videos_without_torchvision_or_on_an_image_family_are_refused_by_name(models, lf_data):
+    """Videos need transformers' video processors, hence torchvision (tests/test_video_runner.py
+    runs them where it is installed); LLaVA, Gemma 3 and InternVL train on images only."""
+    pytest.importorskip("av", reason="needs PyAV: pip install -e '.[test]'")
     spec = mllm_demo_spec()
     spec.columns = dict(spec.columns, videos="videos")
-    record = {"messages": [{"role": "user", "content": "<video>Hi"}, {"role": "assistant", "content": "Hello."}], "videos": ["a.mp4"]}
-    with pytest.raises(DataFormatError, match="videos are not supported yet"):
-        stage_encode(stage_for(model_dir, "qwen2_vl", 1024), [record], spec)
+    clip = str(lf_data / "mllm_demo_data" / "4.mp4")
+    record = {"messages": [{"role": "user", "content": "<video>Hi"}, {"role": "assistant", "content": "Hello."}], "videos": [clip]}
+    llava_dir, _model = models("llava")
+    with pytest.raises(DataFormatError, match="ftui trains llava on images only; videos train with Qwen2-VL"):
+        stage_encode(stage_for(llava_dir, "llava", 1024), [record], spec)
+    if importlib.util.find_spec("torchvision") is None:
+        model_dir, _model = models("qwen2_vl")
+        with pytest.raises(DataFormatError, match=r"need torchvision: install ftui\[vision\]"):
+            stage_encode(stage_for(model_dir, "qwen2_vl", 1024), [record], spec)
 
 
 # (size, mode, image_max_pixels) -> size: what LLaMA-Factory 0.9.5's Qwen2VLPlugin._preprocess_image gave
@@ -248,7 +258,8 @@ def test_an_example_holds_its_image_files_not_their_pixels(models):
     model_dir, _model = models("qwen2_vl")
     [example] = stage_encode(stage_for(model_dir, "qwen2_vl", 1024), RECORDS[:1])
     fields = {f.name: getattr(example.media, f.name) for f in dataclasses.fields(example.media)}
-    assert set(fields) == {"paths", "grids", "reader"}
+    assert set(fields) == {"paths", "grids", "reader", "videos", "video_grids", "video_reader"}
+    assert fields["videos"] == () and fields["video_grids"] == () and fields["video_reader"] is None  # no video: none read
     assert all(isinstance(p, str) for p in fields["paths"]) and len(fields["paths"]) == 2
     assert not any(isinstance(x, torch.Tensor) for x in (*fields["grids"], *vars(fields["reader"]).values()))
 

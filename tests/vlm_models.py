@@ -1,6 +1,6 @@
 """Tiny vision-language models for the tests, built offline: a config with random weights, the
 tests' families tokenizer with the family's vision tokens, and the family's image processor
-config (plus, for LLaVA, Gemma 3 and InternVL, the processor_config.json of its Processor: the
+config (the Qwen families' video_preprocessor_config.json too; plus, for LLaVA, Gemma 3 and InternVL, the processor_config.json of its Processor: the
 numbers LLaMA-Factory's plugins read from the processor, such as image_seq_length). No download; the same folders feed LLaMA-Factory when its reference encodings are
 made (tests/data/llamafactory_vlm/make_reference.py).
 
@@ -111,7 +111,20 @@ def vlm_dir(family: str, root: Path, seed: int = 0) -> Path:
     model.save_pretrained(str(out))
     processor = spec["processor"] or FAMILIES["qwen2_vl"]["processor"]
     (out / "preprocessor_config.json").write_text(json.dumps(processor, indent=1))
+    (out / "video_preprocessor_config.json").write_text(json.dumps(video_processor(family), indent=1))
     return out
+
+
+def video_processor(family: str) -> dict:
+    """The family's video_preprocessor_config.json, as its releases have one: the video processor
+    class, the image processor's patch numbers, mean and std, and pixel bounds small enough for
+    the tiny towers (Qwen3-VL's bound the whole clip: frames x height x width)."""
+    image = FAMILIES[family]["processor"] or FAMILIES["qwen2_vl"]["processor"]
+    kind = "Qwen3VLVideoProcessor" if family == "qwen3_vl" else "Qwen2VLVideoProcessor"
+    size = {"shortest_edge": 4096, "longest_edge": 4096 * 1024} if family == "qwen3_vl" else {"shortest_edge": 3136, "longest_edge": 3136 * 256}
+    keys = ("patch_size", "merge_size", "temporal_patch_size", "image_mean", "image_std", "do_resize", "do_rescale",
+            "do_normalize", "do_convert_rgb", "rescale_factor", "resample")
+    return {"video_processor_type": kind, "size": size, **{k: image[k] for k in keys}}
 
 
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]

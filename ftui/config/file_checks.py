@@ -96,7 +96,7 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True, model: Any = UNRE
         from ftui.config.audio_checks import audio_config_problems
 
         media = dataset_media(spec, first)
-        if "images" not in media and "audios" not in media:
+        if not {"images", "videos", "audios"} & set(media):
             return []
         if read[0] is UNREAD:
             read[0] = read_model(cfg.model_name_or_path)

@@ -22,6 +22,8 @@ from ftui.data.media_tokens import VisionProcessor
 from ftui.data.records import DatasetSpec
 from ftui.i18n import _
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
+from ftui.config.video_checks import video_problems
+from ftui.safety.bounded_input import load_json
 
 # LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
 # images with (its template.py): a text model given one is refused (LLaMA-Factory fails on every
@@ -74,9 +76,9 @@ def media_config_problems(cfg: RunConfig, spec: DatasetSpec, key: str, model: di
     """What a dataset with images asks of the rest of the config (``key``: dataset or
     eval_dataset; ``model``: the model's config.json, None when it is not here yet). The stage
     and the media kinds are judged with the registry (ftui.data.media.media_refusal)."""
-    if "images" not in dataset_media(spec, first):
+    if not {"images", "videos"} & set(dataset_media(spec, first)):  # videos: the same model and template rules
         return []
-    out: list[FieldProblem] = []
+    out: list[FieldProblem] = video_problems(cfg, spec, key, first)
     family = vision_family(model.get("model_type")) if model is not None else None
     if model is not None and family is None:
         out.append(FieldProblem(key, getattr(cfg, key), _(

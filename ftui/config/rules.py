@@ -55,13 +55,13 @@ def field_rules(cfg: RunConfig) -> list[FieldProblem]:
 
 
 # Image keys LLaMA-Factory reads for one family only, which ftui does not implement yet: set, they
-# would change that family's images, so they are refused rather than ignored; and Qwen2.5-Omni's
-# use_audio_in_video (ftui trains no Omni model). (The video keys are accepted and have no effect:
-# a dataset with videos is refused by name, ftui.data.media, and LLaMA-Factory's own Qwen3-VL
-# examples set video_max_pixels; audio_sampling_rate is Qwen2-Audio's, ftui.config.audio_checks.)
+# would change that family's images, so they are refused rather than ignored; so is
+# use_audio_in_video, which only an Omni model reads (ftui trains videos without their sound and
+# Qwen2-Audio on audio files; audio_sampling_rate is Qwen2-Audio's, ftui.config.audio_checks).
 FAMILY_IMAGE_KEYS = {
     "image_do_pan_and_scan": N_("image_do_pan_and_scan (Gemma 3's crops of wide images) is not supported yet: ftui trains Gemma 3 on whole images; remove it (or set it false)"),
-    "use_audio_in_video": N_("use_audio_in_video (Qwen2.5-Omni's sound track of a video) is not supported yet: ftui trains Qwen2-Audio on audio files; remove it (or set it false)"),
+    "use_audio_in_video": N_("use_audio_in_video (a video's sound track) needs an Omni model such as Qwen2.5-Omni, which ftui does not "
+                             "train; ftui trains videos without their sound (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): remove it (or set it false)"),
     "crop_to_patches": N_("crop_to_patches (InternVL's tiles of large images) is not supported yet: ftui trains InternVL on whole images; remove it (or set it false)"),
 }
 

@@ -15,8 +15,9 @@ LLaMA-Factory 0.9.5's training raises for it ("The number of images does not mat
 number of <image> tokens"); only its chat engines put the placeholders in front of the first
 message, which ftui's chat may do, never its training.
 
-This slice of issue 42 trains on images (stages sft and dpo; a preference record's images:
-ftui.data.preference_media); a record with videos or audios is refused by name.
+ftui trains on images (stages sft and dpo; a preference record's images:
+ftui.data.preference_media) and videos (each one's header read: ftui.data.video_files); a
+record with audios is refused by name.
 No torch here: the launch form, preflight and the runner's encoding share this code.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from ftui.data.media_files import ImageInfo, MediaError, MediaFileError, image_header, where
 from ftui.data.records import MEDIA_COLUMNS, DatasetSpec, _clip, to_messages
+from ftui.data.video_files import video_header
 from ftui.i18n import _
 
 __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "MediaPathError", "MediaNotSupported",
@@ -38,7 +40,7 @@ __all__ = ["MEDIA_COLUMNS", "PLACEHOLDERS", "MediaError", "MediaFileError", "Med
 # environment variables of the same names can change them there, not in ftui)
 PLACEHOLDERS = {"images": "<image>", "videos": "<video>", "audios": "<audio>"}
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")  # http://, https://, s3://, gs://, hf://, file:// ...
-SUPPORTED_MEDIA = ("images", "audios")  # what this slice decodes; videos come next
+SUPPORTED_MEDIA = ("images", "videos", "audios")  # what ftui decodes
 # The stages that train on images as LLaMA-Factory 0.9.5 trains them (with transformers 5.24,
 # the tests' version). Refused by name: pt (its pretrain processor never calls the plugin: the
 # images are dropped and "<image>" stays as text); kto (its trainer's forward passes neither
@@ -85,6 +87,9 @@ def media_refusal(spec: DatasetSpec, stage: str, first: Any = None) -> str | Non
         return not_supported_message(spec, unsupported[0])
     if "audios" in media and stage != "sft":  # Qwen2-Audio trains with sft only in this slice
         return _("dataset {name} has audios: stage {stage} with audios is not supported yet; ftui trains Qwen2-Audio with "
+                 "stage sft").format(name=repr(spec.name), stage=stage)
+    if "videos" in media and stage != "sft":  # the preference stages read images only
+        return _("dataset {name} has videos: stage {stage} with videos is not supported yet; ftui trains on videos with "
                  "stage sft").format(name=repr(spec.name), stage=stage)
     if media and stage not in MEDIA_STAGES:
         return _("dataset {name} has images: stage {stage} with images is not supported yet; ftui trains vision-language "
@@ -155,6 +160,8 @@ def record_media(record: Any, spec: DatasetSpec, index: int) -> dict[str, list[s
     for path in found["audios"]:  # opened with PyAV, its first frame decoded (ftui.data.audio_files)
         from ftui.data.audio_files import audio_info
         audio_info(path, spec, index)
+    for path in found["videos"]:
+        video_header(path, spec, index)
     return found
 
 

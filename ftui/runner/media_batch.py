@@ -154,9 +154,10 @@ def collate_media(rows: list[RowMedia], ids: torch.Tensor, mask: torch.Tensor,
     positions = None
     if collation.rope_index is not None:
         grids = {k: tensors.get(k) for k in ("image_grid_thw", "video_grid_thw")}
+        seconds = {"second_per_grid_ts": tensors["second_per_grid_ts"]} if "second_per_grid_ts" in tensors else {}  # Qwen2.5-VL
         position_ids, _deltas = collation.rope_index(input_ids=ids, mm_token_type_ids=types, attention_mask=mask,
                                                      image_grid_thw=grids["image_grid_thw"],
-                                                     video_grid_thw=grids["video_grid_thw"])
+                                                     video_grid_thw=grids["video_grid_thw"], **seconds)
         positions = torch.cat([position_ids[:1], position_ids], dim=0)  # LLaMA-Factory's text row in front
     return MediaInputs(tensors, sizes, types, positions, collation.token_types_key)
 

@@ -97,7 +97,7 @@ def prompts(cfg: RunConfig, tokenizer: Any) -> tuple[list[dict[str, Any]], Promp
             conv = to_conversation(record, spec, i)
             if conv is None:
                 continue
-            paths = SFTStage.images_of(record, spec, i)
+            paths = SFTStage.prompt_images(record, spec, i)
             if paths:
                 conv, image_tokens = images.expanded(conv, paths, spec, i)
             head = type(conv)(conv.turns[:-1], conv.system, conv.tools)

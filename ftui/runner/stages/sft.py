@@ -98,12 +98,13 @@ class SFTStage(Stage):
                     return None
                 media = self.media_of(record, spec, i)
                 if media.get("audios"):
-                    if media.get("images"):
-                        raise DataFormatError(_("dataset {name} record {i} has images and audios; ftui trains one medium per "
+                    if media.get("images") or media.get("videos"):
+                        raise DataFormatError(_("dataset {name} record {i} has images or videos and audios; ftui trains one medium per "
                                                 "model (Qwen2-Audio reads audios only)").format(name=repr(spec.name), i=i))
                     return self.audio_encoder(renderer, name).encode(conv, media["audios"], spec, i)
-                if media.get("images"):
-                    return self.vision_encoder(renderer, name).encode(conv, media["images"], spec, i)
+                if media.get("images") or media.get("videos"):
+                    return self.vision_encoder(renderer, name).encode(conv, media.get("images", []), spec, i,
+                                                                      media.get("videos", []))
                 return renderer.encode(conv)
 
             return by_template
@@ -114,7 +115,7 @@ class SFTStage(Stage):
             media = self.media_of(record, spec, i)
             if media.get("audios"):
                 self.audio_encoder(None, None)  # refuses, naming the template to use
-            if media.get("images"):
+            if media.get("images") or media.get("videos"):
                 self.vision_encoder(None, None)  # refuses, naming the template to use
             return encoder.encode(messages, tools)
 
@@ -128,12 +129,17 @@ class SFTStage(Stage):
         return record_media(record, spec, i)
 
     @staticmethod
-    def images_of(record: Any, spec: DatasetSpec, i: int) -> list[str]:
-        """The record's image files; audios are refused (chat and predict read images only)."""
+    def prompt_images(record: Any, spec: DatasetSpec, i: int) -> list[str]:
+        """The record's image files for predict, which reads images only: audios and videos are
+        refused by name."""
         media = SFTStage.media_of(record, spec, i)
         if media.get("audios"):
             raise DataFormatError(_("dataset {name} record {i} has audios: predicting or chatting with audios is not supported "
                                     "yet (ftui trains Qwen2-Audio with stage sft); use a dataset without audios").format(
+                name=repr(spec.name), i=i))
+        if media.get("videos"):
+            raise DataFormatError(_("dataset {name} record {i} has videos: predicting on videos is not supported yet (ftui "
+                                    "trains and evaluates on them, stage sft); predict on a dataset without videos").format(
                 name=repr(spec.name), i=i))
         return media.get("images", [])
 
@@ -168,6 +174,12 @@ class SFTStage(Stage):
                                     "(now {max_pixels})").format(
                 name=repr(spec.name), i=i, tokens=enc.image_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing,
                 max_pixels=self._vision.settings.max_pixels))
+        missing = self._vision.missing_video_tokens(enc) if enc.video_tokens else 0
+        if missing:
+            raise DataFormatError(_("dataset {name} record {i}: its videos take {tokens} tokens and cutoff_len={cutoff_len} cuts {missing} "
+                                    "of them, which the model cannot train on; raise cutoff_len, or lower video_max_pixels, "
+                                    "video_fps or video_maxlen").format(
+                name=repr(spec.name), i=i, tokens=enc.video_tokens, cutoff_len=self.cfg.cutoff_len, missing=missing))
 
     def pack(self, train: list[Example]) -> list[Example]:
         """Rows of several examples with ``packing``; examples with images keep theirs, in order

@@ -107,6 +107,9 @@ class ExampleImages:
     paths: tuple[str, ...]
     grids: tuple[Grid, ...]
     reader: ImageReader
+    videos: tuple[Any, ...] = ()  # its videos' headers (ftui.data.video_files.VideoInfo), in order
+    video_grids: tuple[Grid, ...] = ()  # each video's grid (the tokens the ids hold for it)
+    video_reader: Any = None  # ftui.runner.vision.videos.VideoReader, where it has videos
 
     @property
     def patches(self) -> int:
@@ -114,5 +117,9 @@ class ExampleImages:
         return sum(t * h * w for t, h, w in self.grids)
 
     def tensors(self) -> dict[str, Any]:
-        """The processor's tensors for these images, made now (``ImageReader.tensors``)."""
-        return self.reader.tensors(self)
+        """The processor's tensors for these images (``ImageReader.tensors``) and videos
+        (``VideoReader.tensors``: pixel_values_videos, video_grid_thw ...), made now."""
+        out = self.reader.tensors(self) if self.paths else {}
+        if self.videos:
+            out.update(self.video_reader.tensors(self.videos, self.video_grids))
+        return out

@@ -11,6 +11,14 @@ tests/test_vl_encode.py reads the stored reference.json and needs no LLaMA-Facto
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --dpo
     DISABLE_VERSION_CHECK=1 /work/lfvenv-vl/bin/python tests/data/llamafactory_vlm/make_reference.py --packed
 
+    /work/lfvenv-tv/bin/python ... make_reference.py --video    # torch 2.14.1 + torchvision 0.29.1 + av
+
+``--video`` regenerates only reference_video.json (below), in a venv with torchvision (LF's
+video path needs transformers' video processors: ``pip install torch==2.14.1 torchvision==0.29.1``
+then ``pip install llamafactory==0.9.5`` then ``pip install transformers==5.24.0 av==18.1.0
+pillow==13.0.0``: the frames' pixels depend on PyAV's FFmpeg), where
+LF's load_tokenizer builds the real Processor and no patch is needed.
+
 ``--only``: runs those families alone and puts their cases into the stored reference.json in
 place of any earlier ones (a family added; the other cases are kept as they were made).
 ``--dpo`` regenerates only reference_dpo.json (the pairs of ``stage: dpo`` and the tagged
@@ -66,7 +74,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
-ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--packed", "--audio") and (ONLY is None or a != ",".join(ONLY))]
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "--dpo", "--packed", "--audio", "--video") and (ONLY is None or a != ",".join(ONLY))]
 LF_DATA = Path(ARGS[0]) if ARGS else ROOT.parent / "shared" / "data" / "llamafactory"
 DATA = HERE / "data"
 # (cutoff_len, image_max_pixels): the default, one that cuts image tokens, one that shrinks the images.
@@ -332,6 +340,81 @@ def main() -> None:
     (HERE / "reference.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
 
 
+# The video reference: LF's supervised processor over its mllm_video_demo (3 records, read from
+# LF_DATA: the videos are not copied) and its collator on each example alone, per family and
+# video keys (None: LF's defaults, video_fps 2.0, video_maxlen 128, video_max_pixels 256 * 256,
+# video_min_pixels 16 * 16). Stored per example: input_ids, labels, video_grid_thw,
+# second_per_grid_ts (Qwen2.5-VL), position_ids (4 rows) and the pixel_values_videos summary.
+VIDEO_CASES = [("qwen2_vl", None), ("qwen2_5_vl", None), ("qwen3_vl", None),
+               ("qwen2_vl", {"video_fps": 1.0, "video_maxlen": 6, "video_max_pixels": 128 * 128, "video_min_pixels": 32 * 32}),
+               ("qwen3_vl", {"video_fps": 0.5, "video_maxlen": 4, "video_max_pixels": 160 * 160})]
+
+
+def run_video_case(family: str, model_dir: Path, model, keys: dict | None, tmp: Path) -> dict:
+    import torch
+
+    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
+    from llamafactory.extras.constants import IGNORE_INDEX
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import FAMILIES
+
+    template = FAMILIES[family]["template"]
+    args = dict(
+        model_name_or_path=str(model_dir), stage="sft", do_train=True, finetuning_type="lora", dataset="mllm_video_demo",
+        dataset_dir=str(LF_DATA), cutoff_len=4096, template=template, output_dir=str(tmp / "o"), overwrite_cache=True,
+        report_to="none", cache_dir=str(tmp / "cache"), **(keys or {}),
+    )
+    model_args, data_args, training_args, module = llamafactory_module(model_dir, args)
+    assert not isinstance(module["processor"], ImageOnlyProcessor), "the video reference needs torchvision (module doc)"
+    template_obj = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
+    ds = get_dataset(template_obj, model_args, data_args, training_args, stage="sft", **module)["train_dataset"]
+    collator = SFTDataCollatorWith4DAttentionMask(
+        template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=False,
+        attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+    examples = []
+    for row in ds:
+        ids, labels = list(row["input_ids"]), list(row["labels"])
+        batch = collator([{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
+                           "images": row["images"], "videos": row["videos"], "audios": row["audios"]}])
+        seconds = batch.get("second_per_grid_ts")
+        examples.append({
+            "input_ids": ids, "labels": labels, "videos": [Path(p).name for p in row["videos"]],
+            "video_grid_thw": batch["video_grid_thw"].tolist(),
+            "second_per_grid_ts": None if seconds is None else [float(x) for x in (seconds.tolist() if hasattr(seconds, "tolist") else seconds)],
+            "position_ids": batch["position_ids"][:, 0, :].tolist(),
+            "pixel_values_videos": pixel_summary(batch["pixel_values_videos"]),
+        })
+    tokenizer = module["tokenizer"]
+    return {"family": family, "template": template, "keys": keys or {}, "vocab": len(tokenizer), "examples": examples}
+
+
+def main_video() -> None:
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import vlm_dir
+
+    cases = []
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        for family, keys in VIDEO_CASES:
+            model_dir = vlm_dir(family, tmp / "models")
+            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
+            case = run_video_case(family, model_dir, model, keys, tmp)
+            print(family, keys, [(len(e["input_ids"]), e["video_grid_thw"]) for e in case["examples"]], file=sys.stderr)
+            cases.append(case)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    import av
+    import PIL
+
+    # the frames' RGB depends on the FFmpeg inside PyAV (its colour conversion), their resize on Pillow
+    out = {"transformers": transformers.__version__, "av": av.__version__, "pillow": PIL.__version__,
+           "dataset": "mllm_video_demo", "cases": cases}
+    (HERE / "reference_video.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
 if __name__ == "__main__":
     if "--audio" in sys.argv[1:]:  # reference_audio.json alone: make_reference_audio.py
         from make_reference_audio import main_audio; main_audio(LF_DATA); sys.exit(0)  # noqa: E702
@@ -340,5 +423,7 @@ if __name__ == "__main__":
         from packed_reference import main_packed
 
         main_packed()
+    elif "--video" in sys.argv[1:]:
+        main_video()
     else:
         main_dpo() if "--dpo" in sys.argv[1:] else main()
