@@ -14,7 +14,6 @@ pixels (ftui.runner.vision.batch_images): the pixels compared are the collated o
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from pathlib import Path

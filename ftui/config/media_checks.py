@@ -23,7 +23,6 @@ from ftui.data.records import DatasetSpec
 from ftui.i18n import _
 from ftui.presets.vision_families import FAMILY_NAMES, IMAGE_TEMPLATES, VISION_FAMILIES, template_fits, vision_family
 from ftui.config.video_checks import video_problems
-from ftui.safety.bounded_input import load_json
 
 # LLaMA-Factory's templates made for vision-language models, with the mm_plugin each encodes
 # images with (its template.py): a text model given one is refused (LLaMA-Factory fails on every
