@@ -45,11 +45,16 @@ test: install-test lint
 VIDEO_VENV ?= .venv-video
 VIDEO_TORCH ?= torch==2.14.1 torchvision==0.29.1
 
+# torch and torchvision alone first (.ci/run builds this part while the main suite runs), then
+# ftui itself: two editable installs of this tree at once would write its egg-info together
 $(VIDEO_VENV)/bin/python:
 	$(PY) -m venv $(VIDEO_VENV)
 	$(VIDEO_VENV)/bin/pip install -q --upgrade pip
 	$(VIDEO_VENV)/bin/pip install -q $(VIDEO_TORCH)
+
+$(VIDEO_VENV)/.ftui-installed: $(VIDEO_VENV)/bin/python pyproject.toml
 	$(VIDEO_VENV)/bin/pip install -q -e '.[vision]' $(VIDEO_TEST_DEPS)
+	touch $@
 
 # The video tests need pytest and the plugins pyproject's pytest options name, not the whole
 # test extra (deepspeed, wandb, tensorboard...: 7.6 min to install here instead of 3)
@@ -57,7 +62,7 @@ VIDEO_TEST_DEPS ?= 'pytest>=8,<9' pytest-timeout pytest-xdist pytest-asyncio
 
 VIDEO_TESTS ?= tests/test_video_runner.py
 
-test-video: $(VIDEO_VENV)/bin/python
+test-video: $(VIDEO_VENV)/.ftui-installed
 	$(VIDEO_VENV)/bin/python -m pytest -q -n 0 -m video -p no:cacheprovider $(VIDEO_TESTS)
 
 # The message catalog: extract the marked strings, update ftui/locale/zh_CN/.../ftui.po, compile ftui.mo
