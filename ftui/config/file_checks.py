@@ -100,7 +100,7 @@ def dataset_problems(cfg: RunConfig, data_needed: bool = True, model: Any = UNRE
             return []
         if read[0] is UNREAD:
             read[0] = read_model(cfg.model_name_or_path)
-        found = media_config_problems(cfg, spec, key, read[0], first) if "images" in media else []
+        found = media_config_problems(cfg, spec, key, read[0], first) if {"images", "videos"} & set(media) else []
         return [p for p in found + audio_config_problems(cfg, spec, key, read[0], media) if p not in out]
 
     for key in ("dataset", "eval_dataset"):

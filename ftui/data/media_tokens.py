@@ -66,13 +66,13 @@ def fixed_image_tokens(config: dict[str, Any], numbers: dict[str, Any]) -> int |
     return tokens - 1 if numbers.get("vision_feature_select_strategy") == "default" else tokens
 
 
-def processor_from_config(config: dict[str, Any], numbers: dict[str, Any] | None = None) -> VisionProcessor:
-    """The processor a preprocessor_config.json describes, read as transformers reads it: its
-    ``size`` dict (shortest_edge / longest_edge) where given, else the class defaults, then
-    ``min_pixels`` / ``max_pixels`` over it (their older spelling). ValueError for numbers that
-    are not positive whole numbers."""
+def processor_numbers(config: dict[str, Any], defaults: dict[str, int], file_name: str) -> dict[str, int]:
+    """Patch, merge and temporal sizes and the pixel limits of an image or video processor
+    config, read as transformers reads it: ``defaults`` (the class's), then its ``size`` dict
+    (shortest_edge / longest_edge), then ``min_pixels`` / ``max_pixels`` over it (their older
+    spelling). ValueError naming ``file_name`` for numbers that are not positive whole numbers."""
     size = config.get("size") if isinstance(config.get("size"), dict) else {}
-    values = dict(PROCESSOR_DEFAULTS)
+    values = dict(defaults)
     for key in ("patch_size", "merge_size", "temporal_patch_size"):
         if config.get(key) is not None:
             values[key] = config[key]
@@ -85,7 +85,16 @@ def processor_from_config(config: dict[str, Any], numbers: dict[str, Any] | None
             values[key] = config[key]
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(_("preprocessor_config.json: {key} is {value}, not a positive whole number").format(key=key, value=repr(value)))
+            raise ValueError(_("{file}: {key} is {value}, not a positive whole number").format(file=file_name, key=key, value=repr(value)))
+    return values
+
+
+def processor_from_config(config: dict[str, Any], numbers: dict[str, Any] | None = None) -> VisionProcessor:
+    """The processor a preprocessor_config.json describes, read as transformers reads it: its
+    ``size`` dict (shortest_edge / longest_edge) where given, else the class defaults, then
+    ``min_pixels`` / ``max_pixels`` over it (their older spelling). ValueError for numbers that
+    are not positive whole numbers."""
+    values = processor_numbers(config, PROCESSOR_DEFAULTS, "preprocessor_config.json")
     return VisionProcessor(**values, fixed_tokens=fixed_image_tokens(config, numbers or {}))
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ftui.data.media_tokens import regularized_size, smart_resize
+from ftui.data.media_tokens import processor_numbers, regularized_size, smart_resize
 from ftui.data.video_files import VIDEO_FPS, VIDEO_MAX_PIXELS, VIDEO_MAXLEN, VIDEO_MIN_PIXELS, VideoInfo
 from ftui.i18n import _
 
@@ -60,21 +60,8 @@ def video_numbers(config: dict, qwen3: bool) -> VideoProcessorNumbers:
     preprocessor_config.json) describes, as transformers reads it: its ``size`` dict, then
     ``min_pixels`` / ``max_pixels`` over it."""
     base = QWEN3_VIDEO if qwen3 else QWEN2_VIDEO
-    values = {key: getattr(base, key) for key in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels")}
-    for key in ("patch_size", "merge_size", "temporal_patch_size"):
-        if config.get(key) is not None:
-            values[key] = config[key]
-    size = config.get("size") if isinstance(config.get("size"), dict) else {}
-    if size.get("shortest_edge") is not None:
-        values["min_pixels"] = size["shortest_edge"]
-    if size.get("longest_edge") is not None:
-        values["max_pixels"] = size["longest_edge"]
-    for key in ("min_pixels", "max_pixels"):
-        if config.get(key) is not None:
-            values[key] = config[key]
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(_("video_preprocessor_config.json: {key} is {value}, not a positive whole number").format(key=key, value=repr(value)))
+    defaults = {key: getattr(base, key) for key in ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels")}
+    values = processor_numbers(config, defaults, "video_preprocessor_config.json")
     return VideoProcessorNumbers(**values, whole_clip=qwen3)
 
 

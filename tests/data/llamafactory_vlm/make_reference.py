@@ -92,14 +92,17 @@ FIRST_VALUES = 8
 
 
 def write_data() -> None:
-    """The 6 mllm_demo records, their 3 images and a dataset_info.json naming them."""
+    """The 6 mllm_demo records, their 3 images and their entries in dataset_info.json."""
     (DATA / "mllm_demo_data").mkdir(parents=True, exist_ok=True)
     records = json.loads((LF_DATA / "mllm_demo.json").read_text())
     for name in sorted({p for r in records for p in r["images"]}):
         shutil.copy(LF_DATA / name, DATA / name)
     (DATA / "mllm_demo.json").write_text(json.dumps(records, ensure_ascii=False, indent=1) + "\n")
     entry = json.loads((LF_DATA / "dataset_info.json").read_text())["mllm_demo"]
-    (DATA / "dataset_info.json").write_text(json.dumps({"mllm_demo": entry, "mllm_dpo_demo": DPO_ENTRY, "mllm_kto_demo": KTO_ENTRY}, indent=2) + "\n")
+    info_path = DATA / "dataset_info.json"  # other entries kept (make_reference_audio.py adds mllm_audio_demo)
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info.update({"mllm_demo": entry, "mllm_dpo_demo": DPO_ENTRY, "mllm_kto_demo": KTO_ENTRY})
+    info_path.write_text(json.dumps(info, indent=2) + "\n")
 
 
 def pixel_summary(pixels) -> dict:
@@ -146,6 +149,48 @@ class ImageOnlyProcessor:
         numbers = model_dir / "processor_config.json"
         if numbers.is_file():  # InternVL: image_seq_length
             self.image_seq_length = json.loads(numbers.read_text())["image_seq_length"]
+
+
+def lf_collator(template_obj, model, module: dict, **keys):
+    """LF's supervised collator as its trainer builds it, on the CPU in float32 with SDPA (no
+    block-diagonal mask unless ``keys`` ask for one): every reference below collates with it."""
+    import torch
+
+    from llamafactory.data import SFTDataCollatorWith4DAttentionMask
+    from llamafactory.extras.constants import IGNORE_INDEX
+
+    keys = {"block_diag_attn": False, **keys}
+    return SFTDataCollatorWith4DAttentionMask(template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX,
+                                              attn_implementation="sdpa", compute_dtype=torch.float32, **module, **keys)
+
+
+def alone(row) -> tuple[list[int], list[int], dict]:
+    """An encoded example's ids, labels and the feature LF's collator takes for it alone in a
+    batch (ftui's parity tests compare each example alone)."""
+    ids, labels = list(row["input_ids"]), list(row["labels"])
+    return ids, labels, {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
+                         "images": row["images"], "videos": row["videos"], "audios": row["audios"]}
+
+
+def on_tiny_models(cases: list[tuple], run) -> list[dict]:
+    """``run(family, model_dir, model, *rest, tmp)`` for each case (family, *rest) on its tiny
+    model (tests/vlm_models.py), in a temporary folder removed afterwards."""
+    import transformers
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from vlm_models import vlm_dir
+
+    out = []
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        for family, *rest in cases:
+            model_dir = vlm_dir(family, tmp / "models")
+            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
+            out.append(run(family, model_dir, model, *rest, tmp))
+            print(family, *rest, file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def llamafactory_module(model_dir: Path, args: dict):
@@ -230,11 +275,9 @@ def run_kto_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: i
 
 
 def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, tmp: Path) -> dict:
-    import torch
     from transformers import AutoImageProcessor
 
-    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.extras.constants import IGNORE_INDEX
+    from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
     from llamafactory.model.patcher import patch_processor
@@ -260,14 +303,10 @@ def run_case(family: str, model_dir: Path, model, cutoff: int, max_pixels: int, 
         module["processor"] = processor
     template_obj = get_template_and_fix_tokenizer(tokenizer, data_args)
     ds = get_dataset(template_obj, model_args, data_args, training_args, stage="sft", **module)["train_dataset"]
-    collator = SFTDataCollatorWith4DAttentionMask(
-        template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=False,
-        attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+    collator = lf_collator(template_obj, model, module)
     examples = []
     for row in ds:
-        ids, labels = list(row["input_ids"]), list(row["labels"])
-        feature = {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
-                   "images": row["images"], "videos": row["videos"], "audios": row["audios"]}
+        ids, labels, feature = alone(row)
         try:
             batch = collator([feature])
             positions = batch["position_ids"][:, 0, :].tolist() if batch.get("position_ids") is not None else None
@@ -351,10 +390,7 @@ VIDEO_CASES = [("qwen2_vl", None), ("qwen2_5_vl", None), ("qwen3_vl", None),
 
 
 def run_video_case(family: str, model_dir: Path, model, keys: dict | None, tmp: Path) -> dict:
-    import torch
-
-    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.extras.constants import IGNORE_INDEX
+    from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
 
     sys.path.insert(0, str(ROOT / "tests"))
     from vlm_models import FAMILIES
@@ -369,14 +405,11 @@ def run_video_case(family: str, model_dir: Path, model, keys: dict | None, tmp: 
     assert not isinstance(module["processor"], ImageOnlyProcessor), "the video reference needs torchvision (module doc)"
     template_obj = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
     ds = get_dataset(template_obj, model_args, data_args, training_args, stage="sft", **module)["train_dataset"]
-    collator = SFTDataCollatorWith4DAttentionMask(
-        template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=False,
-        attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+    collator = lf_collator(template_obj, model, module)
     examples = []
     for row in ds:
-        ids, labels = list(row["input_ids"]), list(row["labels"])
-        batch = collator([{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
-                           "images": row["images"], "videos": row["videos"], "audios": row["audios"]}])
+        ids, labels, feature = alone(row)
+        batch = collator([feature])
         seconds = batch.get("second_per_grid_ts")
         examples.append({
             "input_ids": ids, "labels": labels, "videos": [Path(p).name for p in row["videos"]],
@@ -392,20 +425,7 @@ def run_video_case(family: str, model_dir: Path, model, keys: dict | None, tmp: 
 def main_video() -> None:
     import transformers
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from vlm_models import vlm_dir
-
-    cases = []
-    tmp = Path(tempfile.mkdtemp())
-    try:
-        for family, keys in VIDEO_CASES:
-            model_dir = vlm_dir(family, tmp / "models")
-            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
-            case = run_video_case(family, model_dir, model, keys, tmp)
-            print(family, keys, [(len(e["input_ids"]), e["video_grid_thw"]) for e in case["examples"]], file=sys.stderr)
-            cases.append(case)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    cases = on_tiny_models(VIDEO_CASES, run_video_case)
     import av
     import PIL
 

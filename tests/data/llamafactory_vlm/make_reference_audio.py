@@ -82,11 +82,10 @@ def resampled(names: list[str]) -> dict:
 
 
 def main_audio(lf_data: Path) -> None:
-    import torch
     import transformers
+    from make_reference import alone, lf_collator
 
-    from llamafactory.data import SFTDataCollatorWith4DAttentionMask, get_dataset, get_template_and_fix_tokenizer
-    from llamafactory.extras.constants import IGNORE_INDEX
+    from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
 
@@ -106,14 +105,11 @@ def main_audio(lf_data: Path) -> None:
         assert module["processor"] is not None, "transformers built no Qwen2AudioProcessor"
         template = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
         ds = get_dataset(template, model_args, data_args, training_args, stage="sft", **module)["train_dataset"]
-        collator = SFTDataCollatorWith4DAttentionMask(
-            template=template, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=False,
-            attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+        collator = lf_collator(template, model, module)
         examples = []
         for row in ds:
-            ids, labels = list(row["input_ids"]), list(row["labels"])
-            batch = collator([{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels,
-                               "images": row["images"], "videos": row["videos"], "audios": row["audios"]}])
+            ids, labels, feature = alone(row)
+            batch = collator([feature])
             mask = batch["feature_attention_mask"]
             assert all(row_mask[:int(row_mask.sum())].all() for row_mask in mask)
             examples.append({"audios": [Path(p).name for p in row["audios"]], "input_ids": ids, "labels": labels,

@@ -19,9 +19,7 @@ packing: all 1) over the whole padded row, image_grid_thw, the collator's positi
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -58,11 +56,7 @@ def members(row_ids: list[int], records: list[list[int]]) -> list[int]:
 
 
 def run_packed_case(family: str, model_dir: Path, model, neat: bool, tmp: Path) -> dict:
-    import torch
-    from make_reference import pixel_summary
-
-    from llamafactory.data import SFTDataCollatorWith4DAttentionMask
-    from llamafactory.extras.constants import IGNORE_INDEX
+    from make_reference import lf_collator, pixel_summary
 
     sys.path.insert(0, str(ROOT / "tests"))
     from vlm_models import FAMILIES
@@ -71,9 +65,7 @@ def run_packed_case(family: str, model_dir: Path, model, neat: bool, tmp: Path) 
     alone, _t, _m = _dataset(model_dir, template, tmp)
     records = [list(r["input_ids"]) for r in alone]
     ds, template_obj, module = _dataset(model_dir, template, tmp, packing=True, neat_packing=neat)
-    collator = SFTDataCollatorWith4DAttentionMask(
-        template=template_obj, model=model, label_pad_token_id=IGNORE_INDEX, block_diag_attn=neat, neat_packing=neat,
-        attn_implementation="sdpa", compute_dtype=torch.float32, **module)
+    collator = lf_collator(template_obj, model, module, block_diag_attn=neat, neat_packing=neat)
     rows = []
     for row in ds:
         feature = dict(row)
@@ -91,21 +83,9 @@ def run_packed_case(family: str, model_dir: Path, model, neat: bool, tmp: Path) 
 
 def main_packed() -> None:
     import transformers
+    from make_reference import on_tiny_models
 
-    sys.path.insert(0, str(ROOT / "tests"))
     sys.path.insert(0, str(HERE))
-    from vlm_models import vlm_dir
-
-    cases = []
-    tmp = Path(tempfile.mkdtemp())
-    try:
-        for family, neat in CASES:
-            model_dir = vlm_dir(family, tmp / "models")
-            model = transformers.AutoModelForImageTextToText.from_pretrained(str(model_dir))
-            case = run_packed_case(family, model_dir, model, neat, tmp)
-            print(family, "neat" if neat else "plain", [r["examples"] for r in case["rows"]], file=sys.stderr)
-            cases.append(case)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    cases = on_tiny_models([(family, neat) for family, neat in CASES], run_packed_case)
     out = {"transformers": transformers.__version__, "dataset": "mllm_demo", "cases": cases}
     (HERE / "reference_packed.json").write_text(json.dumps(out, separators=(",", ":")) + "\n")
