@@ -121,3 +121,20 @@ def audios_tokens(audios: list[Any]) -> int:
     from ftui.data.audio_files import audio_tokens
 
     return sum(audio_tokens(info.samples_at(AUDIO_RATE)) for info in audios)
+
+
+def model_video_numbers(model_name_or_path: str) -> Any:
+    """The video processor numbers of a model whose family reads videos (its config.json's
+    model_type: the Qwen-VL families), None for any other model or one whose config.json is
+    not there or malformed (preflight names it)."""
+    from ftui.plan.model_json import find_model_json
+    from ftui.presets.vision_families import vision_family
+
+    try:
+        found = find_model_json(model_name_or_path, "config.json")
+    except ValueError:
+        return None
+    family = vision_family(found[1].get("model_type")) if found else None
+    if family is None or "videos" not in family.media:
+        return None
+    return video_processor_numbers(model_name_or_path, family.name)
