@@ -15,7 +15,7 @@ cost the collator (open, regularise, process: ftui.runner.vision.batch_images).
 ``--video`` (needs torchvision: run it with the video venv, .venv-video) puts one short clip in
 each example instead of the image: 448 x 448 noise frames, VIDEO_FRAMES of them at VIDEO_RATE
 frames per second, of which LLaMA-Factory's sampling (video_fps 2) keeps 4, i.e. a grid of
-2 x 32 x 32 (2,048 patches through the tower, 512 video tokens), the tower frozen; recorded as
+2 x 32 x 32 (2,048 patches through the tower, 512 video tokens); recorded as
 vl_step_cpu_video.
 
 On a GPU (bench/gpu_session.sh) the same run uses ``device: auto`` and the peak is
@@ -208,9 +208,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, or auto on a GPU machine")
     ap.add_argument("--tag", default="", help="suffix of the result file")
     ap.add_argument("--out", default=None, help="also write the result JSON here")
+    ap.add_argument("--case", choices=("both", "frozen", "trained"), default="both", help="the vision tower frozen, trained, or both")
+    ap.add_argument("--no-record", action="store_true", help="leave bench/results as it is (a test's run)")
     args = ap.parse_args()
     side, text_tokens, steps, cases = (112, 64, 3, CASES[:1]) if args.quick else (448, 1000, args.steps, CASES)
-    cases = cases[:1] if args.video else cases  # the tower frozen: the clip's pixels and tokens are what is new
+    cases = [case for case in cases if args.case in ("both", case[0].rsplit(" ", 1)[-1])]
     text, vision = (dict(TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16),
                     dict(VISION, depth=2, embed_dim=32, num_heads=2)) if args.quick else (TEXT, VISION)
     from ftui.config.load import parse_config
@@ -264,7 +266,7 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    if not args.quick:
+    if not args.quick and not args.no_record:
         record("vl_step_" + ("gpu" if out["machine"].get("gpus") else "cpu") + ("_collate" if args.collate_only else "")
                + ("_video" if args.video else "") + args.tag, out)
 
