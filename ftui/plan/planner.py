@@ -215,8 +215,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     rows of examples make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
     length per token). ``frozen``: a vision-language model's frozen parts (``trainable_params``);
     its vision tower and projector count in the weights (``ModelShape.params``); ``images``: the
-    example its micro batches are planned with (``ftui.plan.vision_activations``: the tower's
-    activations and the pixels; the image tokens are in the rows of ``seq_len``).
+    example its micro batches are planned with, its images, videos or audios
+    (``ftui.plan.vision_activations``: the tower's activations and its input; the media tokens
+    are in the rows of ``seq_len``).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers, frozen)
