@@ -25,7 +25,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 def test_the_plan_is_within_15_percent_of_a_measured_video_step(tmp_path):
     out = tmp_path / "video.json"
-    done = subprocess.run([sys.executable, str(BENCH / "vl_step.py"), "--video", "--case", "trained", "--steps", "2", "--no-record",
+    done = subprocess.run([sys.executable, str(BENCH / "vl_step.py"), "--video", "--case", "trained", "--steps", "3", "--no-record",
                            "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
