@@ -169,3 +169,32 @@ def test_an_audio_run_whose_data_is_elsewhere_is_planned_with_30_s(qwen2_audio, 
     model, shape = qwen2_audio
     load = image_load(run_config(model, "mllm_audio_demo", tmp_path / "elsewhere", template="qwen2_audio"), shape.vision)
     assert (load.source, load.audios, load.tokens) == ("audio_max_length", 1, 750)  # 3000 frames -> 1500 -> 750
+
+
+def test_eager_attention_in_the_tower_scores_a_videos_frames_apart(qwen2_vl):
+    """Qwen2-VL's tower attends within each temporal patch of a video (h*w patches), within each
+    image (all its patches): a clip of two 1,024-patch frames keeps what two 1,024-patch images
+    keep with eager attention, less than one image of 2,048 patches."""
+    from ftui.plan.planner import estimate
+    from ftui.plan.vision_activations import ImageLoad
+
+    _model, shape = qwen2_vl
+    video = ImageLoad(0, 512, 2048, "dataset", videos=1, video_tokens=512, attended=2 * 1024 ** 2)
+    images = ImageLoad(2, 512, 2048, "dataset", attended=2 * 1024 ** 2)
+    one = ImageLoad(1, 512, 2048, "dataset", attended=2048 ** 2)
+
+    def act(load):
+        return estimate(shape, precision="fp32", micro_batch=1, seq_len=1536, frozen=(False, False, False), images=load,
+                        attention="eager").activations
+
+    assert act(video) == pytest.approx(act(images)) and act(video) < act(one)
+    assert act(one) == pytest.approx(act(ImageLoad(1, 512, 2048, "dataset")))  # without the pairs: patches / images each
+
+
+def test_the_loads_attended_pairs_follow_the_grids(qwen2_vl, lf_data):
+    from ftui.plan.vision_activations import image_load
+
+    model, shape = qwen2_vl
+    load = image_load(run_config(model, "mllm_video_demo", lf_data, **VIDEO_KEYS), shape.vision)
+    frames = 2  # video_maxlen 4: two temporal patches
+    assert load.attended == frames * (load.patches // frames) ** 2

@@ -108,12 +108,15 @@ def video_processor_numbers(model_name_or_path: str, family: str) -> Any:
         return QWEN3_VIDEO if qwen3 else QWEN2_VIDEO
 
 
-def videos_load(videos: list[Any], numbers: Any, settings: Any) -> tuple[int, int]:
-    """(tokens, patches) of a record's videos: each one's grid t*h*w patches, / merge² tokens."""
+def videos_load(videos: list[Any], numbers: Any, settings: Any) -> tuple[int, int, int]:
+    """(tokens, patches, attended) of a record's videos: each one's grid t*h*w patches, / merge²
+    tokens; the tower's attention runs over each temporal patch's h*w patches (its cu_seqlens),
+    so t*(h*w)² patch pairs."""
     from ftui.data.video_tokens import video_grid
 
-    patches = [t * h * w for t, h, w in (video_grid(info, numbers, settings) for info in videos)]
-    return sum(p // numbers.merge_size ** 2 for p in patches), sum(patches)
+    grids = [video_grid(info, numbers, settings) for info in videos]
+    patches = [t * h * w for t, h, w in grids]
+    return (sum(p // numbers.merge_size ** 2 for p in patches), sum(patches), sum(t * (h * w) ** 2 for t, h, w in grids))
 
 
 def audios_tokens(audios: list[Any]) -> int:

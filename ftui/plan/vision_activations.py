@@ -52,6 +52,7 @@ class ImageLoad:
     video_tokens: int = 0  # of ``tokens``
     audios: int = 0
     inputs: int | None = None  # fp32 values the tower reads; None: patches x the patch's kernel
+    attended: int = 0  # patch pairs the tower's attention scores (an image's patches², a video's frame patches² per temporal patch)
 
     @property
     def image_tokens(self) -> int:
@@ -75,24 +76,26 @@ def load_of(sizes: list[tuple[int, int]], processor: VisionProcessor, max_pixels
     images all take the same tokens (``fixed_tokens``) runs ``image_patches`` through its tower
     for each, whatever its size."""
     if processor.fixed_tokens is not None:
-        return ImageLoad(len(sizes), processor.fixed_tokens * len(sizes), (image_patches or processor.fixed_tokens) * len(sizes),
-                         source)
+        each = image_patches or processor.fixed_tokens
+        return ImageLoad(len(sizes), processor.fixed_tokens * len(sizes), each * len(sizes), source, attended=each ** 2 * len(sizes))
     grids = [image_grid(w, h, processor, max_pixels, min_pixels) for w, h in sizes]
     patches = sum(t * h * w for t, h, w in grids)
-    return ImageLoad(len(sizes), patches // processor.merge_size ** 2, patches, source)
+    return ImageLoad(len(sizes), patches // processor.merge_size ** 2, patches, source, attended=sum((t * h * w) ** 2 for t, h, w in grids))
 
 
 def with_videos(load: ImageLoad, videos: list, numbers: Any, settings: Any) -> ImageLoad:
     """``load`` (a record's images) with the record's videos added: their tokens and patches."""
     if not videos:
         return load
-    tokens, patches = videos_load(videos, numbers, settings)
-    return replace(load, tokens=load.tokens + tokens, patches=load.patches + patches, videos=len(videos), video_tokens=tokens)
+    tokens, patches, attended = videos_load(videos, numbers, settings)
+    return replace(load, tokens=load.tokens + tokens, patches=load.patches + patches, videos=len(videos), video_tokens=tokens,
+                   attended=load.attended + attended)
 
 
 def audio_load(audios: int, tokens: int, vision: VisionShape, source: str) -> ImageLoad:
     """An example of ``audios`` audios taking ``tokens`` tokens: its tower runs 30 s of each."""
-    return ImageLoad(0, tokens, audios * AUDIO_POSITIONS, source, audios=audios, inputs=audios * vision.mels * AUDIO_FRAMES)
+    return ImageLoad(0, tokens, audios * AUDIO_POSITIONS, source, audios=audios, inputs=audios * vision.mels * AUDIO_FRAMES,
+                     attended=audios * AUDIO_POSITIONS ** 2)
 
 
 def image_load(cfg: Any, vision: VisionShape) -> ImageLoad | None:
@@ -128,7 +131,7 @@ def packed_load(load: ImageLoad, cfg: Any) -> ImageLoad:
         return load
     n = max(1, int(getattr(cfg, "cutoff_len", 0) or 0) // load.tokens)
     return replace(load, images=load.images * n, tokens=load.tokens * n, patches=load.patches * n, videos=load.videos * n,
-                   video_tokens=load.video_tokens * n, audios=load.audios * n,
+                   video_tokens=load.video_tokens * n, audios=load.audios * n, attended=load.attended * n,
                    inputs=None if load.inputs is None else load.inputs * n)
 
 
@@ -141,8 +144,10 @@ def vision_activations(vision: VisionShape, load: ImageLoad, micro_batch: int, *
     e = vision.width
     if tower_trains:
         per_block = 6 * e * res_bytes + (4 * e + 3 * e + (4 if vision.gated else 2) * vision.mlp) * act
-        if eager:  # the softmax of every patch against its image's patches, heads of them
-            per_block += vision.heads * (load.patches // max(1, load.images + load.videos + load.audios)) * (4 + (act if act < 4 else 0))
+        if eager:  # the softmax of every patch against the patches it attends to (its image's, its video frame's), heads of them
+            attended = (load.attended / load.patches if load.attended and load.patches else
+                        load.patches // max(1, load.images + load.videos + load.audios))
+            per_block += vision.heads * attended * (4 + (act if act < 4 else 0))
         if gradient_checkpointing:
             kept = patches * (vision.depth * e * res_bytes + 2 * per_block)
         else:
