@@ -62,7 +62,7 @@ class ListedVideo:
 
 @dataclass(frozen=True)
 class RecordListing:
-    """A record's images, or the problem that stops them (named as preflight names it)."""
+    """A record's images and videos, or its audios, or the problem that stops them (named as preflight names it)."""
 
     dataset: str
     index: int

@@ -9,6 +9,9 @@ and what the vision (or audio) tower keeps for backward (``vision_activations``)
   (``ftui.data.media_tokens``), with the processor's patch and merge sizes from the model's
   preprocessor_config.json (else the vision config's own). ``tokens`` of them go into the
   language model's rows, ``patches`` (tokens x merge²) through the tower.
+- **Videos and audios** (``ftui.plan.media_load``): a record's videos add their grids' tokens
+  and patches to its images'; an audio example (Qwen2-Audio) brings its audio tokens and 30 s
+  of encoder positions per audio through the audio tower, whose input is the mel features.
 - **The language model.** The image tokens are tokens of its rows: LLaMA-Factory cuts the
   expanded ids at ``cutoff_len`` and ftui refuses an example whose image tokens the cut would
   reach, so the rows the planner already sizes (``micro_batch x cutoff_len``) hold them; an
