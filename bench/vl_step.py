@@ -12,10 +12,16 @@ frozen (LLaMA-Factory's default) and trained. Tokens/s counts real tokens (the i
 with the text), after the first step. ``--collate-only`` times what a micro batch's images
 cost the collator (open, regularise, process: ftui.runner.vision.batch_images).
 
+``--video`` (needs torchvision: run it with the video venv, .venv-video) puts one short clip in
+each example instead of the image: 448 x 448 noise frames, VIDEO_FRAMES of them at VIDEO_RATE
+frames per second, of which LLaMA-Factory's sampling (video_fps 2) keeps 4, i.e. a grid of
+2 x 32 x 32 (2,048 patches through the tower, 512 video tokens); recorded as
+vl_step_cpu_video.
+
 On a GPU (bench/gpu_session.sh) the same run uses ``device: auto`` and the peak is
 torch.cuda.max_memory_allocated.
 
-Run: python bench/vl_step.py [--quick] [--steps N] [--collate-only]
+Run: python bench/vl_step.py [--quick] [--steps N] [--collate-only] [--video]
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ VISION = dict(depth=4, embed_dim=256, num_heads=4, mlp_ratio=4, patch_size=14, s
 CASES = [("full, vision tower frozen", dict(freeze_vision_tower=True)),
          ("full, vision tower trained", dict(freeze_vision_tower=False))]
 TEMPLATE_TOKENS = 24  # the qwen2_vl template's own tokens around a user and an assistant turn (system included), rounded up
+VIDEO_FRAMES, VIDEO_RATE = 8, 4  # a 2 s clip: video_fps 2 samples 4 frames, two temporal patches
+VIDEO_KEYS = dict(video_fps=2.0, video_maxlen=16, video_max_pixels=448 * 448)  # frames kept at 448 x 448
 MMAP_THRESHOLD = 131072  # glibc: freed tensors go back to the system, so peak RSS follows live memory (planner_check.py)
 
 
@@ -76,7 +84,7 @@ def vl_model_dir(path: Path, text: dict[str, Any], vision: dict[str, Any]) -> Pa
     import torch
     import transformers
 
-    from tests.vlm_models import FAMILIES, write_tokenizer
+    from tests.vlm_models import FAMILIES, video_processor, write_tokenizer
 
     path.mkdir(parents=True, exist_ok=True)
     ids = write_tokenizer(path)
@@ -91,6 +99,7 @@ def vl_model_dir(path: Path, text: dict[str, Any], vision: dict[str, Any]) -> Pa
     torch.manual_seed(0)
     transformers.AutoModelForImageTextToText.from_config(config).save_pretrained(str(path))
     (path / "preprocessor_config.json").write_text(json.dumps(FAMILIES["qwen2_vl"]["processor"], indent=1))
+    (path / "video_preprocessor_config.json").write_text(json.dumps(video_processor("qwen2_vl"), indent=1))
     return path
 
 
@@ -125,6 +134,47 @@ def vl_dataset(folder: Path, records: int, side: int, words: int, seed: int = 0)
     return folder
 
 
+def video_tokens(side: int, frames: int = VIDEO_FRAMES // VIDEO_RATE * 2, patch: int = 14, merge: int = 2,
+                 temporal: int = 2) -> int:
+    """The tokens of a clip of side x side frames, ``frames`` of them sampled (an even count)."""
+    return frames // temporal * image_tokens(side, patch, merge)
+
+
+def write_clip(path: Path, side: int, frames: int, rate: int, seed: int) -> None:
+    """A clip of ``frames`` noise frames (side x side) at ``rate`` frames per second (PyAV, MPEG-4)."""
+    import av
+    import numpy as np
+
+    noise = np.random.default_rng(seed)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width = stream.height = side
+        stream.pix_fmt = "yuv420p"
+        for _ in range(frames):
+            frame = av.VideoFrame.from_ndarray(noise.integers(0, 256, (side, side, 3), dtype=np.uint8), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+
+
+def video_dataset(folder: Path, records: int, side: int, words: int, seed: int = 0) -> Path:
+    """``records`` sharegpt records with one clip each (``write_clip``) and ``words`` words of
+    text, a quarter in the question; the dataset_dir (dataset vl_bench, as ``vl_dataset``)."""
+    rng = random.Random(seed)
+    (folder / "videos").mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(records):
+        write_clip(folder / "videos" / f"{i}.mp4", side, VIDEO_FRAMES, VIDEO_RATE, seed + i)
+        text = [rng.choice(WORDS) for _ in range(words)]
+        q = words // 4
+        out.append({"messages": [{"role": "user", "content": "<video>" + " ".join(text[:q])},
+                                 {"role": "assistant", "content": " ".join(text[q:])}], "videos": [f"videos/{i}.mp4"]})
+    (folder / "vl.json").write_text(json.dumps(out))
+    (folder / "dataset_info.json").write_text(json.dumps({"vl_bench": {
+        "file_name": "vl.json", "formatting": "sharegpt", "columns": {"messages": "messages", "videos": "videos"},
+        "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}}))
+    return folder
+
+
 def collate_seconds(model: Path, data: Path, micro_batch: int, batches: int) -> float:
     """The median time the collator takes to open, regularise and process a micro batch's images."""
     from ftui.presets.vision_families import vision_family
@@ -154,11 +204,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--micro-batch", type=int, default=2)
     ap.add_argument("--collate-only", action="store_true", help="time the collator's image processing only")
+    ap.add_argument("--video", action="store_true", help="a short clip per example instead of the image (needs torchvision)")
     ap.add_argument("--device", default="cpu", help="cpu, or auto on a GPU machine")
     ap.add_argument("--tag", default="", help="suffix of the result file")
     ap.add_argument("--out", default=None, help="also write the result JSON here")
+    ap.add_argument("--case", choices=("both", "frozen", "trained"), default="both", help="the vision tower frozen, trained, or both")
+    ap.add_argument("--no-record", action="store_true", help="leave bench/results as it is (a test's run)")
     args = ap.parse_args()
     side, text_tokens, steps, cases = (112, 64, 3, CASES[:1]) if args.quick else (448, 1000, args.steps, CASES)
+    cases = [case for case in cases if args.case in ("both", case[0].rsplit(" ", 1)[-1])]
     text, vision = (dict(TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16),
                     dict(VISION, depth=2, embed_dim=32, num_heads=2)) if args.quick else (TEXT, VISION)
     from ftui.config.load import parse_config
@@ -170,14 +224,18 @@ def main() -> None:
         tmp = Path(tmp)
         model, floor = vl_model_dir(tmp / "model", text, vision), vlm_dir("qwen2_vl", tmp / "floor")
         words = words_for(text_tokens, tokens_per_word(model))
-        data = vl_dataset(tmp / "data", max(8, args.micro_batch * (steps + 1)), side, words)
-        image = image_tokens(side)
+        make = video_dataset if args.video else vl_dataset
+        data = make(tmp / "data", max(8, args.micro_batch * (steps + 1)), side, words)
+        image = video_tokens(side) if args.video else image_tokens(side)
         out: dict[str, Any] = {"machine": machine(), "text": text, "vision": vision, "image_side": side, "image_tokens": image,
                                "text_tokens_about": text_tokens, "micro_batch": args.micro_batch, "steps": steps,
                                "malloc_mmap_threshold": MMAP_THRESHOLD, "cases": []}
-        out["collate_s_per_micro_batch"] = collate_seconds(model, data, args.micro_batch, 3 if args.quick else 8)
-        print(f"images of a micro batch of {args.micro_batch}: {out['collate_s_per_micro_batch']:.3f} s to open, regularise and "
-              "process", file=sys.stderr, flush=True)
+        if args.video:
+            out.update(video=dict(VIDEO_KEYS, frames=VIDEO_FRAMES, rate=VIDEO_RATE))
+        else:
+            out["collate_s_per_micro_batch"] = collate_seconds(model, data, args.micro_batch, 3 if args.quick else 8)
+            print(f"images of a micro batch of {args.micro_batch}: {out['collate_s_per_micro_batch']:.3f} s to open, regularise and "
+                  "process", file=sys.stderr, flush=True)
         if not args.collate_only:
             out["cutoff_len"] = cutoff_for(text_tokens, image)
             env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD))
@@ -189,7 +247,8 @@ def main() -> None:
                                dataset="vl_bench", dataset_dir=str(data), finetuning_type="full", cutoff_len=out["cutoff_len"],
                                per_device_train_batch_size=args.micro_batch, max_steps=steps, logging_steps=1, save_strategy="no",
                                learning_rate=1e-4, device=args.device, output_dir=str(tmp / "runs"),
-                               run_name=f"{label}-{name.replace(' ', '-').replace(',', '')}", **over)
+                               run_name=f"{label}-{name.replace(' ', '-').replace(',', '')}", **over,
+                               **(VIDEO_KEYS if args.video else {}))
                     run = run_ftui(write_config(tmp / f"{label}.yaml", cfg), env)
                     times, tokens, events = ftui_steps(run)
                     peaks[label] = max(m["peak"] for ev in events for m in ev.get("mem", []))
@@ -207,8 +266,9 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    if not args.quick:
-        record("vl_step_" + ("gpu" if out["machine"].get("gpus") else "cpu") + ("_collate" if args.collate_only else "") + args.tag, out)
+    if not args.quick and not args.no_record:
+        record("vl_step_" + ("gpu" if out["machine"].get("gpus") else "cpu") + ("_collate" if args.collate_only else "")
+               + ("_video" if args.video else "") + args.tag, out)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,20 @@ def test_the_plan_row_compares_costs_above_the_floor():
     assert row["error"] == pytest.approx(0.1)
 
 
+def test_the_video_dataset_holds_one_clip_of_the_asked_frames_a_record(tmp_path):
+    pytest.importorskip("av")
+    from ftui.data.records import DatasetSpec
+    from ftui.data.video_files import video_header
+
+    assert vl_step.video_tokens(448) == 512 and vl_step.video_tokens(112) == 32  # 4 frames sampled: two temporal patches
+    folder = vl_step.video_dataset(tmp_path / "data", 2, 112, 40)
+    records = json.loads((folder / "vl.json").read_text())
+    assert all(r["messages"][0]["content"].startswith("<video>") for r in records)
+    info = video_header(str(folder / records[0]["videos"][0]), DatasetSpec(name="vl_bench"), 0)
+    assert (info.width, info.height, info.frames) == (112, 112, vl_step.VIDEO_FRAMES)
+    assert info.sampled_frames(vl_step.VIDEO_KEYS["video_fps"], vl_step.VIDEO_KEYS["video_maxlen"]) == 4
+
+
 def test_the_dataset_holds_one_image_and_the_asked_words_a_record(tmp_path):
     from PIL import Image
 
@@ -48,20 +62,24 @@ def test_the_dataset_holds_one_image_and_the_asked_words_a_record(tmp_path):
     assert info["columns"] == {"messages": "messages", "images": "images"}
 
 
-def recorded() -> list[tuple[dict, dict]]:
-    path = BENCH / "results" / "vl_step_cpu.json"
+def recorded(name: str = "vl_step_cpu") -> list[tuple[dict, dict]]:
+    path = BENCH / "results" / f"{name}.json"
     result = json.loads(path.read_text())
     return [(result, row) for row in result["cases"]]
 
 
+RECORDED = recorded() + recorded("vl_step_cpu_video")
+
+
 def test_the_recorded_cpu_run_covers_a_frozen_and_a_trained_tower():
     assert {row["case"] for _result, row in recorded()} == {name for name, _over in vl_step.CASES}
+    assert {row["case"] for _result, row in recorded("vl_step_cpu_video")} == {name for name, _over in vl_step.CASES}
     result = recorded()[0][0]
     assert result["image_side"] == 448 and result["image_tokens"] == 256 and result["collate_s_per_micro_batch"] > 0
     assert all(row["tokens_per_s"] > 0 for _result, row in recorded())
 
 
-@pytest.mark.parametrize("result,row", recorded(), ids=[row["case"] for _result, row in recorded()])
+@pytest.mark.parametrize("result,row", RECORDED, ids=[row["case"] + (", video" if "video" in result else "") for result, row in RECORDED])
 def test_the_plan_is_within_15_percent_of_the_recorded_cpu_peak(result, row, tmp_path):
     """The recorded peaks against the planner as it now is: the bench's model and the tests'
     tiny Qwen2-VL rebuilt from their configs, the recorded dataset's image sizes."""
@@ -78,7 +96,8 @@ def test_the_plan_is_within_15_percent_of_the_recorded_cpu_peak(result, row, tmp
     cfg = RunConfig(model_name_or_path="recorded", dataset="recorded", stage="sft", template="qwen2_vl", finetuning_type="full",
                     cutoff_len=result["cutoff_len"], per_device_train_batch_size=result["micro_batch"],
                     freeze_vision_tower=row["freeze_vision_tower"])
-    images = ImageLoad(1, result["image_tokens"], patches, "dataset")
+    images = (ImageLoad(0, result["image_tokens"], patches, "dataset", videos=1, video_tokens=result["image_tokens"]) if "video" in result
+              else ImageLoad(1, result["image_tokens"], patches, "dataset"))
     planned = (estimate_for(cfg, ModelShape.from_config(model), images=images).total
                - estimate_for(cfg, ModelShape.from_config(floor), images=images).total) / GIB
     ratio = planned / row["measured_gib"]

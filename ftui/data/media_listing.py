@@ -1,8 +1,11 @@
-"""The images a dataset's first records carry, listed for ``ftui data`` (and the launch form's
-preview): each file with its size from its header and the number of image tokens it expands
-to for the run's model (ftui.data.media_tokens), or what is wrong with it; an audio with its
-length and its tokens (ftui.data.audio_files: from the header's duration, so "about"). Nothing is decoded,
-so a listing of a huge or broken file is as quick as of a good one. No torch here.
+"""The images, videos and audios a dataset's first records carry, listed for ``ftui data`` (and
+the launch form's preview): each image with its size from its header and the number of image
+tokens it expands to for the run's model (ftui.data.media_tokens), or what is wrong with it; a
+video with its frame size, duration, the frames the run samples and its video tokens
+(ftui.data.video_tokens, from its header and the run's video keys); an audio with its length,
+rate and its tokens (ftui.data.audio_files: from the header's duration, so "about"). Nothing is
+decoded but an audio's first frame, so a listing of a huge or broken file is as quick as of a
+good one. No torch here.
 """
 
 from __future__ import annotations
@@ -44,20 +47,36 @@ class ListedAudio:
 
 
 @dataclass(frozen=True)
+class ListedVideo:
+    """One video of a record: its path as shown, its frame size, duration and frame rate from
+    the header, the frames the run samples (video_fps, video_maxlen) and its video tokens."""
+
+    shown: str
+    width: int
+    height: int
+    seconds: float
+    fps: float
+    frames: int  # sampled, as LLaMA-Factory samples them (an odd count made even)
+    tokens: int | None  # None: no video processor numbers for this model, or a clip it refuses
+
+
+@dataclass(frozen=True)
 class RecordListing:
-    """A record's images, or the problem that stops them (named as preflight names it)."""
+    """A record's images and videos, or its audios, or the problem that stops them (named as preflight names it)."""
 
     dataset: str
     index: int
     images: tuple[ListedImage, ...] = ()
     problem: str | None = None
     audios: tuple[ListedAudio, ...] = ()
+    videos: tuple[ListedVideo, ...] = ()
 
 
 def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionProcessor | None,
-                max_pixels: int = IMAGE_MAX_PIXELS, min_pixels: int = IMAGE_MIN_PIXELS) -> RecordListing:
-    """One record's images with sizes and tokens (``processor``: the model's, None when the
-    model has none here)."""
+                max_pixels: int = IMAGE_MAX_PIXELS, min_pixels: int = IMAGE_MIN_PIXELS, video: tuple[Any, Any] | None = None) -> RecordListing:
+    """One record's images and videos with sizes and tokens (``processor``: the model's, None
+    when the model has none here; ``video``: the model's video processor numbers and the run's
+    video settings, ftui.data.video_tokens, numbers None when it has none), or its audios."""
     from ftui.data.media_files import image_header
 
     try:
@@ -65,13 +84,14 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
             from ftui.data.preference_media import preference_images
             from ftui.stages import PAIRS
 
-            paths = preference_images(record, spec, index, PAIRS)
+            paths, video_paths = preference_images(record, spec, index, PAIRS), []
         else:
             media = record_media(record, spec, index)
-            paths = media["images"]
+            paths, video_paths = media["images"], media["videos"]
             if media["audios"]:
                 return _audio_listing(media["audios"], spec, index)
         infos = [image_header(path, spec, index) for path in paths]
+        videos = _video_listing(video_paths, spec, index, video)
     except DataFormatError as err:  # a MediaError, or a record that does not convert
         return RecordListing(spec.name, index, problem=str(err))
     listed = []
@@ -83,7 +103,27 @@ def list_record(record: Any, spec: DatasetSpec, index: int, processor: VisionPro
             except ValueError:
                 tokens = None
         listed.append(ListedImage(_shown(info.path, spec), info.width, info.height, tokens, info.path))
-    return RecordListing(spec.name, index, tuple(listed))
+    return RecordListing(spec.name, index, tuple(listed), videos=videos)
+
+
+def _video_listing(paths: list[str], spec: DatasetSpec, index: int, video: tuple[Any, Any] | None) -> tuple[ListedVideo, ...]:
+    """A record's videos (record_media has read each header): sampled frames and tokens."""
+    if not paths:
+        return ()
+    from ftui.data.video_files import video_header
+    from ftui.data.video_tokens import VideoSettings, video_tokens
+
+    numbers, settings = video or (None, VideoSettings())
+    listed = []
+    for path in paths:
+        info = video_header(path, spec, index)
+        try:
+            tokens = video_tokens(info, numbers, settings) if numbers is not None else None
+        except ValueError:  # a clip the processor refuses: preflight says why
+            tokens = None
+        listed.append(ListedVideo(_shown(path, spec), info.width, info.height, info.duration, info.average_fps,
+                                  info.sampled_frames(settings.video_fps, settings.video_maxlen), tokens))
+    return tuple(listed)
 
 
 def _audio_listing(paths: list[str], spec: DatasetSpec, index: int) -> RecordListing:
@@ -118,6 +158,13 @@ def listing_text(listing: RecordListing) -> Text:
         text.append(_("{head}, image {n}: ").format(head=head, n=n), style="bold")
         text.append(visible(image.shown))
         text.append("  " + _("{width} x {height}, {tokens}").format(width=image.width, height=image.height, tokens=tokens) + "\n")
+    for n, video in enumerate(listing.videos, 1):
+        tokens = (_("{tokens} video tokens").format(tokens=video.tokens) if video.tokens is not None
+                  else _("video tokens unknown (no video processor for this model)"))
+        text.append(_("{head}, video {n}: ").format(head=head, n=n), style="bold")
+        text.append(visible(video.shown))
+        text.append("  " + _("{width} x {height}, {seconds:.2f} s at {fps:.3g} fps, {frames} frames sampled, {tokens}").format(
+            width=video.width, height=video.height, seconds=video.seconds, fps=video.fps, frames=video.frames, tokens=tokens) + "\n")
     for n, audio in enumerate(listing.audios, 1):
         text.append(_("{head}, audio {n}: ").format(head=head, n=n), style="bold")
         text.append(visible(audio.shown))

@@ -98,18 +98,20 @@ class EncodedExamples:
 
 
 def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
-    """The images of the first ``limit`` records of each of the config's datasets that has
-    images (a hub dataset is left to the run), with their sizes and the image tokens each
-    expands to for the config's model and image_max_pixels / image_min_pixels; a record's
-    problem in its place. Empty for a text-only config."""
+    """The images, videos and audios of the first ``limit`` records of each of the config's
+    datasets that has media (a hub dataset is left to the run), with their sizes and the tokens
+    each expands to for the config's model and its image and video keys; a record's problem in
+    its place. Empty for a text-only config."""
     from ftui.config.media_checks import read_processor
     from ftui.data.dataset_files import HubDataset, read_records
     from ftui.data.media import dataset_media
     from ftui.data.media_listing import list_record
     from ftui.data.records import DataFormatError, apply_detected_format
     from ftui.data.registry import resolve_datasets
+    from ftui.plan.media_load import model_video_numbers, video_settings
 
     out: list[RecordListing] = []
+    video: list[Any] = []  # the model's video processor numbers and the run's video keys, read once
     processor: list[Any] = []  # the model's image processor (None: it has none here), read once, for the first dataset with images
     for spec in resolve_datasets(cfg.dataset, cfg.dataset_dir):
         try:
@@ -119,15 +121,17 @@ def image_listings(cfg: "RunConfig", limit: int) -> list["RecordListing"]:
         except (HubDataset, DataFormatError, OSError, ValueError):  # the examples' child says what is wrong with the file
             continue
         media = dataset_media(spec, records[0]) if records else ()
-        if "images" not in media and "audios" not in media:
+        if not {"images", "videos", "audios"} & set(media):
             continue
         if not processor and "images" in media:
             try:
                 processor.append(read_processor(cfg.model_name_or_path))
             except ValueError:  # listed without token counts; preflight names the missing file
                 processor.append(None)
-        out += [list_record(record, spec, i, processor[0] if processor else None, cfg.image_max_pixels, cfg.image_min_pixels)
-                for i, record in enumerate(records)]
+        if not video and "videos" in media:
+            video.append((model_video_numbers(cfg.model_name_or_path), video_settings(cfg)))
+        out += [list_record(record, spec, i, processor[0] if processor else None, cfg.image_max_pixels, cfg.image_min_pixels,
+                            video[0] if video else None) for i, record in enumerate(records)]
     return out
 
 

@@ -30,4 +30,4 @@ def audio_tower_parameters(model: dict[str, Any]) -> dict[str, Any] | None:
     text = model.get("text_config") if isinstance(model.get("text_config"), dict) else {}
     hidden = int(text.get("hidden_size") or 4096)
     return {"tower": tower, "projector": d * hidden + hidden, "block": block, "depth": depth, "width": d, "mlp": ffn,
-            "heads": int(a["encoder_attention_heads"])}
+            "heads": int(a["encoder_attention_heads"]), "mels": mels}

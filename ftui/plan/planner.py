@@ -39,7 +39,7 @@ from typing import Any
 from ftui.i18n import _
 from ftui.plan.loss_chunks import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.plan.model_shape import ModelShape, read_model_config
-from ftui.plan.vision_activations import ImageLoad, image_load, vision_activations
+from ftui.plan.vision_activations import ImageLoad, image_load, media_notes, vision_activations
 from ftui.presets.engine_presets import NEEDS_SEVERAL, deepspeed_precision, engine_spec, read_user_deepspeed, spec_from
 from ftui.stages import describe as describe_stage
 
@@ -215,8 +215,9 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     rows of examples make SDPA take a mask) or ``eager`` (the softmax of every layer kept, heads x sequence
     length per token). ``frozen``: a vision-language model's frozen parts (``trainable_params``);
     its vision tower and projector count in the weights (``ModelShape.params``); ``images``: the
-    example its micro batches are planned with (``ftui.plan.vision_activations``: the tower's
-    activations and the pixels; the image tokens are in the rows of ``seq_len``).
+    example its micro batches are planned with, its images, videos or audios
+    (``ftui.plan.vision_activations``: the tower's activations and its input; the media tokens
+    are in the rows of ``seq_len``).
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers, frozen)
@@ -368,13 +369,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
                                           tower_trains=not vision_frozen and any(i < vision.depth for i in trained_blocks),
                                           projector_trains=not projector_frozen, gradient_checkpointing=gradient_checkpointing,
                                           eager=attention == "eager")
-        source = (_("the largest of the dataset's first records") if images.source == "dataset" else
-                  _("one image of image_max_pixels (the dataset's images not read here)"))
-        notes.append(_("images: {tokens} image tokens an example, within cutoff_len, and {patches} patches through the vision "
-                       "tower; planned from {source}").format(tokens=images.tokens, patches=images.patches, source=source))
-        if images.tokens >= seq_len:
-            notes.append(_("an example's images take {tokens} tokens, cutoff_len={cutoff_len} leaves no room for its text: such "
-                           "records are refused; raise cutoff_len or lower image_max_pixels").format(tokens=images.tokens, cutoff_len=seq_len))
+        notes += media_notes(images, seq_len)
 
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(_("{engine} shards over processes: with one process it saves nothing").format(engine=engine))
@@ -412,9 +407,8 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     packing=bool(cfg.packing),  # None (the stage's default): no examples kept apart by a mask
                     frozen=(bool(getattr(cfg, "freeze_vision_tower", True)), bool(getattr(cfg, "freeze_multi_modal_projector", True)),
                             bool(getattr(cfg, "freeze_language_model", False))),
-                    # kernel 0: an audio tower (Qwen2-Audio's), which reads no images
-                    images=overrides["images"] if "images" in overrides else
-                    (image_load(cfg, shape.vision) if shape.vision.depth and shape.vision.kernel else None))
+                    images=overrides["images"] if "images" in overrides else  # a tower reads images or videos (kernel), or audios (mels)
+                    (image_load(cfg, shape.vision) if shape.vision.depth and (shape.vision.kernel or shape.vision.mels) else None))
 
 
 def attention_for(flash_attn: str, shape: ModelShape) -> str:

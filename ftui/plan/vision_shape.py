@@ -37,6 +37,8 @@ class VisionShape:
     merge: int = 2
     kernel: int = 0
     image_patches: int = 0  # LLaVA, Gemma 3, InternVL: the tower's sequence for every image (its square's patches)
+    family: str = ""  # the Qwen-VL families' name: their videos' processor (Qwen3-VL resizes a whole clip)
+    mels: int = 0  # an audio tower (Qwen2-Audio's): the mel bins of its input features; no images
 
 
 def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
@@ -77,7 +79,7 @@ def vision_shape(model: dict[str, Any]) -> VisionShape:
     depth, m2 = int(v["depth"]), int(v["spatial_merge_size"]) ** 2
     kernel = int(v["in_channels"]) * int(v["temporal_patch_size"]) * int(v["patch_size"]) ** 2
     sizes = dict(heads=int(v["num_heads"]), patch_size=int(v["patch_size"]), merge=int(v["spatial_merge_size"]),
-                 kernel=kernel)
+                 kernel=kernel, family=family.name)
     if family.name == "qwen2_vl":
         e, hidden = int(v["embed_dim"]), int(v["embed_dim"]) * int(v["mlp_ratio"])
         block = 4 * e + _linear(e, 3 * e) + _linear(e, e) + _linear(e, hidden) + _linear(hidden, e)  # two LayerNorms

@@ -107,8 +107,9 @@ class LaunchHints:
 
     @work(thread=True, exclusive=True, group="media")
     def preview_media(self, cfg: "RunConfig") -> None:
-        """The first records' images listed (size, image tokens) and the first one shown: file
-        headers and one decode, no child process (ftui.tui.screens.launch_media)."""
+        """The first records' images, videos and audios listed (sizes, durations, tokens) and the
+        first image shown: file headers (PyAV's for videos and audios) and one decode, no child
+        process, off the UI thread (ftui.tui.screens.launch_media)."""
         lines, picture = media_preview(cfg)
         if not get_current_worker().is_cancelled:
             to_ui(self, self._show_media, lines, picture)

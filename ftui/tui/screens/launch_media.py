@@ -1,5 +1,6 @@
 """The launch form's media preview: the first record's images listed (file, size, the tokens
-each expands to) and the first one shown in the terminal itself, through textual-image:
+each expands to), its videos (frame size, duration, the frames the run samples, video tokens)
+and audios (duration, sample rate, audio tokens), and the first image shown in the terminal itself, through textual-image:
 Kitty's graphics protocol or Sixel where the terminal speaks it, coloured half cells
 otherwise (tmux included).
 
@@ -49,13 +50,14 @@ def thumbnail(path: str) -> Any:
         return None
 
 
-MEDIA_RECORDS = 1  # the records of each dataset whose images the form lists (ftui data --show lists more)
+MEDIA_RECORDS = 1  # the records of each dataset whose media the form lists (ftui data --show lists more)
 
 
 def media_preview(cfg: Any) -> tuple[Text, Any]:
-    """The first record's images of each dataset with images (file, size, the tokens each
-    expands to for the config's model and image_max_pixels), and the first picture shrunk;
-    (empty, None) for a text dataset. Reads files: call it from a worker."""
+    """The first record's media of each dataset with media (images: file, size, the tokens each
+    expands to for the config's model and image_max_pixels; videos and audios: ftui.data.
+    media_listing), and the first picture shrunk; (empty, None) for a text dataset. Reads file
+    headers (PyAV's for videos and audios): call it from a worker."""
     from ftui.data.media_listing import listing_text
     from ftui.jobs.examples import image_listings
 
