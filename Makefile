@@ -63,7 +63,9 @@ VIDEO_TEST_DEPS ?= 'pytest>=8,<9' pytest-timeout pytest-xdist pytest-asyncio
 VIDEO_TESTS ?= tests/test_video_runner.py tests/test_video_plan.py
 
 test-video: $(VIDEO_VENV)/.ftui-installed
-	$(VIDEO_VENV)/bin/python -m pytest -q -n 0 -m video -p no:cacheprovider $(VIDEO_TESTS)
+	$(VIDEO_VENV)/bin/python -m pytest -q -n 0 -m "$(if $(SLOW),video,video and not slow)" -p no:cacheprovider $(VIDEO_TESTS)
+
+# make test-video SLOW=1 also runs the slow video tests (the planner against a measured video step)
 
 # The message catalog: extract the marked strings, update ftui/locale/zh_CN/.../ftui.po, compile ftui.mo
 i18n: install-test

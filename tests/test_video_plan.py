@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.video
+pytestmark = [pytest.mark.video, pytest.mark.slow]  # 100 s: CI replays its recorded run (test_bench_vl_step)
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
