@@ -95,7 +95,7 @@ GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marks into the groups it schedules by
 def pytest_collection_modifyitems(config, items):
-    video_skip = None if importlib.util.find_spec("torchvision") else pytest.mark.skip(reason="needs torchvision: make test-video")
+    video_skip = None if importlib.util.find_spec("torchvision") else pytest.mark.skip(reason="needs torchvision for video processors: make test-video")
     for item in items:
         if video_skip is not None and item.get_closest_marker("video") is not None:
             item.add_marker(video_skip)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("av")
+pytest.importorskip("av", reason="needs PyAV, which the test extra installs: pip install -e '.[test]'")
 
 from ftui.data.audio_files import audio_info, audio_tokens  # noqa: E402
 from ftui.data.media import record_media  # noqa: E402

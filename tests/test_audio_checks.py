@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("av")
+pytest.importorskip("av", reason="needs PyAV, which the test extra installs: pip install -e '.[test]'")
 
 from ftui.config.preflight import preflight  # noqa: E402
 

@@ -36,7 +36,7 @@ def test_the_plan_row_compares_costs_above_the_floor():
 
 
 def test_the_video_dataset_holds_one_clip_of_the_asked_frames_a_record(tmp_path):
-    pytest.importorskip("av")
+    pytest.importorskip("av", reason="needs PyAV, which the test extra installs: pip install -e '.[test]'")
     from ftui.data.records import DatasetSpec
     from ftui.data.video_files import video_header
 

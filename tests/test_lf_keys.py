@@ -149,13 +149,15 @@ def test_resume_from_checkpoint_must_be_an_ftui_run_or_checkpoint(tmp_path):
 
 
 def test_media_datasets_are_judged_by_the_registry_before_a_run(lf_data, tmp_path):
-    """Images pass the registry for stage sft (the model and the records are checked in
-    preflight: tests/test_vl_data.py); videos and audios, and images for stages pt, kto and rm
-    (which LLaMA-Factory 0.9.5 does not train on images), are refused by name in this slice of issue 42."""
+    """Images, videos and audios pass the registry for stage sft (the model and the records are
+    checked in preflight: tests/test_vl_data.py, test_video_data.py, test_audio_checks.py);
+    videos and audios with another stage, and images for stages pt, kto and rm (which
+    LLaMA-Factory 0.9.5 does not train on images), are refused by name."""
     from ftui.data.registry import dataset_path_problem
 
-    assert dataset_path_problem("identity,mllm_demo", str(lf_data), "sft") is None
-    assert "videos are not supported yet" in dataset_path_problem("identity,mllm_video_demo", str(lf_data), "sft")
+    for name in ("mllm_demo", "mllm_video_demo", "mllm_audio_demo"):
+        assert dataset_path_problem(f"identity,{name}", str(lf_data), "sft") is None
+    assert "stage dpo with videos is not supported yet" in dataset_path_problem("identity,mllm_video_demo", str(lf_data), "dpo")
     assert "stage kto with images is not supported yet" in dataset_path_problem("mllm_demo", str(lf_data), "kto")
     assert dataset_path_problem("identity,alpaca_en_demo", str(lf_data)) is None
 

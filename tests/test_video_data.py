@@ -62,7 +62,7 @@ def test_alpaca_records_take_videos_and_the_placeholder_rule_holds(tmp_path, dem
 
 
 def test_sample_indices_are_llamafactorys_linspace():
-    np = pytest.importorskip("numpy")
+    np = pytest.importorskip("numpy", reason="needs numpy, which the test extra installs with torch")
     rng = random.Random(3)
     for _ in range(300):
         frames, duration = rng.randint(1, 2000), rng.uniform(0.01, 120)
@@ -155,7 +155,7 @@ def test_use_audio_in_video_is_refused_by_name():
 def test_preflight_of_the_video_demo(tmp_path, lf_data, monkeypatch):
     """The video demo passes preflight for a tiny Qwen2-VL where torchvision is installed, and
     is refused by name where it is not; stages other than sft are refused by name."""
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch to build the tiny Qwen2-VL folder (the test extra)")
     from ftui.config import video_checks
     from ftui.config.preflight import preflight
     from tests.vlm_models import vlm_dir
