@@ -171,16 +171,38 @@ def verify_video(path: str, spec: DatasetSpec, index: int, video_fps: float = VI
     """The header, then a whole decode: the frames the run samples must all be there."""
     info = video_header(path, spec, index)
     try:
-        count = _decoded_cached(path, *_stamp(path))
+        _check_frames(info, video_fps, video_maxlen)
     except _Problem as problem:
         raise _named(path, spec, index, str(problem)) from None
+    return info
+
+
+def _check_frames(info: VideoInfo, video_fps: float, video_maxlen: int) -> None:
+    """_Problem unless every frame the run samples decodes."""
+    count = _decoded_cached(info.path, *_stamp(info.path))
     if count == 0:
-        raise _named(path, spec, index, _("no frame of the video decodes; the file is empty or damaged: re-encode or replace it"))
+        raise _Problem(_("no frame of the video decodes; the file is empty or damaged: re-encode or replace it"))
     last = info.sample_indices(video_fps, video_maxlen)[-1]
     if count <= last:
-        raise _named(path, spec, index, _("its header says {frames} frames but only {count} decode (a truncated file?); "
-                                          "training samples frame {last}: re-encode or replace it").format(
+        raise _Problem(_("its header says {frames} frames but only {count} decode (a truncated file?); "
+                         "training samples frame {last}: re-encode or replace it").format(
             frames=info.frames, count=count, last=last))
+
+
+def checked_video_file(path: str, video_fps: float = VIDEO_FPS, video_maxlen: int = VIDEO_MAXLEN,
+                       decode: bool = True) -> VideoInfo:
+    """A video named outside any dataset (chat's ``--video``, ``/video``, the chat screen's
+    field): its header, and with ``decode`` every sampled frame, checked as a record's video
+    is; the message names the file alone. ``decode=False``: the header only (the app's quick
+    check before a message is sent; the chat worker decodes)."""
+    try:
+        if not os.path.isfile(path):
+            raise _Problem(_("no such file"))
+        info = _header_cached(path, *_stamp(path))
+        if decode:
+            _check_frames(info, video_fps, video_maxlen)
+    except _Problem as problem:
+        raise MediaFileError(_("video {path}: {problem}").format(path=path, problem=problem)) from None
     return info
 
 
