@@ -209,3 +209,40 @@ def checked_video_file(path: str, video_fps: float = VIDEO_FPS, video_maxlen: in
 @lru_cache(maxsize=1024)
 def _decoded_cached(path: str, _mtime: int, _size: int) -> int:
     return decoded_frames(path)
+
+
+VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpeg", ".mpg", ".flv", ".wmv", ".3gp", ".ts"})
+
+
+def looks_like_video(path: str) -> bool:
+    """Whether a file named outside any dataset (the chat screen's one field for images and
+    videos) is a video: its extension, else (an unknown or missing one) whether FFmpeg finds a
+    video stream in it and Pillow no image. Reads the file's header: call it off the UI thread."""
+    if os.path.splitext(path)[1].lower() in VIDEO_SUFFIXES:
+        return True
+    from ftui.data.media_files import checked_image_file
+
+    try:
+        checked_image_file(path)
+        return False
+    except MediaError:
+        pass
+    try:
+        _header_cached(path, *_stamp(path))
+    except (_Problem, MediaError):
+        return False
+    return True
+
+
+def first_frame(path: str, longest: int) -> Any:
+    """The video's first frame as a PIL image no larger than ``longest`` on a side (the chat
+    screen's preview), or None where it cannot be decoded. Call from a worker."""
+    try:
+        av = pyav()
+        with av.open(path, "r") as container:
+            stream = next(s for s in container.streams if s.type == "video")
+            frame = next(container.decode(stream)).to_image()
+        frame.thumbnail((longest, longest))
+        return frame
+    except Exception:  # unreadable here: the checks say why, the preview shows the lines
+        return None

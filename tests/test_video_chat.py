@@ -1,0 +1,113 @@
+"""Chat, predict and eval with videos on a tiny Qwen2-VL LoRA run (one step on LLaMA-Factory's
+mllm_video_demo, small frames): the chat worker's turn with a video (the prompt holds the
+video's expanded tokens, as training expands them; an answer comes), ``ftui chat --video
+--prompt``, and predict / eval over mllm_video_demo (generated_predictions.jsonl names each
+prompt's videos).
+
+Marked ``video``: transformers' video processors need torchvision (``make test-video`` runs
+these in .venv-video). The refusals that need no torchvision are in tests/test_vl_chat.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.video
+
+VIDEO_KEYS = {"video_maxlen": 4, "video_max_pixels": 64 * 64}
+
+
+@pytest.fixture(scope="module")
+def video_run(tmp_path_factory, lf_data) -> Path:
+    from tests.conftest import train_sync
+    from tests.vlm_models import vlm_dir
+
+    from ftui.config.load import demo_config
+
+    root = tmp_path_factory.mktemp("videochat")
+    model = vlm_dir("qwen2_vl", root / "models")
+    cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template="qwen2_vl",
+                      dataset="mllm_video_demo", dataset_dir=str(lf_data), finetuning_type="lora", max_steps=1,
+                      per_device_train_batch_size=1, cutoff_len=1024, engine="single", output_dir=str(root / "runs"),
+                      logging_steps=1, run_name="video-chat", device="cpu", **VIDEO_KEYS)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
+    return run_dir
+
+
+def test_a_chat_turn_with_a_video_expands_it_as_training_and_answers(video_run, lf_data):
+    from ftui.config.load import read_run_config
+    from ftui.data.video_files import checked_video_file
+    from ftui.data.video_tokens import VideoSettings, video_grid
+    from ftui.runner.chat import ChatError, ChatModel, Out
+    from ftui.runner.vision.videos import processor_numbers
+
+    chat = ChatModel()
+    chat.load({"run": str(video_run), "device": "cpu"})
+    clip = str(lf_data / "mllm_demo_data" / "1.mp4")
+    message = {"role": "user", "content": "Why is this video funny?", "videos": [clip]}
+    ids, media = chat.prompt_inputs([message], None)
+    cfg = read_run_config(video_run / "config.yaml")
+    reader = chat.videos.reader()
+    assert reader.settings == VideoSettings(cfg.video_fps, 4, 64 * 64, cfg.video_min_pixels)  # the run's video keys
+    t, h, w = video_grid(checked_video_file(clip, cfg.video_fps, 4), processor_numbers(reader.video_processor, False), reader.settings)
+    text = chat.tokenizer.decode(ids)
+    assert text.count("<|video_pad|>") == t * h * w // 4 > 0  # expanded as training expands it (its grid's tokens)
+    assert text.index("<|vision_start|><|video_pad|>") < text.index("Why is this video funny?")  # placed at the message's start
+    assert media["video_grid_thw"].tolist() == [[t, h, w]] and media["pixel_values_videos"].size(0) == t * h * w
+    out = io.StringIO()
+    chat.generate({"id": 3, "messages": [message], "temperature": 0, "max_new_tokens": 2}, Out(out), threading.Event())
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert replies[-1]["type"] == "done" and replies[-1]["tokens"] >= 1, replies
+    with pytest.raises(ChatError, match=r"notes\.mp4: not a video FFmpeg can read"):
+        bad = Path(video_run) / "notes.mp4"
+        bad.write_text("not a video")
+        chat.prompt_inputs([{"role": "user", "content": "hi", "videos": [str(bad)]}], None)
+    with pytest.raises(ChatError, match=r"it has 1 images but 2 <video> placeholders"):
+        chat.prompt_inputs([{"role": "user", "content": "<video><video>one?", "videos": [clip]}], None)
+
+
+def test_ftui_chat_answers_one_prompt_with_a_video(video_run, lf_data, capsys):
+    from ftui.cli.main import main
+
+    code = main(["chat", "--run", str(video_run), "--video", str(lf_data / "mllm_demo_data" / "1.mp4"), "--prompt", "Why?",
+                 "--temperature", "0", "--max-new-tokens", "2", "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+
+
+def test_predict_and_eval_over_the_video_demo(video_run, lf_data):
+    from ftui.jobs.offline import prepare_job, source_of
+    from ftui.rundir.event_writer import EventWriter
+    from ftui.rundir.paths import EVAL_RESULTS_FILE, EVENTS_FILE, PREDICTIONS_FILE
+    from ftui.runner.engines import DistInfo
+    from ftui.runner.evaluate import evaluate
+    from ftui.runner.faults import StopRequest
+    from ftui.runner.predict import predict
+
+    def run(kind, work, **extra):
+        job_dir, cfg = prepare_job(kind, run_dir=video_run, source=source_of(video_run, None, False, None, None),
+                                   dataset="mllm_video_demo", dataset_dir=str(lf_data), device="cpu", **extra)
+        return job_dir, work(job_dir, cfg, DistInfo(), EventWriter(job_dir / EVENTS_FILE), StopRequest())
+
+    records = json.loads((lf_data / "mllm_video_demo.json").read_text())
+    job_dir, (status, message) = run("predict", predict, max_samples=2,
+                                     generation={"max_new_tokens": 2, "temperature": 0, "batch_size": 2})
+    assert status == "completed", message
+    rows = [json.loads(line) for line in (job_dir / PREDICTIONS_FILE).read_text().splitlines()]
+    assert len(rows) == 2
+    for row, record in zip(rows, records):
+        assert row["videos"] == [os.path.abspath(lf_data / p) for p in record["videos"]] and "images" not in row
+        assert row["prompt"].count("<|vision_start|>") == 1 and "<|video_pad|>" in row["prompt"]
+        assert row["label"].rstrip("\n") == record["messages"][-1]["content"] and isinstance(row["predict"], str)
+    job_dir, (status, message) = run("eval", evaluate)
+    assert status == "completed", message
+    results = json.loads((job_dir / EVAL_RESULTS_FILE).read_text())
+    assert results["examples"] == 3 and math.isfinite(results["eval_loss"])
