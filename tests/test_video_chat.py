@@ -1,7 +1,7 @@
 """Chat, predict and eval with videos on a tiny Qwen2-VL LoRA run (one step on LLaMA-Factory's
 mllm_video_demo, small frames): the chat worker's turn with a video (the prompt holds the
-video's expanded tokens, as training expands them; an answer comes), ``ftui chat --video
---prompt``, and predict / eval over mllm_video_demo (generated_predictions.jsonl names each
+video's expanded tokens, as training expands them; an answer comes), ``ftui chat --video`` and
+the REPL's ``/video``, and predict / eval over mllm_video_demo (generated_predictions.jsonl names each
 prompt's videos).
 
 Marked ``video``: transformers' video processors need torchvision (``make test-video`` runs
@@ -74,13 +74,30 @@ def test_a_chat_turn_with_a_video_expands_it_as_training_and_answers(video_run, 
         chat.prompt_inputs([{"role": "user", "content": "<video><video>one?", "videos": [clip]}], None)
 
 
-def test_ftui_chat_answers_one_prompt_with_a_video(video_run, lf_data, capsys):
+def test_ftui_chat_answers_with_videos_from_video_and_the_repls_slash_video(video_run, lf_data, monkeypatch, capsys):
+    """``--video`` without ``--prompt`` goes with the first message, ``/video PATH`` with the
+    next: both answered by the real worker (a bad file is said and the conversation goes on)."""
+    import builtins
+
     from ftui.cli.main import main
 
-    code = main(["chat", "--run", str(video_run), "--video", str(lf_data / "mllm_demo_data" / "1.mp4"), "--prompt", "Why?",
-                 "--temperature", "0", "--max-new-tokens", "2", "--device", "cpu"])
+    clip = lf_data / "mllm_demo_data" / "1.mp4"
+    lines = iter(["Why is it funny?", "/video gone.mp4", f"/video {lf_data / 'mllm_demo_data' / '3.mp4'}", "And this one?"])
+
+    def typed(prompt=""):
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr(builtins, "input", typed)
+    code = main(["chat", "--run", str(video_run), "--video", str(clip), "--temperature", "0", "--max-new-tokens", "2",
+                 "--device", "cpu"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
+    assert "0 image(s) and 1 video(s) attached to your next message" in captured.err
+    assert "video gone.mp4: no such file" in captured.err and captured.err.count("error:") == 1
+    assert captured.out.count("\n") == 2  # both answers came, one line each
 
 
 def test_predict_and_eval_over_the_video_demo(video_run, lf_data):
