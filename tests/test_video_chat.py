@@ -1,5 +1,6 @@
-"""Chat, predict and eval with videos on a tiny Qwen2-VL LoRA run (one step on LLaMA-Factory's
-mllm_video_demo, small frames): the chat worker's turn with a video (the prompt holds the
+"""Chat, predict and eval with videos on a tiny Qwen2-VL LoRA run (``ftui train`` on a
+LLaMA-Factory YAML: two steps on its mllm_video_demo, small frames; the run ends with its
+adapter and finite losses): the chat worker's turn with a video (the prompt holds the
 video's expanded tokens, as training expands them; an answer comes), ``ftui chat --video`` and
 the REPL's ``/video``, and predict / eval over mllm_video_demo (generated_predictions.jsonl names each
 prompt's videos).
@@ -26,20 +27,36 @@ VIDEO_KEYS = {"video_maxlen": 4, "video_max_pixels": 64 * 64}
 
 @pytest.fixture(scope="module")
 def video_run(tmp_path_factory, lf_data) -> Path:
-    from tests.conftest import train_sync
+    """``ftui train`` on a LLaMA-Factory YAML: Qwen2-VL, LoRA, 2 steps on mllm_video_demo."""
+    import subprocess
+    import sys
+
+    import yaml
+
     from tests.vlm_models import vlm_dir
 
-    from ftui.config.load import demo_config
-
     root = tmp_path_factory.mktemp("videochat")
-    model = vlm_dir("qwen2_vl", root / "models")
-    cfg = demo_config(model_name_or_path=str(model), model_init="pretrained", stage="sft", template="qwen2_vl",
-                      dataset="mllm_video_demo", dataset_dir=str(lf_data), finetuning_type="lora", max_steps=1,
-                      per_device_train_batch_size=1, cutoff_len=1024, engine="single", output_dir=str(root / "runs"),
-                      logging_steps=1, run_name="video-chat", device="cpu", **VIDEO_KEYS)
-    run_dir, _events, proc = train_sync(cfg)
-    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-4000:]
-    return run_dir
+    cfg = {"model_name_or_path": str(vlm_dir("qwen2_vl", root / "models")), "stage": "sft", "do_train": True,
+           "finetuning_type": "lora", "dataset": "mllm_video_demo", "dataset_dir": str(lf_data), "template": "qwen2_vl",
+           "cutoff_len": 1024, "max_steps": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
+           "learning_rate": 1e-3, "output_dir": str(root / "run"), "logging_steps": 1, "report_to": "none",
+           "save_strategy": "no", **VIDEO_KEYS}
+    path = root / "video.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    done = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [config] = (root / "run").rglob("config.yaml")
+    return config.parent
+
+
+def test_two_lora_steps_on_the_video_demo(video_run):
+    """The run ends with its adapter and finite losses."""
+    from ftui.rundir.event_reader import read_all
+    from ftui.rundir.paths import EVENTS_FILE
+
+    assert any(video_run.rglob("adapter_model.safetensors")), list(video_run.rglob("*"))[:40]
+    losses = [e["loss"] for e in read_all(video_run / EVENTS_FILE) if e["event"] == "step"]
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
 
 
 def test_a_chat_turn_with_a_video_expands_it_as_training_and_answers(video_run, lf_data):
@@ -97,7 +114,7 @@ def test_ftui_chat_answers_with_videos_from_video_and_the_repls_slash_video(vide
     assert code == 0, captured.err
     assert "0 image(s) and 1 video(s) attached to your next message" in captured.err
     assert "video gone.mp4: no such file" in captured.err and captured.err.count("error:") == 1
-    assert captured.out.count("\n") == 2  # both answers came, one line each
+    assert captured.out.count("\n") >= 3  # two answers (a line each), then the newline at Ctrl-D
 
 
 def test_predict_and_eval_over_the_video_demo(video_run, lf_data):
