@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
