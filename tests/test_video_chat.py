@@ -2,8 +2,8 @@
 LLaMA-Factory YAML: two steps on its mllm_video_demo, small frames; the run ends with its
 adapter and finite losses): the chat worker's turn with a video (the prompt holds the
 video's expanded tokens, as training expands them; an answer comes), ``ftui chat --video`` and
-the REPL's ``/video``, and predict / eval over mllm_video_demo (generated_predictions.jsonl names each
-prompt's videos).
+the REPL's ``/video``, predict / eval over mllm_video_demo (generated_predictions.jsonl names each
+prompt's videos), and Qwen2.5-VL's generate reading second_per_grid_ts as training does.
 
 Marked ``video``: transformers' video processors need torchvision (``make test-video`` runs
 these in .venv-video). The refusals that need no torchvision are in tests/test_vl_chat.py.
@@ -145,3 +145,46 @@ def test_predict_and_eval_over_the_video_demo(video_run, lf_data):
     assert status == "completed", message
     results = json.loads((job_dir / EVAL_RESULTS_FILE).read_text())
     assert results["examples"] == 3 and math.isfinite(results["eval_loss"])
+
+
+def test_qwen2_5_vl_generates_from_the_positions_training_gives_its_video(tmp_path, lf_data):
+    """Qwen2.5-VL: generate's first logits over the backend's arguments (ftui.runner.backends)
+    equal the model's forward over the prompt, pixels, grid, second_per_grid_ts and M-RoPE
+    positions as training collates them (ftui.runner.media_batch), and differ without the
+    seconds: generate reads the video's time scale as training does. The worker answers."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tests.vlm_models import vlm_dir
+
+    from ftui.runner.backends.huggingface import image_inputs
+    from ftui.runner.chat import ChatModel, Out
+    from ftui.runner.media_batch import collate_media, media_collation
+
+    chat = ChatModel()
+    chat.load({"model": str(vlm_dir("qwen2_5_vl", tmp_path)), "device": "cpu"})
+    chat.videos.cfg = SimpleNamespace(**VIDEO_KEYS)  # small frames (a model folder alone has LLaMA-Factory's defaults)
+    message = {"role": "user", "content": "<video>Why is it funny?", "videos": [str(lf_data / "mllm_demo_data" / "1.mp4")]}
+    ids, media = chat.prompt_inputs([message], None)
+    assert media["second_per_grid_ts"].dtype == torch.float32 and media["second_per_grid_ts"].item() > 0
+    out = io.StringIO()
+    chat.generate({"id": 1, "messages": [message], "temperature": 0, "max_new_tokens": 1}, Out(out), threading.Event())
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert replies[-1]["type"] == "done" and replies[-1]["tokens"] == 1, replies
+    row = torch.tensor([ids])
+    mask = torch.ones_like(row)
+
+    def forward(tensors):
+        inputs = collate_media([tensors], row, mask, media_collation(chat.model)).inputs()
+        inputs["position_ids"] = inputs["position_ids"][1:]  # the model's own 3 x rows x width
+        with torch.no_grad():
+            return chat.model(input_ids=row, attention_mask=mask, **inputs).logits[0, -1]
+
+    trained = forward(media)
+    with torch.no_grad():
+        generated = chat.model.generate(input_ids=row, attention_mask=mask, max_new_tokens=1, do_sample=False, output_logits=True,
+                                        return_dict_in_generate=True, **image_inputs(chat.model, row, [media], chat.device))
+    torch.testing.assert_close(generated.logits[0][0], trained, atol=1e-5, rtol=0)
+    without = forward({k: v for k, v in media.items() if k != "second_per_grid_ts"})
+    assert (without - trained).abs().max() > 1e-4  # the seconds change the positions, so the logits
