@@ -6,7 +6,8 @@ the REPL's ``/video``, predict / eval over mllm_video_demo (generated_prediction
 prompt's videos), and Qwen2.5-VL's generate reading second_per_grid_ts as training does.
 
 Marked ``video``: transformers' video processors need torchvision (``make test-video`` runs
-these in .venv-video). The refusals that need no torchvision are in tests/test_vl_chat.py.
+these in .venv-video). The refusals that need no torchvision, ``/video`` with a fake worker and the
+chat screen taking a video are in tests/test_chat_videos.py.
 """
 
 from __future__ import annotations
