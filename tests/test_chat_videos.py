@@ -132,3 +132,13 @@ async def test_the_chat_screen_attaches_a_previewed_video(tmp_path, lf_data):
         await until(pilot, lambda: not screen.busy and len(screen.conversations["main"].messages) == 2)
         messages, _settings = workers[0].sent[-1]
         assert messages == [{"role": "user", "content": "Why is it funny?", "videos": [str(clip)]}]
+
+
+def test_predict_over_videos_with_a_model_that_reads_none_is_refused_before_the_job(lf_data):
+    from ftui.data.registry import media_job_problem
+
+    for model_type in ("qwen2", "llava", "gemma3"):
+        problem = media_job_problem("mllm_video_demo", str(lf_data), "predict", model_type)
+        assert f"has videos, but the model (model_type {model_type}) does not read videos" in problem
+    assert media_job_problem("mllm_video_demo", str(lf_data), "eval", "qwen2_5_vl") is None
+    assert media_job_problem("mllm_demo", str(lf_data), "predict", "llava") is None  # images: LLaVA reads them
