@@ -60,7 +60,7 @@ $(VIDEO_VENV)/.ftui-installed: $(VIDEO_VENV)/bin/python pyproject.toml
 # test extra (deepspeed, wandb, tensorboard...: 7.6 min to install here instead of 3)
 VIDEO_TEST_DEPS ?= 'pytest>=8,<9' pytest-timeout pytest-xdist pytest-asyncio
 
-VIDEO_TESTS ?= tests/test_video_runner.py tests/test_video_plan.py
+VIDEO_TESTS ?= tests/test_video_runner.py tests/test_video_chat.py tests/test_video_plan.py
 
 test-video: $(VIDEO_VENV)/.ftui-installed
 	$(VIDEO_VENV)/bin/python -m pytest -q -n 0 -m "$(if $(SLOW),video,video and not slow)" -p no:cacheprovider $(VIDEO_TESTS)

@@ -152,6 +152,6 @@ def test_predict_and_chat_with_audio_are_refused_by_name(tiny):
     [spec] = resolve_datasets("mllm_audio_demo", str(DATA))
     record = json.loads((DATA / "mllm_audio_demo.json").read_text())[0]
     with pytest.raises(DataFormatError, match="record 0 has audios: predicting or chatting with audios is not supported yet"):
-        SFTStage.prompt_images(record, spec, 0)
+        SFTStage.prompt_media(record, spec, 0)
     images, why = chat_images(vision_family("qwen2_audio"), [tiny], None)
     assert images is None and "reads audios, not images" in why

@@ -4,7 +4,8 @@ make_reference.py --video in a venv with torchvision): input_ids and labels exac
 timestamps in the text included), video_grid_thw (computed from each header, then checked
 against the grid transformers' video processor gives the decoded frames),
 second_per_grid_ts, the M-RoPE positions and pixel_values_videos; a batch mixing a record
-with an image and a video and a record with an image; a 2-step LoRA sft run on the video demo.
+with an image and a video and a record with an image. The 2-step LoRA sft run on the video demo
+is tests/test_video_chat.py's (its chat, predict and eval use it).
 
 Marked ``video``: transformers' video processors need torchvision, which the main venv has
 not (its CPU torch 2.13 cannot load one); ``make test-video`` runs these in .venv-video.
@@ -150,24 +151,3 @@ def test_a_batch_mixes_images_and_videos(models, lf_data, tmp_path):
     assert torch.isfinite(out.loss)
     rows = batch.media.inputs(slice(1, 2))  # the image row alone: no video tensors
     assert "pixel_values_videos" not in rows and rows["image_grid_thw"].size(0) == 1
-
-
-def test_two_lora_steps_on_the_video_demo(models, lf_data, tmp_path):
-    """ftui train on mllm_video_demo (Qwen2-VL, LoRA, 2 steps, small frames): the run ends
-    with its adapter and finite losses."""
-    import subprocess
-    import sys
-
-    import yaml
-
-    model_dir, _model = models("qwen2_vl")
-    cfg = {"model_name_or_path": str(model_dir), "stage": "sft", "do_train": True, "finetuning_type": "lora",
-           "dataset": "mllm_video_demo", "dataset_dir": str(lf_data), "template": "qwen2_vl", "cutoff_len": 1024,
-           "max_steps": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1, "learning_rate": 1e-3,
-           "video_maxlen": 4, "video_max_pixels": 64 * 64, "output_dir": str(tmp_path / "run"), "logging_steps": 1,
-           "report_to": "none", "save_strategy": "no"}
-    path = tmp_path / "video.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    done = subprocess.run([sys.executable, "-m", "ftui.cli.main", "train", str(path)], capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert any((tmp_path / "run").rglob("adapter_model.safetensors")), list((tmp_path / "run").rglob("*"))[:40]

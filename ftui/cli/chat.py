@@ -18,7 +18,7 @@ from ftui.safety.text import VisibleWriter, visible
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings, image_problem
+    from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings, image_problem, video_problem
 
     err = safe_console(stderr=True)
     if bool(args.run) == bool(args.model):
@@ -39,12 +39,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt.strip():
         err.print(error_line(_("--prompt is empty: give the message to answer (or leave --prompt out for a conversation)")))
         return EXIT_USAGE
-    images = [os.path.abspath(os.path.expanduser(p)) for p in (getattr(args, "image", None) or [])]
-    for path, given in zip(images, args.image or []):
-        problem = image_problem(path)
-        if problem:  # before a model is loaded (exit 2)
-            err.print(error_line(problem.replace(path, given, 1)))
-            return EXIT_USAGE
+    media: dict[str, list[str]] = {"images": [], "videos": []}
+    for kind, given_paths in (("images", getattr(args, "image", None) or []), ("videos", getattr(args, "video", None) or [])):
+        for given in given_paths:
+            path = os.path.abspath(os.path.expanduser(given))
+            problem = (image_problem if kind == "images" else video_problem)(path)
+            if problem:  # before a model is loaded (exit 2)
+                err.print(error_line(problem.replace(path, given, 1)))
+                return EXIT_USAGE
+            media[kind].append(path)
     if args.run:
         run_dir = resolve_run_arg(args.run, args.root, err)
         if run_dir is None:
@@ -76,15 +79,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if loaded.get("note"):  # a GPU run on a machine without one: the CPU, in a precision it computes
             err.print(note_line(loaded["note"]))
         if args.prompt is not None:
-            text, ok = stream_answer(worker, Conversation().ask(args.prompt, images), settings)
+            text, ok = stream_answer(worker, Conversation().ask(args.prompt, media["images"], media["videos"]), settings)
             return EXIT_OK if ok else EXIT_FAILED
-        err.print("[dim]" + escape(_("{model} on {device}. /image PATH attaches an image to your next message, /clear forgets "
+        err.print("[dim]" + escape(_("{model} on {device}. /image PATH or /video PATH attaches a file to your next message, /clear forgets "
                                      "the conversation, /save FILE writes it as JSON, Ctrl-C stops an answer, Ctrl-D quits.").format(
             model=loaded["label"], device=loaded["device"])) + "[/]")
         conv = Conversation()
-        pending = list(images)  # --image without --prompt: sent with the first message
-        if pending:
-            err.print("[dim]" + escape(_("{n} image(s) attached to your next message").format(n=len(pending))) + "[/]")
+        pending = media  # --image / --video without --prompt: sent with the first message
+        if pending["images"] or pending["videos"]:
+            err.print("[dim]" + escape(_("{n} image(s) and {m} video(s) attached to your next message").format(
+                n=len(pending["images"]), m=len(pending["videos"]))) + "[/]")
         while True:
             try:
                 line = input("> ")
@@ -98,7 +102,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             if line.strip() == "/clear":
                 conv.clear()
-                pending.clear()
+                pending = {"images": [], "videos": []}
                 continue
             if attach_command(line, pending, err):
                 continue
@@ -112,8 +116,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 else:
                     err.print("[dim]" + escape(_("saved to {path}").format(path=target)) + "[/]")
                 continue
-            text, ok = stream_answer(worker, conv.ask(line, pending), settings)
-            pending = []  # sent with this message (and with it in the history after)
+            text, ok = stream_answer(worker, conv.ask(line, pending["images"], pending["videos"]), settings)
+            pending = {"images": [], "videos": []}  # sent with this message (and with it in the history after)
             if ok:
                 conv.answer(text)
             else:
@@ -122,28 +126,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
         worker.close()
 
 
-def attach_command(line: str, pending: list[str], err: Any) -> bool:
-    """The REPL's ``/image PATH`` (the file checked, then attached to the next message; several
-    allowed) and ``/video PATH`` (not supported yet, said by name); False for any other line."""
-    from ftui.jobs.chat_client import VIDEOS_NOT_SUPPORTED, image_problem
+def attach_command(line: str, pending: dict[str, list[str]], err: Any) -> bool:
+    """The REPL's ``/image PATH`` and ``/video PATH``: the file checked, then attached to the
+    next message (several allowed); False for any other line."""
+    from ftui.jobs.chat_client import image_problem, video_problem
 
     command, _sep, rest = line.strip().partition(" ")
     if command not in ("/image", "/video"):
         return False
-    if command == "/video":
-        err.print(error_line(_(VIDEOS_NOT_SUPPORTED)))
-        return True
     given = rest.strip()
     if not given:
-        err.print(error_line(_("/image needs a file: /image PATH")))
+        err.print(error_line(_("{command} needs a file: {command} PATH").format(command=command)))
         return True
     path = os.path.abspath(os.path.expanduser(given))
-    problem = image_problem(path)
+    problem = (image_problem if command == "/image" else video_problem)(path)
     if problem:
         err.print(error_line(problem.replace(path, given, 1)))
         return True
-    pending.append(path)
-    err.print("[dim]" + escape(_("attached {path}: {n} image(s) go with your next message").format(path=given, n=len(pending))) + "[/]")
+    pending["images" if command == "/image" else "videos"].append(path)
+    err.print("[dim]" + escape(_("attached {path}: {n} image(s) and {m} video(s) go with your next message").format(
+        path=given, n=len(pending["images"]), m=len(pending["videos"]))) + "[/]")
     return True
 
 

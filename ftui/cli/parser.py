@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=_("an image sent with the prompt (repeat for several; a vision-language model such as Qwen2-VL); "
                           "without --prompt it goes with the conversation's first message. In the conversation, "
                           "/image PATH attaches one to the next message"))
+    c.add_argument("--video", action="append", metavar="PATH",
+                   help=_("a video sent with the prompt (repeat for several; Qwen2-VL, Qwen2.5-VL or Qwen3-VL, decoded as the "
+                          "run's video_fps / video_maxlen / video_max_pixels say); /video PATH in the conversation"))
     c.add_argument("--system", default="", help=_("system prompt"))
     c.add_argument("--temperature", type=float, default=0.7, help=_("0 means greedy (default 0.7)"))
     c.add_argument("--top-p", type=float, default=0.9)

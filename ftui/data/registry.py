@@ -115,23 +115,30 @@ def dataset_path_problem(dataset: str, dataset_dir: str, stage: str | None = Non
 
 def media_job_problem(dataset: str, dataset_dir: str, kind: str, model_type: str | None) -> str | None:
     """Why a predict or eval job cannot read ``dataset`` with a model of ``model_type`` (its
-    config.json's; None: not known here, the job's runner says it): the dataset has images and
-    the model reads text only. Images are read for the families ftui trains
-    (ftui.presets.vision_families); videos and audios are refused with the dataset
-    (``dataset_path_problem``: ftui.data.media.media_refusal)."""
+    config.json's; None: not known here, the job's runner says it): the dataset has images or
+    videos and the model reads text only, or videos and the model's family reads images only
+    (LLaVA-1.5, Gemma 3, InternVL 3). Images are read for the families ftui trains
+    (ftui.presets.vision_families), videos for the Qwen ones; audios are refused with the
+    dataset (``dataset_path_problem``: ftui.data.media.media_refusal)."""
     from ftui.data.media import dataset_media
     from ftui.presets.vision_families import vision_family
 
-    if model_type is None or vision_family(model_type) is not None:
+    if model_type is None:
         return None
+    family = vision_family(model_type)
     try:
         specs = resolve_datasets(dataset, dataset_dir)
     except (DataFormatError, OSError, ValueError):
         return None  # dataset_path_problem names it
     for spec in specs:
-        if "images" in dataset_media(spec):
+        media = dataset_media(spec)
+        if family is None and "images" in media:
             return _("dataset {name} has images, but the model (model_type {model_type}) reads text only: ftui {kind} over "
                      "images needs a vision-language model (Qwen2-VL, Qwen2.5-VL, Qwen3-VL); give a text dataset").format(
+                name=repr(spec.name), model_type=str(model_type)[:40], kind=kind)
+        if "videos" in media and (family is None or "videos" not in family.media):
+            return _("dataset {name} has videos, but the model (model_type {model_type}) does not read videos: ftui {kind} over "
+                     "videos needs Qwen2-VL, Qwen2.5-VL or Qwen3-VL; give a dataset without videos").format(
                 name=repr(spec.name), model_type=str(model_type)[:40], kind=kind)
     return None
 

@@ -171,19 +171,78 @@ def verify_video(path: str, spec: DatasetSpec, index: int, video_fps: float = VI
     """The header, then a whole decode: the frames the run samples must all be there."""
     info = video_header(path, spec, index)
     try:
-        count = _decoded_cached(path, *_stamp(path))
+        _check_frames(info, video_fps, video_maxlen)
     except _Problem as problem:
         raise _named(path, spec, index, str(problem)) from None
+    return info
+
+
+def _check_frames(info: VideoInfo, video_fps: float, video_maxlen: int) -> None:
+    """_Problem unless every frame the run samples decodes."""
+    count = _decoded_cached(info.path, *_stamp(info.path))
     if count == 0:
-        raise _named(path, spec, index, _("no frame of the video decodes; the file is empty or damaged: re-encode or replace it"))
+        raise _Problem(_("no frame of the video decodes; the file is empty or damaged: re-encode or replace it"))
     last = info.sample_indices(video_fps, video_maxlen)[-1]
     if count <= last:
-        raise _named(path, spec, index, _("its header says {frames} frames but only {count} decode (a truncated file?); "
-                                          "training samples frame {last}: re-encode or replace it").format(
+        raise _Problem(_("its header says {frames} frames but only {count} decode (a truncated file?); "
+                         "training samples frame {last}: re-encode or replace it").format(
             frames=info.frames, count=count, last=last))
+
+
+def checked_video_file(path: str, video_fps: float = VIDEO_FPS, video_maxlen: int = VIDEO_MAXLEN,
+                       decode: bool = True) -> VideoInfo:
+    """A video named outside any dataset (chat's ``--video``, ``/video``, the chat screen's
+    field): its header, and with ``decode`` every sampled frame, checked as a record's video
+    is; the message names the file alone. ``decode=False``: the header only (the app's quick
+    check before a message is sent; the chat worker decodes)."""
+    try:
+        if not os.path.isfile(path):
+            raise _Problem(_("no such file"))
+        info = _header_cached(path, *_stamp(path))
+        if decode:
+            _check_frames(info, video_fps, video_maxlen)
+    except _Problem as problem:
+        raise MediaFileError(_("video {path}: {problem}").format(path=path, problem=problem)) from None
     return info
 
 
 @lru_cache(maxsize=1024)
 def _decoded_cached(path: str, _mtime: int, _size: int) -> int:
     return decoded_frames(path)
+
+
+VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpeg", ".mpg", ".flv", ".wmv", ".3gp", ".ts"})
+
+
+def looks_like_video(path: str) -> bool:
+    """Whether a file named outside any dataset (the chat screen's one field for images and
+    videos) is a video: its extension, else (an unknown or missing one) whether FFmpeg finds a
+    video stream in it and Pillow no image. Reads the file's header: call it off the UI thread."""
+    if os.path.splitext(path)[1].lower() in VIDEO_SUFFIXES:
+        return True
+    from ftui.data.media_files import checked_image_file
+
+    try:
+        checked_image_file(path)
+        return False
+    except MediaError:
+        pass
+    try:
+        _header_cached(path, *_stamp(path))
+    except (_Problem, MediaError):
+        return False
+    return True
+
+
+def first_frame(path: str, longest: int) -> Any:
+    """The video's first frame as a PIL image no larger than ``longest`` on a side (the chat
+    screen's preview), or None where it cannot be decoded. Call from a worker."""
+    try:
+        av = pyav()
+        with av.open(path, "r") as container:
+            stream = next(s for s in container.streams if s.type == "video")
+            frame = next(container.decode(stream)).to_image()
+        frame.thumbnail((longest, longest))
+        return frame
+    except Exception:  # unreadable here: the checks say why, the preview shows the lines
+        return None

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ftui.i18n import N_, _
+from ftui.i18n import _
 from ftui.jobs.torch_env import torch_process_env
 
 
@@ -39,15 +39,17 @@ class GenerationSettings:
 @dataclass
 class Conversation:
     """The multi-turn history sent with every prompt; saved as JSON on request. A user turn's
-    images (file paths) stay with it (``"images"``: the chat worker's protocol), so every later
+    images and videos (file paths) stay with it (``"images"``, ``"videos"``: the chat worker's protocol), so every later
     prompt sends them again with their turn."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def ask(self, text: str, images: list[str] | None = None) -> list[dict[str, Any]]:
+    def ask(self, text: str, images: list[str] | None = None, videos: list[str] | None = None) -> list[dict[str, Any]]:
         turn: dict[str, Any] = {"role": "user", "content": text}
         if images:
             turn["images"] = list(images)
+        if videos:
+            turn["videos"] = list(videos)
         self.messages.append(turn)
         return list(self.messages)
 
@@ -84,7 +86,20 @@ def image_problem(path: str) -> str | None:
     return None
 
 
-VIDEOS_NOT_SUPPORTED = N_("videos are not supported yet: ftui chats with images (/image PATH); videos come with a later release")
+def video_problem(path: str) -> str | None:
+    """Why the video file at ``path`` cannot go with a message (missing, not a video FFmpeg
+    reads, no PyAV: ftui.data.video_files, its header only; the chat worker decodes it), said
+    before it is sent; None for a good one."""
+    import os
+
+    from ftui.data.media_files import MediaError
+    from ftui.data.video_files import checked_video_file
+
+    try:
+        checked_video_file(os.path.expanduser(path), decode=False)
+    except MediaError as err:
+        return str(err)
+    return None
 
 
 class ChatWorker:

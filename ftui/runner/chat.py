@@ -6,7 +6,7 @@ view starts two). Requests (one JSON object per line on stdin):
 
     {"op": "load", "run": RUN_DIR, "checkpoint": "final" | "step-N" | null, "base": false, "device": "cpu"}
     {"op": "load", "model": PATH, "adapter": PATH | null, "device": "auto"}
-    {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "...", "images": [PATH, ...]}],
+    {"op": "generate", "id": 1, "messages": [{"role": "user", "content": "...", "images": [PATH, ...], "videos": [PATH]}],
      "system": "...", "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 256}
     {"op": "stop"}                      stops the generation in progress
     {"op": "quit"}
@@ -14,7 +14,8 @@ view starts two). Requests (one JSON object per line on stdin):
 A message's ``images`` (optional) go with it: its ``<image>`` placeholders say where, or they are
 put at its start (LLaMA-Factory's chat engine; ``"images"`` beside ``messages`` is its form,
 taken too: ``ftui.runner.chat_images``). A text model given images, a file that is missing or
-not an image, or ``videos``: an ``error`` reply, and the worker stays up.
+not an image, the same for ``videos`` (the Qwen families': ``ftui.runner.chat_videos``), or a model that
+reads no videos given one: an ``error`` reply, and the worker stays up.
 
 Replies (stdout): {"type": "ready"}, {"type": "loaded", ...}, {"type": "token", "id", "text"},
 {"type": "done", "id", "tokens", "seconds", "tokens_per_s", "stopped"}, {"type": "error", "id"?,
@@ -132,6 +133,8 @@ class ChatModel:
         self.note: str | None = None  # said once with the next "loaded" reply (a GPU run loaded on the CPU)
         self.images: Any = None  # a vision-language model's ChatImages (ftui.runner.chat_images)
         self.images_why: str | None = None  # why it has none
+        self.videos: Any = None  # a Qwen vision-language model's ChatVideos (ftui.runner.chat_videos)
+        self.videos_why: str | None = None  # why it has none
 
     # --- Loading
 
@@ -206,6 +209,7 @@ class ChatModel:
         from ftui.data.chat_template import fix_tokenizer, to_jinja
         from ftui.presets.templates import TEMPLATES
         from ftui.runner.chat_images import chat_images
+        from ftui.runner.chat_videos import chat_videos
         from ftui.runner.model import chat_template_for
         from ftui.runner.vlm import family_of
 
@@ -225,6 +229,7 @@ class ChatModel:
         self.stop_ids = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(list(stop_words)), *listed} - {None})
         self.model, self.tokenizer, self.device = model, tok, device
         self.images, self.images_why = chat_images(family_of(model), media_dirs, cfg)
+        self.videos, self.videos_why = chat_videos(family_of(model), media_dirs, cfg)
 
     def _loaded_info(self) -> dict[str, Any]:
         params = sum(p.numel() for p in self.model.parameters())
@@ -239,23 +244,31 @@ class ChatModel:
         text = self.tokenizer.apply_chat_template(msgs, chat_template=self.template, tokenize=False, add_generation_prompt=True)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def prompt_inputs(self, messages: list[dict[str, Any]], system: str | None,
-                      images: list[str] | None = None) -> tuple[list[int], dict[str, Any] | None]:
-        """The prompt's ids, and its images' tensors (None without images): ``images``, the
-        request's own, or each message's ``images`` (ftui.runner.chat_images)."""
+    def prompt_inputs(self, messages: list[dict[str, Any]], system: str | None, images: list[str] | None = None,
+                      videos: list[str] | None = None) -> tuple[list[int], dict[str, Any] | None]:
+        """The prompt's ids, and its images' and videos' tensors (None without any): ``images``
+        / ``videos``, the request's own, or each message's (ftui.runner.chat_images,
+        ftui.runner.chat_videos)."""
         from ftui.runner.chat_images import TEXT_ONLY, ImageRequestError, placed, text_only_message
+        from ftui.runner.chat_videos import VIDEO_PLACEHOLDER, text_only_videos
 
         try:
             messages, paths = placed(messages, images)
+            messages, video_paths = placed(messages, videos, "videos", VIDEO_PLACEHOLDER)
+            if video_paths and self.videos is None:
+                raise ImageRequestError(text_only_videos(self.label) if self.videos_why == TEXT_ONLY else str(self.videos_why))
             media = None
             if paths:
                 if self.images is None:
                     raise ImageRequestError(text_only_message(self.label) if self.images_why == TEXT_ONLY else str(self.images_why))
                 media, tokens = self.images.encode(paths)
                 messages = self.images.expand(messages, tokens)
+            if video_paths:
+                messages, tensors = self.videos.expand(messages, video_paths)
+                media = {**(media or {}), **tensors}
         except ImageRequestError as err:
             raise ChatError(str(err)) from None
-        return self.prompt_ids(messages, system), media
+        return self.prompt_ids([{"role": m["role"], "content": m["content"]} for m in messages], system), media
 
     def generate(self, req: dict[str, Any], out: Out, stop: threading.Event) -> None:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
@@ -273,9 +286,7 @@ class ChatModel:
         messages = req.get("messages") or []
         if not messages or not all(isinstance(m, dict) and m.get("role") and isinstance(m.get("content"), str) for m in messages):
             raise ChatError(_("messages must be a list of {role, content}"))
-        if req.get("videos") or any(isinstance(m, dict) and m.get("videos") for m in messages):
-            raise ChatError(_("videos are not supported yet: ftui chats with images (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)"))
-        ids, media = self.prompt_inputs(messages, req.get("system"), req.get("images"))
+        ids, media = self.prompt_inputs(messages, req.get("system"), req.get("images"), req.get("videos"))
         sampling = sampling_kwargs(req, CHAT_DEFAULTS)
         generate = backend()
 

@@ -32,29 +32,32 @@ class ImageRequestError(ValueError):
     """Images a request cannot have (bad files, placeholders that do not match, a text model)."""
 
 
-def placed(messages: list[dict[str, Any]], request_images: list[str] | None) -> tuple[list[dict[str, str]], list[str]]:
-    """The messages as {role, content} with every image's placeholder in its text, and the image
-    paths in placeholder order. Images come per message (``"images"`` beside ``content``) or for
-    the whole request (LLaMA-Factory's form: in front of the first message unless a message
-    has placeholders), not both."""
-    per_message = any(m.get("images") for m in messages)
+def placed(messages: list[dict[str, Any]], request_images: list[str] | None, key: str = "images",
+           mark: str = IMAGE_PLACEHOLDER) -> tuple[list[dict[str, Any]], list[str]]:
+    """The messages with every image's placeholder in its text (``key`` dropped, any other key
+    kept), and the image paths in placeholder order. Images come per message (``"images"``
+    beside ``content``) or for the whole request (LLaMA-Factory's form: in front of the first
+    message unless a message has placeholders), not both. ``key="videos"``, ``mark="<video>"``:
+    the same for videos (placed after the images, so a request's videos go in front of its
+    images, as in LLaMA-Factory's chat engine)."""
+    per_message = any(m.get(key) for m in messages)
     if request_images and per_message:
-        raise ImageRequestError(_("give images either with each message or with the request, not both"))
+        raise ImageRequestError(_("give {media} either with each message or with the request, not both").format(media=key))
     out, paths = [], []
     for m in messages:
-        images = m.get("images") or []
+        images = m.get(key) or []
         if not isinstance(images, list) or not all(isinstance(p, str) and p for p in images):
-            raise ImageRequestError(_("a message's images must be a list of file paths"))
+            raise ImageRequestError(_("a message's {media} must be a list of file paths").format(media=key))
         content = m["content"]
-        if images and IMAGE_PLACEHOLDER not in content:
-            content = IMAGE_PLACEHOLDER * len(images) + content
-        out.append({"role": m["role"], "content": content})
+        if images and mark not in content:
+            content = mark * len(images) + content
+        out.append({**{k: v for k, v in m.items() if k != key}, "content": content})
         paths += images
     if request_images:
         if not isinstance(request_images, list) or not all(isinstance(p, str) and p for p in request_images):
-            raise ImageRequestError(_("images must be a list of file paths"))
-        if out and not any(IMAGE_PLACEHOLDER in m["content"] for m in out):
-            out[0] = {**out[0], "content": IMAGE_PLACEHOLDER * len(request_images) + out[0]["content"]}
+            raise ImageRequestError(_("{media} must be a list of file paths").format(media=key))
+        if out and not any(mark in m["content"] for m in out):
+            out[0] = {**out[0], "content": mark * len(request_images) + out[0]["content"]}
         paths = list(request_images)
     return out, paths
 

@@ -11,9 +11,9 @@ share ``cutoff_len``), and the model continues it (the backend of ``ftui.runner.
 the job's ``infer_backend`` names, as the chat worker does): batches left-padded, with the KV cache, ending at EOS or the template's stop words.
 Several processes each take every N-th example; each writes its answers to a part file as it
 goes, so a stopped job keeps what it did; rank 0 then writes ``generated_predictions.jsonl``
-(``{"prompt", "predict", "label"}``, dataset order; a prompt with images adds ``"images"``, the
-files it had, absolute: LLaMA-Factory writes no such field, its readers ignore it; the prompt
-holds the expanded image tokens as LLaMA-Factory's does) and ``predict_results.json``
+(``{"prompt", "predict", "label"}``, dataset order; a prompt with images adds ``"images"``, one with
+videos ``"videos"``, the files it had, absolute: LLaMA-Factory writes no such fields, its readers
+ignore them; the prompt holds the expanded image and video tokens as LLaMA-Factory's does) and ``predict_results.json``
 (``predict_bleu-4``, ``predict_rouge-1/2/l`` as LLaMA-Factory computes them, examples and
 tokens per second).
 """
@@ -97,16 +97,19 @@ def prompts(cfg: RunConfig, tokenizer: Any) -> tuple[list[dict[str, Any]], Promp
             conv = to_conversation(record, spec, i)
             if conv is None:
                 continue
-            paths = SFTStage.prompt_images(record, spec, i)
-            if paths:
-                conv, image_tokens = images.expanded(conv, paths, spec, i)
+            media = SFTStage.prompt_media(record, spec, i)
+            paths, videos = media["images"], media["videos"]
+            if paths or videos:
+                conv, image_tokens, video_tokens, infos = images.expanded(conv, paths, spec, i, videos)
             head = type(conv)(conv.turns[:-1], conv.system, conv.tools)
             prompt, answer = encoder.encode(head, conv.turns[-1])
             source, target = split_budget(len(prompt), len(answer), cfg.cutoff_len)
-            if paths:
-                images.check_cut(prompt[:source], image_tokens, spec, i)
+            if paths or videos:
+                images.check_cut(prompt[:source], image_tokens, spec, i, video_tokens)
             out.append({"ids": prompt[:source], "label": tokenizer.decode(answer[:target], skip_special_tokens=True),
-                        **({"images": paths, "spec": spec, "record": i} if paths else {})})
+                        **({"images": paths} if paths else {}),
+                        **({"videos": videos, "video_infos": infos} if videos else {}),
+                        **({"spec": spec, "record": i} if paths or videos else {})})
     if not out:
         raise DataFormatError(_("no record of the dataset has a prompt and an answer to predict"))
     return out, images
@@ -143,7 +146,7 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
                 for k, x, (answer, n) in zip(mine[start:start + bs], batch, answers):
                     prompt = loaded.tokenizer.decode(x["ids"], skip_special_tokens=False)
                     row = {"index": k, "prompt": prompt, "predict": answer, "label": x["label"], "tokens": n}
-                    part.write(json.dumps(row | ({"images": x["images"]} if x.get("images") else {}), ensure_ascii=False) + "\n")
+                    part.write(json.dumps(row | media_fields(x), ensure_ascii=False) + "\n")
                     tokens += n
                 part.flush()
                 done += len(batch)
@@ -194,9 +197,14 @@ def merge_parts(job_dir: Path, world_size: int) -> list[dict[str, Any]]:
     with open(job_dir / (PREDICTIONS_FILE + ".tmp"), "w", encoding="utf-8") as out:
         for r in rows:
             row = {"prompt": r["prompt"], "predict": r["predict"], "label": r["label"]}
-            out.write(json.dumps(row | ({"images": r["images"]} if r.get("images") else {}), ensure_ascii=False) + "\n")
+            out.write(json.dumps(row | media_fields(r), ensure_ascii=False) + "\n")
     (job_dir / (PREDICTIONS_FILE + ".tmp")).replace(job_dir / PREDICTIONS_FILE)
     return rows
+
+
+def media_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The files a prompt had: ``"images"`` and ``"videos"``, each only where it had some."""
+    return {key: row[key] for key in ("images", "videos") if row.get(key)}
 
 
 def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed: float, writer: EventWriter) -> dict[str, Any]:

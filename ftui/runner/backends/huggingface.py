@@ -2,9 +2,9 @@
 own ``generate``, on the device it was loaded on. How prompts are padded and answers cut is in
 ``ftui.runner.generate``'s docstring.
 
-A vision-language model's prompts carry their images (``media``: each prompt's processor
+A vision-language model's prompts carry their images and videos (``media``: each prompt's processor
 tensors, None for one without): concatenated in prompt order, with ``mm_token_type_ids`` (1 at
-image tokens) over the left-padded rows; the model's ``generate`` computes the M-RoPE positions
+image tokens, 2 at video tokens) over the left-padded rows; the model's ``generate`` computes the M-RoPE positions
 from them and the attention mask itself (transformers' ``_prepare_position_ids_for_generation``).
 """
 
@@ -67,7 +67,8 @@ def image_inputs(model: Any, ids: torch.Tensor, media: list[dict[str, torch.Tens
     out: dict[str, Any] = {}
     for key in keys:
         tensor = torch.cat([m[key] for m in media if m and key in m], dim=0)
-        out[key] = tensor.to(device, dtype=model.dtype) if tensor.is_floating_point() else tensor.to(device)
+        pixels = tensor.is_floating_point() and key != "second_per_grid_ts"  # Qwen2.5-VL's seconds stay fp32
+        out[key] = tensor.to(device, dtype=model.dtype) if pixels else tensor.to(device)
     if collation.token_types_key is not None:  # the family's keyword (Qwen mm_token_type_ids, Gemma 3 token_type_ids; LLaVA none)
         out[collation.token_types_key] = token_types(ids, collation).to(device)
     return out

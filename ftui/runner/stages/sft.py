@@ -129,19 +129,15 @@ class SFTStage(Stage):
         return record_media(record, spec, i)
 
     @staticmethod
-    def prompt_images(record: Any, spec: DatasetSpec, i: int) -> list[str]:
-        """The record's image files for predict, which reads images only: audios and videos are
-        refused by name."""
+    def prompt_media(record: Any, spec: DatasetSpec, i: int) -> dict[str, list[str]]:
+        """The record's image and video files for predict (``{"images": [...], "videos": [...]}``,
+        empty lists where it has none); audios are refused by name."""
         media = SFTStage.media_of(record, spec, i)
         if media.get("audios"):
             raise DataFormatError(_("dataset {name} record {i} has audios: predicting or chatting with audios is not supported "
                                     "yet (ftui trains Qwen2-Audio with stage sft); use a dataset without audios").format(
                 name=repr(spec.name), i=i))
-        if media.get("videos"):
-            raise DataFormatError(_("dataset {name} record {i} has videos: predicting on videos is not supported yet (ftui "
-                                    "trains and evaluates on them, stage sft); predict on a dataset without videos").format(
-                name=repr(spec.name), i=i))
-        return media.get("images", [])
+        return {"images": media.get("images", []), "videos": media.get("videos", [])}
 
     def audio_encoder(self, renderer: Renderer | None, template: str | None) -> AudioEncoder:
         """The run's audio encoder (ftui.runner.audio.encode), made at the first record with audios."""

@@ -94,7 +94,7 @@ class ChatScreen(Screen):
         self.compare = False
         self.specs: dict[str, dict[str, Any]] = {}  # what each pane loaded, to reload after a forced stop
         self.loading_panes: set[str] = set()  # panes whose model is loading
-        self.queued: dict[str, tuple[str, list[str]]] = {}  # pane -> a prompt (and its images) typed while its model loaded
+        self.queued: dict[str, tuple[str, dict[str, list[str]]]] = {}  # pane -> a prompt (and its files) typed while its model loaded
         self.stop_asked: dict[str, float] = {}  # pane -> when Esc asked it to stop
         self.found: tuple[bool, list[int]] | None = None  # the run's final/ and checkpoints, once a worker has read them
         # Every worker process this screen started, until closed: loads finish in threads,
@@ -279,7 +279,7 @@ class ChatScreen(Screen):
         if reply.get("note"):  # a GPU run loaded on a machine without one: said once
             self.notify(reply["note"])
         if queued is not None and pane in self.workers_by_pane:
-            self.ask(pane, self.workers_by_pane[pane], queued[0], shown=True, images=queued[1])
+            self.ask(pane, self.workers_by_pane[pane], queued[0], shown=True, media=queued[1])
 
     def action_reload(self) -> None:
         if self.run_dir is not None and self.found is None:
@@ -308,23 +308,25 @@ class ChatScreen(Screen):
                 self.notify(_("no model is loaded: choose one and press Ctrl+O (or Enter in the model field)"), severity="warning")
                 return
             event.input.value = ""
-            images = self.query_one(ImageField).take()  # the attached images go with this message
+            media = self.query_one(ImageField).take()  # the attached images and videos go with this message
             for pane in sorted(self.loading_panes):  # sent when its model has loaded
-                self.queued[pane] = (text, images)
-                self.query_one(f"#pane-{pane}", ChatPane).add_user(text, waiting=True, images=images)
+                self.queued[pane] = (text, media)
+                self.query_one(f"#pane-{pane}", ChatPane).add_user(text, waiting=True, media=media)
             for pane, worker in list(self.workers_by_pane.items()):
                 if pane not in self.loading_panes:
-                    self.ask(pane, worker, text, images=images)
+                    self.ask(pane, worker, text, media=media)
 
     # --- Asking and streaming
 
-    def ask(self, pane: str, worker: Any, text: str, shown: bool = False, images: list[str] | None = None) -> None:
-        """Sends ``text`` (with ``images``) to ``pane``'s model (``shown``: its turn is on screen already, queued)."""
+    def ask(self, pane: str, worker: Any, text: str, shown: bool = False, media: dict[str, list[str]] | None = None) -> None:
+        """Sends ``text`` (with ``media``: its images and videos) to ``pane``'s model (``shown``:
+        its turn is on screen already, queued)."""
         conv = self.conversations.setdefault(pane, Conversation())
+        media = media or {}
         if not shown:
-            self.query_one(f"#pane-{pane}", ChatPane).add_user(text, images=images)
+            self.query_one(f"#pane-{pane}", ChatPane).add_user(text, media=media)
         self.busy.add(pane)
-        self.stream(pane, worker, conv.ask(text, images), self.settings())
+        self.stream(pane, worker, conv.ask(text, media.get("images"), media.get("videos")), self.settings())
 
     @work(thread=True, group="chat-stream")
     def stream(self, pane: str, worker: Any, messages: list[dict[str, str]], settings: GenerationSettings) -> None:

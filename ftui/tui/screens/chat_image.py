@@ -1,5 +1,8 @@
 """The chat screen's image field: a path typed with file-name completion, checked and previewed
-off the UI thread, and sent with the next message (a vision-language model's chat).
+off the UI thread, and sent with the next message (a vision-language model's chat). It takes
+videos too (the Qwen families'): a file's kind is its extension's, else its header's
+(ftui.data.video_files.looks_like_video); a video's line gives its size, frames and duration,
+its preview its first frame.
 
 Completion is Textual's suggester (the rest of the name shown dimmed; Right takes it),
 its directory listed in a thread (``asyncio.to_thread``: a path on a hung network mount never
@@ -27,7 +30,7 @@ from ftui.safety.text import visible
 from ftui.tui.screens.launch_media import MediaPreview, thumbnail
 from ftui.tui.ui_thread import to_ui
 
-IMAGE_PLACEHOLDER = N_("image file to send (Enter attaches it, Right completes the name)")
+IMAGE_PLACEHOLDER = N_("image or video file to send (Enter attaches it, Right completes the name)")
 LISTED_MAX = 2000  # the entries of a directory read for completion (a huge folder is cut, never walked)
 
 
@@ -62,14 +65,33 @@ class PathSuggester(Suggester):
         return await asyncio.to_thread(complete_path, value)
 
 
-def attached_lines(images: list[tuple[str, int, int]]) -> Text:
-    """One line per attached image (untrusted names, shown as plain text)."""
-    if not images:
+Attached = tuple[str, str, str]  # (absolute path, "images" or "videos", what its line says after the name)
+
+
+def attached_lines(files: list[Attached]) -> Text:
+    """One line per attached file (untrusted names, shown as plain text)."""
+    if not files:
         return Text("")
     out = Text(_("sent with the next message:"), style="bold")
-    for path, width, height in images:
-        out.append("\n  " + visible(os.path.basename(path) or path, one_line=True) + f"  {width} x {height}")
+    for path, _kind, about in files:
+        out.append("\n  " + visible(os.path.basename(path) or path, one_line=True) + "  " + about)
     return out
+
+
+def checked_file(path: str) -> tuple[Attached, Any]:
+    """The file's entry and its preview picture (a video's first frame); MediaError saying
+    what is wrong with it. Reads and decodes: call it off the UI thread."""
+    from ftui.data.media_files import checked_image_file
+    from ftui.data.video_files import checked_video_file, first_frame, looks_like_video
+    from ftui.tui.screens.launch_media import THUMBNAIL_PX
+
+    if looks_like_video(path):
+        info = checked_video_file(path, decode=False)  # the worker decodes it with the run's video keys
+        about = _("{width} x {height}, {frames} frames, {seconds:.1f} s (video)").format(
+            width=info.width, height=info.height, frames=info.frames, seconds=info.duration)
+        return (info.path, "videos", about), first_frame(info.path, THUMBNAIL_PX)
+    image = checked_image_file(path)
+    return (image.path, "images", f"{image.width} x {image.height}"), thumbnail(image.path)
 
 
 class ImageField(Vertical):
@@ -82,7 +104,7 @@ class ImageField(Vertical):
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        self.attached: list[tuple[str, int, int]] = []  # (absolute path, width, height)
+        self.attached: list[Attached] = []
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder=_(IMAGE_PLACEHOLDER), suggester=PathSuggester(), id="chat-image-path")
@@ -99,17 +121,17 @@ class ImageField(Vertical):
     @work(thread=True, group="chat-image")
     def check(self, given: str) -> None:
         """The file checked and shrunk off the UI thread, then attached (or its problem said)."""
-        from ftui.data.media_files import MediaError, checked_image_file
+        from ftui.data.media_files import MediaError
 
         path = os.path.abspath(os.path.expanduser(given))
         try:
-            info = checked_image_file(path)
+            entry, picture = checked_file(path)
         except MediaError as err:
             to_ui(self, self._refuse_image, str(err).replace(path, given, 1))
             return
-        to_ui(self, self._attach_image, (info.path, info.width, info.height), thumbnail(info.path))
+        to_ui(self, self._attach_image, entry, picture)
 
-    def _attach_image(self, image: tuple[str, int, int], picture: Any) -> None:
+    def _attach_image(self, image: Attached, picture: Any) -> None:
         self.attached.append(image)
         self.query_one("#chat-image-path", Input).value = ""
         self.query_one(MediaPreview).show(attached_lines(self.attached), picture)
@@ -118,11 +140,14 @@ class ImageField(Vertical):
         lines = attached_lines(self.attached)
         self.query_one(MediaPreview).show(lines + Text(("\n" if lines.plain else "") + visible(message), style="red"))
 
-    def take(self) -> list[str]:
-        """The attached images' paths, given up to the message being sent (the field empties)."""
-        paths = [path for path, _w, _h in self.attached]
+    def take(self) -> dict[str, list[str]]:
+        """The attached files' paths by kind (``{"images": [...], "videos": [...]}``), given up
+        to the message being sent (the field empties)."""
+        media: dict[str, list[str]] = {"images": [], "videos": []}
+        for path, kind, _about in self.attached:
+            media[kind].append(path)
         self.clear()
-        return paths
+        return media
 
     def clear(self) -> None:
         self.attached = []

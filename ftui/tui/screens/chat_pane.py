@@ -26,12 +26,13 @@ class ChatPane(VerticalScroll):
         self._answer: Static | None = None
         self._text = ""
 
-    def add_user(self, text: str, waiting: bool = False, images: list[str] | None = None) -> None:
-        """The user's turn (with its images' names) and a place for the answer (``waiting``:
-        the model is still loading)."""
+    def add_user(self, text: str, waiting: bool = False, media: dict[str, list[str]] | None = None) -> None:
+        """The user's turn (with its images' and videos' names) and a place for the answer
+        (``waiting``: the model is still loading)."""
         turn = Text.assemble((_("you") + ": ", "bold cyan"), visible(text))
-        for path in images or ():
-            turn.append("\n  [" + _("image") + "] " + visible(path, one_line=True), style="dim")
+        for kind, label in (("images", _("image")), ("videos", _("video"))):
+            for path in (media or {}).get(kind, ()):
+                turn.append("\n  [" + label + "] " + visible(path, one_line=True), style="dim")
         self.mount(Static(turn, classes="turn"))
         self._answer = Static(Text("… " + _("(sent when the model has loaded)") if waiting else "…", style="dim"),
                               classes="turn answer")
