@@ -157,7 +157,7 @@ def test_media_datasets_are_judged_by_the_registry_before_a_run(lf_data, tmp_pat
 
     for name in ("mllm_demo", "mllm_video_demo", "mllm_audio_demo"):
         assert dataset_path_problem(f"identity,{name}", str(lf_data), "sft") is None
-    assert "stage dpo with videos is not supported yet" in dataset_path_problem("identity,mllm_video_demo", str(lf_data), "dpo")
+    assert "stage dpo with videos is not supported yet" in dataset_path_problem("mllm_video_demo", str(lf_data), "dpo")
     assert "stage kto with images is not supported yet" in dataset_path_problem("mllm_demo", str(lf_data), "kto")
     assert dataset_path_problem("identity,alpaca_en_demo", str(lf_data)) is None
 

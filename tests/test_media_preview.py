@@ -85,9 +85,14 @@ def test_a_model_without_videos_lists_them_without_tokens_and_a_broken_one_names
     assert "bad.mp4" in bad.problem and "not a video FFmpeg can read" in bad.problem and not bad.videos
 
 
-async def test_the_form_lists_a_records_video_and_an_audio_datasets_audio(tmp_path, lf_data, tiny_qwen2_vl):
+async def test_the_form_lists_a_records_video_and_an_audio_datasets_audio(tmp_path, lf_data, tiny_qwen2_vl, monkeypatch):
     import sys
 
+    from ftui.config import video_checks
+
+    # the form previews a dataset it would start (no problem left): a video dataset needs
+    # torchvision, which this venv lacks (its refusal: tests/test_video_data.py)
+    monkeypatch.setattr(video_checks, "has_torchvision", lambda: True)
     from ftui.tui.screens.launch_media import MediaPreview
     from tests.test_tui_pilot import make_app, open_form, text_of, until
 
