@@ -231,15 +231,17 @@ def test_the_repl_attaches_images_to_the_next_message(pictures, monkeypatch, cap
     assert third == [{"role": "user", "content": "Plain?"}]  # /clear dropped the attached image too
 
 
-def test_image_paths_complete_from_their_directory(pictures):
+def test_image_paths_complete_from_their_directory(pictures, tmp_path):
     from ftui.tui.screens.chat_image import complete_path
 
     folder = str(pictures["red"].parent)
     assert complete_path(folder + "/re") == folder + "/red.png"
     assert complete_path(folder + "/bl") == folder + "/blue.png"
     assert complete_path(folder + "/zz") is None
-    parent = pictures["red"].parent
-    assert complete_path(str(parent.parent) + "/" + parent.name[:-1]) == folder + "/"  # a directory, with its /
+    # a directory, with its / (in a folder of this test's own: the pictures' parent is shared
+    # with other tests' numbered folders, pictures0, pictures1 ..., which a prefix would match)
+    (tmp_path / "albums").mkdir()
+    assert complete_path(str(tmp_path / "alb")) == str(tmp_path / "albums") + "/"
 
 
 async def test_the_chat_screen_attaches_a_previewed_image_to_the_next_message(tmp_path, pictures):
