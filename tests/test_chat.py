@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from conftest import wait_for
+from tests.repl_input import type_lines
 from tests.test_tui_pilot import until
 from ftui.jobs.chat_client import ChatWorker, Conversation, GenerationSettings
 
@@ -147,7 +148,6 @@ class FakeChatWorker:
 
 
 def test_the_chat_repl_saves_and_a_failed_save_keeps_the_conversation(tmp_path, monkeypatch, capsys):
-    import builtins
     import json
 
     import ftui.jobs.chat_client
@@ -155,14 +155,7 @@ def test_the_chat_repl_saves_and_a_failed_save_keeps_the_conversation(tmp_path, 
 
     monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", FakeChatWorker)
     good = tmp_path / "conv.json"
-    lines = iter(["hello", f"/save {tmp_path / 'missing' / 'conv.json'}", f"/save {good}", "/clear", f"/save {tmp_path / 'empty.json'}"])
-
-    def typed(prompt=""):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-    monkeypatch.setattr(builtins, "input", typed)
+    type_lines(monkeypatch, ["hello", f"/save {tmp_path / 'missing' / 'conv.json'}", f"/save {good}", "/clear", f"/save {tmp_path / 'empty.json'}"])
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     assert main(["chat", "--model", str(tmp_path / "m")]) == 0

@@ -6,12 +6,12 @@ tests/test_video_chat.py (marked ``video``)."""
 
 from __future__ import annotations
 
-import builtins
 import json
 import shutil
 
 import pytest
 
+from tests.repl_input import type_lines
 from tests.test_chat import FakeChatWorker, chat_app
 from tests.test_tui_pilot import until
 
@@ -79,15 +79,7 @@ def test_the_repl_attaches_videos_to_the_next_message(lf_data, tmp_path, monkeyp
     clip, picture = lf_data / "mllm_demo_data" / "1.mp4", lf_data / "mllm_demo_data" / "1.jpg"
     monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", RecordingWorker)
     RecordingWorker.sent = []
-    lines = iter(["/video", "/video gone.mp4", f"/video {clip}", f"/image {picture}", "Why is it funny?", "And now?"])
-
-    def typed(prompt=""):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr(builtins, "input", typed)
+    type_lines(monkeypatch, ["/video", "/video gone.mp4", f"/video {clip}", f"/image {picture}", "Why is it funny?", "And now?"])
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}")

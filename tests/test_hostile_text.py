@@ -23,6 +23,7 @@ from rich.text import Text
 from ftui.rundir.events import make_event
 from ftui.safety.text import SafeConsole, VisibleWriter, visible
 from tests.fixtures_runs import T0, fixed_sampler, write_run
+from tests.repl_input import type_lines
 
 FTUI = [sys.executable, "-m", "ftui.cli.main"]
 
@@ -262,7 +263,6 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def test_chat_prompt_and_repl_show_a_streamed_hostile_answer_literally(tmp_path, monkeypatch, capfd):
-    import builtins
 
     import ftui.jobs.chat_client
     from ftui.cli.main import main
@@ -275,15 +275,7 @@ def test_chat_prompt_and_repl_show_a_streamed_hostile_answer_literally(tmp_path,
     assert_shown(out, "ftui chat --prompt")
     assert "lone esc at the end \\x1b" in out
 
-    lines = iter(["hello", "again"])
-
-    def typed(prompt=""):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr(builtins, "input", typed)
+    type_lines(monkeypatch, ["hello", "again"])
     assert main(["chat", "--model", str(model)]) == 0
     out, err = capfd.readouterr()
     assert_harmless(out + err, "the chat REPL")

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.repl_input import type_lines
+
 pytestmark = pytest.mark.video
 
 VIDEO_KEYS = {"video_maxlen": 4, "video_max_pixels": 64 * 64}
@@ -95,20 +97,11 @@ def test_a_chat_turn_with_a_video_expands_it_as_training_and_answers(video_run, 
 def test_ftui_chat_answers_with_videos_from_video_and_the_repls_slash_video(video_run, lf_data, monkeypatch, capsys):
     """``--video`` without ``--prompt`` goes with the first message, ``/video PATH`` with the
     next: both answered by the real worker (a bad file is said and the conversation goes on)."""
-    import builtins
 
     from ftui.cli.main import main
 
     clip = lf_data / "mllm_demo_data" / "1.mp4"
-    lines = iter(["Why is it funny?", "/video gone.mp4", f"/video {lf_data / 'mllm_demo_data' / '3.mp4'}", "And this one?"])
-
-    def typed(prompt=""):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr(builtins, "input", typed)
+    type_lines(monkeypatch, ["Why is it funny?", "/video gone.mp4", f"/video {lf_data / 'mllm_demo_data' / '3.mp4'}", "And this one?"])
     code = main(["chat", "--run", str(video_run), "--video", str(clip), "--temperature", "0", "--max-new-tokens", "2",
                  "--device", "cpu"])
     captured = capsys.readouterr()

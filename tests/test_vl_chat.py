@@ -4,7 +4,6 @@ field (a fake worker: the pilot tests the screen, not the model)."""
 
 from __future__ import annotations
 
-import builtins
 import io
 import json
 import threading
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.repl_input import type_lines
 from tests.test_chat import FakeChatWorker, chat_app
 from tests.test_tui_pilot import until
 
@@ -208,16 +208,8 @@ def test_the_repl_attaches_images_to_the_next_message(pictures, monkeypatch, cap
 
     monkeypatch.setattr(ftui.jobs.chat_client, "ChatWorker", RecordingWorker)
     RecordingWorker.sent = []
-    lines = iter([f"/image {pictures['red']}", "/image gone.png", f"/image {pictures['blue']}", "/video clip.mp4",
+    type_lines(monkeypatch, [f"/image {pictures['red']}", "/image gone.png", f"/image {pictures['blue']}", "/video clip.mp4",
                   "What are these?", "And now?", f"/image {pictures['red']}", "/clear", "Plain?"])
-
-    def typed(prompt=""):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr(builtins, "input", typed)
     model = pictures["red"].parent / "m"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")
