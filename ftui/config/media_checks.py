@@ -117,14 +117,17 @@ def first_records_media(spec: DatasetSpec, records: list[Any]) -> None:
     from ftui.data.preference_media import preference_images
     from ftui.stages import PAIRS
 
+    from ftui.data.audio_files import verify_audio
+
     for index, record in enumerate(records):
-        paths = preference_images(record, spec, index, PAIRS) if spec.ranking else record_media(record, spec, index)["images"]
-        for path in paths:
+        if spec.ranking:  # a pair's images (the preference stages read no audios)
+            media = {"images": preference_images(record, spec, index, PAIRS), "audios": []}
+        else:  # one read of the record's files (each header opened once)
+            media = record_media(record, spec, index)
+        for path in media["images"]:
             verify_image(path, spec, index)
-        if not spec.ranking:  # every frame of the first records' audios decoded (ftui.data.audio_files)
-            from ftui.data.audio_files import verify_audio
-            for path in record_media(record, spec, index)["audios"]:
-                verify_audio(path, spec, index)
+        for path in media["audios"]:  # every frame of the first records' audios decoded (ftui.data.audio_files)
+            verify_audio(path, spec, index)
 
 
 def packing_problems(cfg: RunConfig, family: str) -> list[FieldProblem]:
