@@ -204,8 +204,12 @@ def _build_options_model(description: StageDescription) -> Any:
         @field_validator("*", mode="before")
         @classmethod
         def _no_bool_for_a_number(cls, value: Any, info: Any) -> Any:
-            if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in (int, float):
+            annotation = cls.model_fields[info.field_name].annotation
+            if isinstance(value, bool) and annotation in (int, float):
                 raise PydanticCustomError("bool_for_number", "Input should be a number, not true or false")
+            if annotation is str and isinstance(value, (list, tuple)) and all(
+                    isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+                return ",".join(str(v).strip() for v in value)  # a YAML list as comma text (RunConfig's comma_text)
             return value
 
     fields: dict[str, Any] = {}
