@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ftui.config import file_checks, machine_checks, model_checks, rules
+from ftui.config import file_checks, machine_checks, model_checks, reward_checks, rules
 from ftui.config.problems import STAND_INS, FieldProblem, pydantic_problems
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
@@ -51,6 +51,8 @@ def preflight(data: dict[str, Any], facts: MachineFacts | None = None, data_need
     # the model as validation read it; none to judge the datasets against when it failed (a stand-in is judged)
     model = None if "model_name_or_path" in failed else checked.model if checked.model is not None else file_checks.UNREAD
     found = file_checks.dataset_problems(judged, data_needed, model)
+    bad = {p.field for p in found}  # a dataset the checks refused already: its records' references are not judged
+    found += [p for p in reward_checks.reward_data_problems(judged, data_needed) if p.field not in bad]
     problems = checked.problems + [p for p in found if p.field not in failed]
     return Preflight(None if problems else checked.config, problems, checked.warnings)
 
@@ -124,6 +126,7 @@ def config_problems(cfg: RunConfig, facts: MachineFacts, model: dict[str, Any] |
     out += rules.data_option_problems(cfg)
     out += file_checks.saved_data_problems(cfg)
     out += rules.stage_problems(cfg)
+    out += reward_checks.reward_config_problems(cfg)
     out += machine_checks.report_to_problems(cfg, facts)
     out += rules.run_name_rule(cfg)
     return out
