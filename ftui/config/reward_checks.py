@@ -78,7 +78,7 @@ def _option_problems(cfg: RunConfig, options: dict[str, Any], entries: list[str]
             re.compile(str(options["format_pattern"]))
         except re.error as err:
             out.append(FieldProblem("format_pattern", options["format_pattern"], _("not a regular expression: {error}").format(error=err)))
-    max_len = getattr(cfg, "max_completion_length", None)
+    max_len = options.get("max_completion_length")  # the stage's own option (grpo's), at its default when unset
     cache = options["soft_punish_cache"]
     if "length" in entries and isinstance(max_len, int) and isinstance(cache, int) and cache > max_len:
         out.append(FieldProblem("soft_punish_cache", cache, _("longer than max_completion_length ({max}): the length reward's "
@@ -183,7 +183,7 @@ def reward_data_problems(cfg: RunConfig, data_needed: bool = True) -> list[Field
     last turn as the assistant's. Unreadable datasets are left to the datasets' own checks."""
     from ftui.config.file_checks import FIRST_RECORDS
     from ftui.data.dataset_files import HubDataset, read_records
-    from ftui.data.records import DataFormatError
+    from ftui.data.records import DataFormatError, apply_detected_format
     from ftui.data.registry import resolve_datasets
 
     options = reward_options(cfg)
@@ -197,7 +197,10 @@ def reward_data_problems(cfg: RunConfig, data_needed: bool = True) -> list[Field
             continue
         try:
             for spec in resolve_datasets(text, cfg.dataset_dir):
-                for i, record in enumerate(read_records(spec, limit=FIRST_RECORDS)):
+                first = read_records(spec, limit=FIRST_RECORDS)
+                if first:
+                    apply_detected_format(spec, first[0])  # a file given by path: alpaca or sharegpt by its first record
+                for i, record in enumerate(first):
                     if reference_of(record, spec, i) is False:
                         out.append(FieldProblem(key, text, _("reward {reward} compares with the reference answer, and dataset {name} "
                                                              "record {index} has none (alpaca: output; sharegpt: a last assistant "

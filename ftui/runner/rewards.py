@@ -328,8 +328,16 @@ class RewardModelScorer:
 # --- The run's rewards
 
 def reward_option_values(cfg: Any) -> dict[str, Any]:
-    get = cfg.get if isinstance(cfg, dict) else lambda key, default: getattr(cfg, key, default)
-    return {o.key: get(o.key, o.default) for o in REWARD_OPTIONS}
+    """The reward options' values and the stage's max_completion_length (the length reward's
+    end): a RunConfig's at its stage's defaults where unset, or a plain mapping's."""
+    if isinstance(cfg, dict):
+        return {**{o.key: cfg.get(o.key, o.default) for o in REWARD_OPTIONS}, "max_completion_length": cfg.get("max_completion_length")}
+    from ftui.stages import find as find_stage
+
+    stage = find_stage(getattr(cfg, "stage", ""))
+    values = stage.option_values(cfg) if stage is not None else {}
+    out = {o.key: values.get(o.key, getattr(cfg, o.key, o.default)) for o in REWARD_OPTIONS}
+    return {**out, "max_completion_length": values.get("max_completion_length", getattr(cfg, "max_completion_length", None))}
 
 
 def load_rewards(cfg: Any, tokenizer: Any, device: Any) -> Rewards:
@@ -337,7 +345,7 @@ def load_rewards(cfg: Any, tokenizer: Any, device: Any) -> Rewards:
     (``reward_weights``, all 1 when empty). ``tokenizer`` is the policy's (the built-ins read
     token ids as given); a reward model brings its own. RewardError names a bad entry."""
     options = reward_option_values(cfg)
-    max_len = getattr(cfg, "max_completion_length", None) if not isinstance(cfg, dict) else cfg.get("max_completion_length")
+    max_len = options["max_completion_length"]
     entries = reward_entries(options["reward_funcs"])
     if not entries:
         raise RewardError(_("reward_funcs is empty: name at least one reward function ({builtins}, FILE.py:FUNCTION or an rm "
