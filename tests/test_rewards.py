@@ -259,3 +259,11 @@ def test_an_rm_runs_reward_model_scores_prompt_and_completion_at_the_last_token(
         expected = last @ head["v_head.summary.weight"][0] + head["v_head.summary.bias"][0]
         assert out[i, 0].item() == pytest.approx(expected.item(), abs=1e-4)
     assert out[0, 1].item() == 1.0 and math.isnan(out[1, 1].item())
+
+
+def test_a_run_ended_by_a_reward_error_says_what_to_fix():
+    from ftui.config.load import demo_config
+    from ftui.runner.faults import hint_for
+
+    hint = hint_for(RewardError("reward function r.py:f raised KeyError: 'x' on dataset d record 3"), demo_config())
+    assert hint == "fix the reward function (reward_funcs) or the dataset it reads, then start the run again"

@@ -23,6 +23,7 @@ from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.data.records import DataFormatError
 from ftui.runner.hub import HubProblem
+from ftui.runner.rewards import RewardError
 from ftui.rundir.checkpoints import CheckpointError, CheckpointMismatch
 
 
@@ -168,6 +169,8 @@ def hint_for(exc: BaseException, cfg: RunConfig, job: str = "train", run_dir: Pa
         return _("fix the dataset (or its dataset_info.json entry) and start again")
     if isinstance(exc, HubProblem):
         return exc.hint
+    if isinstance(exc, RewardError):  # its message names the reward function and the record
+        return _("fix the reward function (reward_funcs) or the dataset it reads, then start the run again")
     if disk_full(exc):
         return disk_full_hint(cfg, job, run_dir)
     # The hub could not be reached (no network, a firewall, a wrong HF_ENDPOINT): transformers
