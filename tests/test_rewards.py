@@ -267,3 +267,38 @@ def test_a_run_ended_by_a_reward_error_says_what_to_fix():
 
     hint = hint_for(RewardError("reward function r.py:f raised KeyError: 'x' on dataset d record 3"), demo_config())
     assert hint == "fix the reward function (reward_funcs) or the dataset it reads, then start the run again"
+
+
+def test_a_reward_model_loads_in_the_runs_half_precision(tmp_path):
+    from ftui.runner.rewards import RewardModelScorer, score_dtype
+
+    run, _model, _head = make_rm_run(tmp_path)
+    assert score_dtype({"bf16": True}) == torch.bfloat16 and score_dtype({}) == torch.float32
+    scorer = RewardModelScorer(run, "cpu", torch.bfloat16)
+    assert next(scorer.model.parameters()).dtype == torch.bfloat16
+    assert all(math.isfinite(v) for v in scorer(prompts=["a", "b c"], completions=[" d", " e f g"]))
+
+
+def test_a_lora_rm_runs_adapter_is_merged_onto_its_saved_base(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer
+
+    from ftui.runner.rewards import RewardModelScorer
+
+    run, model, head = make_rm_run(tmp_path)
+    final = run / "final"
+    model.save_pretrained(run / "base_model", safe_serialization=True)  # a random base, as a model_init: random run keeps it
+    AutoTokenizer.from_pretrained(final).save_pretrained(run / "base_model")
+    torch.manual_seed(1)
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    for name in list(final.iterdir()):
+        if name.name != "value_head.safetensors":
+            name.unlink()
+    peft_model.save_pretrained(final)
+    AutoTokenizer.from_pretrained(run / "base_model").save_pretrained(final)
+    scorer = RewardModelScorer(run, "cpu")
+    ids = AutoTokenizer.from_pretrained(final)("ab cd", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        last = peft_model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]
+    expected = last @ head["v_head.summary.weight"][0] + head["v_head.summary.bias"][0]
+    assert scorer(prompts=["ab"], completions=[" cd"])[0] == pytest.approx(expected.item(), abs=1e-4)

@@ -290,7 +290,7 @@ class RewardModelScorer:
     (its own tokenizer, no special tokens added, right padded): the value at the last token,
     as TRL's GRPO scores with a reward model."""
 
-    def __init__(self, run_dir: Path, device: Any):
+    def __init__(self, run_dir: Path, device: Any, dtype: torch.dtype = torch.float32):
         from transformers import AutoTokenizer
 
         from ftui.config.load import read_run_config
@@ -300,7 +300,7 @@ class RewardModelScorer:
         try:
             cfg = read_run_config(run_dir / "config.yaml")
             weights = locate(run_dir, cfg)
-            model = load_weights(weights, cfg, torch.float32, value_head=True)
+            model = load_weights(weights, cfg, dtype, value_head=True)  # the head itself stays fp32
         except (OSError, ValueError, WeightsError) as err:
             raise RewardError(_("reward model {run} cannot be loaded: {error}").format(run=run_dir, error=err)) from None
         if not weights.from_checkpoint:  # final/: the model (an adapter merged) and the head in its own file
@@ -340,6 +340,12 @@ def reward_option_values(cfg: Any) -> dict[str, Any]:
     return {**out, "max_completion_length": values.get("max_completion_length", getattr(cfg, "max_completion_length", None))}
 
 
+def score_dtype(cfg: Any) -> torch.dtype:
+    """A reward model's weights in the run's half precision (bf16 / fp16) when it has one, else fp32."""
+    get = cfg.get if isinstance(cfg, dict) else lambda key, default: getattr(cfg, key, default)
+    return torch.bfloat16 if get("bf16", False) else torch.float16 if get("fp16", False) else torch.float32
+
+
 def load_rewards(cfg: Any, tokenizer: Any, device: Any) -> Rewards:
     """The run's reward functions (``reward_funcs``), each ready to call, and their weights
     (``reward_weights``, all 1 when empty). ``tokenizer`` is the policy's (the built-ins read
@@ -359,7 +365,7 @@ def load_rewards(cfg: Any, tokenizer: Any, device: Any) -> Rewards:
             functions.append(load_user_function(entry))
         else:
             run_dir = Path(entry).expanduser()
-            functions.append(RewardFunction(run_dir.resolve().name, entry, RewardModelScorer(run_dir, device)))
+            functions.append(RewardFunction(run_dir.resolve().name, entry, RewardModelScorer(run_dir, device, score_dtype(cfg))))
     try:
         weights = reward_weight_values(options["reward_weights"]) or [1.0] * len(functions)
     except ValueError as err:
