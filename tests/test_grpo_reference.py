@@ -29,8 +29,8 @@ def _case_id(case: dict) -> str:
     return f"{case['loss_type']}-beta{case['beta']}-{old}" + (f"-delta{case['delta']}" if case["delta"] else "")
 
 
-@pytest.mark.parametrize("case", LOSSES["cases"], ids=_case_id)
-def test_loss_and_logit_gradients_match_trl(case):
+def _ftui_loss(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """(logits leaf, total, units, figures) of ftui's grpo_loss on the stored batch."""
     logits = _t("logits").requires_grad_(True)
     ids = torch.tensor(LOSSES["completion_ids"])
     logps = torch.log_softmax(logits / LOSSES["temperature"], -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
@@ -39,11 +39,24 @@ def test_loss_and_logit_gradients_match_trl(case):
         _t("advantages"), _t("mask"), loss_type=case["loss_type"], beta=case["beta"], epsilon=LOSSES["epsilon"],
         epsilon_high=LOSSES["epsilon_high"], max_completion_length=LOSSES["max_completion_length"],
         delta=case["delta"])
+    return logits, total, units, figures
+
+
+@pytest.mark.parametrize("case", LOSSES["cases"], ids=_case_id)
+def test_loss_and_logit_gradients_match_trl(case):
+    logits, total, units, _ = _ftui_loss(case)
     loss = total / units
     loss.backward()
     assert loss.item() == pytest.approx(case["loss"], rel=1e-5, abs=1e-6)
     torch.testing.assert_close(logits.grad, torch.tensor(case["grad_logits"], dtype=torch.float64),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", LOSSES["cases"], ids=_case_id)
+def test_kl_and_clip_figures_match_trl_metrics(case):
+    """The loop divides a figure by the window's loss units; TRL logs token means (masked, over the
+    batch) for every loss_type, so figure / units must be that mean whatever the units are."""
+    _, _, units, figures = _ftui_loss(case)
     expected = {ours: case["metrics"][theirs] for ours, theirs in FIGURES.items() if theirs in case["metrics"]}
     assert set(figures) == set(expected)  # kl only when beta != 0
     for name, value in expected.items():
@@ -68,9 +81,11 @@ def test_advantages_match_trl_transcription(case):
     advantages, rewards, zero_std = group_advantages(
         _nan(case["rewards_per_func"]), torch.tensor(case["weights"], dtype=torch.float64), case["group"],
         case["scale_rewards"])
-    torch.testing.assert_close(advantages, torch.tensor(case["advantages"], dtype=torch.float64),
+    # values, not dtype: float32 rewards (what Rewards returns) may give float32 advantages
+    torch.testing.assert_close(advantages.double(), torch.tensor(case["advantages"], dtype=torch.float64),
                                rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(rewards, torch.tensor(case["rewards"], dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rewards.double(), torch.tensor(case["rewards"], dtype=torch.float64),
+                               rtol=1e-5, atol=1e-6)
     assert zero_std.tolist() == case["zero_std"]
 
 
