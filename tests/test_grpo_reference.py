@@ -76,17 +76,21 @@ def _nan(rows):
 
 
 @pytest.mark.parametrize("case", ADVANTAGES["cases"],
-                         ids=lambda c: f"{c['scale_rewards']}-g{c['group']}-w{c['weights'][1]}")
-def test_advantages_match_trl_transcription(case):
-    advantages, rewards, zero_std = group_advantages(
-        _nan(case["rewards_per_func"]), torch.tensor(case["weights"], dtype=torch.float64), case["group"],
-        case["scale_rewards"])
-    # values, not dtype: float32 rewards (what Rewards returns) may give float32 advantages
+                         ids=lambda c: f"{c['scale_rewards']}-g{c['group']}-w{c['weights'][1]}-p{c['processes']}")
+def test_advantages_match_trl(case):
+    """Advantages from TRL's own _generate_and_score_completions (with 2 processes, the ranks' slices of
+    groups that straddle them, in order); per-row rewards and zero_std from the transcription."""
+    per_func = _nan(case["rewards_per_func"]).float()  # float32, as the reward functions' rows come
+    advantages, rewards, zero_std = group_advantages(per_func, torch.tensor(case["weights"]), case["group"],
+                                                     case["scale_rewards"])
     torch.testing.assert_close(advantages.double(), torch.tensor(case["advantages"], dtype=torch.float64),
                                rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(rewards.double(), torch.tensor(case["rewards"], dtype=torch.float64),
                                rtol=1e-5, atol=1e-6)
     assert zero_std.tolist() == case["zero_std"]
+    scored = ~torch.isnan(per_func).all(dim=1)  # TRL's logged reward leaves the all-None row out
+    assert rewards[scored].mean().item() == pytest.approx(case["reward"], rel=1e-5)
+    assert zero_std.float().mean().item() == pytest.approx(case["frac_reward_zero_std"], abs=1e-6)
 
 
 def test_advantage_cases_cover_the_edge_rows():

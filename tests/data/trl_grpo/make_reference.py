@@ -14,10 +14,13 @@ leaf tensor of logits (``log_softmax(logits / temperature)`` at the completion i
 TRL's logged metrics are TRL's. Single process, one micro batch, gradient accumulation 1,
 steps_per_generation 1, use_bias_correction_kl False (ftui implements only that variant).
 
-advantages.json: TRL computes advantages inline in ``_generate_and_score_completions`` (not
-callable alone), so these values come from a TRANSCRIPTION of TRL 1.16's code
-(trl/trainer/grpo_trainer.py 2755-2803, multi_objective_aggregation "sum_then_normalize"), which
-calls TRL's own ``nanstd`` (trl.trainer.utils); the transcription is ``transcribed_advantages``.
+advantages.json: TRL's own ``GRPOTrainer._generate_and_score_completions`` (multi_objective_aggregation
+"sum_then_normalize"), the trainer again a namespace, its ``_generate`` returning fixed completions and its
+``_calculate_rewards`` the fixed (gathered) rewards_per_func, so the advantages (this process's slice) and
+the logged ``reward`` / ``frac_reward_zero_std`` are TRL's. Per row, ``rewards`` (the weighted nansum) and
+``zero_std`` are not returned by TRL (locals of that method): they come from a TRANSCRIPTION of its lines
+2755-2803 (``transcribed_advantages``, calling TRL's ``nanstd``), whose advantages are checked here to
+equal TRL's own.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ def trl_loss(batch: dict, *, loss_type: str, beta: float, old_given: bool, delta
 
 
 def transcribed_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int, scale: str) -> dict:
-    """TRL 1.16 grpo_trainer.py 2755-2803 ("sum_then_normalize"), transcribed line for line."""
+    """TRL 1.16 grpo_trainer.py 2755-2803 ("sum_then_normalize"), transcribed line for line: the per-row
+    rewards and zero_std TRL keeps local (its advantages are checked against TRL's own call)."""
     unscorable = torch.isnan(rewards_per_func).all(dim=1)
     rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
     summed = rewards.clone()
@@ -127,24 +131,55 @@ def nan_to_none(rows):
     return [[None if math.isnan(x) else x for x in row] for row in rows]
 
 
+def trl_advantages(per_func: torch.Tensor, weights: list[float], group: int, scale: str, *, processes: int = 1,
+                   rank: int = 0) -> dict:
+    """TRL's own _generate_and_score_completions on a namespace: this rank's advantages and the logged
+    reward metrics, from the gathered rewards_per_func of ``processes`` ranks."""
+    local = per_func.shape[0] // processes
+    accelerator = Accelerator()
+    accelerator.num_processes, accelerator.process_index, accelerator.device = processes, rank, torch.device("cpu")
+    accelerator.gather = lambda x: x  # the stub's rewards are the gathered ones already
+    s = types.SimpleNamespace(
+        accelerator=accelerator, model=types.SimpleNamespace(training=True, is_gradient_checkpointing=False),
+        environment_factories=None, tools=None, environments=None, _tokenizer=types.SimpleNamespace(pad_token_id=0),
+        pad_to_multiple_of=None, mask_truncated_completions=False, eos_token_ids=[1],
+        args=types.SimpleNamespace(per_device_train_batch_size=local, gradient_checkpointing_kwargs=None,
+                                   steps_per_generation=1, gradient_accumulation_steps=1),
+        num_iterations=1, use_vllm=False, vllm_importance_sampling_correction=False, beta=0.0, _is_vlm=False,
+        num_generations=group, num_generations_eval=group, multi_objective_aggregation="sum_then_normalize",
+        scale_rewards=scale, reward_weights=torch.tensor(weights), reward_func_names=["f1", "f2"],
+        _metrics={"train": collections.defaultdict(list)},
+        _logs={"prompt": [], "completion": [], "rewards": collections.defaultdict(list), "advantages": [],
+               "extra": collections.defaultdict(list), "images": []},
+        _pending_extra_logs={}, _pending_metrics={}, log_multimodal=False)
+    s._generate = lambda prompts: ([[5, 6]] * local, [[7, 1]] * local, None, ["c"] * local, None, {}, None, None)
+    s._calculate_rewards = lambda inputs, prompts, completions, ids: per_func.clone()
+    inputs = [{"prompt": f"prompt {(rank * local + i) // group}"} for i in range(local)]
+    out = GRPOTrainer._generate_and_score_completions(s, inputs)
+    metrics = s._metrics["train"]
+    return dict(advantages=out["advantages"].tolist(), reward=metrics["reward"][-1],
+                reward_std=metrics["reward_std"][-1], frac_reward_zero_std=metrics["frac_reward_zero_std"][-1])
+
+
 def advantage_cases() -> list[dict]:
     nan = float("nan")
-    # 4 prompts x group 3, two functions (weights 1 and 0.5): group 1 has equal rewards (std 0);
-    # row 7 has every function None (left out of its group); row 10 has one None (nansum)
+    # 4 prompts x group 3, two functions: group 1 has equal rewards (std 0); row 7 has every function
+    # None (left out of its group); row 10 has one None (nansum). float32, as reward functions give them.
     per_func = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0],
                              [0.5, 0.0], [0.5, 0.0], [0.5, 0.0],
                              [0.0, 0.2], [nan, nan], [1.0, 0.8],
-                             [0.3, 0.9], [nan, 0.4], [0.7, 0.1]], dtype=torch.float64)
+                             [0.3, 0.9], [nan, 0.4], [0.7, 0.1]])
     cases = []
-    for weights in ([1.0, 0.5], [1.0, 1.0]):
-        w = torch.tensor(weights, dtype=torch.float64)
-        for scale in ("group", "batch", "none"):
-            out = transcribed_advantages(per_func.clone(), w, 3, scale)
-            cases.append(dict(group=3, scale_rewards=scale, weights=weights, **out))
-    # one group of 6 (two processes' slices in TRL: advantages are computed on the gathered rows)
-    w = torch.tensor([1.0, 0.5], dtype=torch.float64)
-    cases.append(dict(group=6, scale_rewards="group", weights=[1.0, 0.5],
-                      **transcribed_advantages(per_func.clone(), w, 6, "group")))
+    settings = [(w, 3, scale, 1) for w in ([1.0, 0.5], [1.0, 1.0]) for scale in ("group", "batch", "none")]
+    settings += [([1.0, 0.5], 6, "group", 1), ([1.0, 0.5], 4, "group", 2), ([1.0, 0.5], 4, "batch", 2)]
+    for weights, group, scale, processes in settings:
+        transcribed = transcribed_advantages(per_func.clone(), torch.tensor(weights), group, scale)
+        ranks = [trl_advantages(per_func, weights, group, scale, processes=processes, rank=r) for r in range(processes)]
+        advantages = [a for r in ranks for a in r["advantages"]]  # the ranks' slices, in order
+        assert torch.allclose(torch.tensor(advantages), torch.tensor(transcribed["advantages"]), atol=1e-6), scale
+        cases.append(dict(group=group, scale_rewards=scale, weights=weights, processes=processes,
+                          advantages=advantages, rewards=transcribed["rewards"], zero_std=transcribed["zero_std"],
+                          **{k: ranks[0][k] for k in ("reward", "reward_std", "frac_reward_zero_std")}))
     return [dict(rewards_per_func=nan_to_none(per_func.tolist()), **c) for c in cases]
 
 
@@ -161,8 +196,9 @@ def main() -> None:
                   mask=batch["mask"].tolist(), advantages=batch["advantages"].tolist(),
                   old_logps=batch["old_logps"].tolist(), ref_logps=batch["ref_logps"].tolist(), cases=cases)
     (HERE / "losses.json").write_text(json.dumps(losses, indent=1) + "\n")
-    advantages = dict(trl=trl.__version__, source="transcription of TRL 1.16 grpo_trainer.py 2755-2803 "
-                      "calling trl.trainer.utils.nanstd", cases=advantage_cases())
+    advantages = dict(trl=trl.__version__, source="TRL 1.16's own GRPOTrainer._generate_and_score_completions "
+                      "(advantages, reward metrics); rewards and zero_std per row: a transcription of its lines "
+                      "2755-2803", cases=advantage_cases())
     (HERE / "advantages.json").write_text(json.dumps(advantages, indent=1) + "\n")
     for c in cases:
         print(c["loss_type"], c["beta"], c["old_logps_given"], c["delta"], round(c["loss"], 8), c["metrics"])
