@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ftui.i18n import _
+from ftui.plan.generation import buffer_bytes, generation_bytes, kv_cache_bytes, rollout_of
 from ftui.plan.loss_chunks import LIGER_CHUNK_FACTOR, LOSS_CHUNK_ELEMENTS
 from ftui.plan.model_shape import ModelShape, read_model_config
 from ftui.plan.vision_activations import ImageLoad, image_load, media_notes, vision_activations
@@ -124,13 +125,19 @@ class Estimate:
     # two, not both. DDP's buckets and DeepSpeed's flat buffers keep gradients all the time.
     gradients_overlap_activations: bool = False
     overhead: Overhead = field(default_factory=Overhead)  # CUDA context + NCCL buffers
+    # a generating stage's rollout (ftui.plan.generation): its KV cache and the like, held while
+    # no activations are; gradients freed after each step are gone then too
+    generation: float = 0.0
 
     @property
     def total(self) -> float:
-        """The peak: what max_memory_allocated reports at the end of the forward or during backward."""
+        """The peak: what max_memory_allocated reports at the end of the forward or during backward,
+        or while a generating stage samples its rollout, whichever is larger."""
         if self.gradients_overlap_activations:
-            return self.weights + self.optimizer + max(self.gradients, self.activations)
-        return self.weights + self.gradients + self.optimizer + self.activations
+            training, rollout = max(self.gradients, self.activations), self.generation
+        else:
+            training, rollout = self.gradients + self.activations, self.gradients + self.generation
+        return self.weights + self.optimizer + max(training, rollout)
 
     @property
     def needed(self) -> float:
@@ -189,7 +196,7 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
              liger: bool = False, fused_kernels: bool = False, training_stage: str = "sft", pref_loss: str = "sigmoid",
              pure_bf16: bool = False, attention: str = "sdpa", packing: bool = True,
              stage_options: dict[str, Any] | None = None, frozen: tuple[bool, bool, bool] = (True, True, False),
-             images: ImageLoad | None = None) -> Estimate:
+             images: ImageLoad | None = None, gradient_accumulation_steps: int = 1) -> Estimate:
     """Per-process memory of one configuration. ``zero_stage``/``offload`` override what the
     engine name implies (a user's own DeepSpeed file); ``nproc_per_node`` (default: all
     processes on one node) and ``compute_major`` (the GPUs' compute capability, None: unknown)
@@ -217,10 +224,17 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
     its vision tower and projector count in the weights (``ModelShape.params``); ``images``: the
     example its micro batches are planned with, its images, videos or audios
     (``ftui.plan.vision_activations``: the tower's activations and its input; the media tokens
-    are in the rows of ``seq_len``).
+    are in the rows of ``seq_len``). A generating stage (``PlannerTerms.generation``: grpo, ppo)
+    samples its rollout between steps (``ftui.plan.generation``: the KV cache of its completions,
+    ``gradient_accumulation_steps`` deciding how many are generated at once where the stage's
+    steps_per_generation is unset) and trains on rows of ``seq_len`` (the prompt) plus the completion.
     Checked against every peak an H100 measured: tests/test_plan_h100_peaks.py."""
     P = shape.params
+    described = describe_stage(training_stage)
+    terms = described.planner
     T = trainable_params(shape, method, lora_rank, lora_target, freeze_layers, frozen)
+    if terms.generation and described.value_head:  # ppo's value head beside the policy's logits
+        T += shape.hidden + 1
     vision_frozen, projector_frozen = frozen[0], frozen[1]
     W = max(1, world_size)
     spec = engine_spec(engine)
@@ -279,8 +293,6 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         res_bytes = 4 if base_bytes == 4 else 2
 
     # --- a preference stage's frozen reference model (LoRA's is the base with the adapter off)
-    described = describe_stage(training_stage)
-    terms = described.planner
     if method in ("full", "freeze") and described.needs_reference({"pref_loss": pref_loss, **(stage_options or {})}):
         if deepspeed:  # ZeRO-0/1/2: a copy in the policy's precision; ZeRO-3: partitioned like it
             reference = P * (2 if half else 4) / (W if stage == 3 else 1)
@@ -288,6 +300,13 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
             reference = P * (2.0 if pure_bf16 else 4.0) / (W if spec.fsdp else 1)
         weights += reference
         notes.append(_("{stage}: a frozen reference copy of the model, {size} on each GPU").format(stage=training_stage, size=gib(reference)))
+
+    # --- a generating stage's rollout: sampled before the step's forwards, then trained on
+    rollout = None
+    if terms.generation:
+        rollout = rollout_of(stage_options or {}, micro_batch=micro_batch, seq_len=seq_len,
+                             gradient_accumulation_steps=gradient_accumulation_steps, world_size=W)
+        seq_len = rollout.row_len  # a training row: the prompt and its completion
 
     # --- activations of one micro batch
     rows = terms.rows_with_gradients  # a pair's answers; kto's mismatched rows run without gradients
@@ -371,12 +390,24 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
                                           eager=attention == "eager")
         notes += media_notes(images, seq_len)
 
+    generation = 0.0
+    if rollout is not None:
+        gathered = P * (2 if half else 4) * (1 - 1 / W) if deepspeed and stage == 3 else 0.0
+        buffer = buffer_bytes(rollout)
+        activations += buffer
+        generation = generation_bytes(shape, rollout, act=act, gathered_weights=gathered) + buffer
+        notes.append(_("{stage}: the rollout's KV cache, {size} for {n} completions of up to {length} tokens "
+                       "(cutoff_len + max_completion_length), held while it generates").format(
+            stage=training_stage, size=gib(kv_cache_bytes(shape, rollout, act)), n=rollout.completions,
+            length=rollout.row_len))
+
     if world_size == 1 and engine in NEEDS_SEVERAL:
         notes.append(_("{engine} shards over processes: with one process it saves nothing").format(engine=engine))
     overlap = not deepspeed and (spec.fsdp or W == 1)
     overhead = runtime_overhead(deepspeed=deepspeed, world_size=W, nproc_per_node=nproc_per_node or W, compute_major=compute_major)
     return Estimate(weights=weights, gradients=grads, optimizer=opt, activations=activations, params=P, trainable=T,
-                    host_bytes=host, notes=notes, gradients_overlap_activations=overlap, overhead=overhead)
+                    host_bytes=host, notes=notes, gradients_overlap_activations=overlap, overhead=overhead,
+                    generation=generation)
 
 
 def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int | None = None, **overrides: Any) -> Estimate:
@@ -407,6 +438,7 @@ def estimate_for(cfg: Any, shape: ModelShape | None = None, compute_major: int |
                     packing=bool(cfg.packing),  # None (the stage's default): no examples kept apart by a mask
                     frozen=(bool(getattr(cfg, "freeze_vision_tower", True)), bool(getattr(cfg, "freeze_multi_modal_projector", True)),
                             bool(getattr(cfg, "freeze_language_model", False))),
+                    gradient_accumulation_steps=get("gradient_accumulation_steps"),
                     images=overrides["images"] if "images" in overrides else  # a tower reads images or videos (kernel), or audios (mels)
                     (image_load(cfg, shape.vision) if shape.vision.depth and (shape.vision.kernel or shape.vision.mels) else None))
 

@@ -75,11 +75,16 @@ class PlannerTerms:
     fused one included), ``logps`` (the answers' log-probabilities in ftui's own chunks, which
     Liger does not bound) or ``value`` (a value head: one number a position, no logits).
     ``running_text``: each row is one sequence of running text (pt), so flash_attn fa2 has no
-    mask to save."""
+    mask to save. ``generation``: it samples its own completions with the policy between steps
+    (grpo, ppo): the planner adds the rollout's KV cache and buffer (ftui.plan.generation), reading
+    the stage's ``max_completion_length`` and, where it has them, ``num_generations`` and
+    ``steps_per_generation``; its rows are the prompt (cutoff_len) plus the completion; with
+    ``value_head`` too (ppo) the head trains beside the policy's logits."""
 
     rows_with_gradients: int = 1
     output: Literal["logits", "logps", "value"] = "logits"
     running_text: bool = False
+    generation: bool = False
 
 
 def never(options: Mapping[str, Any]) -> bool:
