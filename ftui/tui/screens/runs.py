@@ -147,6 +147,7 @@ class RunsScreen(Screen):
         Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
         Binding("x", "export", N_("Export"), show=False),  # the same
         Binding("R", "resume", N_("Resume"), show=False),  # the same (a run's dashboard shows it in its footer)
+        Binding("g", "rollouts", N_("Rollouts"), show=False),  # the same: a grpo or ppo run's rollout browser
     ]
 
     def __init__(self, root: str | Path):
@@ -259,6 +260,11 @@ class RunsScreen(Screen):
         run = self._current()
         if run is not None:
             self.app.open_export(run.path)
+
+    def action_rollouts(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.open_rollouts(run.path)
 
     def action_resume(self) -> None:
         """Resumes the highlighted run (the app's resume: ftui.ops' rules, a refusal said in a
