@@ -94,7 +94,8 @@ def test_reader_bounds_what_it_reads(tmp_path, monkeypatch):
 def test_the_tail_reads_both_files_again_after_a_rotation(tmp_path):
     one = len(json.dumps(ro.storable(rollout(1, 0, 0, "a", 1.0)), separators=(",", ":"))) + 1
     tail = RolloutTail(tmp_path)
-    assert tail.poll() == ([], False)  # no file yet
+    assert tail.poll() == ([], True)  # no file yet: the first poll tells all there is
+    assert tail.poll() == ([], False)
     with RolloutWriter(tmp_path, cap_bytes=one * 2) as w:
         w.write([rollout(1, 0, 0, "a", 1.0)])
         assert [r["step"] for r in tail.poll()[0]] == [1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -149,9 +149,8 @@ class RolloutTail:
 
     run_dir: Path
     skipped: int = 0  # lines that were not rows
-    _ident: tuple[int, int] | None = None  # the current file's (device, inode)
+    _ident: tuple[int, int] | None | bool = False  # the current file's (device, inode); False: never polled
     _offset: int = 0
-    _older: list[dict] = field(default_factory=list)
 
     def poll(self) -> tuple[list[dict], bool]:
         path = Path(self.run_dir) / ROLLOUTS_FILE

@@ -106,7 +106,7 @@ class RolloutsScreen(ExamplesScreen):
         status = Text(_("{count} rollouts").format(count=len(items)) if items else
                       _("no rollouts yet: a grpo or ppo run writes them at each generation"), style="dim")
         if skipped:
-            status.append("  " + _("{count} lines that are not rollouts skipped").format(count=skipped), style="yellow")
+            status.append("  " + _("{count} lines skipped (not rollouts)").format(count=skipped), style="yellow")
         self.fill_keeping_cursor(items[-MAX_KEPT:], status)
 
     def fill_keeping_cursor(self, items: list[Rollout], status: Text) -> None:
