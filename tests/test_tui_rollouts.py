@@ -132,12 +132,15 @@ async def test_the_dashboard_offers_g_for_a_grpo_run_only_and_opens_the_browser(
         await until(pilot, lambda: isinstance(dashboard, DashboardScreen) and dashboard.view is not None)
         await pilot.pause(0.3)
         assert not dashboard.rollouts_offered and not dashboard.check_action("rollouts", ())
+        assert "Rollouts" not in [c.title for c in app.get_system_commands(dashboard)]
         await pilot.press("g")
         assert app.screen is dashboard  # an sft run has none: nothing opens
     app = make_app(tmp_path, attach=grpo)
     async with app.run_test(size=(120, 40)) as pilot:
         dashboard = app.screen
         await until(pilot, lambda: isinstance(dashboard, DashboardScreen) and dashboard.rollouts_offered)
+        assert "Rollouts" in [c.title for c in app.get_system_commands(dashboard)]
+        assert dashboard.active_bindings["g"].enabled and dashboard.active_bindings["g"].binding.show  # in the footer
         await pilot.press("g")
         await until(pilot, lambda: isinstance(app.screen, RolloutsScreen))
         assert app.screen.run_dir == grpo

@@ -113,7 +113,7 @@ class ExamplesScreen(Screen):
         table.clear(columns=True)
         table.add_column(_(self.INDEX_HEADING), key="index", width=self.INDEX_WIDTH)
         for name in self.SCORE_COLUMNS:
-            table.add_column(name, key=name, width=SCORE_WIDTH)
+            table.add_column(_(name), key=name, width=SCORE_WIDTH)
         for name in self.TEXT_COLUMNS:
             table.add_column(_(name), key=name, width=text_width)
         return True
