@@ -212,3 +212,17 @@ def test_browser_snapshot(snap_compare, tmp_path):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=before)
+
+
+def test_dashboard_of_a_grpo_run_snapshot(snap_compare, tmp_path):
+    """A grpo run's dashboard at 80x24: the reward plotted beside the loss, the reward figures
+    in the "now" panel, g Rollouts in the footer (it gives way last)."""
+    run = write_grpo_run(tmp_path / "runs", steps=90)
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 400)
+
+    async def before(pilot):
+        await until(pilot, lambda: pilot.app.screen.rollouts_offered)
+        await pilot.pause(1.0)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)

@@ -68,7 +68,8 @@ class DashboardScreen(Screen):
         Binding("g", "rollouts", N_("Rollouts")),  # only for a run with rollouts (a grpo or ppo stage)
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
-    FOOTER_DROP_FIRST = ("window", "figure", "rollouts", "smoothing", "chat", "runs", "lr", "log_scale", "export", "evalpredict")
+    # Rollouts (a grpo or ppo run's) gives way last: reading them is what such a run's dashboard is for.
+    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale", "export", "evalpredict", "rollouts")
     # Shown in the footer only once the run has ended, in Stop's place (their keys work throughout:
     # a live run's checkpoints can be scored or exported too, the palette lists them).
     ENDED_KEYS = frozenset({"evalpredict", "export"})
