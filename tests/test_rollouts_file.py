@@ -47,6 +47,16 @@ def test_rotation_at_the_cap_keeps_two_files_and_drops_the_oldest(tmp_path):
     assert steps == [7, 8, 9, 10]  # older: 7, 8, 9; current: 10; steps 1-6 dropped
 
 
+def test_writer_takes_numpy_scalars(tmp_path):
+    import numpy as np
+
+    with RolloutWriter(tmp_path) as w:
+        w.write([rollout(np.int64(2), 0, 0, "a", np.float32(0.5), advantage=np.float64(0.25), length=np.int32(3),
+                         truncated=np.bool_(True))])
+    (row,) = read_rollouts(tmp_path)
+    assert (row["step"], row["rewards"]["accuracy"], row["advantage"], row["length"], row["truncated"]) == (2, 0.5, 0.25, 3, True)
+
+
 def test_a_resumed_writer_appends(tmp_path):
     with RolloutWriter(tmp_path) as w:
         w.write(ROWS[:2])

@@ -37,25 +37,41 @@ _BIG = 1 << 53
 
 
 def _finite(value: Any) -> float | None:
-    """A reward as the file stores it: a finite float, else null (a function returned None)."""
+    """A number read from the file: a finite JSON number as a float, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
 
 
+def _writable(value: Any) -> float | None:
+    """A figure the runner hands over (a Python, NumPy or 0-d tensor number) as the file stores it."""
+    if value is None or isinstance(value, (bool, str)):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def storable(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` as one line stores it: each text cut at TEXT_CAP (``cut`` says so), NaN rewards
-    as null (JSON has no NaN)."""
+    as null (JSON has no NaN), the counts as ints and ``truncated`` as a bool (NumPy's or
+    torch's scalars are not JSON)."""
     out = dict(row)
+    for name in _INT_FIELDS:
+        if name in out:
+            out[name] = int(out[name])
+    out["truncated"] = bool(out.get("truncated", False))
     for name in TEXT_FIELDS:
         text = out.get(name)
         if isinstance(text, str) and len(text) > TEXT_CAP:
             out[name] = text[:TEXT_CAP]
             out["cut"] = True
-    out["rewards"] = {str(k): _finite(v) for k, v in dict(out.get("rewards") or {}).items()}
-    out["reward"] = _finite(out.get("reward"))
-    out["advantage"] = _finite(out.get("advantage")) or 0.0
+    out["rewards"] = {str(k): _writable(v) for k, v in dict(out.get("rewards") or {}).items()}
+    out["reward"] = _writable(out.get("reward"))
+    out["advantage"] = _writable(out.get("advantage")) or 0.0
     return out
 
 

@@ -118,7 +118,7 @@ class RolloutsScreen(ExamplesScreen):
         if current is not None:
             for at, item in enumerate(self.visible_items[:MAX_ROWS]):
                 if item.index == current:
-                    table.move_cursor(row=at, scroll=False)
+                    table.move_cursor(row=at)
                     break
 
     def cells(self, item: Rollout, width: int) -> list[Text]:
