@@ -226,3 +226,13 @@ def test_dashboard_of_a_grpo_run_snapshot(snap_compare, tmp_path):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+def test_the_table_shows_a_rendered_prompts_end():
+    from ftui.tui.screens.rollouts import prompt_cell
+
+    prompt = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is 2+3?\x1b[2J<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    cell = prompt_cell(prompt, 40).plain
+    assert cell.startswith("…") and cell.endswith("⏎<|im_start|>assistant") and len(cell) == 40
+    assert "\\x1b[2J" in prompt_cell(prompt, 60).plain and "\x1b" not in prompt_cell(prompt, 60).plain

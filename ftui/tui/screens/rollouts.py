@@ -26,11 +26,18 @@ from ftui.rundir.rollouts import MAX_ROWS as MAX_KEPT, RolloutTail
 from ftui.safety.text import visible
 from ftui.tui.predictions import clip
 from ftui.tui.screens.predictions import ExamplesScreen, MAX_ROWS
+from ftui.tui.screens.runs import keep_tail
 from ftui.tui.ui_thread import to_ui
 
 POLL_S = 1.0  # a live run's new rollouts show within a second or two
 DETAIL_CAP = 20_000  # characters of each text the detail shows (a 100 KB completion: its start, and a note)
 N_("completion"), N_("reward"), N_("adv"), N_("len")  # column headings, translated where shown
+
+
+def prompt_cell(prompt: str, width: int) -> Text:
+    """A prompt's end on one line: a rendered chat prompt starts with the same system turn in
+    every row and ends with what tells the rows apart (the question, the assistant's header)."""
+    return Text(keep_tail(visible(prompt.rstrip()[-2 * width:], one_line=True), width))
 
 
 @dataclass
@@ -127,7 +134,7 @@ class RolloutsScreen(ExamplesScreen):
         return [number_cell(row["reward"]),
                 number_cell(advantage, "{:+.2f}", "green" if advantage > 0 else "red" if advantage < 0 else ""),
                 Text(f"{row['length']}{'+' if row['truncated'] else ''}", style="yellow" if row["truncated"] else "", justify="right"),
-                Text(clip(row["prompt"], width)), Text(clip(row["completion"], width))]
+                prompt_cell(row["prompt"], width), Text(clip(row["completion"][: 4 * width], width))]
 
     def detail(self, item: Rollout) -> Text:
         row = item.row
