@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ftui.rundir.paths import CONFIG_FILE, ROLLOUTS_FILE, ROLLOUTS_OLDER_FILE as OLDER_FILE
 from ftui.safety.bounded_input import load_yaml
 
-ROLLOUTS_FILE = "rollouts.jsonl"
-OLDER_FILE = "rollouts.old.jsonl"
+__all__ = ["ROLLOUTS_FILE", "OLDER_FILE", "RolloutWriter", "RolloutTail", "read_rollouts", "valid_row", "writes_rollouts"]
 TEXT_FIELDS = ("prompt", "completion", "reference")
 TEXT_CAP = 200_000  # characters of each text a row keeps (a model that never stops writes more)
 READ_CAP = 64 << 20  # bytes read of each file: a file ftui wrote is at most cap_bytes (32 MB)
@@ -245,7 +245,7 @@ def writes_rollouts(run_dir: Path) -> bool:
     if (run_dir / ROLLOUTS_FILE).is_file() or (run_dir / OLDER_FILE).is_file():
         return True
     try:
-        with open(run_dir / "config.yaml", "rb") as fh:
+        with open(run_dir / CONFIG_FILE, "rb") as fh:
             config = load_yaml(fh.read(1 << 20))
     except Exception:  # noqa: BLE001 - unreadable or not YAML: "no", never a crash
         return False
