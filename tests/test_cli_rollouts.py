@@ -52,7 +52,7 @@ def test_json_lines_are_the_validated_rows(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["completion"] for r in rows] == [r["completion"] for r in ROWS]
     assert rows[3]["reward"] is None and rows[0]["rewards"] == {"accuracy": 1.0, "format": 0.5} and rows[0]["cut"] is False
-    assert proc.stdout.isascii()
+    assert proc.stdout.isascii() and "1 lines skipped (not rollouts)" in proc.stderr
 
 
 def test_errors_say_what_to_do(tmp_path):

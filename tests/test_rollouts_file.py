@@ -140,3 +140,18 @@ def test_select_sorts_by_reward_searches_and_filters_steps():
     assert select(rows, step=1) == [0]
     assert select(rows, "what is 0", sort="step") == [0, 1, 2, 3]  # the prompt is searched too
     assert parse_query("step:3 foo  Bar") == ((3, 3), "foo bar") and math.isfinite(1.0)
+
+
+def test_a_fifo_or_a_device_is_refused_not_read(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / ROLLOUTS_FILE)  # a reader that opened it would wait for a writer forever
+    tail = RolloutTail(tmp_path)
+    assert tail.poll() == ([], True) and "FIFO" in tail.problem
+    os.remove(tmp_path / ROLLOUTS_FILE)
+    os.symlink("/dev/zero", tmp_path / OLDER_FILE)  # endless: refused before a byte is read
+    tail = RolloutTail(tmp_path)
+    assert tail.poll() == ([], True) and "device" in tail.problem
+    os.remove(tmp_path / OLDER_FILE)
+    os.mkfifo(tmp_path / "config.yaml")  # the stage's question does not hang on it either
+    assert writes_rollouts(tmp_path) is False

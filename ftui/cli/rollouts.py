@@ -10,11 +10,11 @@ import json
 import sys
 from typing import TextIO
 
-from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, note_line, safe_console
+from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, note_line, safe_console, warning_line
 from ftui.cli.runs import resolve_run_arg
 from ftui.i18n import _
 from ftui.rundir.rollout_query import select
-from ftui.rundir.rollouts import OLDER_FILE, ROLLOUTS_FILE, read_rollouts
+from ftui.rundir.rollouts import OLDER_FILE, ROLLOUTS_FILE, RolloutTail
 from ftui.safety.text import VisibleWriter, visible
 
 
@@ -35,7 +35,12 @@ def cmd_rollouts(args: argparse.Namespace, out: TextIO | None = None) -> int:
         err.print(error_line(_("{run} has no rollouts: grpo and ppo runs write them ({file}) from their first generation on").format(
             run=run_dir.name, file=ROLLOUTS_FILE)))
         return EXIT_FAILED
-    rows = read_rollouts(run_dir)
+    tail = RolloutTail(run_dir)
+    rows, _reset = tail.poll()
+    if tail.problem:
+        err.print(warning_line(tail.problem))
+    if tail.skipped:
+        err.print(note_line(_("{count} lines skipped (not rollouts)").format(count=tail.skipped)))
     chosen = [rows[at] for at in select(rows, query, args.sort)][: args.limit or 20]
     if not chosen:
         err.print(note_line(_("no rollouts match (of {count})").format(count=len(rows))))

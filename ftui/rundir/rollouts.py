@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ftui.rundir.paths import CONFIG_FILE, ROLLOUTS_FILE, ROLLOUTS_OLDER_FILE as OLDER_FILE
+from ftui.rundir.run_files import UnreadableFile, open_regular
 from ftui.safety.bounded_input import load_yaml
 
 __all__ = ["ROLLOUTS_FILE", "OLDER_FILE", "RolloutWriter", "RolloutTail", "read_rollouts", "valid_row", "writes_rollouts"]
@@ -165,6 +166,7 @@ class RolloutTail:
 
     run_dir: Path
     skipped: int = 0  # lines that were not rows
+    problem: str | None = None  # why a file could not be read (a FIFO, a device, permissions)
     _ident: tuple[int, int] | None | bool = False  # the current file's (device, inode); False: never polled
     _offset: int = 0
 
@@ -189,7 +191,10 @@ class RolloutTail:
         ``complete_only``: a last line without its newline is left for the next poll."""
         rows: list[dict] = []
         try:
-            with open(path, "rb") as fh:
+            fd = open_regular(path)  # a FIFO or /dev/zero planted as the file is refused, never read
+            if fd is None:
+                return []
+            with os.fdopen(fd, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 start = self._offset if complete_only else 0
                 if size - start > READ_CAP:  # only the newest READ_CAP bytes, from a line's start
@@ -197,7 +202,7 @@ class RolloutTail:
                     fh.readline()
                 else:
                     fh.seek(start)
-                while True:
+                while fh.tell() < size:  # what is there now: a file that keeps growing is read on at the next poll
                     at = fh.tell()
                     line = fh.readline(LINE_CAP + 1)
                     if not line:
@@ -220,7 +225,11 @@ class RolloutTail:
                             del rows[:MAX_ROWS]
                 if complete_only:
                     self._offset = fh.tell()
-        except OSError:
+        except UnreadableFile as err:
+            self.problem = str(err)
+            return []
+        except OSError as err:
+            self.problem = f"{path.name}: {err.strerror or err}"
             return []
         return rows
 
@@ -245,7 +254,10 @@ def writes_rollouts(run_dir: Path) -> bool:
     if (run_dir / ROLLOUTS_FILE).is_file() or (run_dir / OLDER_FILE).is_file():
         return True
     try:
-        with open(run_dir / CONFIG_FILE, "rb") as fh:
+        fd = open_regular(run_dir / CONFIG_FILE)
+        if fd is None:
+            return False
+        with os.fdopen(fd, "rb") as fh:
             config = load_yaml(fh.read(1 << 20))
     except Exception:  # noqa: BLE001 - unreadable or not YAML: "no", never a crash
         return False

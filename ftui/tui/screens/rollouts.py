@@ -105,15 +105,17 @@ class RolloutsScreen(ExamplesScreen):
         rotated), read off the UI thread."""
         rows, reset = self.tail.poll()
         if rows or reset:
-            to_ui(self, self._add_rows, rows, reset, self.tail.skipped)
+            to_ui(self, self._add_rows, rows, reset, self.tail.skipped, self.tail.problem)
 
-    def _add_rows(self, rows: list[dict], reset: bool, skipped: int) -> None:
+    def _add_rows(self, rows: list[dict], reset: bool, skipped: int, problem: str | None = None) -> None:
         start = 0 if reset else (self.items[-1].index + 1 if self.items else 0)
         items = ([] if reset else self.items) + [Rollout(start + n, row) for n, row in enumerate(rows)]
         status = Text(_("{count} rollouts").format(count=len(items)) if items else
                       _("no rollouts yet: a grpo or ppo run writes them at each generation"), style="dim")
         if skipped:
             status.append("  " + _("{count} lines skipped (not rollouts)").format(count=skipped), style="yellow")
+        if problem:
+            status.append("  " + visible(problem, one_line=True), style="red")
         self.fill_keeping_cursor(items[-MAX_KEPT:], status)
 
     def fill_keeping_cursor(self, items: list[Rollout], status: Text) -> None:
