@@ -1,7 +1,7 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
 loss curves are overlaid below the table (f: an extra figure of theirs instead, such as a
 preference run's rewards_margin), d deletes a run that no job runs (after a yes), R resumes a
-stopped, failed or died run (the app's resume, ftui.ops)."""
+stopped, failed or died run (the app's resume, ftui.ops), g opens a grpo or ppo run's rollout browser."""
 
 from __future__ import annotations
 
