@@ -57,12 +57,13 @@ def test_writer_takes_numpy_scalars(tmp_path):
     assert (row["step"], row["rewards"]["accuracy"], row["advantage"], row["length"], row["truncated"]) == (2, 0.5, 0.25, 3, True)
 
 
-def test_a_resumed_writer_appends(tmp_path):
+def test_a_resumed_writer_appends_and_a_rollout_written_again_is_read_once(tmp_path):
     with RolloutWriter(tmp_path) as w:
-        w.write(ROWS[:2])
-    with RolloutWriter(tmp_path) as w:
-        w.write(ROWS[2:3])
-    assert len(read_rollouts(tmp_path)) == 3
+        w.write(ROWS[:3])
+    with RolloutWriter(tmp_path) as w:  # resumed from a checkpoint before ROWS[1]'s step: written again
+        w.write([{**ROWS[1], "completion": "again"}, ROWS[3]])
+    assert [r["completion"] for r in read_rollouts(tmp_path)] == [ROWS[0]["completion"], "again", ROWS[2]["completion"],
+                                                                  ROWS[3]["completion"]]
 
 
 def test_reader_skips_torn_and_hostile_lines(tmp_path):

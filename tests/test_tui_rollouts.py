@@ -111,6 +111,10 @@ async def test_a_live_runs_new_rollouts_come_in_and_the_highlight_stays(tmp_path
             writer.write([rollout(5, 0, 0, "fifth", 1.0)])
         await until(pilot, lambda: len(screen.items) == len(ROWS) + 3)
         assert "1 lines skipped (not rollouts)" in text_of(screen.query_one("#ex-title"))
+        with RolloutWriter(run) as writer:  # a resumed run writes a rollout again: it replaces the one before
+            writer.write([rollout(4, 0, 0, "a new one, again", 1.0), rollout(6, 0, 0, "sixth", 1.0)])
+        await until(pilot, lambda: len(screen.items) == len(ROWS) + 4)
+        assert "a new one, again" in completions(screen) and "a new one" not in completions(screen)
 
 
 async def test_a_run_without_rollouts_says_so(tmp_path):

@@ -13,7 +13,7 @@ from typing import TextIO
 from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, note_line, safe_console, warning_line
 from ftui.cli.runs import resolve_run_arg
 from ftui.i18n import _
-from ftui.rundir.rollout_query import select
+from ftui.rundir.rollout_query import latest, select
 from ftui.rundir.rollouts import OLDER_FILE, ROLLOUTS_FILE, RolloutTail
 from ftui.safety.text import VisibleWriter, visible
 
@@ -36,7 +36,7 @@ def cmd_rollouts(args: argparse.Namespace, out: TextIO | None = None) -> int:
             run=run_dir.name, file=ROLLOUTS_FILE)))
         return EXIT_FAILED
     tail = RolloutTail(run_dir)
-    rows, _reset = tail.poll()
+    rows = latest(tail.poll()[0])
     if tail.problem:
         err.print(warning_line(tail.problem))
     if tail.skipped:

@@ -17,6 +17,26 @@ SORT_WORDS = {"newest": N_("newest step first"), "step": N_("step"), "reward": N
 _STEP = re.compile(r"^step:(\d{1,12})(?:-(\d{1,12}))?$", re.IGNORECASE)
 
 
+def rollout_key(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    return row["step"], row["generation"], row["group"], row["sample"]
+
+
+def latest(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each rollout once, as last written, in the place it first had: a resumed run generates
+    the rollouts of the steps after its checkpoint again (the same ones: its data order and
+    seeds are the run's) and appends them to the same file."""
+    at: dict[tuple[int, int, int, int], int] = {}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        key = rollout_key(row)
+        if key in at:
+            out[at[key]] = row
+        else:
+            at[key] = len(out)
+            out.append(row)
+    return out
+
+
 def parse_query(query: str) -> tuple[tuple[int, int] | None, str]:
     """``query`` as (the steps it keeps, first and last, or None for all; the words to find)."""
     steps, words = None, []

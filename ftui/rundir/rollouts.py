@@ -242,9 +242,12 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 
 
 def read_rollouts(run_dir: Path) -> list[dict]:
-    """The run's rollouts: OLDER then current, each row validated, at most MAX_ROWS (the newest)."""
+    """The run's rollouts: OLDER then current, each row validated, at most MAX_ROWS (the newest),
+    each once (a resumed run's regenerated rollouts replace those of before the stop)."""
+    from ftui.rundir.rollout_query import latest
+
     rows, _reset = RolloutTail(Path(run_dir)).poll()
-    return rows
+    return latest(rows)
 
 
 def writes_rollouts(run_dir: Path) -> bool:

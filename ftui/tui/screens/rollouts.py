@@ -21,7 +21,7 @@ from textual import work
 from textual.widgets import DataTable, Input
 
 from ftui.i18n import N_, _
-from ftui.rundir.rollout_query import SORT_WORDS, SORTS, select
+from ftui.rundir.rollout_query import SORT_WORDS, SORTS, rollout_key, select
 from ftui.rundir.rollouts import MAX_ROWS as MAX_KEPT, RolloutTail
 from ftui.safety.text import visible
 from ftui.tui.predictions import clip
@@ -75,6 +75,7 @@ class RolloutsScreen(ExamplesScreen):
         self.run_dir = Path(run_dir)
         self.follow = follow
         self.tail = RolloutTail(self.run_dir)
+        self.places: dict[tuple[int, int, int, int], int] = {}  # a rollout's place in items (a resume writes it again)
         self.initial_query = query
         self.sort_index = SORTS.index(sort) if sort in SORTS else 0
 
@@ -108,15 +109,26 @@ class RolloutsScreen(ExamplesScreen):
             to_ui(self, self._add_rows, rows, reset, self.tail.skipped, self.tail.problem)
 
     def _add_rows(self, rows: list[dict], reset: bool, skipped: int, problem: str | None = None) -> None:
-        start = 0 if reset else (self.items[-1].index + 1 if self.items else 0)
-        items = ([] if reset else self.items) + [Rollout(start + n, row) for n, row in enumerate(rows)]
+        items = [] if reset else list(self.items)
+        if reset:
+            self.places = {}
+        for row in rows:
+            key = rollout_key(row)
+            if key in self.places:  # the same rollout written again after a resume: the newer one
+                items[self.places[key]] = Rollout(items[self.places[key]].index, row)
+            else:
+                self.places[key] = len(items)
+                items.append(Rollout(items[-1].index + 1 if items else 0, row))
+        if len(items) > MAX_KEPT:
+            items = items[-MAX_KEPT:]
+            self.places = {rollout_key(item.row): at for at, item in enumerate(items)}
         status = Text(_("{count} rollouts").format(count=len(items)) if items else
                       _("no rollouts yet: a grpo or ppo run writes them at each generation"), style="dim")
         if skipped:
             status.append("  " + _("{count} lines skipped (not rollouts)").format(count=skipped), style="yellow")
         if problem:
             status.append("  " + visible(problem, one_line=True), style="red")
-        self.fill_keeping_cursor(items[-MAX_KEPT:], status)
+        self.fill_keeping_cursor(items, status)
 
     def fill_keeping_cursor(self, items: list[Rollout], status: Text) -> None:
         """New rows come in without moving the highlight off the rollout being read."""
