@@ -38,6 +38,14 @@ def cmd_app(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def open_rollouts_app(run_dir: Path, root: str | None, query: str = "", sort: str = "newest") -> int:
+    """``ftui rollouts RUN``: the app on the run's rollout browser (Escape: its dashboard)."""
+    from ftui.tui.app import FtuiApp
+
+    FtuiApp(root or default_runs_root(), attach=run_dir, offer_live=False, rollouts={"query": query, "sort": sort}).run()
+    return EXIT_OK
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from ftui.tui.app import FtuiApp
 

@@ -11,6 +11,7 @@
     ftui eval RUN --dataset NAMES            eval loss and perplexity (reward accuracy) over datasets (a job)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
+    ftui rollouts RUN [--print | --json]     a grpo or ppo run's completions and rewards (the browser, or lines)
     ftui runs                                list the runs under the runs root
     ftui delete RUN [--yes]                  delete a run that no job runs (asks first)
 
@@ -85,6 +86,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ftui.cli.runs import cmd_watch
 
         return cmd_watch(args)
+    if args.command == "rollouts":
+        from ftui.cli.rollouts import cmd_rollouts
+
+        return cmd_rollouts(args)
     if args.command == "delete":
         from ftui.cli.runs import cmd_delete
 

@@ -125,6 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
     w.add_argument("--interval", type=positive, default=2.0, help=_("seconds between checks (default 2)"))
 
+    from ftui.rundir.rollout_query import SORTS
+
+    ro = sub.add_parser("rollouts", help=_("a grpo or ppo run's rollouts: prompts, completions, per-function rewards (the browser, or --print)"),
+                        epilog=_("exit codes: 0 done, 1 the run has no rollouts, 2 no such run or a usage error"))
+    ro.add_argument("run", help=run_help)
+    ro.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
+    shape = ro.add_mutually_exclusive_group()
+    shape.add_argument("--print", action="store_true", help=_("print them as text instead of opening the browser"))
+    shape.add_argument("--json", action="store_true", help=_("print them as JSON, one rollout a line"))
+    ro.add_argument("--step", type=int, metavar="N", help=_("only the rollouts step N trains on"))
+    ro.add_argument("--sort", choices=SORTS, default="newest", help=_("newest (step, newest first; the default), step, "
+                                                                     "reward (highest first) or low-reward (lowest first)"))
+    ro.add_argument("--search", metavar="TEXT", help=_("only rollouts whose prompt or completion holds TEXT"))
+    ro.add_argument("--limit", type=int, metavar="N", help=_("with --print or --json: at most N rollouts (default 20)"))
+
     p.add_argument("--root", dest="app_root", default=None, metavar="RUNS_ROOT",
                    help=_("runs root for the app, and for a command that takes --root (default: {root})").format(root=default_runs_root()))
     p.add_argument("--config", dest="app_config", default=None, metavar="CONFIG.yaml", help=_("open the launch form filled from this YAML"))

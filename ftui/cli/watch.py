@@ -35,9 +35,38 @@ def _fmt(value, spec: str) -> str:
     return "nan" if value is None else format(value, spec)
 
 
-def _extras(event: dict) -> str:
+def _extras(event: dict, leave_out: frozenset[str] = frozenset()) -> str:
     """A newer stage's figures (events.extra_figures: printable names, finite numbers)."""
-    return "".join(f" {name} {fmt_figure(value)}" for name, value in extra_figures(event))
+    return "".join(f" {name} {fmt_figure(value)}" for name, value in extra_figures(event) if name not in leave_out)
+
+
+# A grpo or ppo step's figures (the names the rollout stages write), on a line of their own.
+REWARD_FIGURES = ("reward", "reward_std", "completion_length", "clipped_ratio", "frac_reward_zero_std", "kl", "entropy", "clip_ratio")
+
+
+def reward_line(event: dict) -> tuple[str, frozenset[str]]:
+    """``  reward 0.75 ± 0.3 (accuracy 0.8, format 0.7) · length 34.5 (10% cut) · kl 0.0012 ...``
+    for a step event with a ``reward`` figure (else ""), and the names it shows (the step line
+    leaves them out)."""
+    figures = dict(extra_figures(event))
+    if "reward" not in figures:
+        return "", frozenset()
+    per_function = [(name, value) for name, value in figures.items() if name.startswith("reward_") and name != "reward_std"]
+    text = "  " + _("reward") + f" {fmt_figure(figures['reward'])}"
+    if "reward_std" in figures:
+        text += f" ± {fmt_figure(figures['reward_std'])}"
+    if per_function:
+        text += " (" + ", ".join(f"{name[len('reward_'):]} {fmt_figure(value)}" for name, value in per_function) + ")"
+    parts = [text]
+    if "completion_length" in figures:
+        part = _("length") + f" {fmt_figure(figures['completion_length'])}"
+        if "clipped_ratio" in figures:
+            part += " (" + _("{share}% cut").format(share=f"{100 * figures['clipped_ratio']:.0f}") + ")"
+        parts.append(part)
+    if "frac_reward_zero_std" in figures:
+        parts.append(_("zero-spread groups {share}%").format(share=f"{100 * figures['frac_reward_zero_std']:.0f}"))
+    parts += [f"{name} {fmt_figure(figures[name])}" for name in ("kl", "entropy", "clip_ratio") if name in figures]
+    return " · ".join(parts), frozenset(REWARD_FIGURES) | {name for name, _value in per_function}
 
 
 def _print_events(events, fold: RunFold, last_printed, out: TextIO):
@@ -71,10 +100,13 @@ def _print_events(events, fold: RunFold, last_printed, out: TextIO):
             print(job.result_line(e), file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
+        rewards, shown = reward_line(latest)
         print(_("step {step}/{max_steps} loss {loss} lr {lr} tok/s {tps} eta {eta}").format(
             step=latest["step"], max_steps=summary.max_steps or "?", loss=_fmt(latest.get("loss"), ".4f"),
             lr=f"{latest.get('lr') or 0:.3e}", tps=f"{latest.get('tokens_per_s') or 0:,.0f}",
-            eta=fmt_duration(fold.eta.eta(latest["step"], summary.max_steps))) + _extras(latest), file=out, flush=True)
+            eta=fmt_duration(fold.eta.eta(latest["step"], summary.max_steps))) + _extras(latest, shown), file=out, flush=True)
+        if rewards:
+            print(rewards, file=out, flush=True)
     return last_printed
 
 

@@ -38,10 +38,12 @@ class FtuiApp(App):
         sampler: Callable[[], tuple] | None = None,
         offer_live: bool = True,
         render_examples: bool = True,
+        rollouts: dict[str, str] | None = None,
     ):
         super().__init__()
         self.runs_root = Path(runs_root)
         self.attach_to = attach
+        self.rollouts_first = rollouts  # ftui rollouts RUN: the rollout browser (its search and sort) over the run's dashboard
         self.initial_config = initial_config
         self.clock = clock
         self.sampler = sampler
@@ -68,6 +70,8 @@ class FtuiApp(App):
     def on_mount(self) -> None:
         if self.attach_to is not None:  # the launch form is built only if the user goes there
             self.open_dashboard(self.attach_to)
+            if self.rollouts_first is not None:
+                self.open_rollouts(self.attach_to, **self.rollouts_first)
             return
         self.action_show_launch()
         if self.offer_live:
@@ -105,6 +109,12 @@ class FtuiApp(App):
         from ftui.tui.screens.evalpredict import EvalPredictScreen
 
         self.push_screen(EvalPredictScreen(Path(run_dir)))
+
+    def open_rollouts(self, run_dir: Path, query: str = "", sort: str = "newest") -> None:
+        """The rollout browser of a grpo or ppo run (its dashboard's, and the runs screen's, key g)."""
+        from ftui.tui.screens.rollouts import RolloutsScreen
+
+        self.push_screen(RolloutsScreen(Path(run_dir), query=query, sort=sort))
 
     def open_export(self, run_dir: Path) -> None:
         """The Export screen of a run (its dashboard's, and the runs screen's, key x)."""
@@ -237,6 +247,8 @@ class FtuiApp(App):
                                 screen.action_evalpredict)
             yield SystemCommand(_("Export model"), _("This run's model as a standalone directory (merged, safetensors; GGUF)"),
                                 screen.action_export)
+            if screen.rollouts_offered:
+                yield SystemCommand(_("Rollouts"), _("Browse this run's completions and their rewards (g)"), screen.action_rollouts)
         if isinstance(screen, RunsScreen):
             yield SystemCommand(_("Overlay loss curves"), _("Plot the marked runs together"), screen.action_overlay)
             yield SystemCommand(_("Delete run"), _("Delete the highlighted run's directory (asks first; never a live run)"), screen.action_delete)
@@ -247,3 +259,5 @@ class FtuiApp(App):
                                     screen.action_evalpredict)
                 yield SystemCommand(_("Export model"), _("The highlighted run's model as a standalone directory (merged, safetensors; GGUF)"),
                                     screen.action_export)
+                yield SystemCommand(_("Rollouts"), _("Browse the highlighted grpo or ppo run's completions and their rewards (g)"),
+                                    screen.action_rollouts)

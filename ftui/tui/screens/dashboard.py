@@ -65,9 +65,11 @@ class DashboardScreen(Screen):
         Binding("c", "chat", N_("Chat")),
         Binding("e", "evalpredict", N_("Eval/Predict")),  # in the footer once the run has ended (ENDED_KEYS)
         Binding("x", "export", N_("Export")),
+        Binding("g", "rollouts", N_("Rollouts")),  # only for a run with rollouts (a grpo or ppo stage)
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
-    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale", "export", "evalpredict")
+    # Rollouts (a grpo or ppo run's) gives way last: reading them is what such a run's dashboard is for.
+    FOOTER_DROP_FIRST = ("window", "figure", "smoothing", "chat", "runs", "lr", "log_scale", "export", "evalpredict", "rollouts")
     # Shown in the footer only once the run has ended, in Stop's place (their keys work throughout:
     # a live run's checkpoints can be scored or exported too, the palette lists them).
     ENDED_KEYS = frozenset({"evalpredict", "export"})
@@ -85,6 +87,7 @@ class DashboardScreen(Screen):
         self._plotted = 0.0
         self._plot_due = False
         self.figure_offset = 0  # which of the run's extra figures the first figure plot shows (key f)
+        self.rollouts_offered = False  # the run writes rollouts (key g): known once check_rollouts has looked
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -107,6 +110,7 @@ class DashboardScreen(Screen):
         self.query_one("#figure-plots").display = False
         self._set_titles()
         self.tail_run()  # the device sampler starts with the first view of a live run (show)
+        self.check_rollouts()
         self.set_interval(PLOT_EVERY_S, self._flush_plot)
 
     def _set_titles(self) -> None:
@@ -279,7 +283,21 @@ class DashboardScreen(Screen):
             return self.view is not None and self.view.ended and self.view.status in self.RESUMABLE
         if action == "figure":  # nothing to cycle without extra figures (sft, pt)
             return self.view is not None and bool(self.view.figure_names)
+        if action == "rollouts":  # an sft or dpo run has none to browse
+            return self.rollouts_offered
         return True
+
+    @work(thread=True, group="rollouts")
+    def check_rollouts(self) -> None:
+        """Whether the run has rollouts to browse (its files and its config.yaml: off the UI thread)."""
+        from ftui.rundir.rollouts import writes_rollouts
+
+        if writes_rollouts(self.run_dir):
+            to_ui(self, self._offer_rollouts)
+
+    def _offer_rollouts(self) -> None:
+        self.rollouts_offered = True
+        self.refresh_bindings()
 
     def show_devices(self, gpus, host) -> None:
         if self._widgets_gone():
@@ -338,6 +356,9 @@ class DashboardScreen(Screen):
 
     def action_export(self) -> None:
         self.app.open_export(self.run_dir)
+
+    def action_rollouts(self) -> None:
+        self.app.open_rollouts(self.run_dir)
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why

@@ -58,6 +58,8 @@ class ExamplesScreen(Screen):
     SORTS: tuple[str | None, ...] = (None, *SCORES)
     TEXT_COLUMNS: tuple[str, ...] = ()
     SCORE_COLUMNS: tuple[str, ...] = ()
+    INDEX_HEADING, INDEX_WIDTH = "#", 4  # the first column: the item's place (a rollout's step)
+    SEARCH_HINT = N_("search prompt, label, prediction (/)")
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,7 +76,7 @@ class ExamplesScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="ex-title")
-        yield Input(id="ex-search", placeholder=_("search prompt, label, prediction (/)"), compact=True)
+        yield Input(id="ex-search", placeholder=_(self.SEARCH_HINT), compact=True)
         yield DataTable(id="ex-table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="ex-detail"):
             yield Static("", id="ex-detail-text")
@@ -83,7 +85,7 @@ class ExamplesScreen(Screen):
     async def recompose(self) -> None:
         """The language changed: headings, title, placeholder and footer again, in place (the
         examples, their scores, the search and the sort stay)."""
-        self.query_one("#ex-search", Input).placeholder = _("search prompt, label, prediction (/)")
+        self.query_one("#ex-search", Input).placeholder = _(self.SEARCH_HINT)
         self._text_width = None
         self.set_columns()
         self.fill_table()
@@ -103,15 +105,15 @@ class ExamplesScreen(Screen):
         """The text columns share the width the number columns leave; True when they changed."""
         table = self.query_one("#ex-table", DataTable)
         width = (table.size.width or self.app.size.width) - 2
-        fixed = 6 + len(self.SCORE_COLUMNS) * (SCORE_WIDTH + 2)
+        fixed = self.INDEX_WIDTH + 2 + len(self.SCORE_COLUMNS) * (SCORE_WIDTH + 2)
         text_width = max(8, (width - fixed) // max(1, len(self.TEXT_COLUMNS)) - 2)
         if getattr(self, "_text_width", None) == text_width:
             return False
         self._text_width = text_width
         table.clear(columns=True)
-        table.add_column("#", key="index", width=4)
+        table.add_column(_(self.INDEX_HEADING), key="index", width=self.INDEX_WIDTH)
         for name in self.SCORE_COLUMNS:
-            table.add_column(name, key=name, width=SCORE_WIDTH)
+            table.add_column(_(name), key=name, width=SCORE_WIDTH)
         for name in self.TEXT_COLUMNS:
             table.add_column(_(name), key=name, width=text_width)
         return True
@@ -162,22 +164,32 @@ class ExamplesScreen(Screen):
 
     def show_title(self) -> None:
         text = self.heading()
-        sort = _("dataset order") if self.sort_metric is None else f"{NAMES.get(self.sort_metric, self.sort_metric)} {self.sort_words()}"
-        shown_line = _("{shown} of {total} shown · sorted by {sort} (s)").format(shown=len(self.visible_items), total=len(self.items), sort=sort)
+        shown_line = _("{shown} of {total} shown · sorted by {sort} (s)").format(shown=len(self.visible_items), total=len(self.items),
+                                                                              sort=self.sort_label())
         text.append(f"\n{shown_line} · ", style="dim")
         text.append_text(self.status)
         self.query_one("#ex-title", Static).update(text)
 
+    def sort_label(self) -> str:
+        return _("dataset order") if self.sort_metric is None else f"{NAMES.get(self.sort_metric, self.sort_metric)} {self.sort_words()}"
+
     def sort_words(self) -> str:
         return _("worst first")
+
+    def ordered(self, query: str) -> list[Any]:
+        """The items the search keeps, in the sort's order."""
+        return shown(self.items, query, self.sort_metric)
+
+    def index_cell(self, item: Any) -> Text:
+        return Text(str(item.index + 1), justify="right")
 
     def fill_table(self) -> None:
         table = self.query_one("#ex-table", DataTable)
         query = self.query_one("#ex-search", Input).value
-        self.visible_items = shown(self.items, query, self.sort_metric)
+        self.visible_items = self.ordered(query)
         table.clear()
         for item in self.visible_items[:MAX_ROWS]:
-            table.add_row(Text(str(item.index + 1), justify="right"), *self.cells(item, self._text_width), key=str(item.index))
+            table.add_row(self.index_cell(item), *self.cells(item, self._text_width), key=str(item.index))
         if len(self.visible_items) > MAX_ROWS:
             self.notify(_("showing the first {count} of {total}: search to narrow them").format(
                 count=MAX_ROWS, total=len(self.visible_items)), timeout=5)

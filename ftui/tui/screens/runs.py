@@ -1,7 +1,7 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
 loss curves are overlaid below the table (f: an extra figure of theirs instead, such as a
 preference run's rewards_margin), d deletes a run that no job runs (after a yes), R resumes a
-stopped, failed or died run (the app's resume, ftui.ops)."""
+stopped, failed or died run (the app's resume, ftui.ops), g opens a grpo or ppo run's rollout browser."""
 
 from __future__ import annotations
 
@@ -147,6 +147,7 @@ class RunsScreen(Screen):
         Binding("e", "evalpredict", N_("Eval/Predict"), show=False),  # not in the footer: its snapshots stay; the palette lists it
         Binding("x", "export", N_("Export"), show=False),  # the same
         Binding("R", "resume", N_("Resume"), show=False),  # the same (a run's dashboard shows it in its footer)
+        Binding("g", "rollouts", N_("Rollouts"), show=False),  # the same: a grpo or ppo run's rollout browser
     ]
 
     def __init__(self, root: str | Path):
@@ -259,6 +260,11 @@ class RunsScreen(Screen):
         run = self._current()
         if run is not None:
             self.app.open_export(run.path)
+
+    def action_rollouts(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.open_rollouts(run.path)
 
     def action_resume(self) -> None:
         """Resumes the highlighted run (the app's resume: ftui.ops' rules, a refusal said in a
