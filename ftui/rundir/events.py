@@ -60,7 +60,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "step": frozenset(REQUIRED["step"]) | {"v", "t", "event", "skipped", "window_steps", "total_tokens", "data_wait_s", "ranks"},
     "eval": frozenset(REQUIRED["eval"]) | {"v", "t", "event", "eval_tokens"},
 }
-MAX_EXTRA_FIGURES = 8  # a run directory is untrusted: it must not fill the screen ...
+MAX_EXTRA_FIGURES = 16  # a run directory is untrusted: it must not fill the screen ...
 MAX_FIGURE_NAME = 40  # ... nor push the figures out of their panel
 MEM_FIELDS = ("rank", "allocated", "reserved", "peak")
 
