@@ -50,3 +50,11 @@ def test_the_stages_own_options_are_kept_in_the_saved_config():
                                        disable_tqdm=True))
     saved = cfg.to_dict(include_unsupported=False)
     assert saved["num_generations"] == 4 and "disable_tqdm" not in saved
+
+
+def test_the_sampling_keys_are_not_said_to_have_no_effect_for_grpo():
+    from ftui.config.problems import unsupported_warning
+
+    extra = {"temperature": 0.7, "top_p": 0.9, "disable_tqdm": True}
+    assert unsupported_warning(extra, "grpo").endswith("disable_tqdm")
+    assert "temperature" in unsupported_warning(extra, "sft")
