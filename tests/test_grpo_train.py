@@ -46,6 +46,7 @@ def test_a_short_grpo_run_writes_rollouts_figures_evals_and_final(tmp_path):
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
     steps = steps_of(events)
     assert [s["step"] for s in steps] == [1, 2, 3]
+    assert steps[-1]["epoch"] == pytest.approx(1.5)  # an epoch: 4 prompts x 4 completions = 2 steps of 8 completions
     for name in ("reward", "reward_std", "reward_score", "completion_length", "clipped_ratio", "frac_reward_zero_std",
                  "entropy", "clip_ratio"):
         assert all(isinstance(s.get(name), float) for s in steps), name
@@ -114,3 +115,15 @@ def test_a_reward_function_that_fails_ends_the_run_with_its_message(tmp_path):
     assert end["status"] == "failed"
     text = json.dumps(end)
     assert "score" in text and "one number per completion" in text and "Traceback" not in text
+
+
+def test_rollouts_trained_on_twice_keep_the_policys_log_probabilities_of_when_they_were_made(tmp_path):
+    """num_iterations 2: each generation serves two optimizer steps; the second step's ratio
+    is against the log-probabilities at generation (TRL's old_per_token_logps), so it moves."""
+    cfg = grpo_config(tmp_path, num_iterations=2, max_steps=4, learning_rate=5e-3)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    rows = read_rollouts(run_dir)
+    assert sorted({(r["generation"], r["step"]) for r in rows}) == [(0, 1), (1, 3)]
+    steps = steps_of(events)
+    assert steps[0]["clip_ratio"] == 0 and steps[1]["clip_ratio"] > 0  # step 1 on-policy; step 2 off by one update
