@@ -90,7 +90,7 @@ def advantages_of(rows: list[dict], group: int) -> tuple[list[float], list[float
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", pytest.param("zero3", marks=pytest.mark.slow)])
 def test_groups_straddling_two_ranks_get_the_advantages_of_all_their_rewards(tmp_path, engine):
     cfg = grpo_config(tmp_path, engine=engine, nproc_per_node=2, per_device_train_batch_size=2, max_steps=2)
     run_dir, events, proc = train_sync(cfg)
@@ -104,7 +104,7 @@ def test_groups_straddling_two_ranks_get_the_advantages_of_all_their_rewards(tmp
     want, got = advantages_of(rows, 4)
     assert got == pytest.approx(want, abs=1e-5) and any(abs(a) > 0.1 for a in got)
     ranks = next(s for s in steps_of(events) if "ranks" in s)["ranks"]
-    if engine == "fsdp":  # sharded: each rank holds part of the parameters
+    if engine != "ddp":  # sharded: each rank holds part of the parameters
         assert ranks[0]["param_elements"] < start["total_params"]
 
 
@@ -127,3 +127,15 @@ def test_rollouts_trained_on_twice_keep_the_policys_log_probabilities_of_when_th
     assert sorted({(r["generation"], r["step"]) for r in rows}) == [(0, 1), (1, 3)]
     steps = steps_of(events)
     assert steps[0]["clip_ratio"] == 0 and steps[1]["clip_ratio"] > 0  # step 1 on-policy; step 2 off by one update
+
+
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_beta_adds_the_kl_to_the_reference_which_starts_equal_to_the_policy(tmp_path, method):
+    cfg = grpo_config(tmp_path, beta=0.04, finetuning_type=method, lora_rank=8, learning_rate=5e-3, max_steps=3)
+    run_dir, events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    steps = steps_of(events)
+    assert steps[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the adapter starts at zero / the copy is the start
+    assert steps[-1]["kl"] > 1e-6  # the policy has moved away from it
+    log = (run_dir / "train.log").read_text()
+    assert ("adapter off" in log) if method == "lora" else ("frozen copy" in log)

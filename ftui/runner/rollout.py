@@ -182,6 +182,10 @@ class Rollouts:
         self.generation: int | None = None
         self.buffer: list[RolloutBatch] = []
         self.window: list[dict[str, float]] = []
+        # sharded parameters (FSDP2, ZeRO-3) are gathered by collectives in every forward: each
+        # rank goes on stepping until every rank's completions are done (HF's synced_gpus, as TRL)
+        strategy = getattr(getattr(getattr(engine, "cfg", None), "engine_spec", None), "strategy", "")
+        self.synced = self.world > 1 and (strategy == "fsdp" or getattr(engine, "stage", None) == 3)
         self.needs_old = self.accum % self.per_generation != 0  # TRL: rollouts serve more than one optimizer step
 
     def micro_batch(self, index: int) -> RolloutBatch:
@@ -246,7 +250,7 @@ class Rollouts:
                 out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
                                      temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
                                      max_new_tokens=o.max_completion_length, eos_token_id=self.stop_ids,
-                                     pad_token_id=self.pad, use_cache=True)
+                                     pad_token_id=self.pad, use_cache=True, synced_gpus=self.synced)
         stops = set(self.stop_ids)
         pairs = [completion_of(row, stops) for row in out[:, width:].tolist()]
         return [c for c, _t in pairs], [t for _c, t in pairs]
