@@ -139,3 +139,21 @@ def test_beta_adds_the_kl_to_the_reference_which_starts_equal_to_the_policy(tmp_
     assert steps[-1]["kl"] > 1e-6  # the policy has moved away from it
     log = (run_dir / "train.log").read_text()
     assert ("adapter off" in log) if method == "lora" else ("frozen copy" in log)
+
+
+def test_a_checkpoint_inside_a_generation_resumes_by_generating_it_again_and_says_so(tmp_path):
+    """steps_per_generation 2 with no accumulation: a generation serves two steps, so a
+    checkpoint at step 1 falls inside one; the resumed run makes it again (same prompts and
+    seed, the resumed weights) and warns that its rollouts differ."""
+    cfg = grpo_config(tmp_path, steps_per_generation=2, max_steps=3, save_steps=1)
+    run_dir, _events, proc = train_sync(cfg)
+    assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
+    whole = read_rollouts(run_dir)
+    assert sorted({(r["generation"], r["step"]) for r in whole}) == [(0, 1), (0, 2), (1, 3), (1, 4)]  # written when made
+    resumed, proc = resume_sync(run_dir, run_dir / "checkpoints" / "step-1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [e["message"] for e in resumed if e["event"] == "log" and e.get("level") == "warning"]
+    assert any("resumed inside a generation" in w for w in warnings)
+    again = read_rollouts(run_dir)[len(whole):]
+    assert [(r["generation"], r["group"], r["sample"]) for r in again] == [(r["generation"], r["group"], r["sample"]) for r in whole]
+    assert [r["prompt"] for r in again] == [r["prompt"] for r in whole]  # the same prompts, in the same order
