@@ -9,7 +9,8 @@ of a global, seeded order (a permutation per epoch from ``seed + epoch``), each 
 straddle ranks as in TRL. Each rank generates its slice with the KV cache on the unwrapped
 model (peft: the adapter active), scores it, and the reward rows of every rank are gathered so
 that every rank computes the same advantages (``grpo_loss.group_advantages``) and keeps its
-slice. Rank 0 writes every rank's rows to rollouts.jsonl.
+slice. The rank's rows are shuffled (seeded) before they are cut into the generation's micro
+batches, as TRL shuffles them. Rank 0 writes every rank's rows to rollouts.jsonl, in group order.
 
 Resume: each generation's sampling is seeded from (seed, generation, rank) inside a forked RNG,
 so a run resumed at a generation boundary regenerates exactly the rollouts the uninterrupted
@@ -222,15 +223,24 @@ class Rollouts:
         self.note_figures(per_func, rewards, lengths, zero_std)
         local = slice(self.rank * self.local, (self.rank + 1) * self.local)
         mine_adv = advantages[local]
+        # the rank's rows shuffled before they are cut into micro batches (TRL's shuffle_sequence_dict),
+        # seeded like the generation: a micro batch mixes groups when a generation makes several
+        order = torch.randperm(self.local, generator=torch.Generator().manual_seed(
+            generation_seed(self.cfg.seed, generation, self.rank) + 1)).tolist() if self.spg > 1 else list(range(self.local))
         batches = []
         for k in range(self.spg):
-            rows = slice(k * bs, (k + 1) * bs)
-            batch = rollout_batch([e.input_ids for e in examples[rows]], completions[rows], truncated[rows], mine_adv[rows],
-                                  self.pad, o.loss_type, o.mask_truncated_completions)
+            rows = order[k * bs:(k + 1) * bs]
+            batch = rollout_batch([examples[i].input_ids for i in rows], [completions[i] for i in rows],
+                                  [truncated[i] for i in rows], mine_adv[rows], self.pad, o.loss_type,
+                                  o.mask_truncated_completions)
             if self.needs_old:
                 batch.old_logps = self.policy_logps(batch)
             batches.append(batch)
-        self.write_rows(generation, mine, examples, texts, completions, truncated, per_func[local], rewards[local], mine_adv)
+        micro = [0] * self.local  # each row's micro batch in the generation
+        for position, i in enumerate(order):
+            micro[i] = position // bs
+        self.write_rows(generation, mine, examples, texts, completions, truncated, per_func[local], rewards[local], mine_adv,
+                        micro)
         return batches
 
     def sample(self, prompts: list[list[int]], generation: int) -> tuple[list[list[int]], list[bool]]:
@@ -284,11 +294,10 @@ class Rollouts:
 
     def write_rows(self, generation: int, mine: list[tuple[int, int, int]], examples: list[PromptExample], texts: list[str],
                    completions: list[list[int]], truncated: list[bool], per_func: torch.Tensor, rewards: torch.Tensor,
-                   advantages: torch.Tensor) -> None:
-        bs = self.cfg.per_device_train_batch_size
+                   advantages: torch.Tensor, micro: list[int]) -> None:
         rows = []
         for i, ((g, s, _p), e) in enumerate(zip(mine, examples)):
-            first_micro = generation * self.per_generation + i // bs
+            first_micro = generation * self.per_generation + micro[i]
             scores = {name: (None if math.isnan(v) else v) for name, v in zip(self.rewards.names, per_func[i].tolist())}
             rows.append({"step": first_micro // self.accum + 1, "generation": generation, "group": g, "sample": s,
                          "prompt": e.text, "completion": texts[i], "reference": e.record.get("reference"),
