@@ -58,3 +58,7 @@ def test_the_sampling_keys_are_not_said_to_have_no_effect_for_grpo():
     extra = {"temperature": 0.7, "top_p": 0.9, "disable_tqdm": True}
     assert unsupported_warning(extra, "grpo").endswith("disable_tqdm")
     assert "temperature" in unsupported_warning(extra, "sft")
+
+
+def test_tokenized_path_is_refused_for_grpo():
+    assert "reward functions" in problems(tokenized_path="/tmp/x")["tokenized_path"]

@@ -157,3 +157,16 @@ def test_a_checkpoint_inside_a_generation_resumes_by_generating_it_again_and_say
     again = read_rollouts(run_dir)[len(whole):]
     assert [(r["generation"], r["group"], r["sample"]) for r in again] == [(r["generation"], r["group"], r["sample"]) for r in whole]
     assert [r["prompt"] for r in again] == [r["prompt"] for r in whole]  # the same prompts, in the same order
+
+
+def test_ftui_data_shows_the_prompts_grpo_generates_from(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = grpo_config(tmp_path, max_samples=2)
+    path = tmp_path / "grpo.yaml"
+    cfg.save(path)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", str(path), "--show", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "0+0=" in out.stdout

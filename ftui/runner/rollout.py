@@ -50,6 +50,10 @@ class PromptExample:
     record: dict[str, Any]
     sequences = 1
 
+    def columns(self) -> dict[str, Any]:
+        """As ``ftui data`` shows it: the prompt, nothing learnt from it."""
+        return {"input_ids": self.input_ids, "labels": [IGNORE] * len(self.input_ids)}
+
 
 @dataclass
 class RolloutBatch:

@@ -62,19 +62,24 @@ def steps_per_generation(cfg: Any, options: Mapping[str, Any]) -> int:
 def rules(cfg: Any) -> list[Problem]:
     """The generation batch (completions per rank x ranks x micro batches a generation) holds
     whole groups, as TRL requires."""
+    out: list[Problem] = []
+    if cfg.tokenized_path:
+        out.append(("tokenized_path", cfg.tokenized_path,
+                    _("stage grpo keeps each prompt's record for the reward functions, which tokenized_path does not "
+                      "hold; remove tokenized_path")))
     try:
         options = DESCRIPTION.read_options(cfg)
     except ValueError:  # a bad option value: said by the options' own check
-        return []
+        return out
     spg = steps_per_generation(cfg, dict(options))
     batch = cfg.per_device_train_batch_size * cfg.world_size * spg
     if batch % options.num_generations:
-        return [("num_generations", options.num_generations,
+        out.append(("num_generations", options.num_generations,
                  _("the generation batch (per_device_train_batch_size {bs} x {world} processes x steps_per_generation "
                    "{spg} = {batch} completions) must hold whole groups of num_generations; choose numbers whose "
                    "product is a multiple of it").format(bs=cfg.per_device_train_batch_size, world=cfg.world_size,
-                                                          spg=spg, batch=batch))]
-    return []
+                                                          spg=spg, batch=batch)))
+    return out
 
 
 DESCRIPTION = StageDescription(
