@@ -60,6 +60,15 @@ def test_a_short_grpo_run_writes_rollouts_figures_evals_and_final(tmp_path):
     ev = [e for e in events if e["event"] == "eval"][-1]
     assert ev["eval_loss"] is None and isinstance(ev["eval_reward"], float) and "eval_reward_score" in ev
     assert (run_dir / "final" / "model.safetensors").is_file()
+    # ftui eval scores final/'s completions of the prompts with the run's reward functions
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "eval", str(run_dir), "--dataset", str(tmp_path / "sums.json"),
+                          "--max-samples", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = json.loads((Path(out.stdout.strip().splitlines()[-1].strip()) / "eval_results.json").read_text())
+    assert isinstance(results["eval_reward"], float) and "eval_reward_score" in results and results["eval_loss"] is None
 
 
 def test_a_resumed_grpo_run_makes_the_rollouts_the_uninterrupted_one_made(tmp_path):

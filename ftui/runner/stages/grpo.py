@@ -128,6 +128,16 @@ class GRPOStage(Stage):
                 raise DataFormatError(str(err)) from None
             raise
 
+    def eval_rollouts(self, engine: Any) -> Rollouts:
+        """Rollouts for an evaluation outside training (the eval job: ``ftui eval``): sampling
+        and rewards as the run's, no rollouts file."""
+        from ftui.runner.rewards import load_rewards
+
+        self.engine = engine
+        self.rollouts = Rollouts(self.cfg, self.options, engine, self, [], self.load_rewards(load_rewards),
+                                 stop_ids_of(self.cfg, self.tokenizer, engine.unwrap()), self.pad_id)
+        return self.rollouts
+
     @property
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
@@ -164,9 +174,7 @@ class GRPOStage(Stage):
     def evaluate(self, engine: Any, examples: list[Any], collator: Callable, beat: Callable[[], None]) -> dict[str, Any]:
         """The mean reward of ``num_generations`` completions of each of this rank's eval
         prompts (collective: every rank calls it, with shares that may differ by one)."""
-        r = self.rollouts
-        if r is None:
-            return {}
+        r = self.rollouts or self.eval_rollouts(engine)
         group, bs = self.options.num_generations, self.cfg.per_device_eval_batch_size
         width = len(r.rewards.names)
         sums = torch.zeros(2 + 2 * width, dtype=torch.float64)  # reward sum, count, per function: sum, count
