@@ -90,3 +90,37 @@ def test_the_kl_term_is_k3_to_the_reference_weighted_by_beta():
     k3 = math.exp(0.5) - 0.5 - 1
     assert figures["kl"].item() == pytest.approx(4 * k3)
     assert total.item() == pytest.approx(0.1 * 4 * k3)
+
+
+# TRL 1.16's GRPOTrainer._compute_loss on one fixed off-policy micro batch (B 4, T 5, vocab 11,
+# temperature 0.7, epsilon 0.2 / 0.28, max_completion_length 6, use_bias_correction_kl False,
+# one process, no accumulation): its loss and the norm of the logits' gradient, printed by the
+# research script /work/notes/issue43_ref/grpo_ref_loss.py (TRL run on a stub trainer).
+TRL_116 = {
+    ("grpo", 0.0): (0.3325120440385866, 0.29430167475083296), ("grpo", 0.04): (0.4620631634264477, 0.3258079080035633),
+    ("bnpo", 0.0): (0.30622795826926147, 0.26244927473451163), ("bnpo", 0.04): (0.4572960199107486, 0.311424606788911),
+    ("dr_grpo", 0.0): (0.17863297565706918, 0.15309541026179846),
+    ("dr_grpo", 0.04): (0.26675601161460333, 0.18166435396019806),
+    ("dapo", 0.0): (0.30622795826926147, 0.26244927473451163), ("dapo", 0.04): (0.4572960199107486, 0.311424606788911),
+}
+
+
+@pytest.mark.parametrize("loss_type, beta", sorted(TRL_116))
+def test_the_loss_and_its_gradient_equal_trls_on_the_same_batch(loss_type, beta):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 5, 11, dtype=torch.float64, generator=gen).requires_grad_()
+    ids = torch.randint(0, 11, (4, 5), generator=gen)
+    mask = torch.tensor([[1] * 5, [1] * 3 + [0] * 2, [1] * 4 + [0], [1] * 2 + [0] * 3], dtype=torch.float64)
+    old = torch.randn(4, 5, dtype=torch.float64, generator=gen) * 0.1 - 2.0
+    ref = torch.randn(4, 5, dtype=torch.float64, generator=gen) * 0.1 - 2.0
+    rewards = torch.tensor([1.0, 0.0, 0.5, 1.0], dtype=torch.float64)
+    advantages = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    logps = torch.log_softmax(logits / 0.7, -1).gather(-1, ids[..., None]).squeeze(-1)
+    total, units, figures = grpo_loss(logps, old, ref, advantages, mask, loss_type=loss_type, beta=beta, epsilon=0.2,
+                                      epsilon_high=0.28, max_completion_length=6)
+    loss = total / units  # one micro batch, one process: the loop's division
+    loss.backward()
+    want_loss, want_norm = TRL_116[(loss_type, beta)]
+    assert loss.item() == pytest.approx(want_loss, rel=1e-9) and logits.grad.norm().item() == pytest.approx(want_norm, rel=1e-9)
+    if loss_type in ("dapo", "bnpo"):  # TRL's clip_ratio/region_mean: a token mean, as these units are
+        assert (figures["clip_ratio"] / units).item() == pytest.approx(0.4285714328289032, rel=1e-6)

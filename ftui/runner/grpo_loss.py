@@ -10,6 +10,11 @@ with steps_per_generation == gradient_accumulation_steps):
 - grpo: units = completions, each contributing its own token mean;
 - dr_grpo: units = completions, each its token sum / max_completion_length;
 - bnpo: one unit per micro batch, contributing the micro batch's token mean.
+
+(When steps_per_generation differs from gradient_accumulation_steps TRL's dapo divides by the
+generation's tokens per optimizer step on average; ftui by the step's own tokens.) Figures (kl,
+entropy, clip ratios) are sums in the same units, so that the loop's division gives a mean: a
+token mean for dapo and bnpo (TRL's), the completions' token means averaged for grpo and dr_grpo.
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ def unit_sums(per_token: torch.Tensor, mask: torch.Tensor, *, loss_type: str, ma
     raise ValueError(f"loss_type {loss_type!r}")
 
 
+def figure_sums(per_token: torch.Tensor, mask: torch.Tensor, *, loss_type: str, max_completion_length: int) -> torch.Tensor:
+    """A per-token figure (kl, entropy, clip ratios) summed in the loss's units, as a mean the
+    loop can divide out: dr_grpo's units are completions but its token sum over
+    max_completion_length is no mean, so its figures are each completion's token mean, as grpo's."""
+    kind = "grpo" if loss_type == "dr_grpo" else loss_type
+    return unit_sums(per_token, mask, loss_type=kind, max_completion_length=max_completion_length)[0]
+
+
 def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: torch.Tensor | None,
               advantages: torch.Tensor, mask: torch.Tensor, *, loss_type: str, beta: float, epsilon: float,
               epsilon_high: float, max_completion_length: int, delta: float | None = None
@@ -96,11 +109,11 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: to
         diff = ref_logps - logps
         kl = torch.exp(diff) - diff - 1
         per_token = per_token + beta * kl
-        figures["kl"] = unit_sums(kl.detach(), mask, loss_type=loss_type, max_completion_length=max_completion_length)[0]
+        figures["kl"] = figure_sums(kl.detach(), mask, loss_type=loss_type, max_completion_length=max_completion_length)
     total, units = unit_sums(per_token, mask, loss_type=loss_type, max_completion_length=max_completion_length)
     r = ratio.detach()
     low = ((r < 1 - epsilon) & (adv < 0)).to(logps.dtype)
     high = ((r > 1 + epsilon_high) & (adv > 0)).to(logps.dtype)
     for name, value in (("clip_ratio_low", low), ("clip_ratio_high", high), ("clip_ratio", low + high)):
-        figures[name] = unit_sums(value, mask, loss_type=loss_type, max_completion_length=max_completion_length)[0]
+        figures[name] = figure_sums(value, mask, loss_type=loss_type, max_completion_length=max_completion_length)
     return total, units.to(logps.device), figures

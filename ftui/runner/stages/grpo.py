@@ -24,7 +24,7 @@ from ftui.data.conversation import ConversationError, split_budget
 from ftui.data.records import DataFormatError, DatasetSpec, to_conversation
 from ftui.i18n import _
 from ftui.runner.data import Progress, TokenizedData
-from ftui.runner.grpo_loss import grpo_loss, unit_sums
+from ftui.runner.grpo_loss import figure_sums, grpo_loss
 from ftui.runner.loss import micro_batch_token_logps
 from ftui.runner.rollout import PromptExample, Rollouts, all_gather_tensor
 from ftui.runner.stages.base import BatchSource, GeneratedBatches, MicroLoss, Stage
@@ -157,8 +157,8 @@ class GRPOStage(Stage):
                                            loss_type=o.loss_type, beta=o.beta, epsilon=o.epsilon,
                                            epsilon_high=o.epsilon_high or o.epsilon,
                                            max_completion_length=o.max_completion_length)
-        figures["entropy"] = unit_sums(entropy, batch.mask, loss_type=o.loss_type,
-                                       max_completion_length=o.max_completion_length)[0]
+        figures["entropy"] = figure_sums(entropy, batch.mask, loss_type=o.loss_type,
+                                         max_completion_length=o.max_completion_length)
         return MicroLoss(total, {name: figures[name].detach() for name in self.figures})
 
     @torch.no_grad()
