@@ -280,7 +280,8 @@ class Rollouts:
     def note_figures(self, per_func: torch.Tensor, rewards: torch.Tensor, lengths: torch.Tensor, zero_std: torch.Tensor) -> None:
         """The generation's figures for the next step event (global: every rank has them all)."""
         groups = rewards.view(-1, self.group)
-        figures = {"reward": rewards.mean().item(), "reward_std": groups.std(dim=1).mean().item(),
+        spread = rewards.std() if self.o.scale_rewards == "batch" else groups.std(dim=1).mean()  # TRL's reward_std
+        figures = {"reward": rewards.mean().item(), "reward_std": spread.item(),
                    "completion_length": lengths[:, 0].mean().item(), "clipped_ratio": lengths[:, 1].mean().item(),
                    "frac_reward_zero_std": zero_std.float().mean().item()}
         for j, name in enumerate(self.rewards.names):
