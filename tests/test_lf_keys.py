@@ -89,7 +89,7 @@ def test_a_misspelt_set_stops_ftui_train_before_anything_is_made(tmp_path, capsy
 
 def test_the_stage_ftui_lacks_is_refused_saying_so():
     problems = problems_of(stage="ppo")
-    assert "PPO" in problems["stage"] and "ftui trains sft, pt, dpo, kto, rm" in problems["stage"]
+    assert "PPO" in problems["stage"] and "ftui trains sft, pt, dpo, kto, rm, grpo" in problems["stage"]
     for stage in ("dpo", "kto", "rm"):
         assert "stage" not in problems_of(stage=stage)
 

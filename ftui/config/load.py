@@ -32,7 +32,7 @@ def parse_config(data: dict[str, Any], source: str = "config", data_needed: bool
     checked = check_config(data) if data_needed is None else preflight(data, data_needed=data_needed)
     if checked.config is None:
         raise ConfigError(checked.problems, source)
-    warning = unsupported_warning(checked.config.model_extra or {})
+    warning = unsupported_warning(checked.config.model_extra or {}, checked.config.stage)
     return checked.config, ([warning] if warning else []) + checked.warnings
 
 

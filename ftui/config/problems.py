@@ -42,21 +42,27 @@ class ConfigError(ValueError):
         super().__init__(_("{source} has {n} invalid setting(s):").format(source=source, n=len(problems)) + f"\n{lines}")
 
 
-def unsupported_warning(extra: dict[str, Any]) -> str | None:
+def unsupported_warning(extra: dict[str, Any], stage: str | None = None) -> str | None:
     """One line for the keys ftui has no field for that do not change what is trained
     (LLaMA-Factory's logging, worker and generation keys, or a refused key left at its no-op
     default): kept in the file, listed once. Keys nobody knows are not here: they are refused
     (``unknown_key_problems``)."""
-    ignored = kept_without_effect(extra)
+    ignored = kept_without_effect(extra, stage)
     if not ignored:
         return None
     return _("{n} key(s) kept in the file with no effect on what is trained: {keys}").format(
         n=len(ignored), keys=", ".join(ignored))
 
 
-def kept_without_effect(extra: dict[str, Any]) -> list[str]:
-    """The keys of ``extra`` (keys ftui has no field for) that are kept without effect, sorted."""
-    return sorted(k for k, v in extra.items() if classify(k, v) == "no-effect")
+def kept_without_effect(extra: dict[str, Any], stage: str | None = None) -> list[str]:
+    """The keys of ``extra`` (keys ftui has no field for) that are kept without effect, sorted;
+    ``stage``'s own options are not among them (grpo's temperature, top_p, top_k: LLaMA-Factory's
+    generation keys, which change what grpo trains)."""
+    from ftui.stages import find
+
+    described = find(stage)
+    own = set(described.option_keys) if described is not None else set()
+    return sorted(k for k, v in extra.items() if classify(k, v) == "no-effect" and k not in own)
 
 
 

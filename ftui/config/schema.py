@@ -290,9 +290,13 @@ class RunConfig(BaseModel):
         return self.nproc_per_node * self.nnodes
 
     def to_dict(self, include_unsupported: bool = True) -> dict[str, Any]:
+        """Its keys; ``include_unsupported=False`` leaves out the keys ftui has no field for,
+        except its stage's own options (a stage's keys RunConfig has no field for: grpo's),
+        which change what is trained."""
         data = self.model_dump(exclude=set(self.model_extra or {}))
-        if include_unsupported:
-            data.update(self.model_extra or {})
+        stage = find_stage(self.stage)
+        own = set(stage.option_keys) if stage is not None else set()
+        data.update({k: v for k, v in (self.model_extra or {}).items() if include_unsupported or k in own})
         return data
 
     def to_yaml(self, include_unsupported: bool = True) -> str:

@@ -239,6 +239,7 @@ def log_step(t: Training, window: Window, last_counts: torch.Tensor, outcome: An
     win_tokens, _win_trainable, win_units, tokens, trainable, _units, grad_norm = vals[1 + len(figures):]
     steps = window.steps
     window.reset()
+    measured = t.stage.window_figures()  # every rank: the stage's own window restarts too
     total_tokens += win_tokens
     tokens_per_s = win_tokens / elapsed if elapsed > 0 else 0.0
     if t.writer is None:
@@ -253,6 +254,7 @@ def log_step(t: Training, window: Window, last_counts: torch.Tensor, outcome: An
         data_wait_s=data_wait / steps,
         mem=[{"rank": r, "allocated": int(m[0]), "reserved": int(m[1]), "peak": int(m[2])} for r, m in enumerate(mem)],
         **{name: (s / win_units if win_units else None) for name, s in zip(figures, figure_sums)},
+        **measured,
         **({"ranks": ranks} if ranks else {}),
     )
     return total_tokens

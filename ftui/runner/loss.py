@@ -312,6 +312,8 @@ def _chunked_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
         h, y = h.index_select(0, positions), y.index_select(0, positions)
     dtype = _compute_dtype(hidden)  # read before autocast is switched off for the explicit casts below
     with torch.autocast(hidden.device.type, enabled=False):
+        if getattr(self, "_ftui_logps", False) == "tokens":
+            return position_logps(self, h, y, dtype, hidden.size(0))
         if getattr(self, "_ftui_logps", False):
             return row_logps(h, self.weight, self.bias, y, chunk_tokens(self.out_features), dtype, hidden.size(0))
         if getattr(self, "_ftui_liger", False) and h.is_cuda:
@@ -333,6 +335,67 @@ def row_logps(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     else:
         logps, _ = label_logps(h, weight, bias, labels, chunk, dtype)
     return logps.view(rows, -1).sum(-1)
+
+
+def position_logps(head: nn.Module, h: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype, rows: int) -> torch.Tensor:
+    """Per position (rows, T-1): the fp32 log-probability of its label under the logits divided
+    by the head's ``_ftui_temperature`` (differentiable through the scaled weight), 0 where the
+    label is IGNORE; each position's entropy of the same distribution, without gradients, is
+    left on the head (``_ftui_entropy``) for the caller."""
+    temperature = getattr(head, "_ftui_temperature", 1.0)
+    weight, bias = head.weight, head.bias
+    if temperature != 1.0:
+        weight = weight / temperature
+        bias = bias / temperature if bias is not None else None
+    chunk = chunk_tokens(head.out_features)
+    with torch.no_grad():
+        head._ftui_entropy = position_entropy(h.detach(), weight.detach(), bias.detach() if bias is not None else None,
+                                              chunk, dtype).view(rows, -1)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias))
+    if needs_grad:
+        logps = ChunkedLinearLogProbs.apply(h, weight, bias, labels, chunk, dtype)
+    else:
+        logps, _ = label_logps(h, weight, bias, labels, chunk, dtype)
+    return logps.view(rows, -1)
+
+
+def position_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, chunk: int,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """Per position, the entropy (fp32) of the softmax of ``hidden @ weight.T (+ bias)``, a chunk at a time."""
+    w = weight.to(dtype)
+    b = bias.to(dtype) if bias is not None else None
+    out = torch.empty(hidden.size(0), dtype=torch.float32, device=hidden.device)
+    for start in range(0, hidden.size(0), chunk):
+        logps = torch.log_softmax(F.linear(hidden[start:start + chunk].to(dtype), w, b).float(), dim=-1)
+        out[start:start + chunk] = -(logps.exp() * logps).sum(-1)
+    return out
+
+
+def full_position_logps(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """From full logits: per position (rows, T-1) the log-probability of its label under
+    logits / ``temperature`` (0 where IGNORE) and, without gradients, the entropy."""
+    target = labels[:, 1:]
+    logps = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+    picked = logps.gather(-1, target.clamp(min=0)[..., None]).squeeze(-1) * (target != IGNORE)
+    with torch.no_grad():
+        entropy = -(logps.exp() * logps).sum(-1)
+    return picked, entropy
+
+
+def micro_batch_token_logps(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor,
+                            autocast: Any, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position of one micro batch (rows, T-1): the log-probability of each labelled next
+    token under the logits divided by ``temperature`` (GRPO's), 0 elsewhere, and the entropy
+    of each position's distribution (no gradients). In chunks through ``head`` when given,
+    else from full logits."""
+    if head is None:
+        return full_position_logps(_forward(model, None, inputs, labels, autocast, logps=False), labels, temperature)
+    head._ftui_temperature = temperature
+    try:
+        logps = _forward(model, head, inputs, labels, autocast, logps="tokens")
+        return logps.float(), head._ftui_entropy
+    finally:
+        head._ftui_temperature, head._ftui_entropy = 1.0, None
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:
@@ -376,7 +439,7 @@ def micro_batch_logps(model: nn.Module, head: nn.Module | None, inputs: dict[str
 
 
 def _forward(model: nn.Module, head: nn.Module | None, inputs: dict[str, Any], labels: torch.Tensor, autocast: Any,
-             logps: bool, positions: torch.Tensor | None = None) -> torch.Tensor:
+             logps: bool | str, positions: torch.Tensor | None = None) -> torch.Tensor:
     """The model's ``logits`` output: full logits without ``head``; with it, what the output
     projection computes from the labels (the loss sum, or each row's log-probability), the
     labels handed to it for this forward only (any other forward gets plain logits)."""

@@ -120,7 +120,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
         # --- Schedule
         sampler = run_sampler(cfg, len(data.train), info.rank, info.world_size)
         accum = cfg.gradient_accumulation_steps
-        steps_per_epoch = sampler.batches_per_epoch // accum
+        steps_per_epoch = stage.steps_per_epoch(len(data.train), sampler.batches_per_epoch, accum, info.world_size)
         if steps_per_epoch == 0:
             raise DataFormatError(_("{n} training examples are too few for one optimizer step of {bs} x {accum} x {ranks} "
                                     "ranks; lower the batch or accumulation").format(

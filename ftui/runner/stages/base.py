@@ -134,6 +134,18 @@ class Stage:
         (``t.data.train``, ``t.sampler``, ``t.collator``) unless the stage generates its own."""
         return DatasetBatches(t, start)
 
+    def window_figures(self) -> dict[str, float]:
+        """Figures the stage measured itself since the last step event (a rollout's rewards and
+        lengths: per completion, not per loss unit), the same on every rank; the loop adds them
+        to the step event. Called by every rank at each step event."""
+        return {}
+
+    def steps_per_epoch(self, examples: int, batches_per_epoch: int, accum: int, world: int) -> int:
+        """Optimizer steps in one epoch over ``examples`` training examples: the sampler's
+        micro batches per rank (``batches_per_epoch``) over ``accum``, unless the stage makes
+        its own batches (grpo: every prompt once with its group of completions)."""
+        return batches_per_epoch // accum
+
     # --- data
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[Example]:

@@ -129,7 +129,8 @@ class LaunchChecks:
         from ftui.config.schema import RunConfig
         from ftui.config.problems import kept_without_effect
 
-        ignored = kept_without_effect({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
+        ignored = kept_without_effect({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields},
+                                      values.get("stage"))
         if ignored:  # the full list is under Output and in the notification shown at load
             status += " · " + _("{n} unsupported key(s) kept, no effect").format(n=len(ignored))
         self.query_one("#status-line", Static).update(Text(status, style="red" if problems else "green"))

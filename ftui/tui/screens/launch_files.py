@@ -121,7 +121,8 @@ class LaunchFiles:
         from ftui.config.schema import RunConfig
         from ftui.config.problems import unsupported_warning
 
-        warning = unsupported_warning({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields})
+        warning = unsupported_warning({k: v for k, v in self.extra.items() if k not in RunConfig.model_fields},
+                                      self.values().get("stage"))
         self.query_one("#kept-keys", Static).update(Text(warning or "", style="yellow"))
         return warning
 
