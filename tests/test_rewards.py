@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from ftui.runner.rewards import (RewardError, Rewards, accuracy_reward, exact_reward, format_reward, length_reward,
+from ftui.runner.rewards import (RewardError, accuracy_reward, exact_reward, format_reward, length_reward,
                                  load_rewards, math_verify_available, think_format_reward, unique_names)
 from ftui.stages.reward_options import DEFAULT_FORMAT_PATTERN, entry_kind, reward_entries, reward_weight_values
 

@@ -33,7 +33,6 @@ import torch
 import torch.distributed as dist
 
 from ftui.i18n import _
-from ftui.data.records import DataFormatError
 from ftui.runner.data import IGNORE
 from ftui.runner.grpo_loss import group_advantages
 from ftui.runner.loss import micro_batch_token_logps
@@ -212,12 +211,8 @@ class Rollouts:
         examples = [self.prompts[p] for _g, _s, p in mine]
         completions, truncated = self.sample([e.input_ids for e in examples], generation)
         texts = [self.stage.tokenizer.decode(c, skip_special_tokens=True) for c in completions]
-        try:
-            scores = self.rewards([e.text for e in examples], texts, completions, [e.record for e in examples])
-        except Exception as err:
-            if type(err).__name__ == "RewardError":
-                raise DataFormatError(str(err)) from None  # the user's function: their message, no traceback
-            raise
+        # a RewardError (the user's function failed) ends the run with its message (ftui.runner.faults)
+        scores = self.rewards([e.text for e in examples], texts, completions, [e.record for e in examples])
         device = self.engine.device
         everyone = all_gather_tensor(torch.cat([scores.float(), torch.tensor([[len(c), t] for c, t in zip(completions, truncated)],
                                                                              dtype=torch.float32)], 1).to(device), self.world).cpu()

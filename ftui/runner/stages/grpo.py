@@ -121,12 +121,7 @@ class GRPOStage(Stage):
         return GeneratedBatches(self.rollouts.micro_batch, t.device, start)
 
     def load_rewards(self, load: Callable) -> Any:
-        try:
-            return load(self.cfg, self.tokenizer, self.engine.device if self.engine is not None else None)
-        except Exception as err:
-            if type(err).__name__ == "RewardError":
-                raise DataFormatError(str(err)) from None
-            raise
+        return load(self.cfg, self.tokenizer, self.engine.device if self.engine is not None else None)
 
     def eval_rollouts(self, engine: Any) -> Rollouts:
         """Rollouts for an evaluation outside training (the eval job: ``ftui eval``): sampling
@@ -189,12 +184,7 @@ class GRPOStage(Stage):
                 beat()
                 continue
             texts = [self.tokenizer.decode(c, skip_special_tokens=True) for c in completions]
-            try:
-                scores = r.rewards([e.text for e in part], texts, completions, [e.record for e in part]).double()
-            except Exception as err:
-                if type(err).__name__ == "RewardError":
-                    raise DataFormatError(str(err)) from None
-                raise
+            scores = r.rewards([e.text for e in part], texts, completions, [e.record for e in part]).double()
             weights = torch.tensor(r.rewards.weights, dtype=torch.float64)
             valid = ~torch.isnan(scores)
             rows = valid.any(1)
