@@ -55,9 +55,12 @@ def test_the_stages_own_options_are_kept_in_the_saved_config():
 def test_the_sampling_keys_are_not_said_to_have_no_effect_for_grpo():
     from ftui.config.problems import unsupported_warning
 
-    extra = {"temperature": 0.7, "top_p": 0.9, "disable_tqdm": True}
+    extra = {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.1, "disable_tqdm": True}
     assert unsupported_warning(extra, "grpo").endswith("disable_tqdm")
-    assert "temperature" in unsupported_warning(extra, "sft")
+    assert "temperature" in unsupported_warning(extra, "sft") and "repetition_penalty" in unsupported_warning(extra, "sft")
+    options = describe("grpo").read_options({"repetition_penalty": 1.1, "min_p": 0.05})
+    assert (options.repetition_penalty, options.min_p) == (1.1, 0.05)
+    assert "min_p" in problems(min_p=1.5) and "repetition_penalty" in problems(repetition_penalty=0)
 
 
 def test_tokenized_path_is_refused_for_grpo():

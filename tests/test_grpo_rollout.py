@@ -89,3 +89,14 @@ def test_a_rollout_batch_lays_prompt_and_completion_end_to_end(loss_type, units)
     assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [1, 1, 0, 0, 0]] and batch.loss_tokens == units
     masked = rollout_batch([[5, 6, 7], [8]], [[1, 2, 3], [4, 9]], [False, True], torch.zeros(2), 0, "dapo", mask_truncated=True)
     assert masked.mask[1].sum() == 0 and masked.loss_tokens == 3.0
+
+
+def test_sampling_takes_trls_settings_and_not_the_models_generation_config():
+    """TRL sets repetition_penalty (1.0) itself: a chat model's generation_config value must not
+    leak into the rollouts; top_k 0 is off whatever the model's config says."""
+    model = tiny_model()
+    plain = rollouts(model, [39]).sample(PROMPTS * 4, 0)
+    model.generation_config.repetition_penalty, model.generation_config.top_k = 50.0, 1
+    assert rollouts(model, [39]).sample(PROMPTS * 4, 0) == plain
+    assert rollouts(model, [39], repetition_penalty=50.0).sample(PROMPTS * 4, 0) != plain
+    assert rollouts(model, [39], min_p=0.9).sample(PROMPTS * 4, 0) != plain

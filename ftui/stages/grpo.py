@@ -36,6 +36,12 @@ OPTIONS = (
                 N_("grpo: the sampling temperature (also divides the logits of the loss)"), 1.0, gt=0.0),
     StageOption("top_p", N_("top-p"), N_("grpo: nucleus sampling's probability mass (1: off)"), 1.0, gt=0.0, le=1.0),
     StageOption("top_k", N_("top-k"), N_("grpo: sample among the k likeliest tokens (0: off)"), 0, int, ge=0),
+    StageOption("min_p", N_("min-p"),
+                N_("grpo: drop tokens less likely than min_p x the likeliest one's probability (0: off)"), 0.0,
+                ge=0.0, le=1.0),
+    StageOption("repetition_penalty", N_("repetition penalty"),
+                N_("grpo: penalise tokens already in the prompt or the completion (1: off; not the model's "
+                   "generation_config value)"), 1.0, gt=0.0),
     StageOption("beta", N_("KL weight"),
                 N_("grpo: weight of the KL term to the reference model (0: no reference model)"), 0.0, ge=0.0),
     StageOption("epsilon", N_("clip epsilon"), N_("grpo: the ratio's lower clip (1 - epsilon)"), 0.2, gt=0.0),
