@@ -74,6 +74,7 @@ def test_errors_say_what_to_do(tmp_path):
 def test_help_lists_rollouts_and_its_options():
     out = ftui("--help").stdout
     assert "rollouts" in out and "a grpo or ppo run's rollouts" in out
+    assert "mean reward for grpo" in " ".join(out.split())  # ftui eval of a grpo run: its reward functions' mean
     sub = ftui("rollouts", "--help").stdout
     for option in ("--print", "--json", "--step N", "--sort", "--limit N", "--search TEXT", "--root RUNS_ROOT"):
         assert option in sub

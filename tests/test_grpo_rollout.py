@@ -77,7 +77,31 @@ def test_the_prompt_order_is_a_seeded_permutation_per_epoch():
     first = prompt_order(5, 1, 0, 5)
     assert sorted(first) == list(range(5))
     assert prompt_order(5, 1, 3, 4) == first[3:] + prompt_order(5, 2, 0, 2)  # the next epoch: seed + 1
-    assert prompt_order(5, 1, 0, 10)[5:] != first or prompt_order(5, 1, 0, 10)[5:] == prompt_order(5, 2, 0, 5)
+    assert prompt_order(5, 1, 0, 10)[5:] == prompt_order(5, 2, 0, 5) != first
+    # generations of 2 prompts: an epoch takes the 4 that fill whole generations, the 5th is left out
+    assert prompt_order(5, 1, 0, 6, used=4) == first[:4] + prompt_order(5, 2, 0, 2)
+
+
+def test_an_epoch_is_the_whole_generations_its_prompts_fill_as_trl_counts_it():
+    """TRL's RepeatSampler drops the prompts that do not fill a generation; an optimizer step
+    takes gradient_accumulation_steps of the steps_per_generation x num_iterations micro
+    batches a generation serves."""
+    from ftui.data.records import DataFormatError
+    from ftui.runner.stages.grpo import GRPOStage
+
+    def steps(examples, accum=1, world=1, **options):
+        cfg = SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=accum, world_size=world,
+                              tokenized_path=None, num_generations=2, beta=0.0, **options)
+        stage = GRPOStage.__new__(GRPOStage)
+        stage.cfg, stage.options = cfg, describe("grpo").read_options(vars(cfg))
+        return stage.steps_per_epoch(examples, 0, accum, world)
+
+    assert steps(10) == 5 and steps(11) == 5  # 2 prompts a generation; the 11th is dropped
+    assert steps(10, num_iterations=2) == 10 and steps(10, accum=2, num_iterations=2) == 4  # spg = accum: 4 prompts
+    assert steps(10, steps_per_generation=2) == 4  # 4 prompts a generation: 2 of them fill 4 micro batches
+    assert steps(10, world=2) == 2  # 4 prompts a generation
+    with pytest.raises(DataFormatError, match="fewer than one generation"):
+        steps(3, world=2)
 
 
 @pytest.mark.parametrize("loss_type, units", [("dapo", 5.0), ("grpo", 2.0), ("dr_grpo", 2.0), ("bnpo", 1.0)])

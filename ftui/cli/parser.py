@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--root", default=None, metavar="RUNS_ROOT", help=root_help)
 
     for kind, what in (("predict", _("generate a model's answers to a dataset's prompts and score them (BLEU-4, ROUGE) as LLaMA-Factory does")),
-                       ("eval", _("a model's eval loss and perplexity over datasets (reward accuracy for preference stages)"))):
+                       ("eval", _("a model's eval loss and perplexity over datasets (reward accuracy for preference stages, mean reward for grpo)"))):
         j = sub.add_parser(kind, help=what, description=_("{what}. A job like training: detached, it outlives the app; "
                            "Ctrl-C stops it (what it did is kept); --detach returns at once.").format(what=what))
         j.add_argument("run", nargs="?", help=_("a run id (prefix) or directory: its final/ by default"))

@@ -101,7 +101,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             EXAMPLES, N_("{tps} tok/s  ETA {eta}"), _examples_line, _examples_head, "predict", fmt_predict,
             results_under_bar=True),
     JobKind("eval", EVAL_DIR, "ftui.runner.evaluate:main",
-            N_("a model's eval loss and perplexity over datasets (reward accuracy for preference stages)"),
+            N_("a model's eval loss and perplexity over datasets (reward accuracy for preference stages, mean reward for grpo)"),
             EXAMPLES, N_("ETA {eta}"), _examples_line, _examples_head, shows_eval=False),
     JobKind("export", EXPORT_DIR, "ftui.runner.export:main", N_("a standalone model directory from a run's weights"),
             PHASES, "", _export_line, _export_head, "export", fmt_export),

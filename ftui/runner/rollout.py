@@ -112,12 +112,15 @@ def generation_seed(seed: int, generation: int, rank: int) -> int:
     return (seed * 1_000_003 + generation * 7919 + rank * 104_729) % (2**63 - 1)
 
 
-def prompt_order(count: int, seed: int, start: int, n: int) -> list[int]:
-    """Prompt indices ``start`` .. ``start + n`` of the run's stream: each epoch a permutation
-    seeded by ``seed + epoch``."""
+def prompt_order(count: int, seed: int, start: int, n: int, used: int | None = None) -> list[int]:
+    """Prompt indices ``start`` .. ``start + n`` of the run's stream: each epoch the first
+    ``used`` (default all) of a permutation seeded by ``seed + epoch``; a stage that takes its
+    prompts a generation at a time uses the whole generations that fit (TRL's RepeatSampler
+    drops the rest of each epoch)."""
+    used = used or count
     out = []
     for position in range(start, start + n):
-        epoch, k = divmod(position, count)
+        epoch, k = divmod(position, used)
         out.append(_permutation(count, seed + epoch)[k])
     return out
 
@@ -216,7 +219,8 @@ class Rollouts:
     def generate(self, generation: int) -> list[RolloutBatch]:
         o, bs = self.o, self.cfg.per_device_train_batch_size
         n_prompts = self.local * self.world // self.group
-        order = prompt_order(len(self.prompts), self.cfg.seed, generation * n_prompts, n_prompts)
+        order = prompt_order(len(self.prompts), self.cfg.seed, generation * n_prompts, n_prompts,
+                             len(self.prompts) // n_prompts * n_prompts)
         flat = [(g, s, order[g]) for g in range(n_prompts) for s in range(self.group)]
         mine = flat[self.rank * self.local:(self.rank + 1) * self.local]
         examples = [self.prompts[p] for _g, _s, p in mine]

@@ -29,7 +29,7 @@ from ftui.runner.loss import micro_batch_token_logps
 from ftui.runner.rollout import PromptExample, Rollouts, all_gather_tensor
 from ftui.runner.stages.base import BatchSource, GeneratedBatches, MicroLoss, Stage
 from ftui.runner.stages.preference import ComparisonEncoder, Reference
-from ftui.stages.grpo import LOSS_FIGURES
+from ftui.stages.grpo import LOSS_FIGURES, steps_per_generation
 
 
 def stop_ids_of(cfg: Any, tokenizer: Any, model: Any) -> list[int]:
@@ -95,10 +95,18 @@ class GRPOStage(Stage):
                                 "not hold; remove tokenized_path"))
 
     def steps_per_epoch(self, examples: int, batches_per_epoch: int, accum: int, world: int) -> int:
-        """An epoch is every prompt once, with num_generations completions each, every
-        generation trained on num_iterations times (TRL's count)."""
+        """An epoch is the whole generations its prompts fill (each prompt once, with
+        num_generations completions; the prompts left over are dropped, as TRL's RepeatSampler
+        drops them), each generation serving steps_per_generation x num_iterations micro
+        batches (TRL's count)."""
         o = self.options
-        return examples * o.num_generations * o.num_iterations // (self.cfg.per_device_train_batch_size * accum * world)
+        spg = steps_per_generation(self.cfg, dict(o))
+        per_generation = self.cfg.per_device_train_batch_size * world * spg // o.num_generations  # prompts
+        if examples < per_generation:
+            raise DataFormatError(_("{n} prompts are fewer than one generation takes ({per} prompts: "
+                                    "per_device_train_batch_size x processes x steps_per_generation / num_generations); "
+                                    "add prompts or lower those").format(n=examples, per=per_generation))
+        return examples // per_generation * spg * o.num_iterations // accum
 
     # --- model
     def keep_start(self, model: nn.Module) -> None:
