@@ -20,6 +20,7 @@ def test_the_options_are_trls_with_its_defaults():
             options.num_iterations, options.mask_truncated_completions) == (8, 256, 1.0, 1.0, 0, 0.0, 0.2, "dapo",
                                                                              "group", 1, False)
     assert not describe("grpo").needs_reference({}) and describe("grpo").needs_reference({"beta": 0.04})
+    assert options.use_bias_correction_kl and (options.min_p, options.repetition_penalty) == (0.0, 1.0)  # TRL 1.16's
 
 
 def test_a_valid_grpo_config_has_no_problem():
@@ -35,7 +36,22 @@ def test_grpo_refuses_bad_values_by_name():
     assert "scale_rewards" in problems(scale_rewards="yes")
     assert "packing" in problems(packing=True)
     assert "learns from the last answer" in problems(train_on_prompt=True)["train_on_prompt"]
-    assert "unknown key" in problems(use_vllm=True)["use_vllm"]  # what TRL has and ftui does not: no key
+    assert "unknown key" in problems(vllm_enforce_typo=True)["vllm_enforce_typo"]
+
+
+def test_trls_grpo_keys_ftui_does_not_implement_are_refused_by_name_with_what_to_do():
+    """A TRL GRPO config's keys: refused (they would change the result), each saying what ftui does instead."""
+    from ftui.presets.trl_keys import TRL_REFUSED
+    from ftui.config.rules import known_key_names
+
+    assert "transformers' generate" in problems(use_vllm=True)["use_vllm"]
+    assert "set steps_per_generation" in problems(generation_batch_size=16)["generation_batch_size"]
+    assert "set cutoff_len" in problems(max_prompt_length=512)["max_prompt_length"]
+    assert "reference model stays" in problems(sync_ref_model=True)["sync_ref_model"]  # not "did you mean ref_model?"
+    for key in ("importance_sampling_level", "delta", "top_entropy_quantile", "log_completions"):
+        assert problems(**{key: 1})[key].startswith("TRL's key, not implemented by ftui")
+    # the table only speaks for keys nobody else reads: none is ftui's, LLaMA-Factory's or a stage option
+    assert not set(TRL_REFUSED) & (known_key_names() | set(describe("grpo").option_keys))
 
 
 def test_the_world_counts_in_the_generation_batch():

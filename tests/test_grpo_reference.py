@@ -26,7 +26,8 @@ def _t(name: str) -> torch.Tensor:
 
 def _case_id(case: dict) -> str:
     old = "old" if case["old_logps_given"] else "onpolicy"
-    return f"{case['loss_type']}-beta{case['beta']}-{old}" + (f"-delta{case['delta']}" if case["delta"] else "")
+    return (f"{case['loss_type']}-beta{case['beta']}-{old}" + (f"-delta{case['delta']}" if case["delta"] else "")
+            + ("-biascorrected" if case["use_bias_correction_kl"] else ""))
 
 
 def _ftui_loss(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
@@ -38,7 +39,7 @@ def _ftui_loss(case: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, di
         logps, _t("old_logps") if case["old_logps_given"] else None, _t("ref_logps") if case["beta"] else None,
         _t("advantages"), _t("mask"), loss_type=case["loss_type"], beta=case["beta"], epsilon=LOSSES["epsilon"],
         epsilon_high=LOSSES["epsilon_high"], max_completion_length=LOSSES["max_completion_length"],
-        delta=case["delta"])
+        delta=case["delta"], bias_correction_kl=case["use_bias_correction_kl"])
     return logits, total, units, figures
 
 

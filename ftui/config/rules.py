@@ -22,6 +22,7 @@ from ftui.i18n import N_, _
 from ftui.presets.engine_presets import NEEDS_SEVERAL, engine_spec
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, classify
 from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
+from ftui.presets.trl_keys import TRL_REFUSED
 from ftui.safety.bounded_input import short_repr
 from ftui.stages import PACKING_NEVER, find as find_stage, option_keys as stage_option_keys
 
@@ -156,6 +157,10 @@ def unknown_key_problems(cfg: RunConfig) -> list[FieldProblem]:
     known: list[str] = []  # every known name, listed once the first unknown key needs them
     for key, value in sorted((cfg.model_extra or {}).items()):
         if classify(key, value) != "unknown" or key in stage_option_keys():  # a stage's own option (another stage's: kept)
+            continue
+        if key in TRL_REFUSED:  # TRL's GRPOConfig key: what ftui does instead
+            out.append(FieldProblem(key, value, _("TRL's key, not implemented by ftui: {reason}").format(
+                reason=_(TRL_REFUSED[key]))))
             continue
         known = known or sorted(known_key_names())
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)

@@ -90,12 +90,15 @@ def figure_sums(per_token: torch.Tensor, mask: torch.Tensor, *, loss_type: str, 
 
 def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: torch.Tensor | None,
               advantages: torch.Tensor, mask: torch.Tensor, *, loss_type: str, beta: float, epsilon: float,
-              epsilon_high: float, max_completion_length: int, delta: float | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+              epsilon_high: float, max_completion_length: int, delta: float | None = None,
+              bias_correction_kl: bool = False) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """One micro batch: (total, units, figures). logps/old/ref: (B, T) per completion token
     (old None: logps.detach(); ref None: no KL term); mask (B, T) float 0/1. Token loss
     ``-min(r A, clip(r, 1-eps, 1+eps_high) A) + beta k3`` with r = exp(logp - old);
-    ``delta`` caps r above (two-sided clipping). figures: "kl" (beta != 0), "clip_ratio"
+    ``delta`` caps r above (two-sided clipping); ``bias_correction_kl`` multiplies k3 by r (before
+    the delta cap: TRL 1.16's default use_bias_correction_kl, the unbiased reverse-KL gradient,
+    which differs from the plain k3 gradient even on-policy, where r is 1 but not its gradient).
+    figures: "kl" (beta != 0; the corrected term, as TRL logs it), "clip_ratio"
     (the region's), "clip_ratio_low", "clip_ratio_high", sums in the loss's units."""
     mask = mask.to(logps.dtype)
     old = logps.detach() if old_logps is None else old_logps
@@ -109,6 +112,8 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: to
     if beta != 0.0 and ref_logps is not None:
         diff = ref_logps - logps
         kl = torch.exp(diff) - diff - 1
+        if bias_correction_kl:
+            kl = kl * torch.exp(logps - old)  # the ratio before the delta cap, as TRL
         per_token = per_token + beta * kl
         figures["kl"] = figure_sums(kl.detach(), mask, loss_type=loss_type, max_completion_length=max_completion_length)
     total, units = unit_sums(per_token, mask, loss_type=loss_type, max_completion_length=max_completion_length)

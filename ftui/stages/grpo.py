@@ -6,7 +6,8 @@ better ones (with a KL term to a frozen reference model when ``beta`` is not 0).
 
 The keys are TRL's GRPOConfig names with its defaults; ``per_device_train_batch_size`` counts
 completions, as in TRL. What TRL has and ftui does not implement has no key here (vLLM,
-importance_sampling_level, top_entropy_quantile, delta ...): such a key is refused as unknown."""
+importance_sampling_level, top_entropy_quantile, delta ...): such a key is refused (ftui.presets.trl_keys
+says why and what to do)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ OPTIONS = (
                    "generation_config value)"), 1.0, gt=0.0),
     StageOption("beta", N_("KL weight"),
                 N_("grpo: weight of the KL term to the reference model (0: no reference model)"), 0.0, ge=0.0),
+    StageOption("use_bias_correction_kl", N_("KL bias correction"),
+                N_("grpo: multiply the KL term by the probability ratio (TRL 1.16's default; false: TRL 0.x's plain KL)"),
+                True, bool),
     StageOption("epsilon", N_("clip epsilon"), N_("grpo: the ratio's lower clip (1 - epsilon)"), 0.2, gt=0.0),
     StageOption("epsilon_high", N_("clip epsilon (high)"),
                 N_("grpo: the ratio's upper clip (1 + epsilon_high; 0: epsilon)"), 0.0, ge=0.0),

@@ -159,7 +159,8 @@ class GRPOStage(Stage):
         total, _units, figures = grpo_loss(logps, batch.old_logps, ref, batch.advantages, batch.mask,
                                            loss_type=o.loss_type, beta=o.beta, epsilon=o.epsilon,
                                            epsilon_high=o.epsilon_high or o.epsilon,
-                                           max_completion_length=o.max_completion_length)
+                                           max_completion_length=o.max_completion_length,
+                                           bias_correction_kl=o.use_bias_correction_kl)
         figures["entropy"] = figure_sums(entropy, batch.mask, loss_type=o.loss_type,
                                          max_completion_length=o.max_completion_length)
         return MicroLoss(total, {name: figures[name].detach() for name in self.figures})

@@ -12,7 +12,7 @@ namespace holding the attributes the method reads), its per-token log-probabilit
 leaf tensor of logits (``log_softmax(logits / temperature)`` at the completion ids, as TRL's
 ``_get_per_token_logps_and_entropies`` does after the forward), so the loss, ``logits.grad`` and
 TRL's logged metrics are TRL's. Single process, one micro batch, gradient accumulation 1,
-steps_per_generation 1, use_bias_correction_kl False (ftui implements only that variant).
+steps_per_generation 1; use_bias_correction_kl False (TRL 0.x's KL) and True (TRL 1.16's default) cases.
 
 advantages.json: TRL's own ``GRPOTrainer._generate_and_score_completions`` (multi_objective_aggregation
 "sum_then_normalize"), the trainer again a namespace, its ``_generate`` returning fixed completions and its
@@ -74,7 +74,8 @@ def fixed_batch() -> dict:
                 old_logps=old_logps, ref_logps=ref_logps)
 
 
-def trl_loss(batch: dict, *, loss_type: str, beta: float, old_given: bool, delta: float | None) -> dict:
+def trl_loss(batch: dict, *, loss_type: str, beta: float, old_given: bool, delta: float | None,
+             bias_correction: bool = False) -> dict:
     logits = batch["logits"].clone().requires_grad_(True)
     ids = batch["completion_ids"]
 
@@ -87,7 +88,7 @@ def trl_loss(batch: dict, *, loss_type: str, beta: float, old_given: bool, delta
     trainer = types.SimpleNamespace(
         top_entropy_quantile=1.0, beta=beta, importance_sampling_level="token", epsilon_low=EPSILON,
         epsilon_high=EPSILON_HIGH, loss_type=loss_type, use_vllm=False, vllm_importance_sampling_correction=False,
-        args=types.SimpleNamespace(delta=delta, use_bias_correction_kl=False, steps_per_generation=1,
+        args=types.SimpleNamespace(delta=delta, use_bias_correction_kl=bias_correction, steps_per_generation=1,
                                    gradient_accumulation_steps=1),
         current_gradient_accumulation_steps=1, max_completion_length=MAX_COMPLETION_LENGTH, accelerator=Accelerator(),
         model=types.SimpleNamespace(training=True), _metrics={"train": collections.defaultdict(list)},
@@ -103,7 +104,8 @@ def trl_loss(batch: dict, *, loss_type: str, beta: float, old_given: bool, delta
     loss = GRPOTrainer._compute_loss(trainer, None, inputs)
     loss.backward()
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
-    return dict(loss_type=loss_type, beta=beta, old_logps_given=old_given, delta=delta, loss=loss.item(),
+    return dict(loss_type=loss_type, beta=beta, old_logps_given=old_given, delta=delta,
+                use_bias_correction_kl=bias_correction, loss=loss.item(),
                 grad_logits=logits.grad.tolist(), metrics=metrics)
 
 
@@ -189,9 +191,13 @@ def main() -> None:
     cases = [trl_loss(batch, loss_type=lt, beta=beta, old_given=old, delta=None)
              for lt in ("grpo", "bnpo", "dr_grpo", "dapo") for beta in (0.0, 0.04) for old in (True, False)]
     cases.append(trl_loss(batch, loss_type="dapo", beta=0.04, old_given=True, delta=1.1))
+    # TRL 1.16's default: the KL term times the ratio (its value and its gradient differ from plain k3)
+    cases += [trl_loss(batch, loss_type=lt, beta=0.04, old_given=old, delta=None, bias_correction=True)
+              for lt in ("grpo", "bnpo", "dr_grpo", "dapo") for old in (True, False)]
+    cases.append(trl_loss(batch, loss_type="dapo", beta=0.04, old_given=True, delta=1.1, bias_correction=True))
     losses = dict(trl=trl.__version__, torch=torch.__version__, temperature=TEMPERATURE, epsilon=EPSILON,
                   epsilon_high=EPSILON_HIGH, max_completion_length=MAX_COMPLETION_LENGTH,
-                  use_bias_correction_kl=False, importance_sampling_level="token",
+                  importance_sampling_level="token",
                   logits=batch["logits"].tolist(), completion_ids=batch["completion_ids"].tolist(),
                   mask=batch["mask"].tolist(), advantages=batch["advantages"].tolist(),
                   old_logps=batch["old_logps"].tolist(), ref_logps=batch["ref_logps"].tolist(), cases=cases)
@@ -201,7 +207,8 @@ def main() -> None:
                       "2755-2803", cases=advantage_cases())
     (HERE / "advantages.json").write_text(json.dumps(advantages, indent=1) + "\n")
     for c in cases:
-        print(c["loss_type"], c["beta"], c["old_logps_given"], c["delta"], round(c["loss"], 8), c["metrics"])
+        print(c["loss_type"], c["beta"], c["old_logps_given"], c["delta"], c["use_bias_correction_kl"], round(c["loss"], 8),
+              c["metrics"])
 
 
 if __name__ == "__main__":
