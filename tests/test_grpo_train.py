@@ -180,3 +180,22 @@ def test_ftui_data_shows_the_prompts_grpo_generates_from(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "0+0=" in out.stdout
+
+
+def test_records_without_an_answer_to_end_them_are_counted_not_dropped_silently(tmp_path):
+    """A sharegpt conversation that ends with the user is no grpo prompt (the answer is the
+    reference): ``ftui data`` says how many records were skipped and why."""
+    import subprocess
+    import sys
+
+    turns = [{"from": "human", "value": "1+1="}, {"from": "gpt", "value": "2"}]
+    rows = [{"conversations": turns}, {"conversations": turns + turns[:1]}, {"conversations": turns}]
+    (tmp_path / "chats.json").write_text(json.dumps(rows))
+    (tmp_path / "dataset_info.json").write_text(json.dumps({"chats": {"file_name": "chats.json", "formatting": "sharegpt"}}))
+    cfg = grpo_config(tmp_path, dataset="chats", dataset_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2)
+    path = tmp_path / "grpo.yaml"
+    cfg.save(path)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", str(path), "--show", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 records were skipped" in " ".join((out.stdout + out.stderr).split())

@@ -62,13 +62,14 @@ class GRPOStage(Stage):
     def encode(self, loaded: list[tuple[DatasetSpec, list[dict[str, Any]]]], out: TokenizedData,
                report: Progress) -> list[PromptExample]:
         encoder = ComparisonEncoder(self.cfg, self.tokenizer)
-        examples = []
+        examples, skipped = [], 0
         for spec, records in loaded:
             for i, record in enumerate(records):
                 out.records += 1
                 report.tick(out.records)
                 conv = to_conversation(record, spec, i)
                 if conv is None:
+                    skipped += 1
                     continue
                 head = type(conv)(conv.turns[:-1], conv.system, conv.tools)
                 try:
@@ -83,8 +84,13 @@ class GRPOStage(Stage):
                 examples.append(PromptExample(prompt[:source], self.tokenizer.decode(prompt[:source]),
                                               {**columns, "reference": conv.turns[-1].get("content"), "record": i,
                                                "dataset": spec.name}))
+        why = _("{n} records were skipped: their turns do not alternate user and assistant, or they do not end with "
+                "the assistant's answer (grpo's prompt is the conversation before it, the answer its reference)").format(n=skipped)
         if not examples:
-            raise DataFormatError(_("no record of the dataset has a prompt to generate from ({n} records)").format(n=out.records))
+            raise DataFormatError(_("no record of the dataset has a prompt to generate from ({n} records)").format(n=out.records)
+                                  + ("; " + why if skipped else ""))
+        if skipped:
+            out.warnings.append(why)
         if out.truncated:
             out.warnings.append(_("{n} prompts were longer than cutoff_len={cutoff_len} and were cut").format(
                 n=out.truncated, cutoff_len=self.cfg.cutoff_len))
