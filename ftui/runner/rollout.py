@@ -136,7 +136,7 @@ def _permutation(count: int, seed: int) -> list[int]:
     return _PERMS[(count, seed)]
 
 
-def penalties(options: Any) -> dict[str, Any]:
+def further_sampling(options: Any) -> dict[str, Any]:
     """The sampling keys TRL sets besides temperature, top_p and top_k, as TRL sets them:
     ``repetition_penalty`` always (its 1.0 too, so that a model's generation_config, e.g. a
     chat model's 1.05, does not apply), ``min_p`` only when on (TRL's None). A stage without
@@ -272,7 +272,7 @@ class Rollouts:
             torch.manual_seed(generation_seed(self.cfg.seed, generation, self.rank))
             with self.engine.autocast():
                 out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-                                     temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, **penalties(o),
+                                     temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, **further_sampling(o),
                                      max_new_tokens=o.max_completion_length, eos_token_id=self.stop_ids,
                                      pad_token_id=self.pad, use_cache=True, synced_gpus=self.synced)
         stops = set(self.stop_ids)
