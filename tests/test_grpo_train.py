@@ -199,3 +199,24 @@ def test_records_without_an_answer_to_end_them_are_counted_not_dropped_silently(
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "1 records were skipped" in " ".join((out.stdout + out.stderr).split())
+
+
+def test_a_prompt_takes_all_of_cutoff_len_and_a_longer_one_keeps_its_end(tmp_path):
+    """The reference answer is not generated from: a long one does not cut a prompt that fits;
+    a prompt longer than cutoff_len keeps its question's end and the assistant's header."""
+    import subprocess
+    import sys
+
+    rows = [{"instruction": "1+1=", "input": "", "output": "2 " * 200},
+            {"instruction": "pad " * 60 + "THE-END?", "input": "", "output": "2"}]
+    (tmp_path / "long.json").write_text(json.dumps(rows))
+    cfg = grpo_config(tmp_path, dataset=str(tmp_path / "long.json"), cutoff_len=24, num_generations=2,
+                      per_device_train_batch_size=2)
+    path = tmp_path / "grpo.yaml"
+    cfg.save(path)
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "data", str(path), "--show", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = " ".join((out.stdout + out.stderr).split())
+    assert "1 prompts were longer than cutoff_len=24" in text  # the first fits, its long reference aside
+    assert "THE-END?" in text and "1+1=" in text

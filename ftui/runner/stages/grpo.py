@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ftui.data.conversation import ConversationError, split_budget
+from ftui.data.conversation import ConversationError
 from ftui.data.records import DataFormatError, DatasetSpec, to_conversation
 from ftui.i18n import _
 from ftui.runner.data import Progress, TokenizedData
@@ -76,12 +76,12 @@ class GRPOStage(Stage):
                     prompt, answer = encoder.encode(head, conv.turns[-1])
                 except ConversationError as err:
                     raise DataFormatError(_("dataset {name} record {i}: {error}").format(name=repr(spec.name), i=i, error=err)) from None
-                source, _target = split_budget(len(prompt), len(answer), self.cfg.cutoff_len)
-                if source < len(prompt):
+                ids = self.cut_prompt(prompt, answer)
+                if len(ids) < len(prompt):
                     out.truncated += 1
                 raw = {k: v for k, v in record.items() if isinstance(k, str)}
                 columns = json.loads(json.dumps(raw, default=str))  # plain values for the user's functions
-                examples.append(PromptExample(prompt[:source], self.tokenizer.decode(prompt[:source]),
+                examples.append(PromptExample(ids, self.tokenizer.decode(ids),
                                               {**columns, "reference": conv.turns[-1].get("content"), "record": i,
                                                "dataset": spec.name}))
         why = _("{n} records were skipped: their turns do not alternate user and assistant, or they do not end with "
@@ -92,9 +92,18 @@ class GRPOStage(Stage):
         if skipped:
             out.warnings.append(why)
         if out.truncated:
-            out.warnings.append(_("{n} prompts were longer than cutoff_len={cutoff_len} and were cut").format(
+            out.warnings.append(_("{n} prompts were longer than cutoff_len={cutoff_len}: their start was cut, their end "
+                                  "(the question and the assistant's header) kept").format(
                 n=out.truncated, cutoff_len=self.cfg.cutoff_len))
         return examples
+
+    def cut_prompt(self, prompt: list[int], answer: list[int]) -> list[int]:
+        """The prompt within cutoff_len: the reference answer is not in the sequence the policy
+        generates from, so it takes no share of the budget (a long reference solution does not
+        cut a prompt that fits); a longer prompt keeps its end, where the question and the
+        assistant's header the completion follows are (the side TRL's max_prompt_length kept)."""
+        limit = self.cfg.cutoff_len
+        return prompt[-limit:] if len(prompt) > limit else prompt
 
     def parse_saved(self, table: Any, path: str) -> list[Any]:
         raise DataFormatError(_("stage grpo keeps each prompt's record for the reward functions, which tokenized_path does "
