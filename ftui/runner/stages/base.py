@@ -140,6 +140,15 @@ class Stage:
         to the step event. Called by every rank at each step event."""
         return {}
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What the stage itself keeps across optimizer steps (ppo's KL coefficient and running
+        score moments), JSON-able: stored in a checkpoint's trainer state, handed back to
+        :meth:`resume_state` when a run resumes from it. Called by every rank; rank 0's is kept."""
+        return {}
+
+    def resume_state(self, state: dict[str, Any]) -> None:
+        """Takes back what :meth:`checkpoint_state` gave (before the first batch is made)."""
+
     def steps_per_epoch(self, examples: int, batches_per_epoch: int, accum: int, world: int) -> int:
         """Optimizer steps in one epoch over ``examples`` training examples: the sampler's
         micro batches per rank (``batches_per_epoch``) over ``accum``, unless the stage makes
