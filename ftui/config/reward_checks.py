@@ -71,18 +71,24 @@ def reward_model_problems(cfg: RunConfig, options: dict[str, Any]) -> list[Field
     if not value:
         return [FieldProblem("reward_model", value, _("stage ppo needs a reward model: give reward_model the directory of an "
                                                       "ftui rm run (train one with stage rm first)"))]
-    if options.get("reward_model_type") == "api":
+    kind_given = options.get("reward_model_type")
+    if kind_given == "api":
         return []  # refused by the stage's own rule
+    if not Path(value).expanduser().is_dir():
+        return [FieldProblem("reward_model", value, _("{entry} is not a directory: reward_model is an ftui rm run's directory "
+                                                      "(train one with stage rm first)").format(entry=value))]
     problem = rm_run_problem(value, cfg)
     if problem:
         return [FieldProblem("reward_model", value, problem)]
+    if kind_given == "lora" and cfg.finetuning_type != "lora":
+        return []  # refused by the stage's own rule
     from ftui.rundir.paths import CONFIG_FILE
     from ftui.safety.bounded_input import load_yaml
 
     method = load_yaml((Path(value).expanduser() / CONFIG_FILE).read_bytes()).get("finetuning_type", "lora")
     kind = "lora" if method == "lora" else "full"
-    if kind != options.get("reward_model_type"):
-        return [FieldProblem("reward_model_type", options.get("reward_model_type"),
+    if kind != kind_given:
+        return [FieldProblem("reward_model_type", kind_given,
                              _("rm run {run} trained with finetuning_type {method}: set reward_model_type {kind}").format(
                                  run=value, method=method, kind=kind))]
     return []
