@@ -86,7 +86,8 @@ class PPOStage(GRPOStage):
         when it cannot be loaded, or reads other token ids than the policy's tokenizer)."""
         from ftui.runner.rewards import RewardError, RewardModelScorer, score_dtype
 
-        scorer = RewardModelScorer(Path(str(self.options.reward_model)).expanduser(), engine.device, score_dtype(self.cfg))
+        with torch.random.fork_rng(devices=[]):  # its value head's init leaves the run's RNG (resumed exactly) as it was
+            scorer = RewardModelScorer(Path(str(self.options.reward_model)).expanduser(), engine.device, score_dtype(self.cfg))
         if len(scorer.tokenizer) != len(self.tokenizer):
             raise RewardError(_("reward model {run} has a tokenizer of {theirs} tokens, the policy's has {ours}: ppo scores "
                                 "the policy's token ids (as LLaMA-Factory), so train the rm run on the same model").format(
