@@ -60,3 +60,16 @@ def test_what_ppo_does_not_do_is_refused_by_name(tmp_path):
     assert "packing" in problems(tmp_path, packing=True)
     assert "ppo_epochs" in problems(tmp_path, ppo_epochs=0)
     assert "reward_model_type" in problems(tmp_path, reward_model_type="oft")
+
+
+def test_the_launch_form_gives_a_shared_option_the_chosen_stages_default():
+    from ftui.tui.screens.launch_fields import FORM_DEFAULTS, stage_default_updates
+
+    form = dict(FORM_DEFAULTS)
+    assert stage_default_updates(form | {"temperature": "0.95", "top_p": "0.7", "top_k": "50"}, "grpo") == {
+        "temperature": 1.0, "top_p": 1.0, "top_k": 0}  # TRL's, not LLaMA-Factory's PPO defaults
+    assert stage_default_updates(form | {"temperature": "1.0", "top_p": "1.0", "top_k": "0"}, "ppo") == {
+        "temperature": 0.95, "top_p": 0.7, "top_k": 50}
+    assert stage_default_updates(form | {"temperature": "0.6", "top_p": "0.7", "top_k": "50"}, "grpo") == {
+        "top_p": 1.0, "top_k": 0}  # a value the user typed stays
+    assert stage_default_updates(form, "sft") == {}
