@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,12 @@ def test_a_full_ppo_run_keeps_a_frozen_reference_copy_and_saves_the_value_head(t
     final = run_dir / "final"
     assert sorted(load_file(str(final / "value_head.safetensors"))) == ["v_head.summary.bias", "v_head.summary.weight"]
     assert not any("v_head" in k for k in load_file(str(final / "model.safetensors")))
+    # ftui eval: final/'s answers to the prompts, scored by the run's reward model
+    out = subprocess.run([sys.executable, "-m", "ftui.cli.main", "eval", str(run_dir), "--dataset", str(tmp_path / "sums.json"),
+                          "--max-samples", "3"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = json.loads((Path(out.stdout.strip().splitlines()[-1].strip()) / "eval_results.json").read_text())
+    assert isinstance(results["eval_reward"], float) and results["eval_loss"] is None and results["examples"] == 3
 
 
 def test_a_ppo_run_resumed_at_a_batch_boundary_makes_the_uninterrupted_runs_rollouts(tmp_path):

@@ -29,7 +29,8 @@ from ftui.runner.data import DataFormatError
 from ftui.runner.loss import micro_batch_token_logps
 from ftui.runner.model import trained_dtype
 from ftui.runner.ppo_math import VF_COEF, ppo_losses
-from ftui.runner.ppo_rollout import PPORollouts
+from ftui.runner.ppo_rollout import PPORollouts, buffer_rows
+from ftui.runner.rollout import all_gather_tensor, generation_seed, sample_completions
 from ftui.runner.reward import VALUE_HEAD_FILE, install_policy_value_head, last_token_values, split_value_head, taken_values
 from ftui.runner.stages.base import BatchSource, GeneratedBatches, MicroLoss
 from ftui.runner.stages.grpo import GRPOStage, stop_ids_of
@@ -140,4 +141,29 @@ class PPOStage(GRPOStage):
 
     @torch.no_grad()
     def evaluate(self, engine: Any, examples: list[Any], collator: Callable, beat: Callable[[], None]) -> dict[str, Any]:
-        return {}  # refused before the run (val_size, eval_dataset): LLaMA-Factory's PPO does not evaluate
+        """``ftui eval`` of a ppo run (training does not evaluate: LLaMA-Factory's PPO does not):
+        the reward model's mean score of one sampled answer to each of this rank's eval prompts
+        (collective: every rank calls it, with shares that may differ by one)."""
+        self.engine = engine
+        if self.reward_model is None:
+            self.reward_model = self.load_reward_model(engine)
+        o, bs, world = self.options, self.cfg.per_device_eval_batch_size, engine.info.world_size
+        count = torch.tensor([float(len(examples))], device=engine.device)
+        rounds = int(all_gather_tensor(count, world).max().item())  # every rank generates as often: the collectives match
+        sums = torch.zeros(2, dtype=torch.float64)
+        stops = stop_ids_of(self.cfg, self.tokenizer, engine.unwrap())
+        for k, start in enumerate(range(0, max(rounds, 1), bs)):
+            part = examples[start:start + bs]
+            prompts = [e.input_ids for e in part] or [examples[0].input_ids if examples else [self.pad_id]]
+            completions, _truncated = sample_completions(
+                engine, prompts, pad=self.pad_id, stop_ids=stops, synced=False,
+                seed=generation_seed(self.cfg.seed, -1 - k, engine.info.rank),  # seeded apart from training's
+                sampling=dict(do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+                              repetition_penalty=o.repetition_penalty, max_new_tokens=o.max_new_tokens))
+            if part:
+                ids, attention, _labels = buffer_rows(prompts, completions, self.pad_id)
+                scores = self.score(ids.to(engine.device), attention.to(engine.device)).double().cpu()
+                sums += torch.tensor([scores.sum().item(), float(len(part))], dtype=torch.float64)
+            beat()
+        total = engine.all_reduce_sum(sums.to(engine.device)).tolist()
+        return {"eval_loss": None, "eval_reward": total[0] / total[1] if total[1] else None}
