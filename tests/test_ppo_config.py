@@ -73,3 +73,63 @@ def test_the_launch_form_gives_a_shared_option_the_chosen_stages_default():
     assert stage_default_updates(form | {"temperature": "0.6", "top_p": "0.7", "top_k": "50"}, "grpo") == {
         "top_p": 1.0, "top_k": 0}  # a value the user typed stays
     assert stage_default_updates(form, "sft") == {}
+
+
+# LLaMA-Factory 0.9.5's examples/train_lora/llama3_lora_ppo.yaml (the shared demo data does not carry LF's examples)
+LF_PPO_EXAMPLE = """
+### model
+model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct
+reward_model: saves/llama3-8b/lora/reward
+trust_remote_code: true
+
+### method
+stage: ppo
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_target: all
+
+### dataset
+dataset: identity,alpaca_en_demo
+template: llama3
+cutoff_len: 2048
+max_samples: 1000
+overwrite_cache: true
+preprocessing_num_workers: 16
+dataloader_num_workers: 4
+
+### output
+output_dir: saves/llama3-8b/lora/ppo
+logging_steps: 10
+save_steps: 500
+plot_loss: true
+overwrite_output_dir: true
+report_to: none
+
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-5
+num_train_epochs: 3.0
+lr_scheduler_type: cosine
+warmup_ratio: 0.1
+bf16: true
+ddp_timeout: 180000000
+
+### generate
+max_new_tokens: 512
+top_k: 0
+top_p: 0.9
+"""
+
+
+def test_llamafactorys_example_ppo_yaml_is_accepted_with_a_tiny_model_and_rm_run(tmp_path):
+    run, _model, _head = make_rm_run(tmp_path, template="llama3")
+    rm_config = yaml.safe_load((run / "config.yaml").read_text()) | {"finetuning_type": "lora"}
+    (run / "config.yaml").write_text(yaml.safe_dump(rm_config))
+    data = yaml.safe_load(LF_PPO_EXAMPLE) | {"model_name_or_path": "ftui-demo", "model_init": "random",
+                                             "reward_model": str(run), "output_dir": str(tmp_path / "runs")}
+    cfg, found = validate_config(data)
+    assert [p for p in found] == [] and cfg is not None
+    o = describe("ppo").read_options(cfg)
+    assert (o.reward_model_type, o.max_new_tokens, o.top_k, o.top_p, o.temperature, o.ppo_epochs) == ("lora", 512, 0, 0.9, 0.95, 4)
