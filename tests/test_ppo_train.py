@@ -65,6 +65,7 @@ def test_a_lora_ppo_run_with_an_rm_runs_reward_model_trains_its_value_head(tmp_p
     assert not any("v_head" in k for k in load_file(str(final / "adapter_model.safetensors")))
 
 
+@pytest.mark.slow
 def test_a_full_ppo_run_keeps_a_frozen_reference_copy_and_saves_the_value_head(tmp_path):
     run_dir, events, proc = train_sync(ppo_config(tmp_path, finetuning_type="full", max_steps=4))
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
@@ -82,6 +83,7 @@ def test_a_full_ppo_run_keeps_a_frozen_reference_copy_and_saves_the_value_head(t
     assert isinstance(results["eval_reward"], float) and results["eval_loss"] is None and results["examples"] == 3
 
 
+@pytest.mark.slow
 def test_a_ppo_run_resumed_at_a_batch_boundary_makes_the_uninterrupted_runs_rollouts(tmp_path):
     cfg = ppo_config(tmp_path, max_steps=6, save_steps=2, ppo_score_norm=True)
     run_dir, events, proc = train_sync(cfg)
@@ -104,6 +106,7 @@ def test_a_ppo_run_resumed_at_a_batch_boundary_makes_the_uninterrupted_runs_roll
                 assert s[name] == pytest.approx(later[s["step"]][name], rel=1e-5), (name, s["step"])
 
 
+@pytest.mark.slow
 def test_a_ppo_run_resumed_inside_a_batch_makes_it_again_and_says_so(tmp_path):
     run_dir, _events, proc = train_sync(ppo_config(tmp_path, max_steps=4, save_steps=3))
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
