@@ -4,7 +4,7 @@ score, train the policy and its value head (whose loss falls), write their rollo
 the value head beside final/ under TRL's key names; a run resumed at a rollout-batch boundary
 makes exactly the rollouts of the uninterrupted run (the KL coefficient and the running score
 moments kept in the checkpoint), one resumed inside a batch makes it again and says so; two
-ranks under ddp."""
+ranks under ddp and fsdp."""
 
 from __future__ import annotations
 
@@ -131,8 +131,9 @@ def test_a_ppo_run_resumed_inside_a_batch_makes_it_again_and_says_so(tmp_path):
 
 @pytest.mark.dist
 @pytest.mark.slow
-def test_two_ranks_under_ddp_answer_their_share_and_gather_the_figures(tmp_path):
-    cfg = ppo_config(tmp_path, engine="ddp", nproc_per_node=2, per_device_train_batch_size=2, max_steps=4)
+@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+def test_two_ranks_answer_their_share_and_gather_the_figures(tmp_path, engine):
+    cfg = ppo_config(tmp_path, engine=engine, nproc_per_node=2, per_device_train_batch_size=2, max_steps=4)
     run_dir, events, proc = train_sync(cfg)
     assert proc.returncode == 0, (run_dir / "train.log").read_text()[-3000:]
     assert next(e for e in events if e["event"] == "run_start")["world_size"] == 2
