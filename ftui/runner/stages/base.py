@@ -12,6 +12,10 @@ reference model ...) and supplies three things and nothing else:
   stage has them, extra figures (sums too, e.g. a preference stage's reward margins);
 - its evaluation (``evaluate``): by default the same loss over the eval examples.
 
+A stage that keeps state of its own across optimizer steps (ppo's KL coefficient and running
+score moments) gives it to checkpoints (``checkpoint_state``) and takes it back on a resume
+(``resume_state``), so a resumed run goes on as the uninterrupted one.
+
 The loop divides every micro batch's sum by the step's global count of loss units
 (``Batch.loss_tokens``, counted on the host), so the gradient is the exact mean over the
 whole step, and writes ``figures`` divided by the same count into `step` and `eval` events
