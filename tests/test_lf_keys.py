@@ -13,6 +13,7 @@ from ftui.config.schema import RunConfig
 from ftui.config.preflight import validate_config
 from ftui.rundir.paths import DEMO_MODEL_DIR
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED
+from ftui.stages import option_keys
 
 DEMO = {"model_name_or_path": "ftui-demo", "model_init": "random", "dataset": "ftui_demo", "cutoff_len": 128}
 
@@ -24,9 +25,11 @@ def problems_of(**over) -> dict[str, str]:
 
 def test_every_llamafactory_key_is_a_field_refused_or_without_effect():
     assert len(LF_DEFAULTS) > 300  # llamafactory_keys.json: 0.9.5's whole argument list
-    fields = set(RunConfig.model_fields)
+    fields = set(RunConfig.model_fields) | option_keys()  # a stage's own options (ppo's ppo_* and reward_model*)
     unclassified = sorted(k for k in LF_DEFAULTS if k not in fields and k not in REFUSED and k not in NO_EFFECT)
     assert unclassified == []
+    assert {"ppo_buffer_size", "ppo_epochs", "ppo_score_norm", "ppo_target", "ppo_whiten_rewards", "reward_model",
+            "reward_model_type"} <= option_keys() - NO_EFFECT
     assert not (set(REFUSED) & NO_EFFECT)
 
 
@@ -87,11 +90,12 @@ def test_a_misspelt_set_stops_ftui_train_before_anything_is_made(tmp_path, capsy
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_the_stage_ftui_lacks_is_refused_saying_so():
+def test_every_llamafactory_stage_is_one_ftui_trains():
     problems = problems_of(stage="ppo")
-    assert "PPO" in problems["stage"] and "ftui trains sft, pt, dpo, kto, rm, grpo" in problems["stage"]
+    assert "stage" not in problems and "needs a reward model" in problems["reward_model"]  # ppo is a stage now
     for stage in ("dpo", "kto", "rm"):
         assert "stage" not in problems_of(stage=stage)
+    assert "'grpo' or 'ppo'" in problems_of(stage="sdpo")["stage"]
 
 
 def test_lora_variants_need_lora_as_in_llamafactory():

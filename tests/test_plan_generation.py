@@ -94,3 +94,20 @@ def test_zero3_gathers_the_whole_model_for_the_rollout():
 
 def test_a_value_head_beside_the_logits_trains_its_hidden_size_plus_one():
     assert plan(stage="toyppo").trainable - plan().trainable == QWEN_1_5B.hidden + 1
+
+
+def test_ppo_counts_its_reward_model_and_its_rollout_batch():
+    """ppo (the built-in): the reward model's weights whole on each GPU in the compute type, and a
+    rollout of per_device x gradient accumulation x ppo_buffer_size answers of max_new_tokens."""
+    ppo = describe("ppo")
+    base = {**ppo.option_values({}), "max_new_tokens": 128}
+    one, two = (estimate(QWEN_1_5B, training_stage="ppo", stage_options=base | {"ppo_buffer_size": n}, method="lora",
+                         precision="bf16", micro_batch=2, seq_len=256, gradient_accumulation_steps=2) for n in (1, 2))
+    assert any("reward model" in note for note in one.notes)
+    assert rollout_of(base, micro_batch=2, seq_len=256, gradient_accumulation_steps=2, world_size=1) == Rollout(4, 256, 128)
+    assert rollout_of(base | {"ppo_buffer_size": 2}, micro_batch=2, seq_len=256, gradient_accumulation_steps=2,
+                      world_size=1) == Rollout(8, 256, 128)
+    assert two.generation > one.generation
+    sft = estimate(QWEN_1_5B, training_stage="sft", method="lora", precision="bf16", micro_batch=2, seq_len=256 + 128,
+                   gradient_accumulation_steps=2)
+    assert one.weights - sft.weights == pytest.approx(QWEN_1_5B.params * 2)

@@ -21,7 +21,7 @@ from conftest import tiny_config
 import ftui.stages
 from ftui.stages import PAIRS, describe, descriptions, plotted_first, stage_names
 
-BUILT_IN = ("sft", "pt", "dpo", "kto", "rm", "grpo")
+BUILT_IN = ("sft", "pt", "dpo", "kto", "rm", "grpo", "ppo")
 
 
 def test_the_built_in_stages_in_llamafactorys_order():
@@ -93,7 +93,7 @@ def test_what_the_app_reads_from_the_descriptions():
     assert describe("dpo").needs_reference({"pref_loss": "sigmoid"}) and not describe("dpo").needs_reference({"pref_loss": "simpo"})
     assert describe("kto").needs_reference({}) and not describe("sft").needs_reference({})
     assert describe("dpo").data == describe("rm").data == PAIRS
-    assert plotted_first() == ("rewards_margin", "rewards_accuracy", "reward", "completion_length")
+    assert plotted_first() == ("rewards_margin", "rewards_accuracy", "reward", "completion_length", "value_loss")
     assert ordered_figures(["kl", "eval_rewards_accuracy", "rewards_margin"]) == ["rewards_margin", "eval_rewards_accuracy", "kl"]
     assert describe("sft").eval_figures == ("eval_loss", "eval_perplexity")
     assert describe("kto").eval_figures == ("eval_loss", "eval_rewards_accuracy", "eval_rewards_margin", "eval_kl")
@@ -104,7 +104,7 @@ def test_the_descriptions_load_without_pydantic_or_torch():
     probe = ("import sys\nfrom ftui.stages import descriptions\nd = descriptions()\n"
              "print(len(d), sorted(m for m in ('pydantic', 'torch', 'ftui.config.schema') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split(maxsplit=1)
-    assert out == ["6", "[]\n"], out
+    assert out == ["7", "[]\n"], out
 
 
 # --- A new stage: one description module and one runner module, nothing else edited ---

@@ -44,6 +44,9 @@ def reward_options(cfg: RunConfig) -> dict[str, Any] | None:
 
 def reward_config_problems(cfg: RunConfig) -> list[FieldProblem]:
     """Every problem of the reward keys (the module's list), none for a stage without rewards."""
+    stage = find_stage(cfg.stage)
+    if stage is not None and "reward_model" in stage.option_keys:
+        return reward_model_problems(cfg, stage.option_values(cfg))
     options = reward_options(cfg)
     if options is None:
         return []
@@ -59,6 +62,36 @@ def reward_config_problems(cfg: RunConfig) -> list[FieldProblem]:
             out.append(FieldProblem("reward_funcs", value, problem))
     out += _option_problems(cfg, options, entries)
     return out
+
+
+def reward_model_problems(cfg: RunConfig, options: dict[str, Any]) -> list[FieldProblem]:
+    """ppo's ``reward_model``: given, an ftui rm run with something trained on this run's template,
+    and trained with the method ``reward_model_type`` says (lora: a LoRA adapter; full: full or freeze)."""
+    value = str(options.get("reward_model") or "")
+    if not value:
+        return [FieldProblem("reward_model", value, _("stage ppo needs a reward model: give reward_model the directory of an "
+                                                      "ftui rm run (train one with stage rm first)"))]
+    kind_given = options.get("reward_model_type")
+    if kind_given == "api":
+        return []  # refused by the stage's own rule
+    if not Path(value).expanduser().is_dir():
+        return [FieldProblem("reward_model", value, _("{entry} is not a directory: reward_model is an ftui rm run's directory "
+                                                      "(train one with stage rm first)").format(entry=value))]
+    problem = rm_run_problem(value, cfg)
+    if problem:
+        return [FieldProblem("reward_model", value, problem)]
+    if kind_given == "lora" and cfg.finetuning_type != "lora":
+        return []  # refused by the stage's own rule
+    from ftui.rundir.paths import CONFIG_FILE
+    from ftui.safety.bounded_input import load_yaml
+
+    method = load_yaml((Path(value).expanduser() / CONFIG_FILE).read_bytes()).get("finetuning_type", "lora")
+    kind = "lora" if method == "lora" else "full"
+    if kind != kind_given:
+        return [FieldProblem("reward_model_type", kind_given,
+                             _("rm run {run} trained with finetuning_type {method}: set reward_model_type {kind}").format(
+                                 run=value, method=method, kind=kind))]
+    return []
 
 
 def _option_problems(cfg: RunConfig, options: dict[str, Any], entries: list[str]) -> list[FieldProblem]:

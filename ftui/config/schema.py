@@ -82,7 +82,7 @@ class RunConfig(BaseModel):
     freeze_multi_modal_projector: bool = Field(True, description=N_("vision-language models: leave the projector between the vision encoder and the language model untrained"))
     freeze_language_model: bool = Field(False, description=N_("vision-language models: leave the language model untrained"))
     # --- Method
-    stage: str = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model"))  # one of ftui.stages
+    stage: str = Field("sft", description=N_("sft: supervised fine-tuning on conversations; pt: pre-training on raw text (every token carries loss); dpo, kto: preference training; rm: a reward model; grpo, ppo: reinforcement learning from rewards"))  # one of ftui.stages
     do_train: bool = True
     finetuning_type: Literal["full", "lora", "freeze"] = Field(
         "lora", description=N_("QLoRA is finetuning_type lora with quantization_bit 4")

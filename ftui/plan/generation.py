@@ -41,14 +41,16 @@ class Rollout:
 
 def rollout_of(options: Mapping[str, Any], *, micro_batch: int, seq_len: int, gradient_accumulation_steps: int,
                world_size: int) -> Rollout:
-    """A process's rollout from the stage's options (``max_completion_length``; ``num_generations``
-    and ``steps_per_generation`` where the stage has them, TRL's names): per_device_train_batch_size
-    completions for each of steps_per_generation micro batches (0 or absent: gradient accumulation's),
-    and at least its share of one group, since a generation batch holds whole groups."""
+    """A process's rollout from the stage's options (grpo's ``max_completion_length``, ppo's
+    ``max_new_tokens``; ``num_generations`` and ``steps_per_generation`` where the stage has them,
+    TRL's names; ppo's ``ppo_buffer_size``): per_device_train_batch_size completions for each of
+    steps_per_generation micro batches (0 or absent: gradient accumulation's) times
+    ppo_buffer_size, and at least its share of one group, since a generation batch holds whole groups."""
     steps = int(options.get("steps_per_generation") or 0) or max(1, gradient_accumulation_steps)
+    steps *= max(1, int(options.get("ppo_buffer_size") or 1))
     group_share = -(-int(options.get("num_generations") or 1) // max(1, world_size))
     return Rollout(completions=max(micro_batch * steps, group_share), prompt_len=seq_len,
-                   completion_len=int(options.get("max_completion_length") or 0))
+                   completion_len=int(options.get("max_completion_length") or options.get("max_new_tokens") or 0))
 
 
 def kv_cache_bytes(shape: ModelShape, rollout: Rollout, act: int) -> float:

@@ -301,6 +301,13 @@ def estimate(shape: ModelShape, *, method: str = "full", precision: str = "bf16"
         weights += reference
         notes.append(_("{stage}: a frozen reference copy of the model, {size} on each GPU").format(stage=training_stage, size=gib(reference)))
 
+    # --- ppo's reward model (an rm run's, taken as the policy's size: LLaMA-Factory's share the base), whole on
+    # each GPU in the run's half precision (fp32 without one), frozen
+    if terms.generation and described.value_head:
+        scorer = P * (2.0 if precision in ("bf16", "fp16") or pure_bf16 else 4.0)
+        weights += scorer
+        notes.append(_("{stage}: the reward model, {size} on each GPU").format(stage=training_stage, size=gib(scorer)))
+
     # --- a generating stage's rollout: sampled before the step's forwards, then trained on
     rollout = None
     if terms.generation:

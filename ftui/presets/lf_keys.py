@@ -52,8 +52,6 @@ NO_EFFECT = set(_keys("""
     torch_compile_backend torch_compile_mode use_liger_kernel liger_kernel_config
     quantization_device_map ignore_pad_token_for_loss buffer_size offload_folder use_unsloth_gc
     module_dropout oft_rank oft_block_size oft_target
-    ppo_buffer_size ppo_epochs ppo_score_norm ppo_target ppo_whiten_rewards
-    reward_model reward_model_adapters reward_model_quantization_bit reward_model_type
     galore_target galore_rank galore_update_interval galore_scale galore_proj_type galore_layerwise
     apollo_target apollo_rank apollo_update_interval apollo_scale apollo_proj apollo_proj_type apollo_scale_type
     apollo_layerwise apollo_scale_front badam_mode badam_start_block badam_switch_mode badam_switch_interval
@@ -106,13 +104,14 @@ _REFUSED_GROUPS: list[tuple[str, str]] = [
                      "absolute paths; move the files under dataset_dir, or write absolute paths in the records")),
     ("tool_format default_system enable_thinking train_on_prompt mask_history",
      N_("ftui does not implement this key of LLaMA-Factory's templates yet")),
+    ("reward_model_adapters reward_model_quantization_bit",
+     N_("stage ppo's reward_model is an ftui rm run's directory, loaded as that run trained it (its adapter merged, "
+        "not quantized); remove the key")),
 ]
 REFUSED: dict[str, str] = {key: why for keys, why in _REFUSED_GROUPS for key in keys.split()}
 
 # stage names LLaMA-Factory has and ftui does not (yet): the message says so instead of pydantic's list
-STAGE_REFUSED = {
-    "ppo": N_("PPO (stage: ppo) is not supported: it needs a reward model and generation during training"),
-}
+STAGE_REFUSED: dict[str, str] = {}
 
 
 def asks_for_something(key: str, value: Any) -> bool:

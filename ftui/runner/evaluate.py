@@ -64,7 +64,7 @@ def put_loss_path(stage: Any, loaded: Any, spec: dict[str, Any], cfg: RunConfig,
     """The stage's loss on the loaded model: as in training, except that a reward model gets
     its trained value head and a full-weights DPO/KTO model the base as its reference."""
     model = loaded.model
-    if stage.description.value_head:
+    if stage.description.value_head and not stage.description.planner.generation:  # ppo's policy: scored by generating
         from ftui.runner.reward import VALUE_HEAD_FILE, install_value_head, load_value_head
 
         head = Path(spec["source"]["run"]) / FINAL_DIR / VALUE_HEAD_FILE if spec["source"].get("run") else None

@@ -131,7 +131,7 @@ def run_loop(t: Training, step: int = 0, total_tokens: float = 0.0) -> int:
         trainer_state = {
             "scheduler": t.scheduler.state_dict(), "scaler": engine.scaler.state_dict() if engine.scaler else None,
             "total_tokens": total_tokens, "micro_batch_size": cfg.per_device_train_batch_size,
-            "accumulation": accum, "max_steps": t.max_steps,
+            "accumulation": accum, "max_steps": t.max_steps, "stage": stage.checkpoint_state(),
         }
         heartbeat.beat()
         path = save_checkpoint(engine, t.run_dir, step, trainer_state, cfg.save_total_limit)

@@ -101,3 +101,33 @@ def load_value_head(path: Path) -> ValueHead:
 def score(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Each row's score: the value at its last real token (right padding)."""
     return last_token_values(model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits, attention_mask)
+
+
+# --- A policy's value head (ppo): the logits AND a value per position from one forward
+
+def install_policy_value_head(model: nn.Module, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Puts a fresh value head (TRL's init) on the model's output projection, beside its own
+    work: a forward hook hands the projection's input, the last hidden states, to the head, and
+    keeps the values (``taken_values``) while the projection computes the logits (or the
+    chunked log-probabilities) as before. The head's parameters train, shard and checkpoint
+    with the model's (a child ``v_head`` of the projection: key names ``...v_head.summary.*``).
+    Returns the projection."""
+    proj = output_projection(model)
+    if proj is None:
+        raise ValueError(_("this model has no output projection (get_output_embeddings) to put a value head on"))
+    proj.v_head = ValueHead(proj.weight.shape[1]).to(device=proj.weight.device, dtype=dtype)
+    proj._ftui_values = None
+    proj.register_forward_hook(_keep_values)
+    return proj
+
+
+def _keep_values(module: nn.Module, args: tuple, _output: torch.Tensor) -> None:
+    module._ftui_values = module.v_head(args[0]).squeeze(-1)
+
+
+def taken_values(proj: nn.Module) -> torch.Tensor:
+    """The values of the projection's last forward (rows, T), fp32, let go of after."""
+    values, proj._ftui_values = proj._ftui_values, None
+    if values is None:
+        raise RuntimeError("no forward went through the output projection since the values were last taken")
+    return values.float()

@@ -183,6 +183,30 @@ def all_gather_objects(obj: Any, world: int) -> list[Any]:
     return out
 
 
+def sample_completions(engine: Any, prompts: list[list[int]], *, pad: int, stop_ids: list[int], seed: int, synced: bool,
+                       sampling: dict[str, Any]) -> tuple[list[list[int]], list[bool]]:
+    """Completions of left-padded prompts (grpo's and ppo's), generated at once from an RNG
+    seeded with ``seed`` (the run's own RNG left as it was), ``sampling`` the generate keys
+    (do_sample, temperature, top_p, top_k, max_new_tokens ...): each completion up to its
+    first stop id, and whether it has none."""
+    device = engine.device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), generating(engine) as model:
+        torch.manual_seed(seed)
+        with engine.autocast():
+            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), eos_token_id=stop_ids,
+                                 pad_token_id=pad, use_cache=True, synced_gpus=synced, **sampling)
+    stops = set(stop_ids)
+    pairs = [completion_of(row, stops) for row in out[:, width:].tolist()]
+    return [c for c, _t in pairs], [t for _c, t in pairs]
+
+
 class Rollouts:
     """The micro batches of a run that learns from rewards, made a generation at a time."""
 
@@ -258,26 +282,12 @@ class Rollouts:
         return batches
 
     def sample(self, prompts: list[list[int]], generation: int) -> tuple[list[list[int]], list[bool]]:
-        """Completions of left-padded prompts, sampled with the run's settings from a seeded RNG."""
+        """Completions of the prompts, sampled with the run's settings from a seeded RNG."""
         o = self.o
-        device = self.engine.device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-        devices = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), generating(self.engine) as model:
-            torch.manual_seed(generation_seed(self.cfg.seed, generation, self.rank))
-            with self.engine.autocast():
-                out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-                                     temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, **further_sampling(o),
-                                     max_new_tokens=o.max_completion_length, eos_token_id=self.stop_ids,
-                                     pad_token_id=self.pad, use_cache=True, synced_gpus=self.synced)
-        stops = set(self.stop_ids)
-        pairs = [completion_of(row, stops) for row in out[:, width:].tolist()]
-        return [c for c, _t in pairs], [t for _c, t in pairs]
+        return sample_completions(self.engine, prompts, pad=self.pad, stop_ids=self.stop_ids, synced=self.synced,
+                                  seed=generation_seed(self.cfg.seed, generation, self.rank),
+                                  sampling=dict(do_sample=True, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+                                                **further_sampling(o), max_new_tokens=o.max_completion_length))
 
     @torch.no_grad()
     def policy_logps(self, batch: RolloutBatch) -> torch.Tensor:

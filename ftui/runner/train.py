@@ -147,6 +147,7 @@ def train(run_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | N
             if engine.scaler is not None and state.get("scaler"):
                 engine.scaler.load_state_dict(state["scaler"])
             step = int(state["step"])
+            stage.resume_state(state.get("stage") or {})
             total_tokens = float(state.get("total_tokens", 0.0))
 
         if writer is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ftui.i18n import N_, _
-from ftui.stages.description import CONVERSATIONS, PACKING_NEVER, Problem, StageDescription, StageOption
+from ftui.stages.description import CONVERSATIONS, PACKING_NEVER, PlannerTerms, Problem, StageDescription, StageOption
 from ftui.stages.reward_options import REWARD_OPTIONS
 
 LOSS_TYPES = (("dapo", N_("DAPO: mean over the step's completion tokens")),
@@ -104,4 +104,5 @@ DESCRIPTION = StageDescription(
     reference_model=lambda options: options["beta"] != 0,
     figures=ROLLOUT_FIGURES + LOSS_FIGURES,  # the runner's loss returns LOSS_FIGURES; the rollouts the others
     plotted_first=("reward", "completion_length"),
+    planner=PlannerTerms(generation=True),  # the rollout's KV cache, the reference copy when beta != 0
 )

@@ -12,6 +12,10 @@ reference model ...) and supplies three things and nothing else:
   stage has them, extra figures (sums too, e.g. a preference stage's reward margins);
 - its evaluation (``evaluate``): by default the same loss over the eval examples.
 
+A stage that keeps state of its own across optimizer steps (ppo's KL coefficient and running
+score moments) gives it to checkpoints (``checkpoint_state``) and takes it back on a resume
+(``resume_state``), so a resumed run goes on as the uninterrupted one.
+
 The loop divides every micro batch's sum by the step's global count of loss units
 (``Batch.loss_tokens``, counted on the host), so the gradient is the exact mean over the
 whole step, and writes ``figures`` divided by the same count into `step` and `eval` events
@@ -139,6 +143,15 @@ class Stage:
         lengths: per completion, not per loss unit), the same on every rank; the loop adds them
         to the step event. Called by every rank at each step event."""
         return {}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What the stage itself keeps across optimizer steps (ppo's KL coefficient and running
+        score moments), JSON-able: stored in a checkpoint's trainer state, handed back to
+        :meth:`resume_state` when a run resumes from it. Called by every rank; rank 0's is kept."""
+        return {}
+
+    def resume_state(self, state: dict[str, Any]) -> None:
+        """Takes back what :meth:`checkpoint_state` gave (before the first batch is made)."""
 
     def steps_per_epoch(self, examples: int, batches_per_epoch: int, accum: int, world: int) -> int:
         """Optimizer steps in one epoch over ``examples`` training examples: the sampler's

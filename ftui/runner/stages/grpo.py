@@ -144,7 +144,10 @@ class GRPOStage(Stage):
         return GeneratedBatches(self.rollouts.micro_batch, t.device, start)
 
     def load_rewards(self, load: Callable) -> Any:
-        return load(self.cfg, self.tokenizer, self.engine.device if self.engine is not None else None)
+        # after the resumed run's RNG is restored: an rm run's value head made on loading must
+        # not use up the run's random numbers, or a resumed run would not sample as the whole one
+        with torch.random.fork_rng(devices=[]):
+            return load(self.cfg, self.tokenizer, self.engine.device if self.engine is not None else None)
 
     def eval_rollouts(self, engine: Any) -> Rollouts:
         """Rollouts for an evaluation outside training (the eval job: ``ftui eval``): sampling

@@ -29,7 +29,7 @@ from ftui.tui.ui_thread import to_ui
 
 from ftui.tui.screens.launch_checks import LaunchChecks
 from ftui.tui.screens.launch_media import MediaPreview
-from ftui.tui.screens.launch_fields import F, FIELDS, FIRST_FRAME_GROUPS, FORM_DEFAULTS, GROUPS, NOTES, config_to_form, form_to_config, option_labels
+from ftui.tui.screens.launch_fields import F, FIELDS, FIRST_FRAME_GROUPS, FORM_DEFAULTS, GROUPS, NOTES, config_to_form, form_to_config, option_labels, stage_default_updates
 from ftui.tui.screens.launch_files import LaunchFiles
 from ftui.tui.screens.launch_hints import LaunchHints
 
@@ -346,6 +346,8 @@ class LaunchScreen(LaunchChecks, LaunchHints, LaunchFiles, Screen):
         elif wid == "f-gpus":
             self._gpus_changed(event.control.value)
         elif wid in ("f-dataset", "f-dataset_dir", "f-stage"):
+            if wid == "f-stage":  # a shared option still at another stage's default takes this one's
+                self.fill(stage_default_updates(self.values(), str(event.control.value)), validate=False)
             self._stale_dataset_verdict()
             self.preview_dataset(self.query_one("#f-dataset", Input).value, self.query_one("#f-dataset_dir", Input).value,
                                  self.query_one("#f-stage", Select).value)

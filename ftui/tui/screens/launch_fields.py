@@ -153,6 +153,23 @@ def option_labels(f: F) -> list[tuple[str, Any]]:
     return [(_(label) if label and (label != value or f.key == "packing") else label, value) for label, value in f.options]
 
 
+def stage_default_updates(values: dict[str, Any], stage: str) -> dict[str, Any]:
+    """The fields to refill when ``stage`` is chosen: an option several stages share with
+    different defaults (temperature, top_p, top_k: grpo's are TRL's, ppo's LLaMA-Factory's)
+    whose value is still another stage's default takes the chosen stage's; a value the user
+    typed stays."""
+    chosen = find_stage(stage)
+    if chosen is None:
+        return {}
+    out = {}
+    for o in chosen.options:
+        others = {str(p.default) for d in stage_descriptions().values() if d.name != stage for p in d.options if p.key == o.key}
+        now = str(values.get(o.key))
+        if now in others and now != str(o.default):
+            out[o.key] = o.default
+    return out
+
+
 def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     """RunConfig keys -> form values (method and precision are one choice each in the form)."""
     values = {k: cfg[k] for k in FIELDS if k in cfg}
