@@ -205,7 +205,11 @@ def test_a_config_file_that_cannot_be_read_is_one_line_naming_it(tmp_path):
         assert str(info.value) == f"{path}: {says}"
 
 
-def test_a_validators_own_words_come_without_pydantics_value_error_prefix():
-    _cfg, problems = validate_config(yaml.safe_load(LF_LORA_SFT) | {"stage": "ppo"})
+def test_a_validators_own_words_come_without_pydantics_value_error_prefix(monkeypatch):
+    # every LLaMA-Factory stage is trained now: a stand-in refused one says it in its own words
+    from ftui.presets import lf_keys
+
+    monkeypatch.setitem(lf_keys.STAGE_REFUSED, "sppo", "SPPO (stage: sppo) is not supported")
+    _cfg, problems = validate_config(yaml.safe_load(LF_LORA_SFT) | {"stage": "sppo"})
     (stage,) = [p for p in problems if p.field == "stage"]
-    assert stage.message.startswith("PPO (stage: ppo) is not supported")
+    assert stage.message.startswith("SPPO (stage: sppo) is not supported; ftui trains sft, pt")
