@@ -150,6 +150,7 @@ def test_beta_adds_the_kl_to_the_reference_which_starts_equal_to_the_policy(tmp_
     assert ("adapter off" in log) if method == "lora" else ("frozen copy" in log)
 
 
+@pytest.mark.slow  # the exact resume at a generation's end is tested in every run; this one adds 15 s
 def test_a_checkpoint_inside_a_generation_resumes_by_generating_it_again_and_says_so(tmp_path):
     """steps_per_generation 2 with no accumulation: a generation serves two steps, so a
     checkpoint at step 1 falls inside one; the resumed run makes it again (same prompts and

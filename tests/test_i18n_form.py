@@ -145,7 +145,7 @@ def test_config_problems_presets_and_dataset_errors_in_chinese(zh, tmp_path):
     _cfg, problems = validate_config({"model_name_or_path": "m", "dataset": "d", "stage": "ppo", "use_galore": True,
                                       "lora_rank": 0, "max_steps": 0})
     text = "\n".join(str(p) for p in problems)
-    assert "不支持 PPO（stage: ppo）" in text and "ftui 支持训练 sft" in text  # the stage refused, by name
+    assert "reward_model = '': stage ppo 需要奖励模型" in text  # a stage's own rule
     assert "use_galore = True: 不支持：ftui 未实现该训练方法" in text  # a refused LLaMA-Factory key
     assert "lora_rank = 0: 输入应大于或等于 1" in text
     assert engine_description("ddp").startswith("DistributedDataParallel：每块 GPU") and "适用于：" in engine_description("ddp")
