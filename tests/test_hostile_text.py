@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import re
 import subprocess
 import sys
@@ -213,6 +214,10 @@ def test_cli_follow_of_ftui_train_prints_the_hostile_end_through_its_console(tmp
     import ftui.cli.main as cli
 
     run = hostile_run(tmp_path / "runs")
+    # started on this host and nothing holds its lock: the follower does not wait a minute for
+    # the processes of the fixture's other host to go after its run_end
+    launch = json.loads((run / "launch.json").read_text())
+    (run / "launch.json").write_text(json.dumps(launch | {"host": socket.gethostname()}))
     summary, interrupted = cli._follow_job(run, cli.safe_console())
     assert summary.status == "failed" and not interrupted
     out, err = capfd.readouterr()
