@@ -33,7 +33,7 @@ import torch
 from ftui.i18n import _
 from ftui.runner.data import IGNORE
 from ftui.runner.ppo_math import AdaptiveKLController, RunningMoments, gae, masked_mean, sequence_kl, token_rewards
-from ftui.runner.rollout import (PromptExample, all_gather_objects, all_gather_tensor, generation_seed, prompt_order,
+from ftui.runner.rollout import (PromptExample, all_gather_objects, all_gather_tensor, buffer_rows, generation_seed, prompt_order,
                                  sample_completions)
 
 
@@ -69,19 +69,6 @@ class PPOBatch:
         steps = {k: getattr(self, k)[index][:, :width - 1]
                  for k in ("mask", "old_logps", "old_values", "advantages", "returns")}
         return PPOBatch(**cut, **steps, real_tokens=int(attention.sum()), trainable_tokens=int(steps["mask"].sum()))
-
-
-def buffer_rows(prompts: list[list[int]], completions: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, attention mask, labels) of prompt + answer rows, right-padded to the longest."""
-    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    labels = torch.full_like(ids, IGNORE)
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-        attention[i, :len(p) + len(c)] = 1
-        labels[i, len(p):len(p) + len(c)] = torch.tensor(c)
-    return ids, attention, labels
 
 
 class PPORollouts:

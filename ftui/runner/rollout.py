@@ -80,9 +80,8 @@ class RolloutBatch:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
 
 
-def rollout_batch(prompts: list[list[int]], completions: list[list[int]], truncated: list[bool], advantages: torch.Tensor,
-                  pad: int, loss_type: str, mask_truncated: bool) -> RolloutBatch:
-    """The micro batch of these completions: rows right-padded, the loss's units counted on the host."""
+def buffer_rows(prompts: list[list[int]], completions: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, labels) of prompt + answer rows, right-padded to the longest."""
     width = max(len(p) + len(c) for p, c in zip(prompts, completions))
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     attention = torch.zeros_like(ids)
@@ -91,6 +90,13 @@ def rollout_batch(prompts: list[list[int]], completions: list[list[int]], trunca
         ids[i, :len(p) + len(c)] = torch.tensor(p + c)
         attention[i, :len(p) + len(c)] = 1
         labels[i, len(p):len(p) + len(c)] = torch.tensor(c)
+    return ids, attention, labels
+
+
+def rollout_batch(prompts: list[list[int]], completions: list[list[int]], truncated: list[bool], advantages: torch.Tensor,
+                  pad: int, loss_type: str, mask_truncated: bool) -> RolloutBatch:
+    """The micro batch of these completions: rows right-padded, the loss's units counted on the host."""
+    ids, attention, labels = buffer_rows(prompts, completions, pad)
     mask = (labels[:, 1:] != IGNORE).float()
     if mask_truncated:
         mask[torch.tensor(truncated, dtype=torch.bool)] = 0.0

@@ -29,8 +29,8 @@ from ftui.runner.data import DataFormatError
 from ftui.runner.loss import micro_batch_token_logps
 from ftui.runner.model import trained_dtype
 from ftui.runner.ppo_math import VF_COEF, ppo_losses
-from ftui.runner.ppo_rollout import PPORollouts, buffer_rows
-from ftui.runner.rollout import all_gather_tensor, generation_seed, sample_completions
+from ftui.runner.ppo_rollout import PPORollouts
+from ftui.runner.rollout import all_gather_tensor, buffer_rows, generation_seed, sample_completions
 from ftui.runner.reward import VALUE_HEAD_FILE, install_policy_value_head, last_token_values, split_value_head, taken_values
 from ftui.runner.stages.base import BatchSource, GeneratedBatches, MicroLoss
 from ftui.runner.stages.grpo import GRPOStage, stop_ids_of
