@@ -71,6 +71,14 @@ class PPOBatch:
         return PPOBatch(**cut, **steps, real_tokens=int(attention.sum()), trainable_tokens=int(steps["mask"].sum()))
 
 
+def ppo_sampling(options: Any) -> dict[str, Any]:
+    """``generate``'s sampling arguments from LLaMA-Factory's generating keys of a ppo run: its
+    rollouts and ``ftui eval``'s answers sample alike."""
+    o = options
+    return dict(do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
+                repetition_penalty=o.repetition_penalty, max_new_tokens=o.max_new_tokens)
+
+
 class PPORollouts:
     """The micro batches of a ppo run (see the module). ``stage`` gives the forwards:
     ``policy_forward(batch) -> (logps, values)``, ``reference_logps(batch)`` and
@@ -128,8 +136,7 @@ class PPORollouts:
         completions, truncated = sample_completions(
             self.engine, [e.input_ids for e in examples], pad=self.pad, stop_ids=self.stop_ids, synced=self.synced,
             seed=generation_seed(self.cfg.seed, number, self.rank),
-            sampling=dict(do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
-                          repetition_penalty=o.repetition_penalty, max_new_tokens=o.max_new_tokens))
+            sampling=ppo_sampling(o))
         ids, attention, labels = buffer_rows([e.input_ids for e in examples], completions, self.pad)
         mask = (labels[:, 1:] != IGNORE).float()
         raw, logps, values, ref = self.forwards(ids, attention, labels)

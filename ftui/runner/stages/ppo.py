@@ -29,7 +29,7 @@ from ftui.runner.data import DataFormatError
 from ftui.runner.loss import micro_batch_token_logps
 from ftui.runner.model import trained_dtype
 from ftui.runner.ppo_math import VF_COEF, ppo_losses
-from ftui.runner.ppo_rollout import PPORollouts
+from ftui.runner.ppo_rollout import PPORollouts, ppo_sampling
 from ftui.runner.rollout import all_gather_tensor, buffer_rows, generation_seed, sample_completions
 from ftui.runner.reward import VALUE_HEAD_FILE, install_policy_value_head, last_token_values, split_value_head, taken_values
 from ftui.runner.stages.base import BatchSource, GeneratedBatches, MicroLoss
@@ -158,8 +158,7 @@ class PPOStage(GRPOStage):
             completions, _truncated = sample_completions(
                 engine, prompts, pad=self.pad_id, stop_ids=stops, synced=False,
                 seed=generation_seed(self.cfg.seed, -1 - k, engine.info.rank),  # seeded apart from training's
-                sampling=dict(do_sample=o.do_sample, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k,
-                              repetition_penalty=o.repetition_penalty, max_new_tokens=o.max_new_tokens))
+                sampling=ppo_sampling(o))
             if part:
                 ids, attention, _labels = buffer_rows(prompts, completions, self.pad_id)
                 scores = self.score(ids.to(engine.device), attention.to(engine.device)).double().cpu()
