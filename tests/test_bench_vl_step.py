@@ -68,7 +68,7 @@ def recorded(name: str = "vl_step_cpu") -> list[tuple[dict, dict]]:
     return [(result, row) for row in result["cases"]]
 
 
-RECORDED = recorded() + recorded("vl_step_cpu_video")
+RECORDED = recorded() + recorded("vl_step_cpu_video") + recorded("vl_step_nvidia_h200")  # the H200 row: issue 44's session
 
 
 def test_the_recorded_cpu_run_covers_a_frozen_and_a_trained_tower():
@@ -79,7 +79,7 @@ def test_the_recorded_cpu_run_covers_a_frozen_and_a_trained_tower():
     assert all(row["tokens_per_s"] > 0 for _result, row in recorded())
 
 
-@pytest.mark.parametrize("result,row", RECORDED, ids=[row["case"] + (", video" if "video" in result else "") for result, row in RECORDED])
+@pytest.mark.parametrize("result,row", RECORDED, ids=[row["case"] + (", video" if "video" in result else "") + (", gpu" if result["machine"].get("gpus") else "") for result, row in RECORDED])
 def test_the_plan_is_within_15_percent_of_the_recorded_cpu_peak(result, row, tmp_path):
     """The recorded peaks against the planner as it now is: the bench's model and the tests'
     tiny Qwen2-VL rebuilt from their configs, the recorded dataset's image sizes."""
