@@ -226,22 +226,22 @@ def test_malformed_requests_say_what_to_send(name):
 
 
 @pytest.mark.parametrize(("part", "kind"), [
-    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "image"),
+    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "images"),
     ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "audio"),
     ({"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}}, "video"),
 ])
 def test_media_is_refused_by_name(part, kind):
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]}]
-    with pytest.raises(ChatRequestError, match=rf"ftui serve answers text; messages\[0\]\.content\[1\] is an {kind} part \({part['type']}\)"):
+    with pytest.raises(ChatRequestError, match=rf"ftui serve answers text, it reads no {kind}: messages\[0\]\.content\[1\] is a {part['type']} part"):
         conversation_from_openai(messages, None)
 
 
 def test_order_errors_name_the_message_and_the_order():
-    with pytest.raises(ChatRequestError, match=r"messages\[2\] is a user message where a assistant/function message belongs; the order expected"):
+    with pytest.raises(ChatRequestError, match=r"messages\[2\] has role user where role assistant/function belongs; the order expected"):
         conversation_from_openai([{"role": "system", "content": "s"}, U, U], None)
-    with pytest.raises(ChatRequestError, match=r"the last message is a assistant message"):
+    with pytest.raises(ChatRequestError, match=r"the last message has role assistant"):
         conversation_from_openai([U, {"role": "assistant", "content": "a"}], None)
-    with pytest.raises(ChatRequestError, match=r"messages\[1\] is a system message; a system message may only come first"):
+    with pytest.raises(ChatRequestError, match=r"messages\[1\] has role system; a system message may only come first"):
         conversation_from_openai([U, {"role": "system", "content": "s"}, U], None)
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ftui.data.conversation import ASSISTANT, FUNCTION, OBSERVATION, USER, Conversation
 from ftui.data.tool_calls import tool_calls_from_text
-from ftui.i18n import _
+from ftui.i18n import N_, _
 from ftui.presets.templates import TEMPLATES
 from ftui.safety.bounded_input import load_json, short_repr
 
@@ -45,8 +45,8 @@ SYSTEM_ROLES = ("system", "developer")
 TURN_ROLES = {"user": USER, "tool": OBSERVATION, "assistant": ASSISTANT, "function": FUNCTION}
 ASKING, ANSWERING = ("user", "tool"), ("assistant", "function")  # even, odd positions after the system
 # Content parts ftui serve does not read, by what they carry (OpenAI's names and LLaMA-Factory's).
-MEDIA_PARTS = {"image_url": "image", "input_image": "image", "input_audio": "audio", "audio_url": "audio",
-               "video_url": "video", "file": "file"}
+MEDIA_PARTS = {"image_url": N_("images"), "input_image": N_("images"), "input_audio": N_("audio"), "audio_url": N_("audio"),
+               "video_url": N_("video"), "file": N_("files")}
 
 
 class ChatRequestError(ValueError):
@@ -76,10 +76,10 @@ def conversation_from_openai(messages: list[dict], tools: list[dict] | None) -> 
     for i in range(first, len(messages)):
         expected = ASKING if (i - first) % 2 == 0 else ANSWERING
         if roles[i] not in expected:
-            raise ChatRequestError(_("messages[{index}] is a {role} message where a {expected} message belongs; {order}").format(
+            raise ChatRequestError(_("messages[{index}] has role {role} where role {expected} belongs; {order}").format(
                 index=i, role=roles[i], expected="/".join(expected), order=_order()))
     if (len(messages) - first) % 2 == 0:
-        raise ChatRequestError(_("the last message is a {role} message, or there is none after the system message; {order}").format(
+        raise ChatRequestError(_("the last message has role {role}, or there is none after the system message; {order}").format(
             role=roles[-1], order=_order()))
     turns = [_turn(i, roles[i], messages[i]) for i in range(first, len(messages))]
     return Conversation(turns + [{"role": ASSISTANT, "content": ""}], system, _tools_text(tools))
@@ -93,7 +93,7 @@ def _role(index: int, message: Any) -> str:
         raise ChatRequestError(_("messages[{index}] has role {role}; roles: {roles}").format(
             index=index, role=short_repr(role), roles=", ".join(SYSTEM_ROLES + tuple(TURN_ROLES))))
     if role in SYSTEM_ROLES and index:
-        raise ChatRequestError(_("messages[{index}] is a {role} message; a system message may only come first").format(
+        raise ChatRequestError(_("messages[{index}] has role {role}; a system message may only come first").format(
             index=index, role=role))
     return role
 
@@ -109,8 +109,8 @@ def _text(index: int, message: dict) -> str:
     for n, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in MEDIA_PARTS:
-            raise ChatRequestError(_("ftui serve answers text; messages[{index}].content[{n}] is an {kind} part ({type}): "
-                                     "send text parts only").format(index=index, n=n, kind=MEDIA_PARTS[kind], type=kind))
+            raise ChatRequestError(_("ftui serve answers text, it reads no {kind}: messages[{index}].content[{n}] is a {type} part; "
+                                     "send text parts only").format(index=index, n=n, kind=_(MEDIA_PARTS[kind]), type=kind))
         if kind != "text" or not isinstance(part.get("text"), str):
             raise ChatRequestError(_("messages[{index}].content[{n}] must be a text part: {{\"type\": \"text\", \"text\": \"...\"}}")
                                    .format(index=index, n=n))
