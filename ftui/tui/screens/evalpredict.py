@@ -312,7 +312,7 @@ class EvalPredictScreen(JobScreen):
         text = Text()
         speed = throughput_line(results)
         if speed:
-            text.append(f"{_('speed'):<32}", style="dim")
+            text.append(_("speed").ljust(32), style="dim")
             text.append(speed + "\n", style="bold")
         for name, value in result_lines(results):
             text.append(f"{name:<32}", style="dim")
