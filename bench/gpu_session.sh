@@ -25,6 +25,10 @@
 # Then bench/vl_step.py (issue 42): a Qwen2-VL SFT step, 448 x 448 images and about 1,000 text tokens,
 # tokens/s and the peak against the planner (VL_STEP_S; after the single-GPU part, so a cut call
 # loses it first: VL=1 SINGLE=0 runs it alone; VL=0 leaves it out).
+# Then bench/serve_load.py (issue 44): ftui serve on the Qwen2.5-0.5B shape with random weights, 64 chat
+# requests 16 at a time (half streamed): requests/s, tokens/s, time to first token, 429s, peak RSS
+# (SERVE_S, default 120; after VL, so a cut call loses it first: SERVE=1 SINGLE=0 VL=0 runs it alone;
+# SERVE=0 leaves it out). It needs the serve extra's wheels (bench/gpu_wheels.sh fetches them).
 # A dry run here, without the wheels and the GPU (it also writes bench/results/gpu_set_cpu_demo.json):
 #     PY=.venv/bin/python SHAPE=demo CUTOFF=128 STEPS=8 CASES=trainer_fp32_padded,fp32_packed NO_WHEELS=1 bash bench/gpu_session.sh
 set -uo pipefail
@@ -62,6 +66,14 @@ if [ "${VL:-$([ "${SINGLE:-1}" != 0 ] && echo 1 || echo 0)}" = 1 ]; then
     timeout "${VL_STEP_S:-120}" "$PY" bench/vl_step.py --device auto --steps "${VL_STEPS:-6}" --out "$OUT/vl_step.json" > /dev/null \
         2> "$OUT/vl_step.log" || echo "vl_step.py ended with $?"
     tail -n 4 "$OUT/vl_step.log"
+fi
+# ftui serve under load (issue 44): concurrent chat requests, streamed and not, against a serve job on
+# the Qwen2.5-0.5B shape; with the single-GPU part unless SERVE=0, or alone with SERVE=1 SINGLE=0
+if [ "${SERVE:-$([ "${SINGLE:-1}" != 0 ] && echo 1 || echo 0)}" = 1 ]; then
+    timeout "${SERVE_S:-120}" "$PY" bench/serve_load.py --shape "${SERVE_SHAPE:-qwen2.5-0.5b}" --device auto \
+        --requests "${SERVE_REQUESTS:-64}" --concurrency "${SERVE_CONCURRENCY:-16}" --max-tokens "${SERVE_MAX_TOKENS:-64}" \
+        --no-record --out "$OUT/serve_load.json" > /dev/null 2> "$OUT/serve_load.log" || echo "serve_load.py ended with $?"
+    tail -n 4 "$OUT/serve_load.log"
 fi
 # several GPUs: each engine on all of them (issue 41 item 5), then the plan against what they measured
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

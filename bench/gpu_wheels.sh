@@ -15,6 +15,10 @@ for name in pydantic pydantic_core annotated-types typing-inspection typing_exte
     pins+=("$name==$(version "$name")")
 done
 pins+=("liger-kernel==${LIGER_VERSION:-0.8.5}")  # CUDA only, so not in the CPU venv
+# ftui serve (bench/serve_load.py, issue 44): the serve extra and what it and the bench's httpx client import
+for name in fastapi starlette uvicorn sse-starlette anyio annotated-doc opentelemetry-api h11 click httpx httpcore; do
+    pins+=("$name==$(version "$name")")
+done
 mkdir -p .whl
 rm -f .whl/*.whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

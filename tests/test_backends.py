@@ -1,7 +1,8 @@
 """Inference backends are a seam (issue 40): the chat worker and the predict job generate with
 the backend that ``ftui.runner.backends.BACKENDS`` holds under the job's ``infer_backend``
 (LLaMA-Factory's names), a backend registered there is the one a predict job calls, and a
-predict YAML naming a backend ftui does not have (vllm) is refused by name before any job."""
+predict YAML naming a backend ftui does not have (vllm) is refused by name before any job
+(the other places that refuse it: tests/test_infer_backend.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from ftui.jobs.offline import INFER_BACKENDS
+from ftui.jobs.backends import INFER_BACKENDS
 from ftui.runner import backends
 from ftui.runner.backends import huggingface
 
@@ -32,8 +33,10 @@ def test_the_app_lists_the_backends_the_runner_has():
 
 def test_the_default_backend_is_transformers_and_an_unknown_one_is_refused_by_name():
     assert backends.backend() is huggingface.generate and backends.backend("huggingface") is huggingface.generate
-    with pytest.raises(backends.UnknownBackend, match="'vllm'.*huggingface"):
+    with pytest.raises(backends.UnknownBackend, match="infer_backend vllm: ftui does not run vLLM.*huggingface"):
         backends.backend("vllm")
+    with pytest.raises(backends.UnknownBackend, match="'tensorrt' is not available; ftui generates with: huggingface"):
+        backends.backend("tensorrt")
 
 
 def test_the_chat_worker_generates_with_the_registry_backend(monkeypatch):
@@ -80,14 +83,16 @@ def test_a_predict_yaml_naming_vllm_is_refused_by_name_before_any_job(tmp_path):
     path.write_text(yaml.safe_dump({"model_name_or_path": str(tmp_path / "model"), "do_predict": True, "predict_with_generate": True,
                                     "eval_dataset": "ftui_demo", "output_dir": str(tmp_path / "out"), "infer_backend": "vllm"}))
     proc = subprocess.run([*FTUI, "train", str(path)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "infer_backend 'vllm' is not available" in proc.stderr and "huggingface" in proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "infer_backend vllm: ftui does not run vLLM on this version" in said
+    assert "set infer_backend: huggingface" in said
     assert not (tmp_path / "out").exists()
 
 
 def test_predict_generates_with_the_backend_its_yaml_names(demo_run, tmp_path, monkeypatch):
     """A backend registered under a name (and listed for the app) is what the predict job's
     generation calls: the job's answers are the fake backend's."""
-    import ftui.cli.lf_predict as lf_predict
+    import ftui.jobs.backends as job_backends
     import ftui.jobs.offline as offline
     from ftui.cli.main import main
     from ftui.runner.engines import DistInfo
@@ -96,7 +101,7 @@ def test_predict_generates_with_the_backend_its_yaml_names(demo_run, tmp_path, m
 
     started = []
     monkeypatch.setattr(offline, "start_job", lambda kind, job_dir, cfg: started.append((job_dir, cfg)))
-    monkeypatch.setattr(lf_predict, "INFER_BACKENDS", ("huggingface", "fake"))
+    monkeypatch.setattr(job_backends, "INFER_BACKENDS", ("huggingface", "fake"))
     calls = []
 
     def fake(loaded, prompts, sampling, *, streamer=None, stopping_criteria=None):

@@ -13,7 +13,7 @@ from rich.console import Console
 from ftui.cli.console import error_line
 from ftui.cli.options import parse_set
 from ftui.i18n import _
-from ftui.jobs.offline import INFER_BACKENDS
+from ftui.jobs.backends import backend_problem
 from ftui.rundir.paths import default_runs_root
 from ftui.safety.bounded_input import load_yaml, short_repr
 
@@ -49,10 +49,9 @@ def llamafactory_predict_args(args: argparse.Namespace, err: Console) -> argpars
         err.print(error_line(_("adapter_name_or_path names several adapters; ftui predicts with one (merge the others first)")))
         return False
     infer_backend = data.get("infer_backend")
-    if infer_backend is not None and infer_backend not in INFER_BACKENDS:
-        err.print(error_line(_("infer_backend {name} is not available: ftui predicts with {names} only (transformers); "
-                               "remove the key or set infer_backend: huggingface").format(
-            name=short_repr(infer_backend), names=", ".join(INFER_BACKENDS))))
+    problem = backend_problem(infer_backend)
+    if problem:
+        err.print(error_line(problem))
         return False
     dataset = data.get("eval_dataset") or data.get("dataset")
     if not dataset or not data.get("model_name_or_path"):

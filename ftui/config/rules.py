@@ -20,6 +20,7 @@ from ftui.config.schema import BNB_OPTIMIZERS, OPTIMIZERS, TORCH_OPTIMIZERS, Run
 from ftui.data.conversation import TOOL_FORMATS
 from ftui.i18n import N_, _
 from ftui.presets.engine_presets import NEEDS_SEVERAL, engine_spec
+from ftui.presets.infer_backends import NOT_RUN, rollout_refusal
 from ftui.presets.lf_keys import LF_DEFAULTS, NO_EFFECT, REFUSED, classify
 from ftui.presets.templates import MULTIMODAL_TEMPLATES, TEMPLATES
 from ftui.presets.trl_keys import TRL_REFUSED
@@ -245,6 +246,8 @@ def stage_problems(cfg: RunConfig) -> list[FieldProblem]:
             if getattr(cfg, key):
                 out.append(FieldProblem(key, True, _("stage {stage} learns from the last answer only, never the prompt or earlier "
                                                      "turns (as LLaMA-Factory's preference processors); remove the key").format(stage=cfg.stage)))
+    if stage.planner.generation and cfg.infer_backend in NOT_RUN:  # the rollouts generate as the job backends do
+        out.append(FieldProblem("infer_backend", cfg.infer_backend, rollout_refusal(cfg.infer_backend)))
     own = {k: v for k, v in (cfg.model_extra or {}).items() if k in stage.option_keys}  # RunConfig validated the others
     if own:
         try:

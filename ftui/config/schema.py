@@ -8,6 +8,7 @@ machine and the files must have, ftui.config.preflight. No torch here.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -19,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from ftui.i18n import N_, _
 from ftui.machine.gpu_picks import gpus_as_text
 from ftui.presets.choices import ENGINES, PREF_LOSSES, SCHEDULERS
+from ftui.presets.infer_backends import LF_INFER_BACKENDS, LF_INFER_DTYPES
 from ftui.presets.engine_presets import EngineSpec, engine_spec, read_user_deepspeed, spec_from
 from ftui.presets.lf_keys import STAGE_REFUSED
 from ftui.rundir.paths import default_runs_root
@@ -175,6 +177,23 @@ class RunConfig(BaseModel):
     simpo_gamma: float = Field(0.5, description=N_("dpo simpo: the target reward margin"))
     kto_chosen_weight: float = Field(1.0, gt=0.0, description=N_("kto: weight of the desirable examples' loss"))
     kto_rejected_weight: float = Field(1.0, gt=0.0, description=N_("kto: weight of the undesirable examples' loss"))
+    # --- Inference (LLaMA-Factory's keys and defaults): how chat, predict, eval and serve load and generate
+    infer_backend: Literal[LF_INFER_BACKENDS] = Field(  # type: ignore[valid-type]
+        "huggingface", description=N_("the engine that generates answers: huggingface (transformers); vllm and sglang are "
+                                      "refused by name (ftui does not run them on this version)"))
+    infer_dtype: Literal[LF_INFER_DTYPES] = Field(  # type: ignore[valid-type]
+        "auto", description=N_("the weights' type when chat, predict, eval and serve load the model: auto (bf16 on a GPU that "
+                               "computes it natively, else fp32), float16, bfloat16 or float32"))
+    vllm_maxlen: int = Field(4096, description=N_("vLLM's longest prompt + answer (used with infer_backend vllm only)"))
+    vllm_gpu_util: float = Field(0.7, description=N_("vLLM's share of GPU memory (used with infer_backend vllm only)"))
+    vllm_enforce_eager: bool = Field(False, description=N_("vLLM without CUDA graphs (used with infer_backend vllm only)"))
+    vllm_max_lora_rank: int = Field(32, description=N_("vLLM's largest LoRA rank (used with infer_backend vllm only)"))
+    vllm_config: dict[str, Any] | str | None = Field(None, description=N_("more vLLM engine arguments, a mapping or JSON text (used with infer_backend vllm only)"))
+    sglang_maxlen: int = Field(4096, description=N_("SGLang's longest prompt + answer (used with infer_backend sglang only)"))
+    sglang_mem_fraction: float = Field(0.7, description=N_("SGLang's share of GPU memory (used with infer_backend sglang only)"))
+    sglang_tp_size: int = Field(-1, description=N_("SGLang's tensor parallel size, -1: every GPU (used with infer_backend sglang only)"))
+    sglang_config: dict[str, Any] | str | None = Field(None, description=N_("more SGLang engine arguments, a mapping or JSON text (used with infer_backend sglang only)"))
+    sglang_lora_backend: Literal["triton", "flashinfer"] = Field("triton", description=N_("SGLang's LoRA kernels (used with infer_backend sglang only)"))
     # --- Output
     output_dir: str = Field(default_factory=default_runs_root, description=N_("the runs root: each run gets a directory in it"))
     run_name: str | None = None
@@ -233,6 +252,20 @@ class RunConfig(BaseModel):
     @classmethod
     def _comma_text(cls, value: Any) -> Any:
         return comma_text(value)
+
+    @field_validator("vllm_config", "sglang_config", mode="before")
+    @classmethod
+    def _engine_config_json(cls, value: Any) -> Any:
+        """LLaMA-Factory reads JSON text that starts with '{' as the mapping it writes out; text
+        that is not JSON is refused as it refuses it."""
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                value = json.loads(value)
+            except ValueError as err:
+                raise ValueError(_("not JSON: {error}; write a mapping, e.g. '{{\"max_num_seqs\": 64}}'").format(error=err)) from None
+            if not isinstance(value, dict):
+                raise ValueError(_("expected a mapping of engine arguments"))
+        return value
 
     @field_validator("resume_from_checkpoint", mode="before")
     @classmethod

@@ -25,12 +25,10 @@ from ftui.i18n import _
 from ftui.rundir.job_kinds import KINDS
 from ftui.rundir.paths import CONFIG_FILE, JOB_SPEC_FILE
 from ftui.data.registry import dataset_path_problem, media_job_problem
+from ftui.jobs.backends import INFER_BACKENDS, backend_problem, job_backend  # noqa: F401 (INFER_BACKENDS: its old home, kept for callers)
 
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
 GENERATION_DEFAULTS = {"max_new_tokens": 512, "temperature": 0.95, "top_p": 0.7, "batch_size": 8}
-# The inference backends the runner has (ftui.runner.backends.BACKENDS, by name: this side imports
-# no torch), which a predict job's infer_backend is checked against before it starts
-INFER_BACKENDS = ("huggingface",)
 
 
 class JobError(ValueError):
@@ -113,7 +111,8 @@ def prepare_job(kind: str, *, run_dir: Path | None, source: dict[str, Any], data
     else:
         raise JobError(_("give a run, or --model PATH"))
     cfg = job_config(base, dataset, dataset_dir, max_samples, nproc, device, cutoff_len, eval_batch_size)
-    problem = dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage, unresolved=True)  # the job reads it with the run's stage
+    problem = backend_problem(job_backend(generation, cfg))  # the job's own infer_backend, else its config's
+    problem = problem or dataset_path_problem(cfg.dataset, cfg.dataset_dir, cfg.stage, unresolved=True)  # the job reads it with the run's stage
     problem = problem or media_job_problem(cfg.dataset, cfg.dataset_dir, kind, job_model_type(source, cfg))
     if problem is None and device == "cuda" and not MachineFacts.gather(cfg.gpus).gpu_present:  # --device cuda, with the GPUs the job is given
         problem = _("no CUDA GPU was found on this machine (NVML sees none); use --device auto or cpu")

@@ -41,9 +41,7 @@ NO_EFFECT = set(_keys("""
     prediction_loss_only include_for_metrics batch_eval_metrics eval_on_start eval_delay eval_strategy do_eval
     do_predict compute_accuracy predict_with_generate generation_max_length generation_num_beams generation_config
     eval_num_beams bf16_full_eval fp16_full_eval sortish_sampler do_sample temperature top_p top_k num_beams
-    max_length max_new_tokens repetition_penalty length_penalty skip_special_tokens infer_backend infer_dtype
-    vllm_maxlen vllm_gpu_util vllm_enforce_eager vllm_max_lora_rank vllm_config sglang_maxlen sglang_mem_fraction
-    sglang_tp_size sglang_config sglang_lora_backend export_dir export_size export_device export_quantization_bit
+    max_length max_new_tokens repetition_penalty length_penalty skip_special_tokens export_dir export_size export_device export_quantization_bit
     export_quantization_dataset export_quantization_nsamples export_quantization_maxlen export_legacy_format
     export_hub_model_id hub_token hf_hub_token ms_hub_token om_hub_token hub_private_repo hub_model_id hub_strategy
     hub_always_push hub_revision metric_for_best_model greater_is_better

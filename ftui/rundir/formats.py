@@ -9,6 +9,7 @@ and free of both front ends (the app must not import the CLI, nor the CLI the ap
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ftui.i18n import N_, _
@@ -82,10 +83,15 @@ def fmt_export(event: dict[str, Any]) -> str:
 
 
 def fmt_predict(event: dict[str, Any]) -> str:
-    """A predict job's results as one line (LLaMA-Factory's metric names; numbers only: a job
-    directory is untrusted)."""
+    """A predict job's results as one line (LLaMA-Factory's metric names; numbers only, and the
+    backend's name when it is a plain word: a job directory is untrusted), with how fast it
+    went and with which backend."""
     names = {"predict_bleu_4": "BLEU-4", "predict_rouge_1": "ROUGE-1", "predict_rouge_2": "ROUGE-2",
-             "predict_rouge_l": "ROUGE-L", "predict_samples_per_second": _("examples/s")}
+             "predict_rouge_l": "ROUGE-L", "predict_samples_per_second": _("examples/s"),
+             "predict_tokens_per_second": _("tokens/s")}
     parts = [f"{label} {event[n]:.2f}" for n, label in names.items()
              if isinstance(event.get(n), (int, float)) and not isinstance(event.get(n), bool)]
+    backend = event.get("infer_backend")
+    if isinstance(backend, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,31}", backend):
+        parts.append(_("backend {name}").format(name=backend))
     return _("results: {scores}").format(scores=", ".join(parts) if parts else _("no scores"))

@@ -79,12 +79,17 @@ def pick_device(want: str | None) -> Any:
     return device
 
 
-def chat_dtype(device: Any) -> Any:
-    """bf16 where the chosen GPU computes it (compute capability 8.0+), else fp32. V100 / T4
-    only emulate bf16, many times slower, and plain is_bf16_supported() says True there; it
-    also asks about the current device, not the chosen one."""
+def chat_dtype(device: Any, infer_dtype: str | None = None) -> Any:
+    """The weights' type: LLaMA-Factory's ``infer_dtype`` when it names one (float16, bfloat16,
+    float32); for auto, bf16 where the chosen GPU computes it (compute capability 8.0+), else
+    fp32. V100 / T4 only emulate bf16, many times slower, and plain is_bf16_supported() says
+    True there; it also asks about the current device, not the chosen one."""
     import torch
 
+    if infer_dtype not in (None, "auto"):
+        if infer_dtype not in ("float16", "bfloat16", "float32"):
+            raise ChatError(_("infer_dtype {value} is not one of auto, float16, bfloat16, float32").format(value=repr(infer_dtype)))
+        return getattr(torch, infer_dtype)
     if device.type != "cuda":
         return torch.float32
     with torch.cuda.device(device):
@@ -120,6 +125,16 @@ def _generation_eos_ids(model_dir: Path) -> list[int]:
     return [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
 
 
+def refuse_backend(name: str) -> None:
+    """A run whose config names an infer_backend the runner does not have (LLaMA-Factory's
+    vllm, sglang) is refused by name before its weights load (ftui.presets.infer_backends)."""
+    from ftui.presets.infer_backends import refusal
+    from ftui.runner.backends import BACKENDS
+
+    if name not in BACKENDS:
+        raise ChatError(refusal(name, tuple(BACKENDS)))
+
+
 class ChatModel:
     """A loaded model + tokenizer + chat template, and what it was loaded from."""
 
@@ -135,11 +150,13 @@ class ChatModel:
         self.images_why: str | None = None  # why it has none
         self.videos: Any = None  # a Qwen vision-language model's ChatVideos (ftui.runner.chat_videos)
         self.videos_why: str | None = None  # why it has none
+        self.infer_dtype: str | None = None  # the load request's infer_dtype (a job's config), over a run's own
 
     # --- Loading
 
     def load(self, req: dict[str, Any]) -> dict[str, Any]:
         device = pick_device(req.get("device"))
+        self.infer_dtype = req.get("infer_dtype")
         if req.get("run"):
             return self._load_run(Path(req["run"]), req.get("checkpoint"), bool(req.get("base")), device)
         if req.get("model"):
@@ -153,6 +170,7 @@ class ChatModel:
             raise ChatError(_("{path} is not a run directory (no {file})").format(path=run_dir, file=CONFIG_FILE))
         try:
             cfg = read_run_config(run_dir / CONFIG_FILE)  # its schema only: a GPU run is chatted with on any machine
+            refuse_backend(cfg.infer_backend)
             if device.type == "cpu":
                 cfg, self.note = gpu_run_on_cpu(cfg)
             weights = locate(run_dir, cfg, "base" if base else which)
@@ -191,7 +209,7 @@ class ChatModel:
 
         from ftui.runner.weights import WeightsError, load_weights
 
-        dtype = chat_dtype(device)
+        dtype = chat_dtype(device, self.infer_dtype or (cfg.infer_dtype if cfg is not None else None))
         if not weights.from_checkpoint:
             check_free_memory(device, _weights_bytes(weights.path if weights.kind != "final-adapter" else weights.base))
         try:

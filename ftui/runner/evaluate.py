@@ -77,7 +77,7 @@ def put_loss_path(stage: Any, loaded: Any, spec: dict[str, Any], cfg: RunConfig,
     if reference is None:
         return
     if not hasattr(engine.unwrap(), "disable_adapter"):  # full or freeze weights: the base beside them
-        base = load_model(dict(spec, source=dict(spec["source"], base=True, checkpoint=None)), str(loaded.device))
+        base = load_model(dict(spec, source=dict(spec["source"], base=True, checkpoint=None)), str(loaded.device), cfg.infer_dtype)
         reference.copy = base.model.requires_grad_(False).eval()
     stage.attach(engine)
 
@@ -89,7 +89,7 @@ def evaluate(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter 
     device = job_device(cfg, info)
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
-        loaded = load_model(spec, device)
+        loaded = load_model(spec, device, cfg.infer_dtype)
         # the model is loaded for inference (transformers' own attention, never fa2), so batches need no sequence lengths
         stage = make_stage(cfg.model_copy(update={"flash_attn": "sdpa"}), loaded.tokenizer)
         data = stage.build_data(pack=False)

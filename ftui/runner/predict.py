@@ -69,14 +69,15 @@ def job_device(cfg: RunConfig, info: DistInfo) -> str:
     return "cpu"
 
 
-def load_model(spec: dict[str, Any], device: str) -> Any:
+def load_model(spec: dict[str, Any], device: str, infer_dtype: str | None = None) -> Any:
     """The model to predict or evaluate with, loaded as chat loads it (a run's final/, a
-    checkpoint of any engine, the base, or a model path with an adapter)."""
+    checkpoint of any engine, the base, or a model path with an adapter), in the job config's
+    ``infer_dtype`` (a model outside a run has no config of its own to say it)."""
     from ftui.runner.chat import ChatError, ChatModel
 
     loaded = ChatModel()
     try:
-        loaded.load(dict(spec["source"], device=device))
+        loaded.load(dict(spec["source"], device=device, infer_dtype=infer_dtype))
     except ChatError as err:
         raise DataFormatError(str(err)) from None  # a problem to fix (exit 2 from the CLI's checks)
     return loaded
@@ -119,12 +120,13 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
             resume: Path | None = None) -> tuple[str, str]:
     spec = read_spec(job_dir)
     settings = spec.get("generation", {})
-    generate = backend(settings.get("infer_backend"))  # before the model loads: an unknown backend is said at once
+    backend_name = settings.get("infer_backend") or cfg.infer_backend  # the job's own (a predict YAML's), else its run's
+    generate = backend(backend_name)  # before the model loads: an unknown backend is said at once
     device = job_device(cfg, info)
     torch.manual_seed(cfg.seed)
     heartbeat = Heartbeat(job_dir, info.rank)
     with process_group(cfg, info, torch.device(device)):
-        loaded = load_model(spec, device)
+        loaded = load_model(spec, device, cfg.infer_dtype)
         items, images = prompts(cfg, loaded.tokenizer)
         mine = list(range(info.rank, len(items), info.world_size))
         if writer is not None:
@@ -165,7 +167,7 @@ def predict(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter |
     if writer is None:
         return "completed", ""
     rows = merge_parts(job_dir, info.world_size)
-    results = write_results(job_dir, rows, len(items), elapsed, writer)
+    results = write_results(job_dir, rows, len(items), elapsed, writer, backend_name)
     if len(rows) < len(items):
         return "stopped", _("stopped after {done} of {total} examples: {file} holds them").format(
             done=len(rows), total=len(items), file=job_dir / PREDICTIONS_FILE)
@@ -207,9 +209,11 @@ def media_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in ("images", "videos") if row.get(key)}
 
 
-def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed: float, writer: EventWriter) -> dict[str, Any]:
+def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed: float, writer: EventWriter,
+                  backend_name: str = "huggingface") -> dict[str, Any]:
     """predict_results.json: LLaMA-Factory's metric names (when the metric packages are
-    installed), and how fast it went."""
+    installed), and how fast it went with which backend (``infer_backend``: examples/s and
+    generated tokens/s are comparable between jobs of the same backend)."""
     from ftui.data.text_metrics import corpus_scores, metrics_unavailable
 
     results: dict[str, Any] = {}
@@ -223,7 +227,7 @@ def write_results(job_dir: Path, rows: list[dict[str, Any]], total: int, elapsed
         "predict_samples": len(rows), "predict_total_samples": total, "predict_runtime": round(elapsed, 4),
         "predict_samples_per_second": round(len(rows) / elapsed, 3) if elapsed > 0 else None,
         "predict_tokens_per_second": round(tokens / elapsed, 3) if elapsed > 0 else None,
-        "predict_generated_tokens": tokens, "complete": len(rows) == total,
+        "predict_generated_tokens": tokens, "complete": len(rows) == total, "infer_backend": backend_name,
     })
     results = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in results.items()}
     tmp = job_dir / (PREDICT_RESULTS_FILE + ".tmp")

@@ -158,6 +158,19 @@ def _number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def throughput_line(results: dict[str, Any]) -> str | None:
+    """How fast a predict job went and with which backend ("huggingface: 3.20 examples/s, 41.5
+    tokens/s"): comparable between jobs of one backend. None for a results file without them."""
+    rate, tokens = _number(results.get("predict_samples_per_second")), _number(results.get("predict_tokens_per_second"))
+    if rate is None and tokens is None:
+        return None
+    backend = results.get("infer_backend")
+    name = visible(backend, one_line=True)[:32] if isinstance(backend, str) and backend else "huggingface"  # written before the key: transformers
+    figures = [f"{rate:.2f} " + _("examples/s")] if rate is not None else []
+    figures += [f"{tokens:.1f} " + _("tokens/s")] if tokens is not None else []
+    return f"{name}: " + ", ".join(figures)
+
+
 def result_lines(results: dict[str, Any]) -> list[tuple[str, str]]:
     """A results file's fields as (name, value) to show: figures with 2 places (4 for a loss)."""
     lines = []

@@ -30,7 +30,7 @@ from ftui.rundir.paths import CONFIG_FILE
 from ftui.rundir.follower import summarize_run
 from ftui.rundir.summary import RunSummary
 from ftui.tui.footer import FittingFooter
-from ftui.tui.predictions import read_results, result_lines
+from ftui.tui.predictions import read_results, result_lines, throughput_line
 from ftui.tui.screens.chat import BASE, source_choices
 from ftui.tui.relabel import relabel, relabel_options, word
 from ftui.tui.screens.jobscreen import JobScreen, field_row
@@ -310,6 +310,10 @@ class EvalPredictScreen(JobScreen):
         if not results:
             return Text(_("no results file (the job wrote none)"), style="dim")
         text = Text()
+        speed = throughput_line(results)
+        if speed:
+            text.append(_("speed").ljust(32), style="dim")
+            text.append(speed + "\n", style="bold")
         for name, value in result_lines(results):
             text.append(f"{name:<32}", style="dim")
             text.append(f"{value}\n")
