@@ -10,6 +10,7 @@ characters) and anything else reads as unknown. Torch-free.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ftui.i18n import _
@@ -18,6 +19,7 @@ from ftui.i18n import _
 COUNTERS = ("requests", "answered", "rejected", "errors", "disconnected", "active", "queued", "prompt_tokens",
             "generated_tokens")
 MAX_URL = 300  # a URL longer than this is not one a serve job wrote
+URL_RE = re.compile(r"https?://[A-Za-z0-9._:\[\]-]+(/[A-Za-z0-9._~/-]*)?")  # http://HOST:PORT/v1: nothing a shell or a quote would read
 
 
 def count(event: dict[str, Any], name: str) -> int | None:
@@ -35,8 +37,7 @@ def ready_url(event: dict[str, Any]) -> str | None:
     """The base URL a serve_ready event gives (``http://HOST:PORT/v1``), or None when it is
     not a plausible one."""
     url = event.get("url")
-    if isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= MAX_URL and url.isprintable() \
-            and " " not in url:
+    if isinstance(url, str) and len(url) <= MAX_URL and URL_RE.fullmatch(url):
         return url
     return None
 
