@@ -257,6 +257,63 @@ def test_ftui_serve_of_a_model_directory_goes_under_the_runs_root(tmp_path, star
     assert spec["source"] == {"model": str(model.resolve()), "adapter": None} and spec["run"] is None
 
 
+def test_ftui_serve_follows_the_server_and_ctrl_c_leaves_it_running(run, monkeypatch, capsys):
+    """Without --detach: the URL line once serve_ready is there, a line per change of the
+    counters; Ctrl-C stops following (exit 130), names ftui stop, and stops nothing."""
+    from ftui.cli import follow
+    from ftui.jobs import launch, offline
+
+    import fcntl
+
+    stops, locks = [], []
+    monkeypatch.setattr(launch, "stop_run", lambda job_dir, force=False: stops.append(force) or "stopped")
+
+    def start_job(kind, job_dir, cfg):  # the job's lock held as its supervisor holds it: the server lives
+        locks.append(os.open(job_dir / "job.lock", os.O_CREAT | os.O_RDWR))
+        fcntl.flock(locks[-1], fcntl.LOCK_EX)
+        serve_events(job_dir, end=False)
+        return {}
+
+    monkeypatch.setattr(offline, "start_job", start_job)
+    sleeps = []
+
+    def sleep(_s):  # the second wait for new events: the user presses Ctrl-C
+        sleeps.append(_s)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(follow.time, "sleep", sleep)
+    try:
+        assert main(["serve", str(run), "--port", "0"]) == 130
+    finally:
+        for fd in locks:
+            os.close(fd)
+    captured = capsys.readouterr()
+    out, err = " ".join(captured.out.split()), " ".join(captured.err.split())
+    job_dir, = serve_dirs(run)
+    assert "serving at http://127.0.0.1:43123/v1 (models: demo, second; no API key)" in out
+    assert out.count("requests 3 answered 2 429s 1 errors 0 tok/s 12.5") == 1
+    assert "stopped following; the server goes on" in err and f"ftui stop {job_dir}" in err and stops == []
+
+
+def test_ftui_serve_exits_0_when_the_server_is_stopped_and_1_when_it_failed(run, monkeypatch, capsys):
+    from ftui.jobs import offline
+
+    monkeypatch.setattr(offline, "start_job", lambda kind, job_dir, cfg: serve_events(job_dir) and {})
+    assert main(["serve", str(run), "--port", "0"]) == 0
+    assert "stopped: served 5 requests" in capsys.readouterr().out
+
+    def failed(kind, job_dir, cfg):
+        with EventWriter(job_dir / "events.jsonl") as w:
+            w.write("job_start", t=T0, run_id=job_dir.name, job="serve", source="s", precision="p", world_size=1)
+            w.write("run_end", t=T0 + 1, status="failed", reason="port 8000 on 127.0.0.1 is in use; choose another with --port")
+        return {}
+
+    monkeypatch.setattr(offline, "start_job", failed)
+    assert main(["serve", str(run)]) == 1
+    assert "choose another with --port" in capsys.readouterr().out
+
+
 # --- what the readers show
 
 
