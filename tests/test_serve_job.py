@@ -350,6 +350,25 @@ def test_ftui_watch_prints_the_url_then_a_line_per_change(tmp_path):
     ]
 
 
+def test_watch_of_a_long_lived_server_still_prints_its_url(tmp_path, monkeypatch):
+    """A server's counters fill events.jsonl for days: watch starts at its tail, and the URL
+    from the head is said all the same."""
+    from ftui.cli import watch
+
+    monkeypatch.setattr(watch, "HEAD_BYTES", 2048)
+    monkeypatch.setattr(watch, "TAIL_BYTES", 2048)
+    job = serve_events(tmp_path / "s1", end=False)
+    with EventWriter(job / "events.jsonl") as w:
+        for n in range(200):
+            w.write("serve_stats", t=T0 + 10 + n, requests=10 + n, answered=10 + n, rejected=0, errors=0, tokens_per_s=1.0)
+        w.write("run_end", t=T0 + 300, status="stopped", reason="stopped: served 209 requests")
+    out = io.StringIO()
+    watch.watch_run(job, interval=0.01, out=out)
+    lines = out.getvalue().splitlines()
+    assert "serving at http://127.0.0.1:43123/v1 (models: demo, second; no API key)" in lines
+    assert "requests 3 answered 2 429s 1 errors 0 tok/s 12.5" not in lines and lines[-2].startswith("requests 209 ")
+
+
 def test_the_follower_prints_the_same_lines(tmp_path):
     from ftui.cli.follow import follow_run
 

@@ -19,7 +19,7 @@ from typing import TextIO
 from ftui.i18n import _
 from ftui.rundir.job_kinds import job_kind
 from ftui.rundir.event_reader import StepColumns
-from ftui.rundir.events import extra_figures, started_job
+from ftui.rundir.events import START_EVENTS, extra_figures, started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
 from ftui.rundir.formats import fmt_duration, fmt_figure, fmt_phase, fmt_prepare, has_counts, level_word
@@ -131,7 +131,8 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
         last_printed = _print_events(events, fold, last_printed, out, said)
 
     follower = RunFollower(run_dir, summary, show, chunk=CHUNK, compact=True)
-    skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES)
+    # the head's start event, and a server's URL (a long-lived server's counters fill the middle)
+    skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES, head_kinds=(*START_EVENTS, "serve_ready"))
     if skipped is not None:
         print(_("({size} MB of earlier events not shown; ftui attach {run} shows the whole run)").format(
             size=f"{(skipped[1] - skipped[0]) / 1e6:.0f}", run=summary.run_id), file=out, flush=True)
