@@ -84,6 +84,11 @@ async def test_opens_with_a_from_the_dashboard_the_runs_screen_and_the_palette(t
         screen = await open_screen(pilot, app)
         assert screen.run_dir == run and screen.query_one("#sv-name", Input).value == RUN_NAME
         assert screen.query_one("#sv-host", Input).value == "127.0.0.1" and screen.query_one("#sv-port", Input).value == "8000"
+        screen.query_one("#sv-port", Input).value = "8123"
+        await app.switch_language("zh")  # relabelled in place: what was typed stays
+        await app.switch_language("en")
+        assert app.screen is screen and screen.query_one("#sv-port", Input).value == "8123"
+        assert "127.0.0.1 serves this machine only" in text_of(screen.query_one("#sv-note"))
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         app.action_show_runs()

@@ -43,6 +43,7 @@ JOBS_REFRESH_S = 5.0  # a server started from a shell shows up, a live one's sta
 LOG_REFRESH_S = 2.0
 LOG_LINES = 8
 SERVE_COLUMNS = {"status": N_("status"), "source": N_("source"), "listen": N_("listens on"), "job": N_("job")}
+NOTE = N_("127.0.0.1 serves this machine only; any other address needs an API key (a key file, or FTUI_API_KEY in the environment)")
 COUNTERS = (("requests", N_("requests")), ("answered", N_("answered")), ("rejected", N_("429s")), ("errors", N_("errors")))
 
 
@@ -135,8 +136,7 @@ class ServeScreen(JobScreen):
                 name = self.run_dir.name if NAME_RE.fullmatch(self.run_dir.name) else ""
                 yield field_row("sv", "name", words["#sv-label-name"], Input(name, id="sv-name", compact=True))
                 yield field_row("sv", "queue", words["#sv-label-queue"], Input(str(DEFAULTS["queue_size"]), id="sv-queue", compact=True))
-                yield Static(Text(_("127.0.0.1 serves this machine only; any other address needs an API key "
-                                    "(a key file, or FTUI_API_KEY in the environment)"), style="dim"), id="sv-note")
+                yield Static(Text(_(NOTE), style="dim"), id="sv-note")
             with Vertical(id="sv-side"):
                 yield DataTable(id="sv-jobs", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="sv-job")
@@ -163,6 +163,7 @@ class ServeScreen(JobScreen):
 
     def relabel_more(self) -> None:
         self.query_one("#sv-title", Static).update(self._title())
+        self.query_one("#sv-note", Static).update(Text(_(NOTE), style="dim"))
         relabel_options(self.query_one("#sv-source", Select), self.source_choices(self.found))
         self._add_job_columns()  # list_jobs fills it again
 
