@@ -169,7 +169,8 @@ def test_key_files_that_cannot_give_a_key_are_refused(run, tmp_path):
 @pytest.mark.parametrize("kw,says", [
     ({"port": -1}, "0 to 65535"), ({"port": 65536}, "0 to 65535"),
     ({"queue_size": -1}, "0 to 1024"), ({"queue_size": 1025}, "0 to 1024"),
-    ({"max_tokens_limit": 0}, "--max-tokens 0: must be 1 or more"),
+    ({"max_tokens_limit": 0}, "--max-tokens 0: must be 1 to 10000000"), ({"max_tokens_limit": 10**9}, "must be 1 to"),
+    ({"max_body_bytes": 10}, "1024 to 1073741824 bytes"),
     ({"host": ""}, "--host"), ({"host": "a b"}, "--host"),
     ({"served_name": ""}, "1 to 64 characters"), ({"served_name": "x" * 65}, "1 to 64 characters"),
     ({"served_name": "bad name"}, "1 to 64 characters"), ({"served_name": "[red]x"}, "1 to 64 characters"),
@@ -360,7 +361,8 @@ def test_watch_of_a_long_lived_server_still_prints_its_url(tmp_path, monkeypatch
     job = serve_events(tmp_path / "s1", end=False)
     with EventWriter(job / "events.jsonl") as w:
         for n in range(200):
-            w.write("serve_stats", t=T0 + 10 + n, requests=10 + n, answered=10 + n, rejected=0, errors=0, tokens_per_s=1.0)
+            w.write("serve_stats", t=T0 + 10 + n, requests=10 + n, answered=10 + n, rejected=0, errors=0, disconnected=0, active=0,
+                    queued=0, prompt_tokens=n, generated_tokens=n, tokens_per_s=1.0, uptime_s=10.0 + n)
         w.write("run_end", t=T0 + 300, status="stopped", reason="stopped: served 209 requests")
     out = io.StringIO()
     watch.watch_run(job, interval=0.01, out=out)
@@ -387,11 +389,14 @@ def test_hostile_serve_events_are_shown_as_text(tmp_path):
     job = tmp_path / "s2"
     job.mkdir()
     (job / "config.yaml").write_text("model_name_or_path: m\ndataset: d\n")
-    with EventWriter(job / "events.jsonl") as w:
-        w.write("job_start", t=T0, run_id="s2", job="serve", source="x", precision="p", world_size=1)
-        w.write("serve_ready", t=T0 + 1, url="http://\x1b[2Jevil/v1", port="80", models=["[red]m\x1b"], key=True)
-        w.write("serve_stats", t=T0 + 2, requests="many", answered=-1, rejected=[1])
-        w.write("run_end", t=T0 + 3, status="failed", reason="port 8000 on 127.0.0.1 is in use; choose another with --port")
+    lines = [  # as a hostile file has them: not through the checked writer
+        {"event": "job_start", "t": T0, "run_id": "s2", "job": "serve", "source": "x", "precision": "p", "world_size": 1},
+        {"event": "serve_ready", "t": T0 + 1, "url": "http://\x1b[2Jevil/v1", "host": "h", "port": "80", "models": ["[red]m\x1b"],
+         "key": True},
+        {"event": "serve_stats", "t": T0 + 2, "requests": "many", "answered": -1, "rejected": [1]},
+        {"event": "run_end", "t": T0 + 3, "status": "failed", "reason": "port 8000 on 127.0.0.1 is in use; choose another with --port"},
+    ]
+    (job / "events.jsonl").write_text("".join(json.dumps({"v": 1, **e}) + "\n" for e in lines))
     out = io.StringIO()
     watch_run(job, interval=0.01, out=out)
     lines = out.getvalue().splitlines()

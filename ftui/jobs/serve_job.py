@@ -32,6 +32,8 @@ KEY_ENV = ("FTUI_API_KEY", "API_KEY")  # where the runner finds the key without 
 LOOPBACK_NAMES = ("localhost",)
 NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
 MAX_QUEUE = 1024
+MAX_TOKENS_LIMIT = 10_000_000  # the runner's own bounds on job.json (ftui.runner.serve reads it as untrusted)
+BODY_BYTES = (1024, 1 << 30)
 MAX_KEY_FILE = 64 << 10  # a key file is a line; a bigger one is not a key file
 ADAPTER_CONFIG = "adapter_config.json"
 DEFAULTS = {"host": "127.0.0.1", "port": 8000, "queue_size": 8, "max_tokens_limit": 4096, "max_body_bytes": 1 << 20}
@@ -171,10 +173,11 @@ def check_adapters(adapters: list[tuple[str, str]] | tuple, base: str, taken: se
 def limits_problem(queue_size: int, max_tokens_limit: int, max_body_bytes: int) -> str | None:
     if type(queue_size) is not int or not 0 <= queue_size <= MAX_QUEUE:
         return _("--queue {value}: requests waiting are 0 to {most}").format(value=queue_size, most=MAX_QUEUE)
-    if type(max_tokens_limit) is not int or max_tokens_limit < 1:
-        return _("--max-tokens {value}: must be 1 or more").format(value=max_tokens_limit)
-    if type(max_body_bytes) is not int or max_body_bytes < 1:
-        return _("the request body limit must be 1 byte or more, not {value}").format(value=max_body_bytes)
+    if type(max_tokens_limit) is not int or not 1 <= max_tokens_limit <= MAX_TOKENS_LIMIT:
+        return _("--max-tokens {value}: must be 1 to {most}").format(value=max_tokens_limit, most=MAX_TOKENS_LIMIT)
+    if type(max_body_bytes) is not int or not BODY_BYTES[0] <= max_body_bytes <= BODY_BYTES[1]:
+        return _("the request body limit is {low} to {high} bytes, not {value}").format(
+            low=BODY_BYTES[0], high=BODY_BYTES[1], value=max_body_bytes)
     return None
 
 
