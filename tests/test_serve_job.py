@@ -458,7 +458,9 @@ def test_ftui_stop_stops_a_live_job_and_says_when_nothing_runs(tmp_path, capsys)
     deadline = time.monotonic() + 30
     while not launch.run_processes(job)[1] and time.monotonic() < deadline:  # the launcher started
         time.sleep(0.05)
+    (job / "job.json").write_text("{}")
     assert main(["stop", str(job)]) == 0
+    assert "asked to stop; ftui watch" in capsys.readouterr().out
     assert wait_until_gone(job, 60)
     assert main(["stop", str(job)]) == 1
     assert "is not running" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from ftui.i18n import N_, _
-from ftui.rundir.paths import default_runs_root
+from ftui.rundir.paths import JOB_SPEC_FILE, default_runs_root
 
 HELP = N_("stop a detached run or job (ftui serve's server, a predict, eval or export job) as the app's Stop does")
 
@@ -40,5 +40,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
             err.print(escape(_("  a {job} job of it runs: ftui stop {path}").format(job=job.parent.name, path=job)), soft_wrap=True)
         return EXIT_FAILED
     said = stop(run_dir, force=args.kill)
+    if said == _("the run is not running"):  # it ended between the look and the signal
+        err.print(escape(_("{path} is not running: nothing to stop").format(path=run_dir)), soft_wrap=True)
+        return EXIT_FAILED
+    if args.kill or (run_dir / JOB_SPEC_FILE).is_file():  # a job's own words: training's (the step, a checkpoint) are not its
+        said = _("killed") if args.kill else _("asked to stop; ftui watch {path} shows when it has ended").format(path=run_dir)
     out.print(escape(f"{run_dir}: {said}"), soft_wrap=True)
     return EXIT_OK
