@@ -60,7 +60,7 @@ def usage_text(url: str, model: str, key: bool) -> str:
         f"  -d '{body}'",
         "",
         "# Python (pip install openai)",
-        "import os",
+        *(["import os"] if key else []),
         "from openai import OpenAI",
         f'client = OpenAI(base_url="{url}", api_key={api_key})',
         f'reply = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello"}}])',
