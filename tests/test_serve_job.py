@@ -381,6 +381,7 @@ def test_the_follower_prints_the_same_lines(tmp_path):
     assert summary.job == "serve" and summary.status == "stopped"
     assert "serving demo final on 127.0.0.1:0" in text and "http://127.0.0.1:43123/v1" in text
     assert text.count("requests 3 answered 2 429s 1") == 1 and "requests 5 answered 4" in text
+    assert "0/?" not in text and "━" not in text  # no bar: a server counts nothing towards an end
 
 
 def test_hostile_serve_events_are_shown_as_text(tmp_path):

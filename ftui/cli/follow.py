@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ftui.i18n import _
-from ftui.rundir.job_kinds import job_kind
+from ftui.rundir.job_kinds import SERVING, job_kind
 from ftui.rundir.events import started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
@@ -93,7 +93,8 @@ def _show(event, fold: RunFold, progress: Progress, task, stats, console: Consol
     job = job_kind(summary.job)
     if started_job(event) is not None:
         total = summary.max_steps if job.counted else None  # steps or examples; an export's phases count their own
-        progress.update(task, total=total, figures=job.bar_figures(stats))
+        # a server counts nothing towards an end: no bar, its lines say what it does
+        progress.update(task, total=total, figures=job.bar_figures(stats), visible=job.counts != SERVING)
         line = job.start_line(event)
         console.print(f"[dim]{escape(line)}[/]", soft_wrap=not job.trains)
     elif kind == "step":
