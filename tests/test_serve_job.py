@@ -183,12 +183,14 @@ def test_settings_out_of_range_are_refused(run, kw, says):
 
 
 def test_a_runs_infer_backend_vllm_is_refused_by_name(run):
-    from ftui.config.schema import RunConfig
+    """Refused by the job's check or by the config's own (either way before any directory)."""
+    from ftui.ops.errors import JobRefused
+    from ftui.ops.serve import start_serve
 
-    if "infer_backend" not in RunConfig.model_fields and RunConfig.model_config.get("extra") != "allow":
-        pytest.skip("infer_backend is not read from a run's config in this tree")
     (run / "config.yaml").write_text((run / "config.yaml").read_text() + "infer_backend: vllm\n")
-    refused(run, "vllm")
+    with pytest.raises(JobRefused, match="vllm"):
+        start_serve(run_dir=run)
+    assert serve_dirs(run) == []
 
 
 def test_lora_names_and_paths_are_checked(run, tmp_path):
