@@ -56,7 +56,7 @@ def test_every_kind_has_its_runner_module_and_its_directory():
     for kind in KINDS.values():
         assert JOBS[kind.name] == kind.runner, kind.name
     assert {k.name: k.dir_name for k in kinds.offline_kinds()} == {
-        "predict": paths.PREDICT_DIR, "eval": paths.EVAL_DIR, "export": paths.EXPORT_DIR}
+        "predict": paths.PREDICT_DIR, "eval": paths.EVAL_DIR, "export": paths.EXPORT_DIR, "serve": paths.SERVE_DIR}
     assert KINDS[TRAIN_JOB].dir_name is None and KINDS[TRAIN_JOB].trains
 
 
@@ -70,7 +70,8 @@ def test_a_runs_jobs_are_found_through_the_registry(tmp_path):
 
 @pytest.fixture
 def serve_kind(monkeypatch):
-    """A new job kind, registered as a test would add one: one JobKind entry."""
+    """A new job kind, registered as a test would add one: one JobKind entry (a stand-in in the
+    real serve kind's place: the readers know nothing of either)."""
     serve = JobKind("serve", "serve", "ftui.runner.serve:main", "serve a model over HTTP", EXAMPLES, "{tps} tok/s",
                     start_line=lambda e: f"serving {e.get('source')} on port {e.get('port')}",
                     watch_head=lambda e: f"serve {e.get('source')} port={e.get('port')}",

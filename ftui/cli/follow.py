@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ftui.i18n import _
-from ftui.rundir.job_kinds import PHASES, job_kind
+from ftui.rundir.job_kinds import SERVING, job_kind
 from ftui.rundir.events import started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
@@ -61,11 +61,12 @@ def follow_run(
     )
     task = progress.add_task(escape(run_dir.name), total=None, figures=job_kind(summary.job).bar_figures(stats))
     after: list[str] = []  # a job's results: printed under the finished bar, not above it
+    said: dict[str, str] = {}  # the status line printed last (a serve job's counters: again only when they change)
 
     def show(events: list) -> None:
         for event in events:
             fold.apply(event)
-            _show(event, fold, progress, task, stats, console, after)
+            _show(event, fold, progress, task, stats, console, after, said)
 
     follower = RunFollower(run_dir, summary, show, offset=start_offset)
     with progress:
@@ -85,13 +86,15 @@ def follow_run(
     return summary
 
 
-def _show(event, fold: RunFold, progress: Progress, task, stats, console: Console, after: list[str]) -> None:
+def _show(event, fold: RunFold, progress: Progress, task, stats, console: Console, after: list[str],
+          said: dict[str, str] | None = None) -> None:
     """Renders one event that ``fold`` has folded: what a job shows is its kind's (ftui.rundir.job_kinds)."""
     summary, kind = fold.summary, event["event"]
     job = job_kind(summary.job)
     if started_job(event) is not None:
-        total = None if job.counts == PHASES else summary.max_steps  # steps or examples; an export's phases count their own
-        progress.update(task, total=total, figures=job.bar_figures(stats))
+        total = summary.max_steps if job.counted else None  # steps or examples; an export's phases count their own
+        # a server counts nothing towards an end: no bar, its lines say what it does
+        progress.update(task, total=total, figures=job.bar_figures(stats), visible=job.counts != SERVING)
         line = job.start_line(event)
         console.print(f"[dim]{escape(line)}[/]", soft_wrap=not job.trains)
     elif kind == "step":
@@ -122,7 +125,12 @@ def _show(event, fold: RunFold, progress: Progress, task, stats, console: Consol
         if job.results_under_bar:
             after.append(job.result_line(event))
         else:
-            console.print(escape(job.result_line(event)))
+            console.print(escape(job.result_line(event)), soft_wrap=True)
+    elif kind == job.status_event and job.status_line is not None:
+        line = job.status_line(event)
+        if said is not None and said.get("status") != line:
+            said["status"] = line
+            console.print(escape(line), soft_wrap=True)
 
 
 def _num(value: float | None) -> str:

@@ -58,6 +58,8 @@ class CellWidthHelpFormatter(argparse.HelpFormatter):
         return wrap_cells(text, width) if has_wide(text) else super()._split_lines(text, width)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:  # laid out by hand (examples, a command to copy): kept as written
+            return "\n".join(indent + line for line in text.splitlines())
         if not has_wide(text):
             return super()._fill_text(text, width, indent)
         return "\n".join(indent + line for line in wrap_cells(text, width - len(indent)))

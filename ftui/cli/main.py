@@ -9,6 +9,8 @@
     ftui chat --run RUN | --model PATH       talk to a trained model (streaming REPL, or --prompt)
     ftui predict RUN --dataset NAMES         generate answers to a dataset's prompts, BLEU-4 / ROUGE (a job)
     ftui eval RUN --dataset NAMES            eval loss and perplexity (reward accuracy) over datasets (a job)
+    ftui serve RUN [--port N]                an OpenAI-compatible API over a run's model (a job, until stopped)
+    ftui stop RUN|RUN/serve/ID               stop a detached run or job (the app's Stop)
     ftui attach RUN                          the dashboard of a run, live or finished
     ftui watch RUN                           plain progress lines (no TTY needed)
     ftui rollouts RUN [--print | --json]     a grpo or ppo run's completions and rewards (the browser, or lines)
@@ -78,6 +80,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ftui.cli.export import cmd_export
 
         return cmd_export(args)
+    if args.command == "serve":
+        from ftui.cli.serve import cmd_serve
+
+        return cmd_serve(args)
+    if args.command == "stop":
+        from ftui.cli.stop import cmd_stop
+
+        return cmd_stop(args)
     if args.command == "attach":
         from ftui.cli.app import cmd_attach
 

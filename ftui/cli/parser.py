@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ftui.cli.export import add_parser as add_export_parser
 
     add_export_parser(sub)
+    from ftui.cli.serve import add_parser as add_serve_parser
+    from ftui.cli.stop import add_parser as add_stop_parser
+
+    add_serve_parser(sub)
+    add_stop_parser(sub)
     r = sub.add_parser("runs", help=_("list your runs (the default runs root's and those output_dir put elsewhere)"))
     r.add_argument("--root", default=None, metavar="RUNS_ROOT",
                    help=_("list only the runs under this directory (default: {root}, set by FTUI_HOME, plus the runs it indexes)").format(

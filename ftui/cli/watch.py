@@ -19,7 +19,7 @@ from typing import TextIO
 from ftui.i18n import _
 from ftui.rundir.job_kinds import job_kind
 from ftui.rundir.event_reader import StepColumns
-from ftui.rundir.events import extra_figures, started_job
+from ftui.rundir.events import START_EVENTS, extra_figures, started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
 from ftui.rundir.formats import fmt_duration, fmt_figure, fmt_phase, fmt_prepare, has_counts, level_word
@@ -69,10 +69,12 @@ def reward_line(event: dict) -> tuple[str, frozenset[str]]:
     return " · ".join(parts), frozenset(REWARD_FIGURES) | {name for name, _value in per_function}
 
 
-def _print_events(events, fold: RunFold, last_printed, out: TextIO):
+def _print_events(events, fold: RunFold, last_printed, out: TextIO, said: dict[str, str] | None = None):
     """Folds a batch of events (the one fold, ``RunFold``) and prints what it says; returns
-    the step last printed. What a job prints is its kind's (ftui.rundir.job_kinds)."""
+    the step last printed. What a job prints is its kind's (ftui.rundir.job_kinds); ``said``:
+    the status line printed last (a serve job's counters: printed again only when they change)."""
     summary, latest = fold.summary, None
+    said = {} if said is None else said
     for e in events:
         fold.apply(e)
         if type(e) is StepColumns:  # a run of step lines: only the last one is printed
@@ -98,6 +100,11 @@ def _print_events(events, fold: RunFold, last_printed, out: TextIO):
                 eta=fmt_duration(fold.eta.eta(e["done"], e["total"]))), file=out, flush=True)
         elif e["event"] == job.result_event and job.result_line is not None:
             print(job.result_line(e), file=out, flush=True)
+        elif e["event"] == job.status_event and job.status_line is not None:
+            line = job.status_line(e)
+            if said.get("status") != line:
+                said["status"] = line
+                print(line, file=out, flush=True)
     if latest is not None and latest["step"] != last_printed:
         last_printed = latest["step"]
         rewards, shown = reward_line(latest)
@@ -117,13 +124,15 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
     summary = RunSummary(run_id=Path(run_dir).name, path=Path(run_dir))
     fold = RunFold(summary)
     last_printed = None
+    said: dict[str, str] = {}
 
     def show(events: list) -> None:
         nonlocal last_printed
-        last_printed = _print_events(events, fold, last_printed, out)
+        last_printed = _print_events(events, fold, last_printed, out, said)
 
     follower = RunFollower(run_dir, summary, show, chunk=CHUNK, compact=True)
-    skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES)
+    # the head's start event, and a server's URL (a long-lived server's counters fill the middle)
+    skipped = follower.start_at_tail(HEAD_BYTES, TAIL_BYTES, head_kinds=(*START_EVENTS, "serve_ready"))
     if skipped is not None:
         print(_("({size} MB of earlier events not shown; ftui attach {run} shows the whole run)").format(
             size=f"{(skipped[1] - skipped[0]) / 1e6:.0f}", run=summary.run_id), file=out, flush=True)

@@ -19,6 +19,20 @@ def stop(job_dir: Path, force: bool = False) -> str:
     return launch.stop_run(job_dir, force=force)
 
 
+def is_running(job_dir: Path) -> bool:
+    """Whether the run's (or job's) supervisor is alive on this machine: there is something to stop."""
+    from ftui.jobs import launch
+
+    return launch.run_processes(job_dir)[0] is not None
+
+
+def live_jobs(run_dir: Path) -> list[Path]:
+    """The run's jobs (predict, eval, export, serve: RUN/KIND/ID) that run now."""
+    from ftui.rundir.delete import live_job_dirs
+
+    return live_job_dirs(run_dir)
+
+
 @dataclass(frozen=True)
 class DeleteQuestion:
     """What a delete would remove, to ask about first: the plan (a run that is a link loses

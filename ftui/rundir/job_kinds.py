@@ -3,12 +3,12 @@
 A job is a detached process tree laid out as a run directory (config.yaml, launch.json,
 events.jsonl, train.log, job.lock), so the one launcher, supervisor, Stop, ``attach`` and
 ``watch`` serve every kind. Training is the run directory itself; every other kind gets a
-directory of its own inside the run (``RUN/predict/ID``, ``RUN/eval/ID``, ``RUN/export/ID``:
+directory of its own inside the run (``RUN/predict/ID``, ``RUN/eval/ID``, ``RUN/export/ID``, ``RUN/serve/ID``:
 the names are ``ftui.rundir.paths``'). Its first event names its kind (``job_start``; a
 training job's ``run_start``), and every reader (``ftui train``'s display, ``ftui watch``, the
 runs list, the job screens, deleting a run) asks this registry how that kind reads.
 
-A new job kind (serving, say) is one :class:`JobKind` entry in :data:`KINDS` and its runner
+A new job kind is one :class:`JobKind` entry in :data:`KINDS` and its runner
 module (``ftui/runner/NAME.py``, with its line in ``ftui.runner.__main__.JOBS``, which a test
 checks against :attr:`JobKind.runner`). Torch-free.
 """
@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from ftui.i18n import N_, _
 from ftui.rundir.events import TRAIN_JOB
 from ftui.rundir.formats import fmt_export, fmt_predict
-from ftui.rundir.paths import EVAL_DIR, EXPORT_DIR, PREDICT_DIR
+from ftui.rundir.paths import EVAL_DIR, EXPORT_DIR, PREDICT_DIR, SERVE_DIR
+from ftui.rundir.serve_events import fmt_serve_ready, fmt_serve_stats
 
 if TYPE_CHECKING:
     from ftui.rundir.summary import RunSummary
 
 STEPS, EXAMPLES, PHASES = "steps", "examples", "phases"  # what a kind's progress counts
+SERVING = "serving"  # ... or nothing: it runs until stopped (no bar, no ETA; its status lines say what it did)
 
 
 def _train_line(e: dict[str, Any]) -> str:
@@ -42,6 +44,11 @@ def _examples_line(e: dict[str, Any]) -> str:
     return _("{job}: {source} on {dataset}, {examples} examples · {device} · {precision} · {world_size} process(es)").format(
         job=e.get("job"), source=e.get("source"), dataset=e.get("dataset"), examples=examples,
         device=e.get("device"), precision=e.get("precision"), world_size=e.get("world_size"))
+
+
+def _serve_line(e: dict[str, Any]) -> str:
+    return _("serving {source} on {host}:{port} · {device} · {precision}").format(
+        source=e.get("source"), host=e.get("host"), port=e.get("port"), device=e.get("device"), precision=e.get("precision"))
 
 
 def _export_line(e: dict[str, Any]) -> str:
@@ -63,6 +70,10 @@ def _export_head(e: dict[str, Any]) -> str:
     return f"{e.get('job')} {e.get('source')} {e.get('precision')} out={e.get('out')}"
 
 
+def _serve_head(e: dict[str, Any]) -> str:
+    return f"{e.get('job')} {e.get('source')} {e.get('precision')} host={e.get('host')} port={e.get('port')}"
+
+
 @dataclass(frozen=True)
 class JobKind:
     """One kind of job, as everything outside the runner knows it."""
@@ -79,11 +90,18 @@ class JobKind:
     result_line: Callable[[dict[str, Any]], str] | None = None
     results_under_bar: bool = False  # ``ftui train``'s display prints them once the bar has finished
     shows_eval: bool = True  # its eval events are printed as they come (an eval job's scores are its end line)
+    status_event: str | None = None  # an event it writes again and again (a serve job's counters) ...
+    status_line: Callable[[dict[str, Any]], str] | None = None  # ... printed as this line whenever the line changes
 
     @property
     def trains(self) -> bool:
         """It has optimizer steps: the end line says the step, the runs list its method."""
         return self.counts == STEPS
+
+    @property
+    def counted(self) -> bool:
+        """Its progress is a count towards a total (steps, examples): a bar, an ETA, N/M in the runs list."""
+        return self.counts in (STEPS, EXAMPLES)
 
     def method_cell(self, summary: "RunSummary") -> str:
         """The runs list's method column: a training run's method, else the job's kind."""
@@ -105,6 +123,9 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             EXAMPLES, N_("ETA {eta}"), _examples_line, _examples_head, shows_eval=False),
     JobKind("export", EXPORT_DIR, "ftui.runner.export:main", N_("a standalone model directory from a run's weights"),
             PHASES, "", _export_line, _export_head, "export", fmt_export),
+    JobKind("serve", SERVE_DIR, "ftui.runner.serve:main", N_("an OpenAI-compatible API over a run's model (until stopped)"),
+            SERVING, "", _serve_line, _serve_head, "serve_ready", fmt_serve_ready, status_event="serve_stats",
+            status_line=fmt_serve_stats),
 )}
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ftui.i18n import N_, _
-from ftui.rundir.job_kinds import job_kind
+from ftui.rundir.job_kinds import SERVING, job_kind
 from ftui.rundir.follower import summarize_run
 from ftui.rundir.formats import fmt_duration
 from ftui.rundir.index import indexed_run_dirs, indexed_run_exists, is_default_root
@@ -30,7 +30,8 @@ def list_row(r: RunSummary) -> dict[str, str]:
     return {
         "run": r.run_id, "status": r.status,
         "model": reason_text(r.reason) if r.status == "unreadable" else str(r.model or "-"),
-        "method": job_kind(r.job).method_cell(r), "engine": r.engine or "-", "step": f"{r.step}/{r.max_steps or '?'}",
+        "method": job_kind(r.job).method_cell(r), "engine": r.engine or "-",
+        "step": f"{r.step}/{r.max_steps or '?'}" if job_kind(r.job).counts != SERVING else "-",  # a server counts no steps
         "loss": f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.first_start)) if r.first_start else "-",
         "duration": fmt_duration(r.duration),

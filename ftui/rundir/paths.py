@@ -39,6 +39,7 @@ NODES_DIR = "nodes"
 PREDICT_DIR = "predict"
 EVAL_DIR = "eval"
 EXPORT_DIR = "export"  # export jobs (RUN/export/ID); what they write goes to the out dir the user chose
+SERVE_DIR = "serve"  # serve jobs (RUN/serve/ID): an OpenAI-compatible API over the run's model (ftui serve)
 JOB_SPEC_FILE = "job.json"  # what the job does: the model source, datasets, generation settings
 PREDICTIONS_FILE = "generated_predictions.jsonl"  # LLaMA-Factory's name: {"prompt", "predict", "label"} a line
 PREDICT_RESULTS_FILE = "predict_results.json"  # LLaMA-Factory's metric names, and the job's speed

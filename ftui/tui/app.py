@@ -122,6 +122,12 @@ class FtuiApp(App):
 
         self.push_screen(ExportScreen(Path(run_dir)))
 
+    def open_serve(self, run_dir: Path) -> None:
+        """The Serve API screen of a run (its dashboard's, and the runs screen's, key a)."""
+        from ftui.tui.screens.serve import ServeScreen
+
+        self.push_screen(ServeScreen(Path(run_dir)))
+
     def resume_run(self, run_dir: Path, allow_changed: bool = False, checkpoint: str | None = None,
                    overrides: dict[str, Any] | None = None) -> None:
         """Resumes a stopped, failed or died run (from ``checkpoint``, else its newest complete
@@ -247,6 +253,8 @@ class FtuiApp(App):
                                 screen.action_evalpredict)
             yield SystemCommand(_("Export model"), _("This run's model as a standalone directory (merged, safetensors; GGUF)"),
                                 screen.action_export)
+            yield SystemCommand(_("Serve API"), _("This run's model as an OpenAI-compatible API (a job until stopped) (a)"),
+                                screen.action_serve)
             if screen.rollouts_offered:
                 yield SystemCommand(_("Rollouts"), _("Browse this run's completions and their rewards (g)"), screen.action_rollouts)
         if isinstance(screen, RunsScreen):
@@ -259,5 +267,7 @@ class FtuiApp(App):
                                     screen.action_evalpredict)
                 yield SystemCommand(_("Export model"), _("The highlighted run's model as a standalone directory (merged, safetensors; GGUF)"),
                                     screen.action_export)
+                yield SystemCommand(_("Serve API"), _("The highlighted run's model as an OpenAI-compatible API (a job until stopped) (a)"),
+                                    screen.action_serve)
                 yield SystemCommand(_("Rollouts"), _("Browse the highlighted grpo or ppo run's completions and their rewards (g)"),
                                     screen.action_rollouts)

@@ -1,6 +1,8 @@
 """Security: nothing escapes the runs root, run directories are private, secrets are not
 written down, remote code and pickles stay off, untrusted text is never markup, the app
-listens on no port and a run on nothing beyond loopback."""
+listens on no port and a run on nothing beyond loopback. The one exception: a serve job
+(``ftui serve``) listens on its one port (127.0.0.1 unless told otherwise, any other address
+only with an API key), through uvicorn in ``ftui/runner/serve*.py`` alone."""
 
 import ast
 import contextlib
@@ -294,8 +296,39 @@ def test_a_run_listens_on_no_port_beyond_loopback_and_runs_no_planted_pickle(tmp
     assert not marker.exists()
 
 
+def serve_runner(path: Path) -> bool:
+    """ftui/runner/serve*.py: the serve job, whose one port is the exception."""
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] == "runner" and len(rel.parts) == 2 and rel.name.startswith("serve")
+
+
 def test_the_package_opens_no_server_socket():
+    """Beyond the serve job's one socket (ftui/runner/serve*.py), no code of the package binds,
+    listens or starts a server."""
     for path in PACKAGE.rglob("*.py"):
+        if serve_runner(path):
+            continue
         src = path.read_text()
         for needle in (".bind(", ".listen(", "socketserver", "http.server", "asyncio.start_server", "create_server"):
             assert needle not in src, f"{path}: {needle}"
+
+
+SERVER_PACKAGES = ("fastapi", "uvicorn", "sse_starlette", "starlette")
+
+
+def test_only_the_serve_runner_imports_the_http_server_packages():
+    """The serve job's port is the one socket a ftui process listens on: fastapi, uvicorn,
+    sse-starlette (and starlette under them) are imported by ftui/runner/serve*.py alone."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if serve_runner(path):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{rel}: {name}" for name in names if name.split(".")[0] in SERVER_PACKAGES]
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("import_module", "__import__") \
+                    and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).split(".")[0] in SERVER_PACKAGES:
+                found.append(f"{rel}: {node.args[0].value}")
+    assert not found

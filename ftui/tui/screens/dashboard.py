@@ -66,6 +66,7 @@ class DashboardScreen(Screen):
         Binding("e", "evalpredict", N_("Eval/Predict")),  # in the footer once the run has ended (ENDED_KEYS)
         Binding("x", "export", N_("Export")),
         Binding("g", "rollouts", N_("Rollouts")),  # only for a run with rollouts (a grpo or ppo stage)
+        Binding("a", "serve", N_("Serve API"), show=False),  # not in the footer (80 columns are full); the palette lists it
     ]
     # Keys that leave a narrow footer first (80 columns): Stop, Back and Quit stay.
     # Rollouts (a grpo or ppo run's) gives way last: reading them is what such a run's dashboard is for.
@@ -359,6 +360,9 @@ class DashboardScreen(Screen):
 
     def action_rollouts(self) -> None:
         self.app.open_rollouts(self.run_dir)
+
+    def action_serve(self) -> None:
+        self.app.open_serve(self.run_dir)
 
     def action_stop(self) -> None:
         if self.view is not None and self.view.ended:  # the footer hides Stop then; a stray call says why

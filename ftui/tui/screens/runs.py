@@ -1,7 +1,8 @@
 """The runs screen: every run under the runs root; Enter attaches, Space marks runs whose
 loss curves are overlaid below the table (f: an extra figure of theirs instead, such as a
 preference run's rewards_margin), d deletes a run that no job runs (after a yes), R resumes a
-stopped, failed or died run (the app's resume, ftui.ops), g opens a grpo or ppo run's rollout browser."""
+stopped, failed or died run (the app's resume, ftui.ops), g opens a grpo or ppo run's rollout browser,
+a its Serve API screen."""
 
 from __future__ import annotations
 
@@ -148,6 +149,7 @@ class RunsScreen(Screen):
         Binding("x", "export", N_("Export"), show=False),  # the same
         Binding("R", "resume", N_("Resume"), show=False),  # the same (a run's dashboard shows it in its footer)
         Binding("g", "rollouts", N_("Rollouts"), show=False),  # the same: a grpo or ppo run's rollout browser
+        Binding("a", "serve", N_("Serve API"), show=False),  # the same: the highlighted run's model as an API
     ]
 
     def __init__(self, root: str | Path):
@@ -265,6 +267,11 @@ class RunsScreen(Screen):
         run = self._current()
         if run is not None:
             self.app.open_rollouts(run.path)
+
+    def action_serve(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.open_serve(run.path)
 
     def action_resume(self) -> None:
         """Resumes the highlighted run (the app's resume: ftui.ops' rules, a refusal said in a
