@@ -23,7 +23,7 @@ from typing import Any
 from ftui.config.load import read_run_config
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
-from ftui.jobs.backends import backend_problem
+from ftui.jobs.backends import backend_problem, job_backend
 from ftui.jobs.offline import GENERATION_DEFAULTS, job_config, new_job_dir, source_label
 from ftui.rundir.paths import BASE_MODEL_DIR, CONFIG_FILE, FINAL_DIR, JOB_SPEC_FILE, resolve_model_path
 from ftui.safety.bounded_input import load_json
@@ -181,14 +181,6 @@ def limits_problem(queue_size: int, max_tokens_limit: int, max_body_bytes: int) 
     return None
 
 
-def configured_backend(cfg: RunConfig, generation: dict[str, Any]) -> Any:
-    """The infer_backend the job would generate with: the job's own setting, else the run's config."""
-    if generation.get("infer_backend") is not None:
-        return generation["infer_backend"]
-    value = getattr(cfg, "infer_backend", None)
-    return value if value is not None else (cfg.model_extra or {}).get("infer_backend")
-
-
 def prepare_serve_job(*, run_dir: Path | None, source: dict[str, Any], model_config: RunConfig | None = None,
                       root: Path | None = None, served_name: str | None = None, adapters: list[tuple[str, str]] | tuple = (),
                       host: str = "127.0.0.1", port: int = 8000, api_key_file: str | None = None, queue_size: int = 8,
@@ -211,7 +203,7 @@ def prepare_serve_job(*, run_dir: Path | None, source: dict[str, Any], model_con
         raise ServeJobError(_("give a run, or --model PATH"))
     generation = dict(generation or {})
     problem = listen_problem(host, port, api_key_file) or limits_problem(queue_size, max_tokens_limit, max_body_bytes)
-    problem = problem or backend_problem(configured_backend(base, generation))
+    problem = problem or backend_problem(job_backend(generation, base))
     if problem is None and device not in ("auto", "cpu", "cuda"):
         problem = _("--device {device}: auto, cpu or cuda").format(device=device)
     name = served_name if served_name is not None else default_served_name(source)
