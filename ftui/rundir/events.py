@@ -46,6 +46,11 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "progress": ("done", "total"),  # a predict job's examples answered so far
     "predict": ("predict_samples",),  # a predict job's results (predict_results.json's fields)
     "export": ("out",),  # an export job's result: out, files, bytes, gguf, dtype, params, commands
+    # A serve job (ftui.runner.serve): listening (url, host, the real port, the served model ids, whether a
+    # key is needed), then its counters at most every 2 s while they change and once at its end
+    "serve_ready": ("url", "host", "port", "models", "key"),
+    "serve_stats": ("requests", "answered", "rejected", "errors", "disconnected", "active", "queued",
+                    "prompt_tokens", "generated_tokens", "tokens_per_s", "uptime_s"),
     "run_end": ("status", "reason"),
 }
 NULLABLE = {"mfu", "loss_scale", "grad_norm", "max_steps", "reason", "loss", "eval_loss"}

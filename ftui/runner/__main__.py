@@ -7,6 +7,7 @@
     predict JOB_DIR                       a predict job's rank (ftui predict): answers and their scores
     eval JOB_DIR                          an eval job's rank (ftui eval): the stage's eval loss over datasets
     export JOB_DIR                        an export job (ftui export): a standalone model directory
+    serve JOB_DIR                         a serve job (ftui serve): an OpenAI-compatible API for one model
 
 Everything outside ``ftui.runner`` starts these as processes and never imports them.
 """
@@ -26,6 +27,7 @@ JOBS = {
     "predict": "ftui.runner.predict:main",
     "eval": "ftui.runner.evaluate:main",
     "export": "ftui.runner.export:main",
+    "serve": "ftui.runner.serve:main",
 }
 
 
