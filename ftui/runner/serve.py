@@ -304,12 +304,12 @@ def load_models(spec: dict[str, Any], settings: Settings) -> tuple[Any, Any]:
         return loaded, ModelSwitch(loaded.model, main_id)
     from peft import PeftModel
 
-    model, main_adapter, names = loaded.model, None, {}
+    model, names = loaded.model, {}
+    main_adapter = model.active_adapter if isinstance(model, PeftModel) else None  # a LoRA run's own adapter
     for i, (name, path) in enumerate(adapters):
         internal = f"serve_{i}"  # peft's adapter names are module names: the served id may hold dots or slashes
         try:
             if isinstance(model, PeftModel):
-                main_adapter = main_adapter or model.active_adapter
                 model.load_adapter(str(path), adapter_name=internal)
             else:
                 model = PeftModel.from_pretrained(model, str(path), adapter_name=internal)
@@ -372,7 +372,7 @@ class StatsReporter:
         self._last: dict[str, int] | None = None
         self._last_tps = 0.0
         self._last_at = time.monotonic()
-        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+        self._samples: collections.deque[tuple[float, int]] = collections.deque([(self._last_at, stats.get("generated_tokens"))])
 
     def start(self) -> None:
         self._thread.start()
