@@ -287,3 +287,214 @@ def test_a_bind_beyond_loopback_without_a_key_is_refused(demo_run, tmp_path, mon
     end = first(job, "run_end", timeout=120)
     assert end["status"] == "failed" and "--api-key-file" in end["reason"]
     assert not any(e["event"] in ("job_start", "serve_ready") for e in events(job))
+
+
+# --- The app's own rules, on a stand-in engine (no model)
+
+TOOL_TEXT = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "f", "description": "a function",
+                                            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+
+
+class FakeEngine:
+    """build_app's engine, answering every request at once with ``text`` (in two streamed
+    pieces); ``full``: its queue is full. Prompts: tools read in Qwen's format."""
+
+    def __init__(self, text: str = "hello world", full: bool = False):
+        from types import SimpleNamespace
+
+        from ftui.runner.serve_engine import ServeStats
+        from ftui.runner.serve_prompts import ChatPrompt
+
+        self.text, self.full, self.submitted = text, full, []
+        self.stats = ServeStats()
+        self.vocab_size = 100
+        self.prompts = SimpleNamespace(chat=lambda messages, tools: ChatPrompt([1, 2, 3], "qwen" if tools else None),
+                                       text=lambda prompt: [1, 2])
+
+    def submit(self, gen) -> None:
+        from ftui.runner.serve_engine import QueueFull, Result
+
+        if self.full:
+            raise QueueFull(3)
+        self.submitted.append(gen)
+        if gen.on_text is not None:
+            for piece in (self.text[:5], self.text[5:]):
+                gen.on_text(piece)
+        gen.on_done(Result(text=self.text, prompt_tokens=3, completion_tokens=7))
+
+    def cancel(self, gen) -> None:
+        gen.end("disconnected")
+
+
+@pytest.fixture
+def app_client():
+    """(an openai client and the raw HTTP client) over build_app(engine, ...) in this process."""
+    from starlette.testclient import TestClient
+
+    from ftui.runner.serve_app import Limits, build_app
+
+    opened = []
+
+    def make(engine: FakeEngine, key: str | None = "k", **limits):
+        http = TestClient(build_app(engine, ["m", "m-lora"], key, Limits(**{"max_tokens_limit": 64, "max_body_bytes": 2048, **limits})),
+                          base_url="http://testserver")
+        opened.append(http)
+        return openai.OpenAI(base_url="http://testserver/v1", api_key=key or "none", http_client=http, max_retries=0), http
+
+    yield make
+    for http in opened:
+        http.close()
+
+
+def test_a_tool_call_in_the_answer_comes_back_as_openai_tool_calls(app_client):
+    ask, _http = app_client(FakeEngine(TOOL_TEXT))
+    reply = ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "call f"}], tools=TOOLS)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.id.startswith("call_") and call.type == "function" and call.function.name == "f"
+    assert json.loads(call.function.arguments) == {"a": 1}
+    streamed = list(ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "call f"}], tools=TOOLS, stream=True))
+    calls = [tc for c in streamed if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == [("f", {"a": 1})]
+    assert streamed[-1].choices[0].finish_reason == "tool_calls"
+    plain = ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "call f"}])  # no tools: text
+    assert plain.choices[0].message.content == TOOL_TEXT and plain.choices[0].finish_reason == "stop"
+
+
+def test_completions_answer_raw_text_streamed_or_not(app_client):
+    ask, _http = app_client(FakeEngine("hello world"))
+    reply = ask.completions.create(model="m-lora", prompt="say", echo=True)
+    assert reply.choices[0].text == "sayhello world" and reply.id.startswith("cmpl-") and reply.model == "m-lora"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (3, 7)
+    chunks = list(ask.completions.create(model="m", prompt="say", stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "hello world"
+    assert chunks[-1].usage.total_tokens == 10 and all(c.object == "text_completion" for c in chunks)
+
+
+def test_bodies_over_the_limit_get_413_before_the_engine_sees_them(app_client):
+    engine = FakeEngine()
+    _ask, http = app_client(engine)
+    headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
+    big = json.dumps({"model": "m", "prompt": "x" * 4000}).encode()
+    declared = http.post("/v1/completions", content=big, headers=headers)
+    chunked = http.post("/v1/completions", content=iter([big[:1500], big[1500:]]), headers=headers)  # no Content-Length
+    for reply in (declared, chunked):
+        assert reply.status_code == 413 and reply.json()["error"]["code"] == "body_too_large"
+    assert engine.submitted == [] and engine.stats.get("errors") == 2
+
+
+def test_a_full_queue_answers_429_with_retry_after(app_client):
+    ask, http = app_client(FakeEngine(full=True))
+    with pytest.raises(openai.RateLimitError):
+        ask.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    reply = http.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                      headers={"Authorization": "Bearer k"})
+    assert reply.status_code == 429 and reply.headers["retry-after"] == "3"
+
+
+def test_sampling_settings_are_taken_clamped_or_refused_by_name(app_client):
+    engine = FakeEngine()
+    ask, _http = app_client(engine)
+    messages = [{"role": "user", "content": "hi"}]
+    ask.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=10**9, presence_penalty=0.5,
+                                logit_bias={"7": -100}, stop=["x", "y"], seed=3, user="someone", extra_body={"metadata": {"a": 1}})
+    gen = engine.submitted[-1]
+    assert gen.sampling == {"max_new_tokens": 64, "do_sample": False, "repetition_penalty": 0.5, "sequence_bias": {(7,): -100.0}}
+    assert (gen.stops, gen.seed, gen.model) == (["x", "y"], 3, "m")
+    ask.chat.completions.create(model="m", messages=messages)
+    assert engine.submitted[-1].sampling == {"max_new_tokens": 64, "do_sample": True, "temperature": 0.95, "top_p": 0.7}
+    for bad, says in (({"n": 2}, "n must be 1"), ({"frequency_penalty": 0.5}, "frequency_penalty"),
+                      ({"logprobs": True}, "logprobs"), ({"logit_bias": {"100": 1}}, "logit_bias"),
+                      ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"temperature": 3}, "temperature")):
+        with pytest.raises(openai.BadRequestError, match=says):
+            ask.chat.completions.create(model="m", messages=messages, **bad)
+    with pytest.raises(openai.NotFoundError, match="m-lora"):
+        ask.chat.completions.create(model="other", messages=messages)
+
+
+def test_errors_are_openais_shape_and_only_v1_needs_the_key(app_client):
+    _ask, http = app_client(FakeEngine())
+    assert http.get("/health").json() == {"status": "ok"}
+    assert http.get("/v1/models").status_code == 401
+    assert http.get("/v1/models", headers={"Authorization": "Bearer k2"}).json()["error"]["code"] == "invalid_api_key"
+    assert [m["id"] for m in http.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"]] == ["m", "m-lora"]
+    bad = http.post("/v1/chat/completions", content=b"{not json", headers={"Authorization": "Bearer k"})
+    assert bad.status_code == 400 and set(bad.json()["error"]) == {"message", "type", "param", "code"}
+    assert http.get("/nowhere").json()["error"]["code"] == "not_found"
+    assert "access-control-allow-origin" not in http.get("/health", headers={"Origin": "http://evil.example"}).headers
+    _ask, open_http = app_client(FakeEngine(), key=None)
+    assert open_http.get("/v1/models").status_code == 200
+
+
+# --- The engine's parts
+
+
+def test_stop_strings_cut_the_text_and_what_may_begin_one_is_held_back():
+    from ftui.runner.serve_engine import TextOut, cut_at_stops
+
+    sent: list[str] = []
+    out = TextOut(["END"], sent.append)
+    for piece in ("abc E", "N", "D more"):
+        out.add(piece)
+    assert (sent, out.text, out.hit) == (["abc "], "abc ", True)
+    sent.clear()
+    out = TextOut(["END"], sent.append)
+    for piece in ("x E", "Z"):
+        out.add(piece)
+    out.finish()
+    assert sent == ["x ", "EZ"] and not out.hit
+    assert cut_at_stops("one two three", ["three", "two"]) == ("one ", True)
+
+
+def test_the_queue_holds_queue_size_behind_the_one_generating():
+    from types import SimpleNamespace
+
+    from ftui.runner.serve_engine import Engine, EngineClosed, Generation, ModelSwitch, QueueFull
+
+    ended: list[str] = []
+    engine = Engine(SimpleNamespace(tokenizer=[0] * 10), ModelSwitch(None, "m"), lambda *a, **k: [], None, queue_size=2)
+    gens = [Generation([1], {}, on_done=lambda r: ended.append(r.ended)) for _ in range(3)]
+    for gen in gens:  # the worker is not started: the first would be generating, two wait
+        engine.submit(gen)
+    with pytest.raises(QueueFull) as full:
+        engine.submit(Generation([1], {}, on_done=ended.append))
+    assert full.value.retry_after >= 1
+    engine.cancel(gens[1])
+    assert ended == ["disconnected"] and engine.stats.get("queued") == 2
+    engine.close()
+    assert ended == ["disconnected", "shutdown", "shutdown"]
+    with pytest.raises(EngineClosed):
+        engine.submit(gens[0])
+
+
+def test_the_key_comes_from_its_file_else_the_environment(tmp_path):
+    from ftui.runner.serve import ServeError, is_loopback, read_key
+
+    key_file = tmp_path / "key"
+    key_file.write_text("  s3cret\n")
+    assert read_key(str(key_file), {"FTUI_API_KEY": "env"}) == "s3cret"
+    assert read_key(None, {"FTUI_API_KEY": " a ", "API_KEY": "b"}) == "a"
+    assert read_key(None, {"FTUI_API_KEY": "", "API_KEY": "b"}) == "b"
+    assert read_key(None, {}) is None
+    key_file.write_text("\n")
+    with pytest.raises(ServeError, match="empty"):
+        read_key(str(key_file), {})
+    with pytest.raises(ServeError, match="--api-key-file"):
+        read_key(str(tmp_path / "missing"), {})
+    assert [is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "10.0.0.1", "example.com")] == [
+        True, True, True, False, False, False]
+
+
+def test_a_port_in_use_is_said_with_what_to_do():
+    from ftui.runner.serve import ServeError, bind
+
+    taken = bind("127.0.0.1", 0)
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(ServeError, match=f"port {port} on 127.0.0.1 is in use; choose another with --port"):
+            bind("127.0.0.1", port)
+    finally:
+        taken.close()

@@ -121,6 +121,10 @@ def serve_on(sock: socket.socket, job_dir: Path, cfg: RunConfig, spec: dict[str,
     reporter.start()
     try:
         server.run(sockets=[sock])
+    except OSError as err:  # listen() lost the port to another socket bound beside ours (SO_REUSEADDR)
+        if err.errno != errno.EADDRINUSE:
+            raise
+        return "failed", in_use(port, settings.host)
     finally:
         engine.close()
         reporter.finish()
@@ -257,6 +261,10 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
+def in_use(port: int, host: str) -> str:
+    return _("port {port} on {host} is in use; choose another with --port").format(port=port, host=host)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """The server's one socket, bound (not yet listening: uvicorn listens once the model is
     loaded). ServeError saying what to do when the address or port cannot be had."""
@@ -273,7 +281,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as err:
         sock.close()
         if err.errno == errno.EADDRINUSE:
-            raise ServeError(_("port {port} on {host} is in use; choose another with --port").format(port=port, host=host)) from None
+            raise ServeError(in_use(port, host)) from None
         if err.errno == errno.EACCES:
             raise ServeError(_("port {port} on {host} needs privileges to bind; choose a port above 1023 with --port").format(
                 port=port, host=host)) from None
@@ -332,7 +340,7 @@ def adapter_list(raw: Any, main_id: str) -> list[tuple[str, Path]]:
         name = entry.get("name") if isinstance(entry, dict) else None
         path = entry.get("path") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name or not isinstance(path, str):
-            raise ServeError(_("job.json's adapters must be [{{\"name\": NAME, \"path\": DIR}}, ...]"))
+            raise ServeError(_("job.json's adapters must be a list of objects with a name and a path"))
         if name == main_id or name in (n for n, _p in out):
             raise ServeError(_("the model id {name} is served twice; give each LoRA adapter its own name").format(name=name))
         if not (Path(path) / "adapter_config.json").is_file():
