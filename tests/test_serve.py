@@ -244,6 +244,13 @@ def test_each_lora_adapter_answers_under_its_own_name(server):
         ask.chat.completions.create(model="demo-c", messages=[{"role": "user", "content": QUESTION}])
 
 
+def test_tools_need_a_named_chat_template(server):
+    """The demo renders with its tokenizer's own template: no tool-call format is known, so tools are refused."""
+    _job, url = server
+    with pytest.raises(openai.BadRequestError, match="without tools"):
+        client(url).chat.completions.create(model="demo", messages=[{"role": "user", "content": QUESTION}], tools=TOOLS)
+
+
 def test_the_same_seed_gives_the_same_sampled_answer(server):
     _job, url = server
     ask = client(url)
@@ -300,13 +307,13 @@ class FakeEngine:
     """build_app's engine, answering every request at once with ``text`` (in two streamed
     pieces); ``full``: its queue is full. Prompts: tools read in Qwen's format."""
 
-    def __init__(self, text: str = "hello world", full: bool = False):
+    def __init__(self, text: str = "hello world", full: bool = False, hold: bool = False):
         from types import SimpleNamespace
 
         from ftui.runner.serve_engine import ServeStats
         from ftui.runner.serve_prompts import ChatPrompt
 
-        self.text, self.full, self.submitted = text, full, []
+        self.text, self.full, self.hold, self.submitted, self.cancelled = text, full, hold, [], []
         self.stats = ServeStats()
         self.vocab_size = 100
         self.prompts = SimpleNamespace(chat=lambda messages, tools: ChatPrompt([1, 2, 3], "qwen" if tools else None),
@@ -318,12 +325,15 @@ class FakeEngine:
         if self.full:
             raise QueueFull(3)
         self.submitted.append(gen)
+        if self.hold:
+            return  # a generation that never ends by itself
         if gen.on_text is not None:
             for piece in (self.text[:5], self.text[5:]):
                 gen.on_text(piece)
         gen.on_done(Result(text=self.text, prompt_tokens=3, completion_tokens=7))
 
     def cancel(self, gen) -> None:
+        self.cancelled.append(gen)
         gen.end("disconnected")
 
 
@@ -426,6 +436,59 @@ def test_errors_are_openais_shape_and_only_v1_needs_the_key(app_client):
     assert "access-control-allow-origin" not in http.get("/health", headers={"Origin": "http://evil.example"}).headers
     _ask, open_http = app_client(FakeEngine(), key=None)
     assert open_http.get("/v1/models").status_code == 200
+
+
+def test_a_waiting_client_that_goes_away_cancels_its_generation():
+    """A non-streamed request's client leaves while its answer is being generated (here: one
+    that never ends): the app notices (it polls the connection) and cancels the generation."""
+    import threading
+
+    import uvicorn
+
+    from ftui.runner.serve_app import Limits, build_app
+
+    engine = FakeEngine(hold=True)
+    server = uvicorn.Server(uvicorn.Config(build_app(engine, ["m"], None, Limits()), host="127.0.0.1", port=0,
+                                           log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: server.started, timeout=60)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                       timeout=httpx.Timeout(30, read=0.5))
+        assert wait_for(lambda: engine.cancelled == engine.submitted != [], timeout=60)
+        assert wait_for(lambda: engine.stats.get("disconnected") == 1, timeout=10)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_a_runs_chat_template_renders_the_prompt_and_describes_the_tools():
+    """A run with a named template (qwen here, on the demo's tokenizer) renders as LLaMA-Factory's
+    API does: the template's turns, the tools in its system prompt, the answer read in its tool
+    format; a model with only its tokenizer's template refuses tools."""
+    from types import SimpleNamespace
+
+    from ftui.config.load import demo_config
+    from ftui.data.openai_chat import ChatRequestError
+    from ftui.runner.model import load_tokenizer
+    from ftui.runner.serve_prompts import Prompts
+
+    cfg = demo_config(template="qwen")
+    demo_tokenizer = load_tokenizer(cfg)  # fixed up for the template, as ChatModel loads a run's
+    prompts = Prompts(SimpleNamespace(tokenizer=demo_tokenizer, model=None), cfg)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+    plain = prompts.chat(messages, None)
+    assert plain.tool_format is None and demo_tokenizer.decode(plain.ids) == (
+        f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n")
+    tooled = prompts.chat(messages, TOOLS)
+    text = demo_tokenizer.decode(tooled.ids)
+    assert tooled.tool_format == "qwen" and "<tools>" in text and '"name": "f"' in text and text.endswith("<|im_start|>assistant\n")
+    own = Prompts(SimpleNamespace(tokenizer=SimpleNamespace(chat_template="{{ x }}"), model=None), demo_config())
+    with pytest.raises(ChatRequestError, match="without tools"):
+        own.chat(messages, TOOLS)
 
 
 # --- The engine's parts
