@@ -7,8 +7,9 @@ and LoRA adapters, host, port, key file, bounds, generation defaults). In order:
 1. The key: job.json's ``api_key_file`` (its text, stripped), else the
    environment's ``FTUI_API_KEY``, else ``API_KEY`` (LLaMA-Factory's). The key is never written
    anywhere. A host that is not a loopback address without a key is refused.
-2. The port is bound here, before the model loads, so a port in use fails in a second with a
-   message saying what to do (port 0: any free one, the real one in ``serve_ready``).
+2. The port is bound (by uvicorn's ``Config.bind_socket``) before the model loads, so a port in
+   use fails in a second with a message saying what to do (port 0: any free one, the real one
+   in ``serve_ready``); uvicorn then serves on that socket.
 3. The model loads once, as the chat worker loads it (``ChatModel``: a run's final/, a
    checkpoint, its base, or a model directory with an adapter); more LoRA adapters load over
    the same base under their own ids (peft's ``load_adapter``).
@@ -30,6 +31,7 @@ import contextlib
 import errno
 import ipaddress
 import json
+import logging
 import os
 import socket
 import sys
@@ -266,30 +268,49 @@ def in_use(port: int, host: str) -> str:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The server's one socket, bound (not yet listening: uvicorn listens once the model is
-    loaded). ServeError saying what to do when the address or port cannot be had."""
+    """The server's one socket, bound by uvicorn (``Config.bind_socket``, its own way of binding
+    before serving) but not yet listening: uvicorn listens once the model is loaded. ServeError
+    saying what to do when the address or port cannot be had (uvicorn logs the OSError, then
+    exits: the error is read from its log record)."""
+    import uvicorn
+
+    caught = _BindError()
+    log = logging.getLogger("uvicorn.error")
+    log.addHandler(caught)
     try:
-        family, kind, proto, _name, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM,
-                                                                 flags=socket.AI_PASSIVE)[0]
-    except (socket.gaierror, UnicodeError) as err:
-        raise ServeError(_("cannot serve on {host}: {error}; give an address of this machine with --host "
-                           "(127.0.0.1: this machine only)").format(host=host, error=err)) from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart is not refused by TIME_WAIT
-        sock.bind(address)
-    except OSError as err:
-        sock.close()
-        if err.errno == errno.EADDRINUSE:
-            raise ServeError(in_use(port, host)) from None
-        if err.errno == errno.EACCES:
-            raise ServeError(_("port {port} on {host} needs privileges to bind; choose a port above 1023 with --port").format(
-                port=port, host=host)) from None
-        if err.errno == errno.EADDRNOTAVAIL:
-            raise ServeError(_("{host} is not an address of this machine; give one of its addresses with --host "
-                               "(127.0.0.1: this machine only)").format(host=host)) from None
-        raise ServeError(_("cannot serve on {host} port {port}: {error}").format(host=host, port=port, error=err)) from None
+        sock = uvicorn.Config(_no_app, host=host.strip("[]"), port=port, log_config=None).bind_socket()
+    except SystemExit:
+        raise ServeError(bind_problem(caught.error, host, port)) from None
+    finally:
+        log.removeHandler(caught)
+    sock.set_inheritable(False)  # uvicorn leaves it inheritable for its worker processes; this job has none
     return sock
+
+
+def bind_problem(err: OSError | None, host: str, port: int) -> str:
+    code = getattr(err, "errno", None)
+    if code == errno.EADDRINUSE:
+        return in_use(port, host)
+    if code == errno.EACCES:
+        return _("port {port} on {host} needs privileges to bind; choose a port above 1023 with --port").format(port=port, host=host)
+    if code == errno.EADDRNOTAVAIL:
+        return _("{host} is not an address of this machine; give one of its addresses with --host "
+                 "(127.0.0.1: this machine only)").format(host=host)
+    return _("cannot serve on {host} port {port}: {error}").format(host=host, port=port, error=err)
+
+
+class _BindError(logging.Handler):
+    """Keeps the OSError uvicorn logs when it cannot bind."""
+
+    error: OSError | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, OSError):
+            self.error = record.msg
+
+
+async def _no_app(scope: Any, receive: Any, send: Any) -> None:
+    """The app of the configuration that only binds (never served)."""
 
 
 # --- The model and its adapters
