@@ -117,7 +117,8 @@ def serve_on(sock: socket.socket, job_dir: Path, cfg: RunConfig, spec: dict[str,
                      models=switch.ids, key=key is not None)
 
     config = uvicorn.Config(app, host=settings.host, port=port, log_config=None, access_log=False, server_header=False,
-                            lifespan="off", ws="none", timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S))
+                            lifespan="off", ws="none", timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
+                            limit_concurrency=connection_limit(settings.queue_size))
     server = ServeServer(config, stop, on_ready=ready, on_stop=lambda: engine.close(timeout=0))
     engine.start()
     reporter.start()
@@ -135,6 +136,12 @@ def serve_on(sock: socket.socket, job_dir: Path, cfg: RunConfig, spec: dict[str,
         return "failed", _("the server ended without a Stop after {n} answered requests; the job's log (train.log) says why"
                            ).format(n=served)
     return "stopped", _("stopped: served {n} requests").format(n=served)
+
+
+def connection_limit(queue_size: int) -> int:
+    """Connections served at once (uvicorn answers 503 beyond): with the body limit, a bound on
+    the memory that bodies being read can take, far above what the queue admits (the rest get 429)."""
+    return max(256, 4 * (queue_size + 1))
 
 
 class ServeServer:
