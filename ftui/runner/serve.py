@@ -198,6 +198,11 @@ class Settings:
         generation = spec.get("generation") or {}
         if not isinstance(generation, dict):
             raise ServeError(_("job.json's generation is not a mapping"))
+        for name, low, high in (("max_new_tokens", 1, 10_000_000), ("temperature", 0, 2), ("top_p", 0, 1)):
+            value = generation.get(name, GENERATION_DEFAULTS[name])
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ServeError(_("job.json's generation {key} is {value}; expected a number from {low} to {high}").format(
+                    key=name, value=json.dumps(value), low=low, high=high))
         device = spec.get("device") or "auto"
         return cls(host, number("port", 8000, 0, 65535), number("queue_size", 8, 0, 100_000),
                    number("max_tokens_limit", 4096, 1, 10_000_000), number("max_body_bytes", 1 << 20, 1024, 1 << 30),

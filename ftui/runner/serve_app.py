@@ -135,7 +135,7 @@ def build_app(engine: Any, models: list[str], key: str | None, limits: Limits) -
             try:
                 prompt = engine.prompts.chat(req.messages, req.tools)
             except ChatRequestError as err:
-                raise ApiError(400, str(err), param="messages") from None
+                raise ApiError(400, str(err), code="invalid_messages", param="messages") from None
             gen, bridge = generation(req, prompt.ids, stream=req.stream and prompt.tool_format is None)
             if not req.stream:
                 result = await settled(request, gen, bridge)
@@ -154,7 +154,7 @@ def build_app(engine: Any, models: list[str], key: str | None, limits: Limits) -
             try:
                 ids = engine.prompts.text(text)
             except ChatRequestError as err:
-                raise ApiError(400, str(err), param="prompt") from None
+                raise ApiError(400, str(err), code="invalid_prompt", param="prompt") from None
             gen, bridge = generation(req, ids, stream=req.stream)
             echo = text if req.echo else ""
             if not req.stream:
@@ -359,6 +359,8 @@ class counted:
 def note_error(stats: Any, route: str, err: ApiError) -> None:
     """One ``log`` line per kind of error answer a minute, naming the route, status and code
     (never the request's text, which the error's message may quote)."""
+    if err.code == "stopping":
+        return  # the job's own Stop: its run_end says so
     if err.status == 429:
         kind, message = "429", "requests refused with 429: the queue was full (raise --queue, or send fewer at once)"
     else:
