@@ -581,3 +581,14 @@ def test_job_json_settings_out_of_bounds_are_said_by_name():
                        ({"generation": {"temperature": "hot"}}, "temperature"), ({"host": ""}, "host")):
         with pytest.raises(ServeError, match=says):
             Settings.of(spec)
+
+
+def test_without_the_serve_extra_the_job_says_what_to_install(tmp_path, monkeypatch):
+    import importlib.util
+
+    from ftui.runner import serve
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sse_starlette" else real(name, *a))
+    status, reason = serve.serve(tmp_path, None, None, None, None)
+    assert status == "failed" and "pip install 'ftui[serve]'" in reason and "sse-starlette" in reason

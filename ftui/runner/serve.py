@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -49,6 +50,7 @@ from ftui.runner.faults import StopRequest
 from ftui.runner.job import run_job
 
 KEY_ENV = ("FTUI_API_KEY", "API_KEY")  # ftui's, then LLaMA-Factory's
+SERVER_PACKAGES = (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("sse-starlette", "sse_starlette"))  # the serve extra
 KEY_FILE_MAX = 64 * 1024
 STATS_EVERY_S = 2.0
 SHUTDOWN_GRACE_S = 10.0  # uvicorn's wait for open connections once the generations are stopped
@@ -66,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 def serve(job_dir: Path, cfg: RunConfig, info: DistInfo, writer: EventWriter | None, stop: StopRequest,
           resume: Path | None = None) -> tuple[str, str]:
     try:
+        missing = [name for name, module in SERVER_PACKAGES if importlib.util.find_spec(module) is None]
+        if missing:
+            raise ServeError(_("ftui serve needs {packages}: pip install 'ftui[serve]' (or pip install {packages})").format(
+                packages=" ".join(missing)))
         spec = read_spec(job_dir)
         settings = Settings.of(spec)
         key = read_key(spec.get("api_key_file"), os.environ)
