@@ -125,7 +125,7 @@ def serve_on(sock: socket.socket, job_dir: Path, cfg: RunConfig, spec: dict[str,
     config = uvicorn.Config(app, host=settings.host, port=port, log_config=None, access_log=False, server_header=False,
                             lifespan="off", ws="none", timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
                             limit_concurrency=connection_limit(settings.queue_size))
-    server = ServeServer(config, stop, on_ready=ready, on_stop=lambda: engine.close(timeout=0))
+    server = serve_server(config, stop, on_ready=ready, on_stop=lambda: engine.close(timeout=0))
     engine.start()
     reporter.start()
     try:
@@ -150,31 +150,31 @@ def connection_limit(queue_size: int) -> int:
     return max(256, 4 * (queue_size + 1))
 
 
-class ServeServer:
+def serve_server(config: Any, stop: StopRequest, on_ready: Callable[[], None], on_stop: Callable[[], None]) -> Any:
     """uvicorn's Server, with ftui's StopRequest owning SIGTERM and SIGINT (uvicorn would
-    replace run_job's handlers): it is polled every tick instead; ``on_ready`` once listening."""
+    replace run_job's handlers for its run): the request is polled every tick instead (uvicorn
+    ticks every 0.1 s), ``on_stop`` ends the generations, then uvicorn shuts down gracefully;
+    ``on_ready`` once listening."""
+    import uvicorn
 
-    def __new__(cls, config: Any, stop: StopRequest, on_ready: Callable[[], None], on_stop: Callable[[], None]) -> Any:
-        import uvicorn
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                on_ready()
 
-            async def startup(self, sockets: Any = None) -> None:
-                await super().startup(sockets=sockets)
-                if self.started:
-                    on_ready()
+        async def on_tick(self, counter: int) -> bool:
+            if stop.requested and not self.should_exit:
+                print("[ftui] " + _("stopping: the generations in flight end now"), file=sys.stderr, flush=True)
+                on_stop()
+                self.should_exit = True
+            return await super().on_tick(counter)
 
-            async def on_tick(self, counter: int) -> bool:
-                if stop.requested and not self.should_exit:
-                    print("[ftui] " + _("stopping: the generations in flight end now"), file=sys.stderr, flush=True)
-                    on_stop()
-                    self.should_exit = True
-                return await super().on_tick(counter)
-
-        return Server(config)
+    return Server(config)
 
 
 # --- The job's settings and key
