@@ -162,6 +162,16 @@ def test_streaming_yields_the_same_text_in_chunks(server):
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
 
 
+def test_a_stop_string_cuts_the_answer_before_it_streamed_or_not(server):
+    _job, url = server
+    ask = client(url)
+    messages = [{"role": "user", "content": QUESTION}]
+    reply = ask.chat.completions.create(model="demo", messages=messages, temperature=0, stop=["dashboard", "nowhere"])
+    assert reply.choices[0].message.content == "ftui is a terminal " and reply.choices[0].finish_reason == "stop"
+    chunks = list(ask.chat.completions.create(model="demo", messages=messages, temperature=0, stop="dash", stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "ftui is a terminal "
+
+
 def test_a_wrong_or_missing_key_gets_401_and_health_needs_none(server):
     _job, url = server
     with pytest.raises(openai.AuthenticationError):
