@@ -25,7 +25,7 @@ from ftui.i18n import _
 from ftui.rundir.job_kinds import KINDS
 from ftui.rundir.paths import CONFIG_FILE, JOB_SPEC_FILE
 from ftui.data.registry import dataset_path_problem, media_job_problem
-from ftui.jobs.backends import INFER_BACKENDS, backend_problem, job_backend  # noqa: F401 (INFER_BACKENDS: its old home, kept for callers)
+from ftui.jobs.backends import backend_problem, job_backend
 
 # LLaMA-Factory's generation defaults (its GeneratingArguments; the WebUI's Evaluate tab)
 GENERATION_DEFAULTS = {"max_new_tokens": 512, "temperature": 0.95, "top_p": 0.7, "batch_size": 8}
