@@ -71,7 +71,7 @@ fi
 # the Qwen2.5-0.5B shape; with the single-GPU part unless SERVE=0, or alone with SERVE=1 SINGLE=0
 if [ "${SERVE:-$([ "${SINGLE:-1}" != 0 ] && echo 1 || echo 0)}" = 1 ]; then
     timeout "${SERVE_S:-120}" "$PY" bench/serve_load.py --shape "${SERVE_SHAPE:-qwen2.5-0.5b}" --device auto \
-        --requests "${SERVE_REQUESTS:-64}" --concurrency "${SERVE_CONCURRENCY:-16}" --max-tokens "${SERVE_MAX_TOKENS:-64}" \
+        --requests "${SERVE_REQUESTS:-64}" --concurrency "${SERVE_CONCURRENCY:-8}" --max-tokens "${SERVE_MAX_TOKENS:-64}" \
         --no-record --out "$OUT/serve_load.json" > /dev/null 2> "$OUT/serve_load.log" || echo "serve_load.py ended with $?"
     tail -n 4 "$OUT/serve_load.log"
 fi

@@ -5,7 +5,7 @@ Starts a serve job the way `ftui serve --model PATH` does (ftui.jobs.serve_job.p
 then ftui.jobs.launch.start_run: its own session, its events in the job directory) on a model
 with random weights of a named shape (``--shape``: ``demo``, the built-in demo's size, default;
 ``qwen2.5-0.5b`` on a GPU; benchlib.SHAPES), waits for its ``serve_ready`` event, fires
-``--requests`` chat completions at once from ``--concurrency`` clients (every other one streamed)
+``--requests`` chat completions from ``--concurrency`` clients, each sending its next when answered (every other one streamed)
 with httpx (the GPU image has no openai client), then stops the job (Stop: SIGTERM) and reads
 its last ``serve_stats``. The job's queue (``--queue``) answers what it cannot hold with 429:
 they are counted, never retried. Random weights generate up to ``--max-tokens`` tokens of noise
@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="the random model's shape (benchlib.SHAPES)")
     ap.add_argument("--requests", type=int, default=64, help="chat requests in all")
-    ap.add_argument("--concurrency", type=int, default=16, help="requests in flight at once")
+    ap.add_argument("--concurrency", type=int, default=8, help="clients at once, each sending its next request when answered "
+                    "(at most the queue + 1 are taken at once: beyond, 429s, waited out and sent again)")
     ap.add_argument("--max-tokens", type=int, default=64, help="each request's max_tokens")
     ap.add_argument("--queue", type=int, default=8, help="the serve job's queue (more waiting: 429)")
     ap.add_argument("--device", default="cpu", help="cpu, or auto / cuda on a GPU machine")
@@ -73,15 +74,15 @@ def percentile(values: list[float], q: float) -> float | None:
 def summarize(results: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
     """The client's figures over every request: ``results`` holds one dict each with ``status``
     (HTTP status, or 0 for a connection error), ``stream``, ``ttft_s`` (answered ones) and
-    ``tokens`` (an answer's usage.completion_tokens; a streamed one's content chunks, about one
-    token each: the server's own count is its serve_stats' generated_tokens)."""
+    ``tokens`` (the answer's usage.completion_tokens) and ``rejected`` (the 429s it was answered
+    before it got in: a rejected request is sent again after its Retry-After)."""
     answered = [r for r in results if r["status"] == 200]
     tokens = sum(int(r.get("tokens") or 0) for r in answered)
     ttft = [float(r["ttft_s"]) for r in answered if r.get("ttft_s") is not None]
     return {
         "requests": len(results), "answered": len(answered), "streamed": sum(1 for r in answered if r["stream"]),
-        "rejected_429": sum(1 for r in results if r["status"] == 429),
-        "errors": sum(1 for r in results if r["status"] not in (200, 429)),
+        "rejected_429": sum(int(r.get("rejected") or 0) for r in results),
+        "errors": sum(1 for r in results if r["status"] != 200),
         "seconds": round(elapsed, 3),
         "requests_per_s": round(len(answered) / elapsed, 3) if elapsed > 0 else None,
         "generated_tokens": tokens,
@@ -190,32 +191,59 @@ class PeakRss(threading.Thread):
 
 
 async def one_request(client: Any, url: str, n: int, stream: bool, max_tokens: int) -> dict[str, Any]:
+    """One chat completion as a client that honours 429 does (the openai client retries them):
+    each 429 is counted, waited out for its Retry-After (at most 5 s) and the request sent again.
+    ``tokens`` is the answer's usage.completion_tokens (a streamed one asks for it with
+    stream_options.include_usage); ``ttft_s`` from the last try's start."""
     body = {"model": "bench", "messages": [{"role": "user", "content": f"Request {n}: tell me about fine-tuning."}],
             "max_tokens": max_tokens, "temperature": 0, "stream": stream}
-    started = time.perf_counter()
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    rejected = 0
     try:
-        if not stream:
-            resp = await client.post(f"{url}/chat/completions", json=body)
-            if resp.status_code != 200:
-                return {"status": resp.status_code, "stream": False}
-            usage = resp.json().get("usage") or {}
-            return {"status": 200, "stream": False, "ttft_s": time.perf_counter() - started, "tokens": usage.get("completion_tokens", 0)}
-        first, chunks = None, 0
-        async with client.stream("POST", f"{url}/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                await resp.aread()
-                return {"status": resp.status_code, "stream": True}
-            async for line in resp.aiter_lines():
-                data = sse_data(line)
-                if data is None:
+        while True:
+            started = time.perf_counter()
+            if not stream:
+                resp = await client.post(f"{url}/chat/completions", json=body)
+                if resp.status_code == 429:
+                    rejected += 1
+                    await asyncio.sleep(retry_after(resp))
                     continue
-                for choice in data.get("choices") or []:
-                    if (choice.get("delta") or {}).get("content"):
-                        chunks += 1
-                        first = first if first is not None else time.perf_counter() - started
-        return {"status": 200, "stream": True, "ttft_s": first, "tokens": chunks}  # a streamed chunk: about a token
+                if resp.status_code != 200:
+                    return {"status": resp.status_code, "stream": False, "rejected": rejected}
+                usage = resp.json().get("usage") or {}
+                return {"status": 200, "stream": False, "ttft_s": time.perf_counter() - started,
+                        "tokens": usage.get("completion_tokens", 0), "rejected": rejected}
+            first, tokens, status = None, 0, 0
+            async with client.stream("POST", f"{url}/chat/completions", json=body) as resp:
+                status = resp.status_code
+                if status != 200:
+                    await resp.aread()
+                else:
+                    async for line in resp.aiter_lines():
+                        data = sse_data(line)
+                        if data is None:
+                            continue
+                        if any((c.get("delta") or {}).get("content") for c in data.get("choices") or []):
+                            first = first if first is not None else time.perf_counter() - started
+                        tokens = (data.get("usage") or {}).get("completion_tokens", tokens)
+            if status == 429:
+                rejected += 1
+                await asyncio.sleep(retry_after(resp))
+                continue
+            if status != 200:
+                return {"status": status, "stream": True, "rejected": rejected}
+            return {"status": 200, "stream": True, "ttft_s": first, "tokens": tokens, "rejected": rejected}
     except Exception as err:  # noqa: BLE001 (a connection error is a figure, not the end of the bench)
-        return {"status": 0, "stream": stream, "error": f"{type(err).__name__}: {err}"}
+        return {"status": 0, "stream": stream, "error": f"{type(err).__name__}: {err}", "rejected": rejected}
+
+
+def retry_after(resp: Any) -> float:
+    """The 429's Retry-After in seconds, at most 5 (1 when it has none)."""
+    try:
+        return min(5.0, max(0.05, float(resp.headers.get("retry-after", "1"))))
+    except ValueError:
+        return 1.0
 
 
 async def fire(url: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
