@@ -514,7 +514,7 @@ def test_a_runs_chat_template_renders_the_prompt_and_describes_the_tools():
 
 
 def test_stop_strings_cut_the_text_and_what_may_begin_one_is_held_back():
-    from ftui.runner.serve_engine import TextOut, cut_at_stops
+    from ftui.runner.serve_batch import TextOut
 
     sent: list[str] = []
     out = TextOut(["END"], sent.append)
@@ -527,7 +527,6 @@ def test_stop_strings_cut_the_text_and_what_may_begin_one_is_held_back():
         out.add(piece)
     out.finish()
     assert sent == ["x ", "EZ"] and not out.hit
-    assert cut_at_stops("one two three", ["three", "two"]) == ("one ", True)
 
 
 def test_the_queue_holds_queue_size_behind_the_one_generating():

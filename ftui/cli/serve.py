@@ -57,7 +57,10 @@ def add_parser(sub: Any) -> None:
                                                             "without it FTUI_API_KEY or API_KEY from the environment, if set"))
     s.add_argument("--served-name", metavar="NAME", help=_("the model's id in /v1/models (default: the run's name)"))
     s.add_argument("--queue", type=int, default=8, metavar="N",
-                   help=_("requests that may wait beyond the one generating (default 8); more get 429 with Retry-After"))
+                   help=_("requests that may wait beyond the batch generating (default 8); more get 429 with Retry-After"))
+    s.add_argument("--batch", type=int, default=8, metavar="N",
+                   help=_("requests generated together when they share the model and sampling settings (default 8; "
+                          "1: one at a time)"))
     s.add_argument("--max-tokens", type=int, default=4096, metavar="N",
                    help=_("the most tokens one answer may have; a request's max_tokens above it is cut to it (default 4096)"))
     s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help=_("cpu, cuda or auto (default: a GPU if there is one)"))
@@ -113,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         started = start_serve(run_dir=run_dir, checkpoint=args.checkpoint, base=args.base, model=args.model, adapter=args.adapter,
                               model_config=model_config, root=root, served_name=args.served_name, adapters=adapters,
                               host=args.host, port=args.port, api_key_file=args.api_key_file, queue_size=args.queue,
-                              max_tokens_limit=args.max_tokens, device=args.device)
+                              max_tokens_limit=args.max_tokens, device=args.device, max_batch=args.batch)
     except OpError as e:
         return refusal(err, e)
     job_dir = started.job_dir

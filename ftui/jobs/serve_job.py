@@ -32,11 +32,13 @@ KEY_ENV = ("FTUI_API_KEY", "API_KEY")  # where the runner finds the key without 
 LOOPBACK_NAMES = ("localhost",)
 NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
 MAX_QUEUE = 1024
+MAX_BATCH = 64  # requests generated together (ftui.runner.serve_batch)
 MAX_TOKENS_LIMIT = 10_000_000  # the runner's own bounds on job.json (ftui.runner.serve reads it as untrusted)
 BODY_BYTES = (1024, 1 << 30)
 MAX_KEY_FILE = 64 << 10  # a key file is a line; a bigger one is not a key file
 ADAPTER_CONFIG = "adapter_config.json"
-DEFAULTS = {"host": "127.0.0.1", "port": 8000, "queue_size": 8, "max_tokens_limit": 4096, "max_body_bytes": 1 << 20}
+DEFAULTS = {"host": "127.0.0.1", "port": 8000, "queue_size": 8, "max_tokens_limit": 4096, "max_body_bytes": 1 << 20,
+            "max_batch": 8}
 
 
 class ServeJobError(ValueError):
@@ -170,9 +172,12 @@ def check_adapters(adapters: list[tuple[str, str]] | tuple, base: str, taken: se
     return out
 
 
-def limits_problem(queue_size: int, max_tokens_limit: int, max_body_bytes: int) -> str | None:
+def limits_problem(queue_size: int, max_tokens_limit: int, max_body_bytes: int, max_batch: int = 8) -> str | None:
     if type(queue_size) is not int or not 0 <= queue_size <= MAX_QUEUE:
         return _("--queue {value}: requests waiting are 0 to {most}").format(value=queue_size, most=MAX_QUEUE)
+    if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
+        return _("--batch {value}: requests generated together are 1 to {most} (1: one at a time)").format(
+            value=max_batch, most=MAX_BATCH)
     if type(max_tokens_limit) is not int or not 1 <= max_tokens_limit <= MAX_TOKENS_LIMIT:
         return _("--max-tokens {value}: must be 1 to {most}").format(value=max_tokens_limit, most=MAX_TOKENS_LIMIT)
     if type(max_body_bytes) is not int or not BODY_BYTES[0] <= max_body_bytes <= BODY_BYTES[1]:
@@ -185,7 +190,7 @@ def prepare_serve_job(*, run_dir: Path | None, source: dict[str, Any], model_con
                       root: Path | None = None, served_name: str | None = None, adapters: list[tuple[str, str]] | tuple = (),
                       host: str = "127.0.0.1", port: int = 8000, api_key_file: str | None = None, queue_size: int = 8,
                       max_tokens_limit: int = 4096, max_body_bytes: int = 1 << 20, device: str = "auto",
-                      generation: dict[str, Any] | None = None) -> tuple[Path, RunConfig]:
+                      generation: dict[str, Any] | None = None, max_batch: int = 8) -> tuple[Path, RunConfig]:
     """Checks the serve job and makes its directory (config.yaml, job.json); returns it with
     the job's config. ``source``: what it loads, as ``ftui.jobs.offline.source_of`` says it;
     ``model_config``/``root``: a model outside any run (its template; the job under root).
@@ -202,7 +207,7 @@ def prepare_serve_job(*, run_dir: Path | None, source: dict[str, Any], model_con
     else:
         raise ServeJobError(_("give a run, or --model PATH"))
     generation = dict(generation or {})
-    problem = listen_problem(host, port, api_key_file) or limits_problem(queue_size, max_tokens_limit, max_body_bytes)
+    problem = listen_problem(host, port, api_key_file) or limits_problem(queue_size, max_tokens_limit, max_body_bytes, max_batch)
     problem = problem or backend_problem(job_backend(generation, base))
     if problem is None and device not in ("auto", "cpu", "cuda"):
         problem = _("--device {device}: auto, cpu or cuda").format(device=device)
@@ -223,7 +228,7 @@ def prepare_serve_job(*, run_dir: Path | None, source: dict[str, Any], model_con
     spec = {"job": "serve", "source": source, "source_label": source_label(source), "served_name": name, "adapters": served,
             "host": host, "port": port,
             "api_key_file": str(Path(api_key_file).expanduser().resolve()) if api_key_file else None,
-            "queue_size": queue_size, "max_tokens_limit": max_tokens_limit, "max_body_bytes": max_body_bytes,
+            "queue_size": queue_size, "max_batch": max_batch, "max_tokens_limit": max_tokens_limit, "max_body_bytes": max_body_bytes,
             "generation": settings, "device": device, "created": time.time(), "run": str(run_dir) if run_dir else None}
     job_dir = new_job_dir(parent, "serve")
     cfg.save(job_dir / CONFIG_FILE, include_unsupported=False)

@@ -19,7 +19,8 @@ def start_serve(*, run_dir: Path | None, checkpoint: str | None = None, base: bo
                 adapter: str | None = None, model_config: RunConfig | None = None, root: Path | None = None,
                 served_name: str | None = None, adapters: list[tuple[str, str]] | tuple = (), host: str = "127.0.0.1",
                 port: int = 8000, api_key_file: str | None = None, queue_size: int = 8, max_tokens_limit: int = 4096,
-                max_body_bytes: int = 1 << 20, device: str = "auto", generation: dict[str, Any] | None = None) -> JobStarted:
+                max_body_bytes: int = 1 << 20, device: str = "auto", generation: dict[str, Any] | None = None,
+                max_batch: int = 8) -> JobStarted:
     """A serve job of a run (its final/, a checkpoint or its base) or of a model outside any
     run (``model`` with ``model_config``, the job under ``root``): checked, prepared, started."""
     from ftui.config.problems import ConfigError
@@ -34,7 +35,7 @@ def start_serve(*, run_dir: Path | None, checkpoint: str | None = None, base: bo
         job_dir, cfg = serve_job.prepare_serve_job(
             run_dir=run_dir, source=source, model_config=model_config, root=root, served_name=served_name, adapters=adapters,
             host=host, port=port, api_key_file=api_key_file, queue_size=queue_size, max_tokens_limit=max_tokens_limit,
-            max_body_bytes=max_body_bytes, device=device, generation=generation)
+            max_body_bytes=max_body_bytes, device=device, generation=generation, max_batch=max_batch)
     except (serve_job.ServeJobError, offline.JobError, ConfigError) as e:
         raise errors.JobRefused(str(e)) from None
     except OSError as e:

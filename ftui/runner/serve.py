@@ -2,7 +2,7 @@
 
 JOB_DIR (``RUN/serve/ID``, or ``RUNS_ROOT/serve/ID`` for a ``--model`` outside a run) is laid out
 as the other jobs' (config.yaml: the run's config; job.json: the model source, the served names
-and LoRA adapters, host, port, key file, bounds, generation defaults). In order:
+and LoRA adapters, host, port, key file, bounds, max_batch, generation defaults). In order:
 
 1. The key: job.json's ``api_key_file`` (its text, stripped), else the
    environment's ``FTUI_API_KEY``, else ``API_KEY`` (LLaMA-Factory's). The key is never written
@@ -112,7 +112,7 @@ def serve_on(sock: socket.socket, job_dir: Path, cfg: RunConfig, spec: dict[str,
                  model=loaded.label, precision=str(loaded.model.dtype).removeprefix("torch."), device=str(loaded.device),
                  world_size=1, host=settings.host, port=port, models=switch.ids,
                  total_params=sum(p.numel() for p in loaded.model.parameters()))
-    engine = Engine(loaded, switch, generate, Prompts(loaded, cfg), settings.queue_size)
+    engine = Engine(loaded, switch, generate, Prompts(loaded, cfg), settings.queue_size, max_batch=settings.max_batch)
     limits = Limits(settings.max_tokens_limit, settings.max_body_bytes,
                     {k: settings.generation.get(k, v) for k, v in GENERATION_DEFAULTS.items()})
     app = build_app(engine, switch.ids, key, limits)
@@ -184,8 +184,8 @@ class Settings:
     """job.json's serving settings, checked (job.json is written by ftui serve, but read as untrusted)."""
 
     def __init__(self, host: str, port: int, queue_size: int, max_tokens_limit: int, max_body_bytes: int,
-                 generation: dict[str, Any], device: str):
-        self.host, self.port, self.queue_size = host, port, queue_size
+                 generation: dict[str, Any], device: str, max_batch: int = 8):
+        self.host, self.port, self.queue_size, self.max_batch = host, port, queue_size, max_batch
         self.max_tokens_limit, self.max_body_bytes = max_tokens_limit, max_body_bytes
         self.generation, self.device = generation, device
 
@@ -212,7 +212,7 @@ class Settings:
         device = spec.get("device") or "auto"
         return cls(host, number("port", 8000, 0, 65535), number("queue_size", 8, 0, 100_000),
                    number("max_tokens_limit", 4096, 1, 10_000_000), number("max_body_bytes", 1 << 20, 1024, 1 << 30),
-                   generation, str(device))
+                   generation, str(device), number("max_batch", 8, 1, 64))
 
 
 def read_spec(job_dir: Path) -> dict[str, Any]:

@@ -1,21 +1,26 @@
-"""``ftui serve``'s generation worker: one generation at a time, a bounded queue, a stop per request.
+"""``ftui serve``'s generation worker: requests batched dynamically, a bounded queue, a stop per request.
 
-A model generates one answer at a time here (transformers' ``generate`` on one model: batching
-requests of different lengths, settings and adapters is vLLM's job, refused by name in ftui).
-One worker thread owns the model; requests wait in a queue of ``queue_size`` behind the one
-generating, and :meth:`Engine.submit` refuses any beyond it (:class:`QueueFull`: the app answers
-429 with Retry-After, estimated from recent generation times), so a flood of requests costs a
-bounded amount of memory. Each request carries its own stop event, checked after every token
-(a StoppingCriteria): a client that goes away (:meth:`Engine.cancel`) or a server that stops
-(:meth:`Engine.close`) ends its generation at the next token.
+One worker thread owns the model. transformers' ``generate`` is launch-bound at batch 1 on a GPU
+(a step of 8 rows costs about what a step of 1 does), so the worker generates the waiting
+requests that can share a batch together (``max_batch``, job.json's, 1: one at a time): it takes
+the first waiting request, then every other one with the same model id and sampling settings
+and no seed, up to ``max_batch`` (``ftui.runner.serve_batch``, which also streams and stops each
+row on its own). No continuous batching (vLLM's job, refused by name in ftui): a batch runs to
+its end; a row that has ended idles until then, its answer already handed over.
+Requests wait in a queue of ``queue_size`` behind the batch generating, and
+:meth:`Engine.submit` refuses any beyond it (:class:`QueueFull`: the app answers 429 with
+Retry-After, estimated from recent batch durations), so a flood of requests costs a bounded
+amount of memory. Each request carries its own stop event, checked after every token (a
+StoppingCriteria with a bool per row): a client that goes away (:meth:`Engine.cancel`) or a
+server that stops (:meth:`Engine.close`) ends its row at the next token.
 
 Generation goes through the inference backend (``ftui.runner.backends``, as the chat worker and
-predict do): greedy at temperature 0, ending at EOS or the template's stop words. Text reaches a
-streaming request through transformers' TextStreamer (whole words), and stop strings are cut
-here: the text is cut before the first of them, and text that may begin one is held back until
-it is known not to (:class:`TextOut`). The counters the job's ``serve_stats`` events carry are
-:class:`ServeStats`. Each served model id is the main model or one LoRA adapter over the same
-base (:class:`ModelSwitch`), picked per request under the one worker.
+predict do): greedy at temperature 0, ending at EOS or the template's stop words. Stop strings
+are cut here: the text is cut before the first of them, and text that may begin one is held
+back until it is known not to (``serve_batch.TextOut``). The counters the job's ``serve_stats`` events
+carry are :class:`ServeStats` (``active``: the rows generating). Each served model id is the
+main model or one LoRA adapter over the same base (:class:`ModelSwitch`), picked per batch
+under the one worker.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import threading
 import time
 import traceback
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
+
+from ftui.runner.serve_batch import Generation, Result, pick, run_batch
 
 RECENT = 8  # generations whose durations estimate Retry-After
 LOG_EVERY_S = 60.0  # a kind of failure is logged (a ``log`` event) at most once a minute
@@ -44,41 +51,6 @@ class QueueFull(Exception):
 
 class EngineClosed(Exception):
     """The server is stopping: no new generation starts."""
-
-
-@dataclass
-class Result:
-    """How a generation ended. ``ended``: done, disconnected (the client went away), shutdown
-    (the server is stopping) or failed (``error`` says why, for the server's log)."""
-
-    text: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    finish_reason: str = "stop"  # stop | length
-    ended: str = "done"
-    error: str | None = None
-
-
-@dataclass(eq=False)
-class Generation:
-    """One request's generation. ``sampling``: ``generate``'s keyword arguments (length,
-    sampling, penalties); ``model``: the served id (:class:`ModelSwitch`); ``stops``: stop strings;
-    ``on_text``: called from the worker with each piece of a streamed answer; ``on_done``: called
-    once with the :class:`Result` (from the worker, or from the caller's thread when it never ran)."""
-
-    prompt: list[int]
-    sampling: dict[str, Any]
-    on_done: Callable[[Result], None]
-    model: str | None = None
-    stops: list[str] = field(default_factory=list)
-    seed: int | None = None
-    on_text: Callable[[str], None] | None = None
-    stop: threading.Event = field(default_factory=threading.Event)
-    stop_reason: str = "disconnected"
-
-    def end(self, reason: str) -> None:
-        self.stop_reason = reason
-        self.stop.set()
 
 
 class ServeStats:
@@ -136,57 +108,6 @@ class ServeStats:
             return out
 
 
-class TextOut:
-    """A streamed answer's text with the stop strings applied: :meth:`add` takes each piece
-    the streamer finalises and passes on what is certain (never text that may begin a stop
-    string); :attr:`hit` once a stop string is in the text, which is then cut before it."""
-
-    def __init__(self, stops: list[str], emit: Callable[[str], None] | None):
-        self.stops = [s for s in stops if s]
-        self.emit = emit
-        self.text = ""
-        self.sent = 0
-        self.hit = False
-
-    def add(self, piece: str) -> None:
-        if self.hit or not piece:
-            return
-        self.text += piece
-        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.hit = True
-            self.text = self.text[:cut]
-            self._send(cut)
-            return
-        self._send(len(self.text) - self._held())
-
-    def _held(self) -> int:
-        """How many characters at the end may begin a stop string."""
-        held = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.text)), held, -1):
-                if self.text.endswith(s[:n]):
-                    held = n
-                    break
-        return held
-
-    def finish(self) -> None:
-        """The answer is complete: what was held back is sent."""
-        self._send(len(self.text))
-
-    def _send(self, upto: int) -> None:
-        if upto > self.sent:
-            if self.emit is not None:
-                self.emit(self.text[self.sent:upto])
-            self.sent = upto
-
-
-def cut_at_stops(text: str, stops: list[str]) -> tuple[str, bool]:
-    """The text before the first stop string, and whether one was found."""
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
-
-
 class ModelSwitch:
     """Which weights answer for each served id: the main model, or a LoRA adapter loaded over
     the same base (peft's ``load_adapter``). ``main_adapter``: the adapter the main model is (a
@@ -223,17 +144,18 @@ class Engine:
     reaches as ``engine.prompts``; ``generate``: a backend's ``generate``."""
 
     def __init__(self, loaded: Any, switch: ModelSwitch, generate: Callable[..., list[tuple[str, int]]], prompts: Any,
-                 queue_size: int = 8, stats: ServeStats | None = None):
+                 queue_size: int = 8, stats: ServeStats | None = None, max_batch: int = 8):
         self.loaded = loaded
         self.switch = switch
         self.generate = generate
         self.prompts = prompts
         self.queue_size = max(0, int(queue_size))
+        self.max_batch = max(1, int(max_batch))
         self.stats = stats or ServeStats()
         self.vocab_size = len(loaded.tokenizer)
         self._cond = threading.Condition()
         self._waiting: collections.deque[Generation] = collections.deque()
-        self._active: Generation | None = None
+        self._active: list[Generation] = []  # the batch's rows still generating
         self._closed = False
         self._recent: collections.deque[float] = collections.deque(maxlen=RECENT)
         self._thread = threading.Thread(target=self._work, name="serve-generate", daemon=True)
@@ -244,11 +166,12 @@ class Engine:
     # --- The queue
 
     def submit(self, gen: Generation) -> None:
-        """Queues ``gen``; QueueFull beyond ``queue_size`` waiting, EngineClosed once stopping."""
+        """Queues ``gen``; QueueFull beyond ``queue_size`` waiting (one more while no batch
+        generates: it starts at once), EngineClosed once stopping."""
         with self._cond:
             if self._closed:
                 raise EngineClosed()
-            if len(self._waiting) + (self._active is not None) > self.queue_size:
+            if len(self._waiting) >= self.queue_size + (not self._active):
                 raise QueueFull(self._retry_after())
             self._waiting.append(gen)
             self._count()
@@ -256,7 +179,7 @@ class Engine:
 
     def cancel(self, gen: Generation) -> None:
         """The client went away: a waiting request leaves the queue (its on_done gets a
-        disconnected Result), a generating one stops at its next token."""
+        disconnected Result), a generating one's row stops at its next token."""
         with self._cond:
             waiting = gen in self._waiting
             if waiting:
@@ -267,14 +190,14 @@ class Engine:
             gen.on_done(Result(prompt_tokens=len(gen.prompt), ended="disconnected"))
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Stops: no new request, the waiting ones answered ``shutdown``, the one generating
-        stopped at its next token; returns once the worker has ended (or ``timeout``)."""
+        """Stops: no new request, the waiting ones answered ``shutdown``, the rows generating
+        stopped at their next token; returns once the worker has ended (or ``timeout``)."""
         with self._cond:
             self._closed = True
             dropped = list(self._waiting)
             self._waiting.clear()
-            if self._active is not None:
-                self._active.end("shutdown")
+            for gen in self._active:
+                gen.end("shutdown")
             self._count()
             self._cond.notify_all()
         for gen in dropped:
@@ -284,10 +207,11 @@ class Engine:
             self._thread.join(timeout)
 
     def _count(self) -> None:
-        self.stats.set(active=int(self._active is not None), queued=len(self._waiting))
+        self.stats.set(active=len(self._active), queued=len(self._waiting))
 
     def _retry_after(self) -> int:
-        """Seconds until a place in the queue is likely free: about one generation."""
+        """Seconds until a place in the queue is likely free: about one batch (the next one
+        takes up to ``max_batch`` of the waiting requests when the one generating ends)."""
         mean = sum(self._recent) / len(self._recent) if self._recent else 1.0
         return max(1, math.ceil(mean))
 
@@ -304,60 +228,43 @@ class Engine:
                     self._cond.wait()
                 if not self._waiting:
                     return
-                gen = self._active = self._waiting.popleft()
+                batch = pick(self._waiting, self.max_batch)
+                self._active = list(batch)
                 self._count()
             started = time.monotonic()
+            done: set[int] = set()
+
+            def row_done(row: Any, result: Result) -> None:
+                done.add(id(row.gen))
+                with self._cond:
+                    if row.gen in self._active:
+                        self._active.remove(row.gen)
+                    self._count()
+                row.gen.on_done(result)
+
+            live = []
+            for gen in batch:  # cancelled between the queue and the batch
+                if gen.stop.is_set():
+                    row_done(_Gone(gen), Result(prompt_tokens=len(gen.prompt), ended=gen.stop_reason))
+                else:
+                    live.append(gen)
+            self.stats.add(prompt_tokens=sum(len(g.prompt) for g in live))
             try:
-                result = self._run(gen)
-            except BaseException as exc:  # the request fails, the server goes on
+                if live:
+                    run_batch(self, live, row_done)
+            except BaseException as exc:  # the batch's requests fail, the server goes on
                 traceback.print_exc(file=sys.stderr)
-                result = Result(prompt_tokens=len(gen.prompt), ended="failed", error=type(exc).__name__)
+                for gen in live:
+                    if id(gen) not in done:
+                        row_done(_Gone(gen), Result(prompt_tokens=len(gen.prompt), ended="failed", error=type(exc).__name__))
             with self._cond:
-                self._active = None
+                self._active = []
                 self._recent.append(time.monotonic() - started)
                 self._count()
-            gen.on_done(result)
 
-    def _run(self, gen: Generation) -> Result:
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-        stats = self.stats
-        out = TextOut(gen.stops, gen.on_text)
+@dataclass
+class _Gone:
+    """A request's row that never generated (the worker's ``row_done`` reads its ``gen``)."""
 
-        class Counting(TextStreamer):
-            """Counts the generated tokens as they come (the job's generated_tokens) and hands
-            the finished words to ``out``."""
-
-            count = 0
-
-            def put(self, value: Any) -> None:
-                if not (self.skip_prompt and self.next_tokens_are_prompt):
-                    n = int(value.numel())
-                    self.count += n
-                    stats.add(generated_tokens=n)
-                super().put(value)
-
-            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-                out.add(text)
-
-        class Stop(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                return gen.stop.is_set() or out.hit
-
-        streamer = Counting(self.loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
-        stats.add(prompt_tokens=len(gen.prompt))
-        if gen.stop.is_set():
-            return Result(prompt_tokens=len(gen.prompt), ended=gen.stop_reason)
-        with self.switch.use(gen.model):
-            if gen.seed is not None:
-                torch.manual_seed(gen.seed)  # under the one worker: the same seed, the same sampled answer
-            [(answer, n)] = self.generate(self.loaded, [gen.prompt], gen.sampling, streamer=streamer,
-                                          stopping_criteria=StoppingCriteriaList([Stop()]))
-        text, hit = cut_at_stops(answer, gen.stops)
-        if not gen.stop.is_set():
-            out.finish()
-        ended = gen.stop_reason if gen.stop.is_set() else "done"
-        length = not hit and n >= int(gen.sampling.get("max_new_tokens", 0) or 0) > 0
-        return Result(text=text, prompt_tokens=len(gen.prompt), completion_tokens=n,
-                      finish_reason="length" if length else "stop", ended=ended)
+    gen: Generation
