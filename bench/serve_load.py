@@ -7,9 +7,10 @@ with random weights of a named shape (``--shape``: ``demo``, the built-in demo's
 ``qwen2.5-0.5b`` on a GPU; benchlib.SHAPES), waits for its ``serve_ready`` event, fires
 ``--requests`` chat completions from ``--concurrency`` clients, each sending its next when answered (every other one streamed)
 with httpx (the GPU image has no openai client), then stops the job (Stop: SIGTERM) and reads
-its last ``serve_stats``. The job's queue (``--queue``) answers what it cannot hold with 429:
-they are counted, never retried. Random weights generate up to ``--max-tokens`` tokens of noise
-each; that is the point (a fixed amount of generation per request).
+its last ``serve_stats``. The job batches the waiting requests (``--batch``, its max_batch:
+8, 1 = one at a time); its queue (``--queue``) answers what it cannot hold with 429: they are
+counted, waited out for their Retry-After and sent again. Random weights generate up to
+``--max-tokens`` tokens of noise each; that is the point (a fixed amount of generation per request).
 
     python bench/serve_load.py                          # CPU, demo shape: bench/results/serve_load_cpu_demo.json
     python bench/serve_load.py --shape qwen2.5-0.5b --device auto --out gpu_out/serve_load.json
@@ -42,9 +43,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="the random model's shape (benchlib.SHAPES)")
     ap.add_argument("--requests", type=int, default=64, help="chat requests in all")
     ap.add_argument("--concurrency", type=int, default=8, help="clients at once, each sending its next request when answered "
-                    "(at most the queue + 1 are taken at once: beyond, 429s, waited out and sent again)")
+                    "(at most the queue + the batch generating are taken at once: beyond, 429s, waited out and sent again)")
     ap.add_argument("--max-tokens", type=int, default=64, help="each request's max_tokens")
     ap.add_argument("--queue", type=int, default=8, help="the serve job's queue (more waiting: 429)")
+    ap.add_argument("--batch", type=int, default=8, help="the serve job's max_batch: requests generated together (1: one at a time)")
     ap.add_argument("--device", default="cpu", help="cpu, or auto / cuda on a GPU machine")
     ap.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for serve_ready")
     ap.add_argument("--request-timeout", type=float, default=600.0, help="seconds one request may take")
@@ -136,7 +138,7 @@ def start_job(mdir: Path, root: Path, args: argparse.Namespace) -> Path:
 
     cfg = RunConfig(model_name_or_path=str(mdir), dataset="-", template="default", output_dir=str(root))
     job_dir, job_cfg = prepare_serve_job(run_dir=None, source={"model": str(mdir), "adapter": None}, model_config=cfg, root=root,
-                                         served_name="bench", port=0, queue_size=args.queue,
+                                         served_name="bench", port=0, queue_size=args.queue, max_batch=args.batch,
                                          max_tokens_limit=max(args.max_tokens, 1), device=args.device)
     start_run(job_dir, job_cfg, job="serve")
     return job_dir
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ftui-serve-load-") as tmp:
         figures = measure(args, Path(tmp))
     result = {"bench": "serve_load", "shape": args.shape, "requests": args.requests, "concurrency": args.concurrency,
-              "max_tokens": args.max_tokens, "queue": args.queue, "machine": machine(), **figures,
+              "max_tokens": args.max_tokens, "queue": args.queue, "max_batch": args.batch, "machine": machine(), **figures,
               "finished": figures["run_end"]["status"] == "stopped"}
     write_result(result, args.out)
     if not (args.quick or args.no_record):

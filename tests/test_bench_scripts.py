@@ -323,7 +323,9 @@ def _serve_load():
 def test_serve_load_reads_its_arguments_and_sums_up_the_requests(tmp_path, capsys):
     sl = _serve_load()
     args = sl.parse_args([])
-    assert (args.shape, args.requests, args.concurrency, args.max_tokens, args.queue, args.device) == ("demo", 64, 8, 64, 8, "cpu")
+    assert (args.shape, args.requests, args.concurrency, args.max_tokens, args.queue, args.batch, args.device) == (
+        "demo", 64, 8, 64, 8, 8, "cpu")
+    assert sl.parse_args(["--batch", "1"]).batch == 1
     quick = sl.parse_args(["--quick", "--shape", "qwen2.5-0.5b", "--device", "auto"])
     assert (quick.requests, quick.concurrency, quick.max_tokens, quick.shape, quick.device) == (8, 4, 8, "qwen2.5-0.5b", "auto")
     with pytest.raises(SystemExit):
@@ -362,4 +364,5 @@ def test_serve_load_bench_runs_against_a_serve_job(tmp_path):
     assert result["answered"] == 8 and result["errors"] == 0  # a 429 is waited out and sent again
     assert result["generated_tokens"] > 0 and result["ttft_s_p50"] > 0 and result["peak_rss_bytes"] > 0
     assert result["device"] == "cpu" and result["run_end"]["status"] == "stopped" and result["finished"]
+    assert result["max_batch"] == 8
     assert json.loads((tmp_path / "serve_load.json").read_text()) == result

@@ -585,7 +585,8 @@ def test_job_json_settings_out_of_bounds_are_said_by_name():
     from ftui.runner.serve import ServeError, Settings
 
     assert Settings.of({}).port == 8000 and Settings.of({"port": 0, "queue_size": 0}).queue_size == 0
-    for spec, says in (({"port": 70000}, "port"), ({"queue_size": -1}, "queue_size"), ({"max_tokens_limit": "9"}, "max_tokens_limit"),
+    assert (Settings.of({}).max_batch, Settings.of({"max_batch": 1}).max_batch) == (8, 1)
+    for spec, says in (({"port": 70000}, "port"), ({"queue_size": -1}, "queue_size"), ({"max_batch": 0}, "max_batch"), ({"max_tokens_limit": "9"}, "max_tokens_limit"),
                        ({"generation": {"temperature": "hot"}}, "temperature"), ({"host": ""}, "host")):
         with pytest.raises(ServeError, match=says):
             Settings.of(spec)

@@ -38,7 +38,7 @@ class Calls:
         self.real = generate
         self.sizes: list[int] = []
         self.started = threading.Event()  # set once a call's first token is out
-        self.hold: threading.Event | None = None  # while set... the first call waits on it after its first token
+        self.hold: threading.Event | None = None  # when given, each call waits for it once its first tokens are out
 
     def __call__(self, loaded, prompts, sampling, **kw):
         self.sizes.append(len(prompts))

@@ -97,7 +97,7 @@ def test_the_served_name_defaults_to_the_runs_name(run):
     job_dir, _cfg = prepare(run)
     spec = json.loads((job_dir / "job.json").read_text())
     assert spec["served_name"] == run.name and spec["adapters"] == [] and spec["api_key_file"] is None
-    assert (spec["host"], spec["port"], spec["queue_size"]) == ("127.0.0.1", 8000, 8)
+    assert (spec["host"], spec["port"], spec["queue_size"], spec["max_batch"]) == ("127.0.0.1", 8000, 8, 8)
 
 
 def test_launch_json_holds_no_key_either(run, monkeypatch):
@@ -169,6 +169,7 @@ def test_key_files_that_cannot_give_a_key_are_refused(run, tmp_path):
 @pytest.mark.parametrize("kw,says", [
     ({"port": -1}, "0 to 65535"), ({"port": 65536}, "0 to 65535"),
     ({"queue_size": -1}, "0 to 1024"), ({"queue_size": 1025}, "0 to 1024"),
+    ({"max_batch": 0}, "--batch 0: requests generated together are 1 to 64"), ({"max_batch": 65}, "1 to 64"),
     ({"max_tokens_limit": 0}, "--max-tokens 0: must be 1 to 10000000"), ({"max_tokens_limit": 10**9}, "must be 1 to"),
     ({"max_body_bytes": 10}, "1024 to 1073741824 bytes"),
     ({"host": ""}, "--host"), ({"host": "a b"}, "--host"),

@@ -142,12 +142,13 @@ async def test_start_then_the_jobs_view_from_its_events(tmp_path, run, fake_star
         screen.query_one("#sv-key", Input).value = str(key_file)
         screen.query_one("#sv-name", Input).value = "demo"
         screen.query_one("#sv-queue", Input).value = "3"
+        screen.query_one("#sv-batch", Input).value = "4"
         await pilot.press("f5")
         await until(pilot, lambda: fake_start or app._notifications, timeout=20)
         assert fake_start, [n.message for n in app._notifications]
         job_dir, _cfg = fake_start[0]
         spec = json.loads((job_dir / "job.json").read_text())
-        assert (spec["host"], spec["port"], spec["served_name"], spec["queue_size"]) == ("0.0.0.0", 0, "demo", 3)
+        assert (spec["host"], spec["port"], spec["served_name"], spec["queue_size"], spec["max_batch"]) == ("0.0.0.0", 0, "demo", 3, 4)
         assert spec["api_key_file"] == str(key_file.resolve()) and KEY not in (job_dir / "job.json").read_text()
         append_events(job_dir, make_event("job_start", t=T0, run_id=job_dir.name, job="serve", source="demo final",
                                           precision="float32", world_size=1, host="0.0.0.0", port=0))

@@ -152,7 +152,7 @@ class Row:
         self.gen = gen
         self.out = TextOut(gen.stops, gen.on_text)
         self.limit = int(gen.sampling.get(LENGTH_KEY, 0) or 0)
-        self.tokens: list[int] = []  # the answer's tokens since ``base`` was decoded
+        self.tokens: list[int] = []  # the answer's tokens since its last finished line
         self.decoded = ""  # the text of ``tokens`` passed on so far
         self.count = 0  # the answer's tokens (its stop id not counted)
         self.open = True
@@ -210,6 +210,7 @@ class Rows:
         self.on_row_done = on_row_done
         self.prompt_seen = False
         self.reported: set[int] = set()
+        self._done: tuple[tuple[bool, ...], Any] | None = None  # the criteria's last answer, kept on the device
 
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -244,17 +245,16 @@ class Rows:
             row._text(self.decode, final=True)  # what an incomplete character held back
         self.on_row_done(row, row.result())
 
-    def generating(self) -> int:
-        return sum(1 for i in range(len(self.rows)) if i not in self.reported)
-
     # --- The stopping criteria
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
         # called before this step's tokens reach put: a row's newest token is not counted yet
-        done = [not row.open or row.gen.stop.is_set() or bool(row.limit and row.count + 1 >= row.limit) for row in self.rows]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        done = tuple(not row.open or row.gen.stop.is_set() or bool(row.limit and row.count + 1 >= row.limit) for row in self.rows)
+        if self._done is None or self._done[0] != done:  # a copy to the device only when a row changes
+            self._done = (done, torch.tensor(done, dtype=torch.bool, device=input_ids.device))
+        return self._done[1]
 
 
 def run_batch(engine: Any, gens: list[Generation], on_row_done: Callable[[Row, Result], None]) -> Rows:

@@ -115,6 +115,7 @@ class ServeScreen(JobScreen):
     WORDS = {"#sv-start": N_("Start"), "#sv-stop": N_("Stop"), "#sv-copy": N_("Copy example"), "#sv-label-source": N_("model"),
              "#sv-label-host": N_("host"), "#sv-label-port": N_("port"), "#sv-label-key": N_("API key file"),
              "#sv-label-name": N_("served name"), "#sv-label-queue": N_("queue"),
+             "#sv-label-batch": N_("batch"),
              "#sv-key": N_("none: FTUI_API_KEY from the environment, if set")}
     TITLES = {"#sv-form": N_("new server"), "#sv-jobs": N_("servers: Enter opens"), "#sv-usage": N_("use it")}
 
@@ -136,6 +137,7 @@ class ServeScreen(JobScreen):
                 name = self.run_dir.name if NAME_RE.fullmatch(self.run_dir.name) else ""
                 yield field_row("sv", "name", words["#sv-label-name"], Input(name, id="sv-name", compact=True))
                 yield field_row("sv", "queue", words["#sv-label-queue"], Input(str(DEFAULTS["queue_size"]), id="sv-queue", compact=True))
+                yield field_row("sv", "batch", words["#sv-label-batch"], Input(str(DEFAULTS["max_batch"]), id="sv-batch", compact=True))
                 yield Static(Text(_(NOTE), style="dim"), id="sv-note")
             with Vertical(id="sv-side"):
                 yield DataTable(id="sv-jobs", cursor_type="row", zebra_stripes=True)
@@ -188,6 +190,7 @@ class ServeScreen(JobScreen):
             "api_key_file": key or None,
             "served_name": name or None,
             "queue_size": parse_port(self.query_one("#sv-queue", Input).value, self.WORDS["#sv-label-queue"]),
+            "max_batch": parse_port(self.query_one("#sv-batch", Input).value, self.WORDS["#sv-label-batch"]),
         }
 
     # --- workers
@@ -210,7 +213,7 @@ class ServeScreen(JobScreen):
 
     @work(thread=True, exclusive=True, group="start")
     def start(self, source_value: str, host: str, port: int, api_key_file: str | None, served_name: str | None,
-              queue_size: int) -> None:
+              queue_size: int, max_batch: int = 8) -> None:
         """Prepares the job's directory and starts it detached: the operation ``ftui serve``
         calls (ftui.ops.serve.start_serve), its refusal shown here."""
         from ftui.ops.errors import OpError
@@ -219,7 +222,8 @@ class ServeScreen(JobScreen):
         checkpoint, base = source_args(source_value)
         try:
             started = start_serve(run_dir=self.run_dir, checkpoint=checkpoint, base=base, host=host, port=port,
-                                  api_key_file=api_key_file, served_name=served_name, queue_size=queue_size)
+                                  api_key_file=api_key_file, served_name=served_name, queue_size=queue_size,
+                                  max_batch=max_batch)
         except (OpError, ValueError) as err:
             to_ui(self, self.start_failed, _("server not started: {error}").format(error=err))
             return
