@@ -156,6 +156,7 @@ class Engine:
         self._cond = threading.Condition()
         self._waiting: collections.deque[Generation] = collections.deque()
         self._active: list[Generation] = []  # the batch's rows still generating
+        self._running = False  # a batch is generating (its ended rows' slots idle until its end)
         self._closed = False
         self._recent: collections.deque[float] = collections.deque(maxlen=RECENT)
         self._thread = threading.Thread(target=self._work, name="serve-generate", daemon=True)
@@ -171,7 +172,7 @@ class Engine:
         with self._cond:
             if self._closed:
                 raise EngineClosed()
-            if len(self._waiting) >= self.queue_size + (not self._active):
+            if len(self._waiting) >= self.queue_size + (not self._running):
                 raise QueueFull(self._retry_after())
             self._waiting.append(gen)
             self._count()
@@ -229,7 +230,7 @@ class Engine:
                 if not self._waiting:
                     return
                 batch = pick(self._waiting, self.max_batch)
-                self._active = list(batch)
+                self._active, self._running = list(batch), True
                 self._count()
             started = time.monotonic()
             done: set[int] = set()
@@ -258,7 +259,7 @@ class Engine:
                     if id(gen) not in done:
                         row_done(_Gone(gen), Result(prompt_tokens=len(gen.prompt), ended="failed", error=type(exc).__name__))
             with self._cond:
-                self._active = []
+                self._active, self._running = [], False
                 self._recent.append(time.monotonic() - started)
                 self._count()
 
