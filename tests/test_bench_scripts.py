@@ -358,8 +358,6 @@ def test_the_gpu_session_runs_serve_load_with_arguments_it_takes():
 
 @pytest.mark.slow  # a bench's smoke run (CI time): tests/test_serve.py drives the server itself
 def test_serve_load_bench_runs_against_a_serve_job(tmp_path):
-    pytest.importorskip("ftui.jobs.serve_job")  # the serve job (issue 44) and its extra
-    pytest.importorskip("fastapi")
     result = run("serve_load.py", "--out", str(tmp_path / "serve_load.json"))
     assert result["answered"] == 8 and result["errors"] == 0  # a 429 is waited out and sent again
     assert result["generated_tokens"] > 0 and result["ttft_s_p50"] > 0 and result["peak_rss_bytes"] > 0
