@@ -79,11 +79,11 @@ class Ask:
         return self.result
 
 
-def engine_for(demo, calls: Calls, queue_size: int = 8, max_batch: int = 8):
+def engine_for(demo, calls: Calls, queue_size: int = 8, max_batch: int = 8, **kw):
     from ftui.runner.serve_engine import Engine, ModelSwitch
 
     loaded, prompts = demo
-    return Engine(loaded, ModelSwitch(loaded.model, "demo"), calls, prompts, queue_size=queue_size, max_batch=max_batch)
+    return Engine(loaded, ModelSwitch(loaded.model, "demo"), calls, prompts, queue_size=queue_size, max_batch=max_batch, **kw)
 
 
 def answers(demo, asks_of, max_batch: int = 8, queue_size: int = 8):
@@ -198,3 +198,22 @@ def test_the_queue_bound_counts_the_rows_generating(demo):
     finally:
         engine.close()
     assert calls.sizes == [3, 2]
+
+
+def test_the_idle_worker_gathers_requests_sent_one_after_another_into_one_batch(demo):
+    """Requests submitted one by one to a running, idle engine: the worker waits for its batch to
+    fill (gather_s, an hour here) and starts as soon as it is full, not at the end of the wait."""
+    calls = Calls()
+    engine = engine_for(demo, calls, max_batch=3, gather_s=3600.0)
+    engine.start()
+    try:
+        asks = [Ask(demo[1], QUESTION), Ask(demo[1], OTHER), Ask(demo[1], QUESTION)]
+        for ask in asks:
+            engine.submit(ask.gen)
+        results = [ask.wait() for ask in asks]  # within wait()'s 120 s: the full batch did not wait the hour out
+        assert calls.sizes == [3] and all(r.ended == "done" and r.text for r in results)
+        late = Ask(demo[1], OTHER)  # alone now, gathering for an hour: close() ends the wait and answers it
+        engine.submit(late.gen)
+    finally:
+        engine.close()
+    assert late.wait().ended == "shutdown" and calls.sizes == [3]
