@@ -136,6 +136,7 @@ def test_the_gpu_session_script_parses_and_names_cases_gpu_set_knows():
     assert "multi_gpu_plan.py --measured" in script.read_text()
 
 
+@pytest.mark.slow  # CI time (a bench script's branch, about 10 s)
 def test_the_gpu_session_script_skips_the_multi_gpu_cases_on_one_gpu_and_says_so(tmp_path):
     """nvidia-smi -L listing one GPU: the several-GPU part says it skips (SINGLE=0: nothing else runs)."""
     bin_dir = tmp_path / "bin"

@@ -83,6 +83,7 @@ def test_it_is_predicted_and_evaluated(gpu_run, tmp_path):
         assert [e for e in events_of(job) if e["event"] == "log" and e.get("message") == NOTE]
 
 
+@pytest.mark.slow  # CI time: predict, eval and chat of the same run check the CPU conversion in every run
 def test_it_is_exported(gpu_run, tmp_path):
     run = copy_of(gpu_run, tmp_path)
     proc = cli("export", str(run), "--out", str(tmp_path / "out"), "--dtype", "fp32")
