@@ -205,6 +205,25 @@ class RunConfig(BaseModel):
     node_rank: int = Field(0, ge=0)
     rdzv_endpoint: str | None = Field(None, description=N_("host:port where the nodes meet (multi-node)"))
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    # --- Launcher (ftui's own): where the job runs. slurm: ftui writes RUN/slurm.sh, submits it with sbatch; nnodes is
+    # --nodes, nproc_per_node the ranks per node (docs/clusters.md)
+    launcher: Literal["local", "slurm"] = Field("local", description=N_("local: this machine (and the nodes you start by hand); "
+                                                "slurm: submit the run to a Slurm cluster with sbatch"))
+    slurm_partition: str | None = Field(None, description=N_("slurm: the partition (sbatch --partition); empty: the cluster's default"))
+    slurm_account: str | None = Field(None, description=N_("slurm: the account charged (sbatch --account)"))
+    slurm_qos: str | None = Field(None, description=N_("slurm: the quality of service (sbatch --qos)"))
+    slurm_time: str | None = Field(None, description=N_("slurm: the time limit, in Slurm's format (MM, HH:MM:SS, D-HH:MM); "
+                                                        "before it the run saves a checkpoint and requeues itself"))
+    slurm_gpus_per_node: int | None = Field(None, ge=0, description=N_("slurm: GPUs per node (--gpus-per-node); empty: "
+                                                                       "nproc_per_node, none when device is cpu"))
+    slurm_cpus_per_task: int | None = Field(None, ge=1, description=N_("slurm: CPUs for each node's task (--cpus-per-task)"))
+    slurm_mem_per_task: str | None = Field(None, description=N_("slurm: memory for each node's task (--mem, e.g. 64G)"))
+    slurm_constraint: str | None = Field(None, description=N_("slurm: node features required (--constraint)"))
+    slurm_sbatch_lines: list[str] = Field(default_factory=list, description=N_("slurm: more #SBATCH lines, written into the script as given"))
+    slurm_warn_s: int = Field(120, ge=0, description=N_("slurm: seconds before the time limit when the run saves a checkpoint and "
+                                                        "requeues itself (--signal=B:USR1@S; 0: no warning)"))
+    slurm_requeue: bool = Field(True, description=N_("slurm: requeue the job after a time-limit warning or a preemption and "
+                                                     "resume from the newest checkpoint (--requeue)"))
     gpus: str | None = Field(None, description=N_("the GPUs the run uses, as nvidia-smi numbers them (0,1) or GPU-/MIG- UUID prefixes: "
                              "its processes' CUDA_VISIBLE_DEVICES; empty: those CUDA_VISIBLE_DEVICES leaves (unset: all)"))
     # --- Reporting

@@ -32,6 +32,14 @@ WANDB_DIR = "wandb"  # report_to wandb: W&B's own folder (wandb.init(dir=RUN_DIR
 # directory (on a filesystem the nodes share); node K > 0 keeps its supervisor's own records
 # (launch.json, job.lock, train.log, an events.jsonl with its run_end) in RUN/nodes/node-K
 NODES_DIR = "nodes"
+# launcher: slurm (docs/clusters.md): the batch script ftui writes and submits, the batch step's
+# output, Slurm's verdict on the job kept once Slurm says it (Slurm forgets ended jobs after
+# MinJobAge), the marker a time-limit warning leaves for the requeued life, and the shared-FS probe
+SLURM_SCRIPT_FILE = "slurm.sh"
+SLURM_OUTPUT_PATTERN = "slurm-%j.out"  # sbatch --output (Slurm puts the job id for %j)
+SLURM_END_FILE = "slurm_end.json"
+REQUEUE_FILE = "requeue_requested"
+SLURM_PROBE_PREFIX = ".slurm-probe-"
 
 # --- Evaluate & Predict jobs: each in a directory of its own inside the run (RUN/predict/ID,
 # RUN/eval/ID) laid out as a run directory (config.yaml, events.jsonl, train.log, job.lock),
