@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 import time
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from ftui.rundir import slurm_state
 from ftui.rundir.slurm_end import read_slurm_end, record_slurm_end, slurm_ending
 from ftui.rundir.slurm_state import parse_job, query_job, scontrol_fields, slurm_scheduler, SlurmJob, SlurmUnavailable
+from tests.fake_slurm import fake_slurm  # noqa: F401  (a fixture)
 from tests.slurm_lines import LINES
 
 
@@ -76,44 +75,19 @@ def test_hostile_words_are_dropped():
     assert parse_job(LINES["running"].replace("StartTime=2026-11-28T19:01:33", "StartTime=9999-99-99T99:99:99"), "1").start is None
 
 
-@pytest.fixture
-def fake_scontrol(tmp_path, monkeypatch):
-    """A fake scontrol on PATH: prints jobs/ID when present, else Slurm's unknown-job error;
-    a file ``down`` makes it fail as an unreachable controller; it counts its calls."""
-    bin_dir, jobs = tmp_path / "bin", tmp_path / "jobs"
-    bin_dir.mkdir()
-    jobs.mkdir()
-    script = bin_dir / "scontrol"
-    script.write_text(f"""#!/bin/sh
-echo "$@" >> {jobs}/calls
-if [ -e {jobs}/down ]; then echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1; fi
-if [ -e {jobs}/$4 ]; then cat {jobs}/$4; exit 0; fi
-echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1
-""")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    slurm_state.clear_cache()
-    yield jobs
-    slurm_state.clear_cache()
-
-
-def _calls(jobs) -> int:
-    return len((jobs / "calls").read_text().splitlines()) if (jobs / "calls").exists() else 0
-
-
-def test_query_reads_caches_and_forgets(fake_scontrol):
-    (fake_scontrol / "2").write_text(LINES["pending_resources"] + "\n")
+def test_query_reads_caches_and_forgets(fake_slurm):
+    fake_slurm.set("2", "pending_resources")
     job = query_job("2")
     assert job.state == "PENDING" and job.reason == "Resources"
-    assert query_job("2").state == "PENDING" and _calls(fake_scontrol) == 1  # cached: one call per refresh
-    (fake_scontrol / "2").write_text(LINES["running"].replace("JobId=1 ", "JobId=2 ") + "\n")
-    assert query_job("2", max_age=0).state == "RUNNING" and _calls(fake_scontrol) == 2
+    assert query_job("2").state == "PENDING" and len(fake_slurm.calls()) == 1  # cached: one call per refresh
+    (fake_slurm.jobs / "2").write_text(LINES["running"].replace("JobId=1 ", "JobId=2 ") + "\n")
+    assert query_job("2", max_age=0).state == "RUNNING" and len(fake_slurm.calls()) == 2
     assert query_job("99") is None  # Invalid job id: Slurm does not know it (any more)
-    assert query_job("12; rm -rf /") is None and _calls(fake_scontrol) == 3  # not a job id: never asked
+    assert query_job("12; rm -rf /") is None and len(fake_slurm.calls()) == 3  # not a job id: never asked
 
 
-def test_query_unavailable(fake_scontrol, monkeypatch):
-    (fake_scontrol / "down").write_text("")
+def test_query_unavailable(fake_slurm, monkeypatch):
+    fake_slurm.down()
     with pytest.raises(SlurmUnavailable, match="Unable to contact"):
         query_job("2")
     monkeypatch.setenv("PATH", "/nonexistent")
