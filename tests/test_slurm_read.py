@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -91,8 +92,19 @@ def test_timeout_without_run_end_reads_cancelled_and_is_kept(tmp_path, fake_slur
     kept = read_slurm_end(run)
     assert (kept["job_id"], kept["state"]) == (JOB, "TIMEOUT")
     fake_slurm.forget(JOB)  # MinJobAge later: Slurm forgot it, the run did not
+    asked = len(fake_slurm.calls())
     s = summarize_run(run)
     assert (s.status, s.slurm_state) == ("cancelled", "TIMEOUT")
+    assert len(fake_slurm.calls()) == asked  # the kept verdict answers: Slurm is not asked every refresh
+
+
+def test_running_on_this_host_without_a_local_process_is_not_died(tmp_path, fake_slurm):
+    """Node 0 may run on the host that reads (no lock here: its run directory's lock is held on
+    the node): Slurm says it runs, so it runs."""
+    run = slurm_run(tmp_path, host=socket.gethostname(), pid=1 << 30)
+    add_events(run, run_start(T0 + 10))
+    fake_slurm.set(JOB, "running")
+    assert summarize_run(run).status == "running" and not launcher_gone(run)
 
 
 def test_forgotten_job_without_end_died_naming_it(tmp_path, fake_slurm):

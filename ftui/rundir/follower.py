@@ -20,7 +20,7 @@ from ftui.rundir.liveness import job_lock_held, launcher_gone
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after, read_at
 from ftui.rundir.slurm_state import slurm_scheduler
-from ftui.rundir.slurm_verdict import Asked, end_without_run_end, needs_verdict, refine_end, requeued, show_live
+from ftui.rundir.slurm_verdict import Asked, end_without_run_end, kept_end, needs_verdict, refine_end, requeued, show_live
 from ftui.rundir.summary import RunSummary
 
 
@@ -134,14 +134,17 @@ class RunFollower:
         if self.reader.problem is not None:
             summary.mark_unreadable(self.reader.problem)
             return True
-        if asked.unavailable:
+        here = launch.get("host") in (None, socket.gethostname())
+        if kept_end(self.run_dir, asked.job_id) and not (here and job_lock_held(self.run_dir)):
+            pass  # Slurm's verdict is in the run: ended, nothing to ask (the runs list reads it every 2 s)
+        elif asked.unavailable:
             return False  # not on the cluster: alive, as a run on another host
-        if asked.live:
+        elif asked.live:
             if plausible_time(launch.get("start_time")) and launch["start_time"] != summary.started:
                 summary.take_launch(launch)  # a new life's launch.json
             show_live(summary, asked.job)
             return False
-        if launch.get("host") in (None, socket.gethostname()) and job_lock_held(self.run_dir):
+        elif here and job_lock_held(self.run_dir):
             return False  # node 0 here still holds the job's lock: its ranks may yet write run_end
         self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
         if self.reader.problem is not None:

@@ -25,6 +25,9 @@ _WORD = re.compile(r"[A-Za-z0-9_:.,()\[\]/+-]{1,200}")
 _NOT_A_TIME = ("Unknown", "None", "N/A", "(null)", "")
 _NO_VALUE = ("(null)", "None", "N/A", "")
 QUERY_TIMEOUT = 5.0
+# Slurm forgot the job (MinJobAge after its end; a job it never had): that will not change,
+# so it is asked again only this often (readers summarise every run every 2 s).
+FORGOTTEN_MAX_AGE = 60.0
 
 
 class SlurmUnavailable(Exception):
@@ -125,7 +128,7 @@ def query_job(job_id: str, *, timeout: float = QUERY_TIMEOUT, max_age: float = 2
     now = time.monotonic()
     with _cache_lock:
         hit = _cache.get(job_id)
-    if hit is not None and now - hit[0] <= max_age:
+    if hit is not None and now - hit[0] <= (max(max_age, FORGOTTEN_MAX_AGE) if hit[1] is None and max_age > 0 else max_age):
         answer = hit[1]
     else:
         answer = _ask(job_id, timeout)

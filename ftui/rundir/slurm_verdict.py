@@ -119,6 +119,13 @@ def end_without_run_end(summary: RunSummary, run_dir: Path, asked: Asked) -> Non
         summary.reason, summary.hint = ending_text(state, job_id)
 
 
+def kept_end(run_dir: Path, job_id: str) -> bool:
+    """Whether the run holds Slurm's verdict on this life of job ``job_id`` (node 0 removes a
+    previous life's at a life's start; a requeue pending is not an end)."""
+    kept = read_slurm_end(run_dir)
+    return kept is not None and kept["job_id"] == job_id and not requeued(run_dir)
+
+
 def requeued(run_dir: Path) -> bool:
     return os.path.exists(run_dir / REQUEUE_FILE)
 
