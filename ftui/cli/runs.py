@@ -105,7 +105,6 @@ def cmd_runs(args: argparse.Namespace, console_of: Callable[..., Console] = safe
     from rich.cells import cell_len
 
     from ftui.rundir.listing import LIST_COLUMNS, LIST_HEADINGS, list_row, list_runs, RunsRootError
-    from ftui.rundir.summary import reason_text
 
     root = args.root or default_runs_root()
     console = console_of()
