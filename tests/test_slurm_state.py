@@ -86,6 +86,18 @@ def test_query_reads_caches_and_forgets(fake_slurm):
     assert query_job("12; rm -rf /") is None and len(fake_slurm.calls()) == 3  # not a job id: never asked
 
 
+def test_a_hung_controller_is_waited_for_once(fake_slurm):
+    """scontrol that does not answer: unavailable after the timeout, then at once for every job
+    for a while (the runs list would otherwise wait a timeout per run per refresh)."""
+    script = fake_slurm.jobs.parent / "fakebin" / "scontrol"
+    script.write_text("#!/bin/sh\necho \"$@\" >> %s/calls\nexec sleep 30\n" % fake_slurm.jobs)
+    with pytest.raises(SlurmUnavailable, match="did not answer"):
+        query_job("2", timeout=0.5)
+    with pytest.raises(SlurmUnavailable):
+        query_job("3", timeout=0.5)
+    assert len(fake_slurm.calls()) == 1
+
+
 def test_query_unavailable(fake_slurm, monkeypatch):
     fake_slurm.down()
     with pytest.raises(SlurmUnavailable, match="Unable to contact"):

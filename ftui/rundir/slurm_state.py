@@ -111,12 +111,15 @@ def parse_job(line: str, job_id: str) -> SlurmJob | None:
 
 _cache: dict[str, tuple[float, SlurmJob | None | SlurmUnavailable]] = {}
 _cache_lock = threading.Lock()
+_silent_until = [0.0]  # after a timeout, every job reads unavailable until then (monotonic)
+SILENT_S = 10.0
 
 
 def clear_cache() -> None:
     """Forgets every cached answer (after a Stop, so the next read sees its effect; tests)."""
     with _cache_lock:
         _cache.clear()
+        _silent_until[0] = 0.0
 
 
 def query_job(job_id: str, *, timeout: float = QUERY_TIMEOUT, max_age: float = 2.0) -> SlurmJob | None:
@@ -130,6 +133,8 @@ def query_job(job_id: str, *, timeout: float = QUERY_TIMEOUT, max_age: float = 2
         hit = _cache.get(job_id)
     if hit is not None and now - hit[0] <= (max(max_age, FORGOTTEN_MAX_AGE) if hit[1] is None and max_age > 0 else max_age):
         answer = hit[1]
+    elif now < _silent_until[0]:
+        answer = SlurmUnavailable("Slurm did not answer a moment ago")  # a hung controller: not N timeouts per refresh
     else:
         answer = _ask(job_id, timeout)
         with _cache_lock:
@@ -146,6 +151,7 @@ def _ask(job_id: str, timeout: float) -> SlurmJob | None | SlurmUnavailable:
     except FileNotFoundError:
         return SlurmUnavailable("scontrol is not on the PATH")
     except subprocess.TimeoutExpired:
+        _silent_until[0] = time.monotonic() + SILENT_S
         return SlurmUnavailable(f"scontrol did not answer in {timeout:g} s")
     except OSError as e:
         return SlurmUnavailable(f"scontrol could not be run: {e}")
