@@ -259,7 +259,7 @@ def test_real_cluster_sleep_job_reads_queued_running_then_cancelled(tmp_path, re
     except pytest.FixtureLookupError:
         pytest.skip("no slurm_cluster fixture in this checkout")
 
-    hold = slurm_cluster.sbatch("--hold", "--wrap", "sleep 300")
+    hold = slurm_cluster.sbatch("--hold", "-o", str(tmp_path / "slurm-%j.out"), "--wrap", "sleep 300")
     run = slurm_run(tmp_path, job_id=hold)
     slurm_state.clear_cache()
     s = summarize_run(run)
@@ -274,3 +274,10 @@ def test_real_cluster_sleep_job_reads_queued_running_then_cancelled(tmp_path, re
     s = summarize_run(run)
     assert (s.status, s.slurm_state) == ("cancelled", "CANCELLED")
     assert read_slurm_end(run)["state"] == "CANCELLED"
+    # ftui's Stop of a queued job: scancel, and the run reads stopped (it never started), not cancelled
+    queued = slurm_cluster.sbatch("--hold", "-o", str(tmp_path / "slurm-%j.out"), "--wrap", "sleep 300")
+    run2 = slurm_run(tmp_path, name="r2", job_id=queued)
+    assert stop(run2) == f"cancelled Slurm job {queued} (it was queued)"
+    slurm_cluster.wait_state(queued, {"CANCELLED"}, 60)
+    slurm_state.clear_cache()
+    assert summarize_run(run2).status == "stopped"
