@@ -98,15 +98,15 @@ class RunFollower:
         if sched is not None:
             return self._settle_slurm(launch, Asked(sched["job_id"]))
         if self.ended:
-            launch = self._started_again()
-            if launch is None:
+            again = self._started_again(launch)
+            if again is None:
                 return True
-            self.summary.start_again(launch)  # a resume whose run_start is not written yet
+            self.summary.start_again(again)  # a resume whose run_start is not written yet
             return False
         if self.reader.problem is not None:
             self.summary.mark_unreadable(self.reader.problem)
             return True
-        if launcher_gone(self.run_dir, self.launch):
+        if launcher_gone(self.run_dir, launch):
             self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
             if self.reader.problem is not None:
                 self.summary.mark_unreadable(self.reader.problem)
