@@ -281,3 +281,22 @@ def test_real_cluster_sleep_job_reads_queued_running_then_cancelled(tmp_path, re
     slurm_cluster.wait_state(queued, {"CANCELLED"}, 60)
     slurm_state.clear_cache()
     assert summarize_run(run2).status == "stopped"
+
+
+async def test_app_stop_says_why_scancel_failed_and_stays_up(tmp_path, fake_slurm):
+    from tests.test_tui_pilot import make_app, until
+
+    run = slurm_run(tmp_path / "runs")
+    add_events(run, run_start(T0 + 10), step(T0 + 20, 1))
+    fake_slurm.set(JOB, "running")
+    (fake_slurm.jobs / "scancel_rc").write_text("1")
+    (fake_slurm.jobs / "scancel_err").write_text("scancel: error: Kill job error on job id 12: Access/permission denied\n")
+    app = make_app(tmp_path, attach=run, clock=lambda: T0 + 30)
+    async with app.run_test(size=(100, 40)) as pilot:
+        dash = app.screen
+        await until(pilot, lambda: dash.view is not None and dash.view.status == "running")
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        await pilot.press("enter")
+        await until(pilot, lambda: any("permission denied" in str(n.message) for n in app._notifications))
+        assert app.screen is dash and fake_slurm.scancels() == ["--signal=TERM 12"]
