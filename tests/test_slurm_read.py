@@ -300,3 +300,24 @@ async def test_app_stop_says_why_scancel_failed_and_stays_up(tmp_path, fake_slur
         await pilot.press("enter")
         await until(pilot, lambda: any("permission denied" in str(n.message) for n in app._notifications))
         assert app.screen is dash and fake_slurm.scancels() == ["--signal=TERM 12"]
+
+
+def test_ctrl_c_while_following_a_slurm_run_whose_scancel_fails_says_why(tmp_path, fake_slurm, monkeypatch):
+    import ftui.cli.follow as follow
+    import ftui.cli.following as following
+    from rich.console import Console
+
+    run = slurm_run(tmp_path)
+    fake_slurm.set(JOB, "running")
+    (fake_slurm.jobs / "scancel_rc").write_text("1")
+    (fake_slurm.jobs / "scancel_err").write_text("scancel: error: Access/permission denied\n")
+
+    def follow_run(job_dir, out, on_interrupt=None, start_offset=0):
+        on_interrupt(1)  # Ctrl-C: a Stop
+        return summarize_run(job_dir)
+
+    monkeypatch.setattr(follow, "follow_run", follow_run)
+    monkeypatch.setattr(following, "wait_for_exit", lambda job_dir, out: None)
+    out = io.StringIO()
+    summary, interrupted = following.follow_job(run, Console(file=out, width=200))
+    assert interrupted and "permission denied" in out.getvalue() and summary.live
