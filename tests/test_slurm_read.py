@@ -164,6 +164,18 @@ def test_requeued_life_is_followed_to_its_end(tmp_path, fake_slurm):
     assert follower.ended and summary.status == "completed"
 
 
+def test_a_preemption_that_requeued_the_job_reads_queued(tmp_path, fake_slurm):
+    """Slurm's TERM (a preemption, PreemptMode=REQUEUE) stopped the ranks, which wrote run_end
+    stopped; no Stop, no requeue_requested: the job waits for its next life."""
+    run = slurm_run(tmp_path)
+    add_events(run, run_start(T0 + 10), step(T0 + 20, 1), run_end(T0 + 30, "stopped"))
+    fake_slurm.set(JOB, "requeued")
+    s = summarize_run(run)
+    assert (s.status, s.queue_reason) == ("queued", "BeginTime")
+    fake_slurm.set(JOB, "running")  # going down after the ranks stopped (a time limit): ended as the run said, for now
+    assert summarize_run(run).status == "stopped"
+
+
 def test_stop_pending_running_and_second(tmp_path, fake_slurm):
     run = slurm_run(tmp_path)
     fake_slurm.set(JOB, "pending_resources")

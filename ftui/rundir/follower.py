@@ -20,7 +20,8 @@ from ftui.rundir.liveness import job_lock_held, launcher_gone
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after, read_at
 from ftui.rundir.slurm_state import slurm_scheduler
-from ftui.rundir.slurm_verdict import Asked, end_without_run_end, kept_end, needs_verdict, refine_end, requeued, show_live
+from ftui.rundir.slurm_verdict import (Asked, end_without_run_end, kept_end, needs_verdict, QUEUED_STATES, refine_end, requeued,
+                                      show_live)
 from ftui.rundir.summary import RunSummary
 
 
@@ -124,12 +125,14 @@ class RunFollower:
             if again is not None:  # a requeued life (or a resume) started: node 0 rewrote launch.json
                 summary.start_again(again)
                 return False
-            if summary.status == "stopped" and requeued(self.run_dir) and asked.live:
-                summary.start_again(launch)  # stopped for a requeue: the job waits for its next life
-                show_live(summary, asked.job)
-                return False
-            if needs_verdict(summary, self.run_dir):
+            if needs_verdict(summary, self.run_dir) and not kept_end(self.run_dir, asked.job_id):
+                if asked.live and (requeued(self.run_dir) or asked.job.state in QUEUED_STATES):
+                    summary.start_again(launch)  # stopped for a requeue (or a preemption that requeued
+                    show_live(summary, asked.job)  # it): the job waits for its next life
+                    return False
                 refine_end(summary, self.run_dir, asked)
+            elif needs_verdict(summary, self.run_dir):
+                refine_end(summary, self.run_dir, asked)  # from the kept verdict: nothing asked
             return True
         if self.reader.problem is not None:
             summary.mark_unreadable(self.reader.problem)
