@@ -228,6 +228,8 @@ def test_cli_runs_and_stop(tmp_path, fake_slurm):
     assert "q1: queued (Resources), estimated start 2030-01-02 03:04 (Slurm job 21)" in done.stdout
     assert "c1: cancelled (TIMEOUT): Slurm job 22 reached its time limit" in done.stdout
     assert "slurm_time" in done.stdout
+    watched = _cli(["watch", str(cancelled)])
+    assert watched.returncode == 1 and "cancelled: Slurm job 22 reached its time limit" in watched.stdout
     said = _cli(["stop", str(queued)])
     assert said.returncode == 0 and "cancelled Slurm job 21 (it was queued)" in said.stdout
     (fake_slurm.jobs / "scancel_rc").write_text("1")
