@@ -148,3 +148,18 @@ def test_each_ending_says_what_to_do(state, words):
     assert "12" in reason
     for word in words:
         assert word in reason + " " + hint
+
+
+def test_launch_record_keeps_only_a_sound_scheduler_nodes_and_restarts(tmp_path):
+    from ftui.rundir.launch_record import read_launch_record
+
+    sound = {"scheduler": {"kind": "slurm", "job_id": "12", "cluster": "c", "submit_host": "login1", "submitted": 1.7e9,
+                           "script": "slurm.sh"}, "nodes": ["n1", "n2"], "restarts": 1, "start_time": 1.7e9}
+    (tmp_path / "launch.json").write_text(json.dumps(sound))
+    assert read_launch_record(tmp_path) == (sound, None)
+    for field, bad in [("scheduler", {"kind": "slurm", "job_id": "12 && x"}), ("scheduler", {"kind": "slurm", "job_id": "1", "submitted": 1e300}),
+                       ("scheduler", {"kind": "slurm", "job_id": "1", "cluster": "\x1b[2J"}), ("scheduler", "slurm"),
+                       ("nodes", "n1"), ("nodes", ["n1", 3]), ("nodes", ["\x07"]), ("restarts", -1), ("restarts", True)]:
+        (tmp_path / "launch.json").write_text(json.dumps({**sound, field: bad}))
+        info, problem = read_launch_record(tmp_path)
+        assert field not in info and field in problem, (field, bad)
