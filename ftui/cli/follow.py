@@ -25,6 +25,7 @@ from ftui.rundir.events import started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
 from ftui.rundir.formats import fmt_duration, fmt_phase, fmt_prepare, has_counts, level_word
+from ftui.rundir.slurm_verdict import slurm_line
 from ftui.rundir.summary import RunSummary, reason_text
 from ftui.safety.text import SafeConsole
 
@@ -69,10 +70,15 @@ def follow_run(
             _show(event, fold, progress, task, stats, console, after, said)
 
     follower = RunFollower(run_dir, summary, show, offset=start_offset)
+    slurm_said = None
     with progress:
         while True:
             try:
                 follower.poll()
+                line = slurm_line(summary)  # a Slurm run: queued (why, until when) or where it runs, when it changes
+                if line is not None and line != slurm_said:
+                    console.print(f"[dim]{escape(line)}[/]")
+                slurm_said = line
                 if follower.ended:
                     break
                 time.sleep(poll_s)

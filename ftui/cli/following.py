@@ -23,9 +23,17 @@ def follow_job(job_dir: Path, out: Console, offset: int = 0, says: tuple[str, st
     """Follows a started job until it ends (Ctrl-C stops it, a second Ctrl-C kills it, each
     saying ``says``); returns its summary and whether the user interrupted it."""
     from ftui.cli.follow import follow_run
-    from ftui.ops.control import stop as stop_run
+    from ftui.ops.control import stop
+    from ftui.ops.errors import StopFailed
 
     interrupts = []
+
+    def stop_run(job_dir: Path, force: bool = False) -> str:
+        try:
+            return stop(job_dir, force=force)
+        except StopFailed as e:  # a Slurm run whose scancel failed: said, and the following goes on
+            out.print("[red]" + escape(str(e)) + "[/]")
+            return str(e)
 
     def interrupted(count: int) -> None:
         interrupts.append(count)

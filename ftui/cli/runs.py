@@ -105,7 +105,6 @@ def cmd_runs(args: argparse.Namespace, console_of: Callable[..., Console] = safe
     from rich.cells import cell_len
 
     from ftui.rundir.listing import LIST_COLUMNS, LIST_HEADINGS, list_row, list_runs, RunsRootError
-    from ftui.rundir.summary import reason_text
 
     root = args.root or default_runs_root()
     console = console_of()
@@ -138,15 +137,31 @@ def cmd_runs(args: argparse.Namespace, console_of: Callable[..., Console] = safe
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
-    for r in runs:  # why a run failed, died or cannot be read: one line each, under the table
-        if r.status in ("failed", "died", "unreadable") and r.reason:
-            why = " ".join(reason_text(r.reason).split())
-            line = _("{run}: {status}: {reason}").format(run=r.run_id, status=r.status, reason=why[:300])
-            if r.hint:
-                line += " (" + " ".join(_(r.hint).split())[:300] + ")"
-            if console.is_terminal:
-                console.print(Text(visible(line)))
-            else:
-                print(visible(line))
+    for r in runs:  # why a run failed, died, was cancelled or cannot be read; where a Slurm run waits: a line each
+        line = _detail_line(r)
+        if line is None:
+            continue
+        if console.is_terminal:
+            console.print(Text(visible(line)))
+        else:
+            print(visible(line))
     return EXIT_OK
 
+
+def _detail_line(r) -> str | None:
+    """The line under the table for a run that needs one: why it failed, died, was cancelled or
+    cannot be read (with its hint); where a Slurm run waits or runs."""
+    from ftui.rundir.slurm_verdict import slurm_line
+    from ftui.rundir.summary import reason_text
+
+    where = slurm_line(r)
+    if where is not None:
+        return f"{r.run_id}: {' '.join(where.split())[:300]}"
+    if r.status not in ("failed", "died", "unreadable", "cancelled") or not r.reason:
+        return None
+    why = " ".join(reason_text(r.reason).split())
+    status = f"{r.status} ({r.slurm_state})" if r.slurm_state and r.slurm_state != r.status.upper() else r.status
+    line = _("{run}: {status}: {reason}").format(run=r.run_id, status=status, reason=why[:300])
+    if r.hint:
+        line += " (" + " ".join(_(r.hint).split())[:300] + ")"
+    return line

@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
 def cmd_stop(args: argparse.Namespace) -> int:
     from ftui.cli.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, safe_console
     from ftui.cli.runs import resolve_run_arg
-    from ftui.ops.control import is_running, live_jobs, stop
+    from ftui.ops.control import is_running, is_slurm_run, live_jobs, stop
 
     out, err = safe_console(), safe_console(stderr=True)
     run_dir = resolve_run_arg(args.run, args.root, err)
@@ -39,11 +39,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
         for job in live_jobs(run_dir)[:10]:  # the run itself is idle, a job of it runs: say how to stop that
             err.print(escape(_("  a {job} job of it runs: ftui stop {path}").format(job=job.parent.name, path=job)), soft_wrap=True)
         return EXIT_FAILED
-    said = stop(run_dir, force=args.kill)
+    from ftui.ops.errors import StopFailed
+
+    try:
+        said = stop(run_dir, force=args.kill)
+    except StopFailed as e:  # a Slurm run: scancel missing, or Slurm refused
+        err.print(escape(str(e)), soft_wrap=True)
+        return EXIT_FAILED
     if said == _("the run is not running"):  # it ended between the look and the signal
         err.print(escape(_("{path} is not running: nothing to stop").format(path=run_dir)), soft_wrap=True)
         return EXIT_FAILED
-    if args.kill or (run_dir / JOB_SPEC_FILE).is_file():  # a job's own words: training's (the step, a checkpoint) are not its
+    if is_slurm_run(run_dir):
+        pass  # what Slurm was asked (a queued job cancelled, the ranks asked to stop), as said
+    elif args.kill or (run_dir / JOB_SPEC_FILE).is_file():  # a job's own words: training's (the step, a checkpoint) are not its
         said = _("killed") if args.kill else _("asked to stop; ftui watch {path} shows when it has ended").format(path=run_dir)
     out.print(escape(f"{run_dir}: {said}"), soft_wrap=True)
     return EXIT_OK

@@ -23,6 +23,7 @@ from ftui.rundir.events import START_EVENTS, extra_figures, started_job
 from ftui.rundir.fold import RunFold
 from ftui.rundir.follower import RunFollower
 from ftui.rundir.formats import fmt_duration, fmt_figure, fmt_phase, fmt_prepare, has_counts, level_word
+from ftui.rundir.slurm_verdict import slurm_line
 from ftui.rundir.summary import RunSummary, reason_text
 from ftui.safety.text import VisibleWriter
 
@@ -136,8 +137,13 @@ def watch_run(run_dir: Path, interval: float = 2.0, out: TextIO | None = None) -
     if skipped is not None:
         print(_("({size} MB of earlier events not shown; ftui attach {run} shows the whole run)").format(
             size=f"{(skipped[1] - skipped[0]) / 1e6:.0f}", run=summary.run_id), file=out, flush=True)
+    slurm_said = None
     while True:
         follower.poll()
+        line = slurm_line(summary)  # a Slurm run: queued (why, until when) or where it runs, again when it changes
+        if line is not None and line != slurm_said:
+            print(line, file=out, flush=True)
+        slurm_said = line
         if follower.ended:
             break
         if not follower.catching_up:  # a long backlog is read on without a pause

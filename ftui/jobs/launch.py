@@ -43,6 +43,7 @@ from ftui.rundir.launch_record import create_run_dir, hostname, read_launch_info
 from ftui.rundir.liveness import launcher_process
 from ftui.rundir.lock import lock_run_dir
 from ftui.rundir.paths import CONFIG_FILE, LOG_FILE, STOP_FILE
+from ftui.rundir.slurm_state import slurm_scheduler
 
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 
@@ -186,7 +187,15 @@ def stop_run(run_dir: Path, force: bool = False) -> str:
 
     Only a supervisor identified by more than its pid is signalled (launcher_process), and a
     graceful Stop first leaves ``stop_requested`` in the run directory: a job stopped during
-    start-up, before any rank could write run_end, still ends `stopped`."""
+    start-up, before any rank could write run_end, still ends `stopped`.
+
+    A run Slurm runs is stopped through Slurm (ftui.jobs.slurm_control; SlurmControlError
+    when Slurm cannot be asked)."""
+    launch = read_launch_info(run_dir)
+    if slurm_scheduler(launch) is not None:
+        from ftui.jobs.slurm_control import stop_slurm_job
+
+        return stop_slurm_job(Path(run_dir), launch, force=force)
     sup, children = run_processes(run_dir)
     if sup is None:
         return _("the run is not running")

@@ -15,15 +15,34 @@ def stop(job_dir: Path, force: bool = False) -> str:
     """Asks a job to stop (it finishes the step and saves a checkpoint), or kills it
     (``force``); returns what was done, in words (ftui.jobs.launch.stop_run)."""
     from ftui.jobs import launch
+    from ftui.jobs.slurm_control import SlurmControlError
 
-    return launch.stop_run(job_dir, force=force)
+    try:
+        return launch.stop_run(job_dir, force=force)
+    except SlurmControlError as e:
+        raise errors.StopFailed(str(e)) from None
 
 
 def is_running(job_dir: Path) -> bool:
-    """Whether the run's (or job's) supervisor is alive on this machine: there is something to stop."""
+    """Whether the run's (or job's) supervisor is alive on this machine, or Slurm has the run's
+    job (queued or running, or Slurm cannot be asked: Stop then says so): there is something to stop."""
     from ftui.jobs import launch
+    from ftui.jobs.slurm_control import slurm_job_live
+    from ftui.rundir.launch_record import read_launch_info
+    from ftui.rundir.slurm_state import slurm_scheduler
 
+    info = read_launch_info(job_dir)
+    if slurm_scheduler(info) is not None:
+        return slurm_job_live(info)
     return launch.run_processes(job_dir)[0] is not None
+
+
+def is_slurm_run(job_dir: Path) -> bool:
+    """Whether Slurm runs the run's job (launch.json names a Slurm job)."""
+    from ftui.rundir.launch_record import read_launch_info
+    from ftui.rundir.slurm_state import slurm_scheduler
+
+    return slurm_scheduler(read_launch_info(job_dir)) is not None
 
 
 def live_jobs(run_dir: Path) -> list[Path]:

@@ -116,3 +116,9 @@ class DeleteRefused(OpError):
     """The run must not or cannot be deleted (delete_run's words)."""
 
     failed = True
+
+
+class StopFailed(OpError):
+    """The job could not be asked to stop (a Slurm run: scancel missing, or Slurm refused)."""
+
+    failed = True

@@ -25,6 +25,9 @@ def find_run(ref: str, root: str | None = None) -> Path:
 def refuse_live(run_dir: Path, summary: Any, then: str = "") -> None:
     """RunIsLive when a job runs in the run: it must be stopped first (``then``: what the
     refusal adds, e.g. that nothing was deleted)."""
+    if summary.live and getattr(summary, "slurm_job", None):
+        raise RunIsLive(_("{run} is {status} (Slurm job {job}): stop it first (ftui stop {run}, or Stop in ftui attach {run})").format(
+            run=run_dir.name, status=summary.status, job=summary.slurm_job) + then)
     if summary.live:
         raise RunIsLive(_("{run} is {status}: stop it first (ftui attach {run}, then s)").format(
             run=run_dir.name, status=summary.status) + then)

@@ -9,15 +9,19 @@ No torch here.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
 from ftui.rundir.event_reader import EventReader
 from ftui.rundir.events import START_EVENTS, TRAIN_JOB
-from ftui.rundir.launch_record import read_launch_info
-from ftui.rundir.liveness import launcher_gone
+from ftui.rundir.launch_record import plausible_time, read_launch_info
+from ftui.rundir.liveness import job_lock_held, launcher_gone
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE
 from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after, read_at
+from ftui.rundir.slurm_state import slurm_scheduler
+from ftui.rundir.slurm_verdict import (Asked, end_without_run_end, kept_end, needs_verdict, QUEUED_STATES, refine_end, requeued,
+                                      show_live)
 from ftui.rundir.summary import RunSummary
 
 
@@ -90,16 +94,20 @@ class RunFollower:
 
     def settle(self) -> bool:
         """Decides whether the run has ended, after a read (see the class); True when it has."""
+        launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
+        sched = slurm_scheduler(launch)
+        if sched is not None:
+            return self._settle_slurm(launch, Asked(sched["job_id"]))
         if self.ended:
-            launch = self._started_again()
-            if launch is None:
+            again = self._started_again(launch)
+            if again is None:
                 return True
-            self.summary.start_again(launch)  # a resume whose run_start is not written yet
+            self.summary.start_again(again)  # a resume whose run_start is not written yet
             return False
         if self.reader.problem is not None:
             self.summary.mark_unreadable(self.reader.problem)
             return True
-        if launcher_gone(self.run_dir, self.launch):
+        if launcher_gone(self.run_dir, launch):
             self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
             if self.reader.problem is not None:
                 self.summary.mark_unreadable(self.reader.problem)
@@ -108,12 +116,55 @@ class RunFollower:
             return True
         return False
 
-    def _started_again(self) -> dict[str, Any] | None:
+    def _settle_slurm(self, launch: dict[str, Any], asked: Asked) -> bool:
+        """settle for a run Slurm runs (ftui.rundir.slurm_verdict): at most one question to
+        Slurm (cached), none for a run whose end is settled in its files."""
+        summary = self.summary
+        if self.ended:
+            again = self._started_again(launch)
+            if again is not None:  # a requeued life (or a resume) started: node 0 rewrote launch.json
+                summary.start_again(again)
+                return False
+            if needs_verdict(summary, self.run_dir) and not kept_end(self.run_dir, asked.job_id):
+                if asked.live and (requeued(self.run_dir) or asked.job.state in QUEUED_STATES):
+                    summary.start_again(launch)  # stopped for a requeue (or a preemption that requeued
+                    show_live(summary, asked.job)  # it): the job waits for its next life
+                    return False
+                refine_end(summary, self.run_dir, asked)
+            elif needs_verdict(summary, self.run_dir):
+                refine_end(summary, self.run_dir, asked)  # from the kept verdict: nothing asked
+            return True
+        if self.reader.problem is not None:
+            summary.mark_unreadable(self.reader.problem)
+            return True
+        here = launch.get("host") in (None, socket.gethostname())
+        if kept_end(self.run_dir, asked.job_id) and not (here and job_lock_held(self.run_dir)):
+            pass  # Slurm's verdict is in the run: ended, nothing to ask (the runs list reads it every 2 s)
+        elif asked.unavailable:
+            return False  # not on the cluster: alive, as a run on another host
+        elif asked.live:
+            if plausible_time(launch.get("start_time")) and launch["start_time"] != summary.started:
+                summary.take_launch(launch)  # a new life's launch.json
+            show_live(summary, asked.job)
+            return False
+        elif here and job_lock_held(self.run_dir):
+            return False  # node 0 here still holds the job's lock: its ranks may yet write run_end
+        self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
+        if self.reader.problem is not None:
+            summary.mark_unreadable(self.reader.problem)
+        elif summary.live:
+            end_without_run_end(summary, self.run_dir, asked)
+        elif needs_verdict(summary, self.run_dir):
+            refine_end(summary, self.run_dir, asked)
+        return True
+
+    def _started_again(self, launch: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The resume's launch record when an ended run's job started again: launch.json was
         written after the last run_end and its job lives (else None). Until the resumed job
         writes its run_start (seconds: it loads the model first) the events still end with
         the previous run_end."""
-        launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
+        if launch is None:
+            launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
         start, end = launch.get("start_time"), self.summary.ended
         if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or start <= end:
             return None

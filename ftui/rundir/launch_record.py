@@ -58,6 +58,19 @@ def plausible_time(v: Any) -> bool:
     return type(v) in (int, float) and 0 < v < 1e11
 
 
+def _short_text(v: Any) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= 255 and v.isprintable()
+
+
+def sound_scheduler(v: Any) -> bool:
+    """A Slurm run's ``scheduler`` record: kind slurm, the job id as digits, the optional
+    cluster, submit host and script as short text, the submit time plausible."""
+    return (isinstance(v, dict) and v.get("kind") == "slurm" and isinstance(v.get("job_id"), str)
+            and re.fullmatch(r"[0-9]{1,12}", v["job_id"]) is not None
+            and all(v.get(k) is None or _short_text(v[k]) for k in ("cluster", "submit_host", "script"))
+            and (v.get("submitted") is None or plausible_time(v["submitted"])))
+
+
 def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     """launch.json's fields that have their types, and what is wrong with it (None when it is
     sound or absent). Only a dict with an int pid, a number start_time, a string host is
@@ -80,7 +93,9 @@ def read_launch_record(run_dir: Path) -> tuple[dict[str, Any], str | None]:
     checks = {"pid": lambda v: type(v) is int and 0 < v < 1 << 31, "pgid": lambda v: type(v) is int and 0 < v < 1 << 31,
               "start_time": plausible_time, "create_time": plausible_time, "first_start_time": plausible_time,
               "earlier_s": lambda v: type(v) in (int, float) and 0 <= v < 1e10,
-              "host": lambda v: isinstance(v, str)}
+              "host": lambda v: isinstance(v, str), "scheduler": sound_scheduler,
+              "nodes": lambda v: isinstance(v, list) and len(v) <= 4096 and all(_short_text(n) for n in v),
+              "restarts": lambda v: type(v) is int and 0 <= v < 1 << 20}
     bad = [k for k, ok in checks.items() if k in info and info[k] is not None and not ok(info[k])]
     for k in bad:
         del info[k]

@@ -17,6 +17,7 @@ import psutil
 
 from ftui.rundir.launch_record import read_launch_info
 from ftui.rundir.paths import LOCK_FILE
+from ftui.rundir.slurm_state import query_job, slurm_scheduler, SlurmUnavailable
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -84,15 +85,33 @@ def launcher_gone(run_dir: Path, launch: dict[str, Any] | None = None) -> bool:
     A run started on another host cannot be checked from here and counts as alive. Else the
     job's lock decides (held for exactly the supervisor's life); runs from before the lock
     fall back to the recorded launcher process. No launch record and no lock: nothing runs it.
+    A Slurm run is Slurm's to tell (:func:`slurm_job_gone`), whatever host it names.
     Readers that see this must read the events once more before calling the run `died`:
     the launcher may have written run_end just before."""
     launch = read_launch_info(run_dir) if launch is None else launch
+    sched = slurm_scheduler(launch)
+    if sched is not None:
+        return slurm_job_gone(run_dir, launch, sched["job_id"])
     if launch.get("host") not in (None, socket.gethostname()):
         return False
     held = job_lock_held(run_dir)
     if held is not None:
         return not held
     return launcher_process(launch, run_dir) is None
+
+
+def slurm_job_gone(run_dir: Path, launch: dict[str, Any], job_id: str) -> bool:
+    """Whether a Slurm run's job is over: the job's lock held on this host says it runs (node 0
+    here); else Slurm decides: a live state is not gone, an ended or forgotten job is. Where
+    Slurm cannot be asked (a laptop with a copy of the run) it counts as alive, as a run on
+    another host does: never called died for want of a scheduler to ask."""
+    if launch.get("host") in (None, socket.gethostname()) and job_lock_held(run_dir):
+        return False
+    try:
+        job = query_job(job_id)
+    except SlurmUnavailable:
+        return False
+    return job is None or not job.live
 
 
 def wait_until_gone(run_dir: Path, timeout_s: float, poll_s: float = 0.05) -> bool:

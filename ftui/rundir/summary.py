@@ -20,10 +20,11 @@ from ftui.rundir.events import RUN_END_STATUSES, started_job, TRAIN_JOB
 from ftui.rundir.launch_record import plausible_time, read_launch_record
 from ftui.rundir.paths import STOP_FILE
 
-LIVE_STATUSES = ("starting", "running")
-# A run_end says completed, stopped or failed; only a reader can conclude these two (the job is
-# gone without a run_end; the files cannot be read). Every reader tells "ended" with END_STATUSES.
-READER_END_STATUSES = ("died", "unreadable")
+LIVE_STATUSES = ("queued", "starting", "running")  # queued: Slurm has the job and has not started it
+# A run_end says completed, stopped or failed; only a reader can conclude these (the job is gone
+# without a run_end; the files cannot be read; Slurm ended the job: a time limit, a preemption,
+# an scancel from outside). Every reader tells "ended" with END_STATUSES.
+READER_END_STATUSES = ("died", "unreadable", "cancelled")
 END_STATUSES = RUN_END_STATUSES + READER_END_STATUSES
 
 
@@ -63,6 +64,11 @@ class RunSummary:
     error: str | None = None
     host: str | None = None
     launcher_pid: int | None = None
+    slurm_job: str | None = None  # a Slurm run: its job id (launch.json's scheduler)
+    slurm_state: str | None = None  # Slurm's state of the job as last read (PENDING, RUNNING, TIMEOUT ...)
+    queue_reason: str | None = None  # why Slurm keeps it queued (Resources, Priority, BeginTime after a requeue)
+    queue_start: float | None = None  # Slurm's estimated start while queued (None: it gives none)
+    nodes: list[str] = field(default_factory=list)  # where the ranks run (launch.json, written by node 0)
     # Loss curve as compact arrays: a run with a million steps stays a few MB.
     loss_steps: array = field(default_factory=lambda: array("l"), repr=False)
     loss_values: array = field(default_factory=lambda: array("d"), repr=False)
@@ -98,6 +104,9 @@ class RunSummary:
         self.launcher_pid = launch.get("pid")
         self.first_started = launch.get("first_start_time")  # read_launch_record checked both
         self.earlier_s = float(launch.get("earlier_s") or 0.0)
+        sched = launch.get("scheduler")  # read_launch_record checked it
+        self.slurm_job = sched.get("job_id") if isinstance(sched, dict) else None
+        self.nodes = list(launch.get("nodes") or [])
 
     @property
     def error_detail(self) -> str | None:

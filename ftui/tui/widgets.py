@@ -28,12 +28,14 @@ from ftui.tui.state import RunView, ema, ordered_figures
 STATUS_STYLE = {
     "starting": "bold cyan", "running": "bold green", "completed": "bold blue",
     "stopped": "bold yellow", "failed": "bold red", "died": "bold red", "unreadable": "bold red",
+    "queued": "bold magenta", "cancelled": "bold red",
 }
 # A run's status as the screens show it (the word itself stays the key of STATUS_STYLE, of
 # events.jsonl and of `ftui runs`' output, which scripts read).
 STATUS_LABELS = {
     "starting": N_("starting"), "running": N_("running"), "completed": N_("completed"), "stopped": N_("stopped"),
     "failed": N_("failed"), "died": N_("died"), "unreadable": N_("unreadable"), "stopping": N_("stopping"),
+    "queued": N_("queued"), "cancelled": N_("cancelled"),
 }
 LEVEL_LABELS = {"info": N_("info"), "warning": N_("warning"), "error": N_("error")}  # a log event's level
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)

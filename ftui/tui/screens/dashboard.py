@@ -398,8 +398,12 @@ class DashboardScreen(Screen):
     @work(thread=True, group="control")
     def send_stop(self, force: bool) -> None:
         from ftui.ops.control import stop
+        from ftui.ops.errors import StopFailed
 
-        result = stop(self.run_dir, force=force)
+        try:
+            result = stop(self.run_dir, force=force)
+        except StopFailed as e:  # a Slurm run whose scancel failed: said, the app stays up
+            result = str(e)
         word = _("kill") if force else _("stop")  # outside the f-string: extraction cannot see into one
         self.app.call_from_thread(self.notify, visible(f"{word}: {result}"), markup=False)
 
