@@ -1,0 +1,154 @@
+"""Signals under Slurm (issue 45, interface 6): slurmstepd signals every process of a step and the
+launcher forwards the Stop too, so a rank sees SIGTERM two or three times for one Stop. Under Slurm
+(SLURM_JOB_ID set) a repeat within SIGNAL_REPEAT_S is that same Stop; a later one, or any repeat
+outside Slurm, keeps its meaning (exit / kill at once)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from ftui.rundir.rank_env import SIGNAL_REPEAT_S, same_stop
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Exited(Exception):
+    pass
+
+
+def _exit(code: int):
+    raise Exited(code)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    import ftui.jobs.spawn as spawn
+    import ftui.runner.faults as faults
+
+    c = Clock()
+    monkeypatch.setattr(faults.time, "monotonic", c)  # the one time module: spawn reads it too
+    assert spawn.time is faults.time
+    monkeypatch.setattr(faults.os, "_exit", _exit)
+    return c
+
+
+def test_same_stop_only_under_slurm_and_within_the_window():
+    slurm = {"SLURM_JOB_ID": "7"}
+    assert not same_stop(None, 5.0, slurm)  # the first signal is a Stop
+    assert same_stop(0.0, SIGNAL_REPEAT_S - 0.5, slurm)
+    assert not same_stop(0.0, SIGNAL_REPEAT_S + 0.5, slurm)
+    assert not same_stop(0.0, 1.0, {})  # not under Slurm: today's rule
+
+
+@pytest.mark.parametrize("slurm", [True, False])
+def test_a_rank_takes_a_quick_repeat_under_slurm_as_the_same_stop(clock, monkeypatch, slurm):
+    from ftui.runner.faults import StopRequest
+
+    if slurm:
+        monkeypatch.setenv("SLURM_JOB_ID", "12")
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    stop = StopRequest()
+    stop._handle(signal.SIGTERM, None)
+    assert stop.requested
+    clock.now += 1.0  # slurmstepd's TERM, then the launcher's forward
+    if slurm:
+        stop._handle(signal.SIGTERM, None)  # ignored: the rank goes on to save its checkpoint
+        clock.now += 1.0
+        stop._handle(signal.SIGINT, None)
+        assert stop.requested
+    else:
+        with pytest.raises(Exited) as exited:
+            stop._handle(signal.SIGTERM, None)
+        assert exited.value.args == (128 + signal.SIGTERM,)
+
+
+def test_a_rank_under_slurm_exits_on_a_repeat_after_the_window(clock, monkeypatch):
+    from ftui.runner.faults import StopRequest
+
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    stop = StopRequest()
+    stop._handle(signal.SIGTERM, None)
+    clock.now += SIGNAL_REPEAT_S + 1  # a second Stop, long after: exit at once, as today
+    with pytest.raises(Exited):
+        stop._handle(signal.SIGTERM, None)
+
+
+class FakeRank:
+    def __init__(self) -> None:
+        self.got: list[int] = []
+
+    def poll(self):
+        return None
+
+    def send_signal(self, sig: int) -> None:
+        self.got.append(sig)
+
+
+@pytest.mark.parametrize("slurm,apart,killed", [(True, 2.0, False), (True, SIGNAL_REPEAT_S + 1, True),
+                                                (False, 2.0, True), (False, SIGNAL_REPEAT_S + 1, True)])
+def test_the_launcher_forwards_one_stop_and_kills_on_a_later_or_non_slurm_repeat(clock, monkeypatch, slurm, apart, killed):
+    from ftui.jobs.spawn import Ranks
+
+    if slurm:
+        monkeypatch.setenv("SLURM_JOB_ID", "12")
+    else:
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    ranks = [FakeRank(), FakeRank()]
+    launcher = Ranks(ranks, stop_timeout=60)
+    launcher.on_signal(signal.SIGTERM, None)
+    assert [r.got for r in ranks] == [[signal.SIGTERM]] * 2 and launcher.kill_at == pytest.approx(clock.now + 60)
+    clock.now += apart
+    launcher.on_signal(signal.SIGTERM, None)
+    expected = [signal.SIGTERM, signal.SIGKILL] if killed else [signal.SIGTERM]
+    assert [r.got for r in ranks] == [expected] * 2
+    assert launcher.signals == (2 if killed else 1)
+
+
+@pytest.mark.dist
+def test_two_ranks_under_slurm_signalled_as_slurmstepd_does_still_save_and_stop(tmp_path):
+    """What ``scancel --signal=TERM`` then srun's own TERM do to a step: every process of it
+    (supervisor, launcher, both ranks) gets TERM, twice, a second apart; the launcher forwards
+    it too. The ranks take it as one Stop: a checkpoint, run_end stopped."""
+    import os
+    import time
+
+    import psutil
+
+    from conftest import steps_of, tiny_config, wait_for
+    from ftui.jobs.launch import prepare_run, start_run
+    from ftui.rundir.checkpoints import checkpoints
+    from ftui.rundir.event_reader import read_all
+    from ftui.rundir.paths import EVENTS_FILE
+
+    cfg = tiny_config(tmp_path, engine="ddp", nproc_per_node=2, max_steps=400, save_steps=1000, run_name="slurmstop")
+    run_dir = prepare_run(cfg)
+    info = start_run(run_dir, cfg, extra_env={"SLURM_JOB_ID": "4242"})
+    assert wait_for(lambda: len(steps_of(read_all(run_dir / EVENTS_FILE))) >= 2, 180)
+    sup = psutil.Process(info["pid"])
+    # the ranks first (slurmstepd's TERM), then the launcher (which forwards it to them again)
+    tree = sorted([sup, *sup.children(recursive=True)], key=lambda p: "ftui.runner" not in " ".join(p.cmdline()))
+    assert sum("ftui.runner" in " ".join(p.cmdline()) for p in tree) == 2
+    for _ in range(2):
+        for p in tree:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.2)
+    assert wait_for(lambda: not sup.is_running() or sup.status() == psutil.STATUS_ZOMBIE, 180)
+    events = read_all(run_dir / EVENTS_FILE)
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "stopped", events[-1]
+    last = steps_of(events)[-1]["step"]
+    assert [s for s, _ in checkpoints(run_dir)] == [last]
+    log = (run_dir / "train.log").read_text()
+    assert log.count("finishing the current step") == 2  # once per rank, however many TERMs it got
+    assert os.environ.get("SLURM_JOB_ID") is None  # only the job's processes had it
