@@ -152,3 +152,110 @@ def test_two_ranks_under_slurm_signalled_as_slurmstepd_does_still_save_and_stop(
     log = (run_dir / "train.log").read_text()
     assert log.count("finishing the current step") == 2  # once per rank, however many TERMs it got
     assert os.environ.get("SLURM_JOB_ID") is None  # only the job's processes had it
+
+
+# --- The batch step (ftui.jobs.slurm_batch) with fake srun / scancel / scontrol on PATH: each
+# records its argv in calls.log; scancel --signal=TERM signals the fake step as slurmstepd would;
+# the fake step writes run_end stopped on TERM (as the ranks do); scontrol show job answers
+# with the state the test leaves in state.txt.
+
+FAKE_SRUN = """#!/bin/bash
+echo "srun $*" >> "$FAKES/calls.log"
+trap 'printf "%s\\n" "{\\"v\\": 1, \\"t\\": $(date +%s), \\"event\\": \\"run_end\\", \\"status\\": \\"stopped\\", \\"reason\\": \\"x\\"}" >> "$RUN/events.jsonl"; exit 0' TERM
+echo $$ > "$FAKES/step.pid"
+while true; do sleep 0.1; done
+"""
+FAKE_SCANCEL = """#!/bin/bash
+echo "scancel $*" >> "$FAKES/calls.log"
+[ "$1" = "--signal=TERM" ] && kill -TERM "$(cat "$FAKES/step.pid")"
+exit 0
+"""
+FAKE_SCONTROL = """#!/bin/bash
+echo "scontrol $*" >> "$FAKES/calls.log"
+if [ "$1" = "requeue" ]; then [ -f "$FAKES/requeue_refused" ] && { echo "Access/permission denied" >&2; exit 1; }; exit 0; fi
+echo "JobId=$SLURM_JOB_ID JobName=ftui-t JobState=$(cat "$FAKES/state.txt") Reason=None Restarts=0 ExitCode=0:15 NodeList=vm"
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scancel", FAKE_SCANCEL), ("scontrol", FAKE_SCONTROL)):
+        (fakes / name).write_text(text)
+        (fakes / name).chmod(0o755)
+    (fakes / "state.txt").write_text("RUNNING")
+    return fakes
+
+
+def start_batch(tmp_path, fakes, **cfg):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import tiny_config, wait_for
+    from ftui.jobs.launch import prepare_run
+
+    run = prepare_run(tiny_config(tmp_path, **cfg).model_copy(update={"launcher": "slurm"})).resolve()
+    env = dict(os.environ, PATH=f"{fakes}:{os.environ['PATH']}", FAKES=str(fakes), RUN=str(run), SLURM_JOB_ID="77")
+    env.pop("SLURM_RESTART_COUNT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "ftui.jobs.slurm_batch", str(run)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert wait_for(lambda: (fakes / "step.pid").exists(), 60), proc.communicate(timeout=60)
+    return run, proc
+
+
+def calls(fakes) -> list[str]:
+    return (fakes / "calls.log").read_text().splitlines()
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_the_time_limit_warning_checkpoints_then_requeues_the_job(tmp_path, fake_slurm, refused):
+    if refused:
+        (fake_slurm / "requeue_refused").touch()
+    run, proc = start_batch(tmp_path, fake_slurm)
+    proc.send_signal(signal.SIGUSR1)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    made = calls(fake_slurm)
+    assert made[0].startswith(f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 ") and f"ftui.jobs.slurm_node {run}" in made[0]
+    assert made[1:] == ["scancel --signal=TERM 77", "scontrol requeue 77"]
+    if refused:  # not allowed on this cluster: the run stays stopped and says how to go on
+        assert "scontrol requeue 77 failed (Access/permission denied)" in out and f"ftui train --resume {run}" in out
+        assert not (run / "requeue_requested").exists()
+    else:
+        assert (run / "requeue_requested").exists() and "requeued job 77" in out
+
+
+def test_the_warning_without_slurm_requeue_is_a_stop(tmp_path, fake_slurm):
+    run, proc = start_batch(tmp_path, fake_slurm, slurm_requeue=False)
+    proc.send_signal(signal.SIGUSR1)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert calls(fake_slurm)[1:] == ["scancel --signal=TERM 77"]
+    assert not (run / "requeue_requested").exists() and "slurm_requeue is off" in out
+
+
+def test_a_stop_during_the_warning_is_not_requeued(tmp_path, fake_slurm):
+    run, proc = start_batch(tmp_path, fake_slurm)
+    (run / "stop_requested").write_text("1\n")
+    proc.send_signal(signal.SIGUSR1)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "not requeued: a Stop was asked for" in out
+    assert calls(fake_slurm)[1:] == ["scancel --signal=TERM 77"]
+    assert not (run / "requeue_requested").exists()
+
+
+def test_slurm_ending_the_job_is_recorded_in_the_run(tmp_path, fake_slurm):
+    import json
+    import os
+
+    run, proc = start_batch(tmp_path, fake_slurm)
+    (fake_slurm / "state.txt").write_text("CANCELLED")  # plain scancel: Slurm's state first, then TERM to all
+    proc.send_signal(signal.SIGTERM)
+    os.kill(int((fake_slurm / "step.pid").read_text()), signal.SIGTERM)  # slurmstepd's TERM to the step
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out  # the ranks stopped
+    end = json.loads((run / "slurm_end.json").read_text())
+    assert end["state"] == "CANCELLED" and end["job_id"] == "77" and "Slurm ended job 77: CANCELLED" in out
+    assert "scontrol -o show job 77" in calls(fake_slurm)
