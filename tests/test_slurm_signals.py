@@ -172,8 +172,13 @@ exit 0
 """
 FAKE_SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$FAKES/calls.log"
-if [ "$1" = "requeue" ]; then [ -f "$FAKES/requeue_refused" ] && { echo "Access/permission denied" >&2; exit 1; }; exit 0; fi
-echo "JobId=$SLURM_JOB_ID JobName=ftui-t JobState=$(cat "$FAKES/state.txt") Reason=None Restarts=0 ExitCode=0:15 NodeList=vm"
+if [ "$1" = "requeue" ]; then
+  [ -f "$FAKES/requeue_refused" ] && { echo "Access/permission denied" >&2; exit 1; }
+  # Slurm requeues, and ends the job's processes (this one too) before it can answer
+  [ -f "$FAKES/requeue_killed" ] && { echo 1 > "$FAKES/restarts.txt"; kill -KILL $$; }
+  exit 0
+fi
+echo "JobId=$SLURM_JOB_ID JobName=ftui-t JobState=$(cat "$FAKES/state.txt") Reason=None Restarts=$(cat "$FAKES/restarts.txt" 2>/dev/null || echo 0) ExitCode=0:15 NodeList=vm"
 """
 
 
@@ -209,17 +214,20 @@ def calls(fakes) -> list[str]:
     return (fakes / "calls.log").read_text().splitlines()
 
 
-@pytest.mark.parametrize("refused", [False, True])
-def test_the_time_limit_warning_checkpoints_then_requeues_the_job(tmp_path, fake_slurm, refused):
+@pytest.mark.parametrize("refused,killed", [(False, False), (True, False), (False, True)])
+def test_the_time_limit_warning_checkpoints_then_requeues_the_job(tmp_path, fake_slurm, refused, killed):
     if refused:
         (fake_slurm / "requeue_refused").touch()
+    if killed:
+        (fake_slurm / "requeue_killed").touch()
     run, proc = start_batch(tmp_path, fake_slurm)
     proc.send_signal(signal.SIGUSR1)
     out, _err = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     made = calls(fake_slurm)
     assert made[0].startswith(f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 ") and f"ftui.jobs.slurm_node {run}" in made[0]
-    assert made[1:] == ["scancel --signal=TERM 77", "scontrol requeue 77"]
+    assert made[1:3] == ["scancel --signal=TERM 77", "scontrol requeue 77"]
+    assert made[3:] == (["scontrol -o show job 77"] if refused or killed else [])  # did Slurm requeue it after all?
     if refused:  # not allowed on this cluster: the run stays stopped and says how to go on
         assert "scontrol requeue 77 failed (Access/permission denied)" in out and f"ftui train --resume {run}" in out
         assert not (run / "requeue_requested").exists()
@@ -259,3 +267,123 @@ def test_slurm_ending_the_job_is_recorded_in_the_run(tmp_path, fake_slurm):
     end = json.loads((run / "slurm_end.json").read_text())
     assert end["state"] == "CANCELLED" and end["job_id"] == "77" and "Slurm ended job 77: CANCELLED" in out
     assert "scontrol -o show job 77" in calls(fake_slurm)
+
+
+# --- On the real test cluster (tests/slurm_cluster.py): runs submitted with a batch script as
+# slurm-submit writes it (tests/slurm_jobs.py), then signalled as Slurm and its users do.
+
+STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def completed_run(slurm_cluster, tmp_path_factory):
+    """(a) A 2-rank gloo run through sbatch, left to complete: also the uninterrupted reference
+    the requeued run's losses are compared with."""
+    from ftui.jobs.launch import prepare_run
+    from slurm_jobs import slurm_run_config, submit
+
+    run = prepare_run(slurm_run_config(tmp_path_factory.mktemp("completed"), max_steps=STEPS)).resolve()
+    job = submit(slurm_cluster, run)
+    return run, job, slurm_cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 600)
+
+
+def test_a_run_submitted_to_slurm_completes(completed_run):
+    from ftui.rundir.launch_record import read_launch_info
+    from slurm_jobs import lives, output, slurm_end
+
+    run, job_id, job = completed_run
+    assert job["JobState"] == "COMPLETED", output(run, job_id)[-3000:]
+    [life] = lives(run)
+    assert life[0]["world_size"] == 2 and life[-1]["event"] == "run_end" and life[-1]["status"] == "completed"
+    assert [e["step"] for e in life if e["event"] == "step"] == list(range(1, STEPS + 1))
+    assert (run / "final").is_dir()
+    info = read_launch_info(run)
+    assert info["scheduler"]["job_id"] == job_id and info["restarts"] == 0 and info["nodes"] == [job["NodeList"]]
+    assert "node 0 of 1" in (run / "train.log").read_text()
+    assert slurm_end(run) is None  # Slurm did not end it: the run's own run_end says how it ended
+
+
+def test_scancel_signal_term_stops_the_run_with_a_checkpoint(slurm_cluster, tmp_path):
+    """(b) Stop's way (``scancel --signal=TERM``): every step process gets TERM from slurmstepd,
+    and the launcher's forward on top; the ranks save and write run_end stopped; the batch step
+    exits 0, so Slurm says COMPLETED."""
+    from ftui.jobs.launch import prepare_run
+    from ftui.rundir.checkpoints import checkpoints
+    from slurm_jobs import lives, slurm_run_config, submit, wait_steps
+
+    run = prepare_run(slurm_run_config(tmp_path, max_steps=2000)).resolve()
+    job = submit(slurm_cluster, run)
+    wait_steps(run, job, 2)
+    slurm_cluster.run("scancel", "--signal=TERM", job)
+    assert slurm_cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, 300)["JobState"] == "COMPLETED"
+    [life] = lives(run)
+    assert life[-1]["event"] == "run_end" and life[-1]["status"] == "stopped", life[-1]
+    last = [e for e in life if e["event"] == "step"][-1]["step"]
+    assert 2 <= last < 2000 and [s for s, _ in checkpoints(run)] == [last]
+
+
+def test_the_time_limit_warning_checkpoints_requeues_and_resumes_exactly(slurm_cluster, completed_run, tmp_path):
+    """(c) The warning (``scancel -b --signal=USR1``, what ``--signal=B:USR1@S`` sends, without
+    waiting for it): a checkpoint, ``scontrol requeue`` (the same job id, Restarts=1), and the
+    second life resumes from it and completes with the losses of a run never interrupted."""
+    from ftui.jobs.launch import prepare_run
+    from ftui.rundir.launch_record import read_launch_info
+    from slurm_jobs import lives, output, slurm_run_config, submit, wait_output, wait_steps
+
+    reference_run = completed_run[0]
+    reference = {e["step"]: e["loss"] for e in lives(reference_run)[0] if e["event"] == "step"}
+    run = prepare_run(slurm_run_config(tmp_path, max_steps=STEPS)).resolve()
+    job = submit(slurm_cluster, run)
+    wait_steps(run, job, 2)
+    slurm_cluster.run("scancel", "-b", "--signal=USR1", job)
+    wait_output(run, job, f"requeued job {job}", 300)
+    end = slurm_cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, 600)
+    assert end["JobState"] == "COMPLETED" and end["Restarts"] == "1", output(run, job)[-3000:]
+    first, second = lives(run)
+    assert first[-1]["status"] == "stopped"
+    stopped_at = [e["step"] for e in first if e["event"] == "step"][-1]
+    assert stopped_at < STEPS and second[0]["resumed_from_step"] == stopped_at
+    assert second[-1]["status"] == "completed"
+    resumed = {e["step"]: e["loss"] for e in second if e["event"] == "step"}
+    assert sorted(resumed) == list(range(stopped_at + 1, STEPS + 1))
+    assert [resumed[s] for s in sorted(resumed)] == pytest.approx([reference[s] for s in sorted(resumed)], rel=1e-5)
+    info = read_launch_info(run)
+    assert info["restarts"] == 1 and info["resumed_from"] == str(run / "checkpoints" / f"step-{stopped_at}")
+    assert info["scheduler"]["job_id"] == job and "first_start_time" in info
+    assert not (run / "requeue_requested").exists()  # the second life took it away
+
+
+def test_plain_scancel_is_recorded_as_slurms_cancelled(slurm_cluster, tmp_path):
+    """(d) ``scancel JOB`` from outside: Slurm's verdict, CANCELLED, is kept in the run."""
+    from ftui.jobs.launch import prepare_run
+    from slurm_jobs import output, slurm_end, slurm_run_config, submit, wait_output
+
+    run = prepare_run(slurm_run_config(tmp_path, max_steps=2000)).resolve()
+    job = submit(slurm_cluster, run)
+    wait_output(run, job, f"job {job}, life 1")  # the batch step handles TERM from here on
+    slurm_cluster.run("scancel", job)
+    slurm_cluster.wait_state(job, {"CANCELLED"}, 120)
+    from conftest import wait_for
+
+    assert wait_for(lambda: slurm_end(run) is not None, 60), output(run, job)[-3000:]
+    assert slurm_end(run)["state"] == "CANCELLED" and slurm_end(run)["job_id"] == job
+
+
+@pytest.mark.slow
+def test_a_real_time_limit_warns_checkpoints_and_requeues(slurm_cluster, tmp_path):
+    """``--time=2 --signal=B:USR1@60``: Slurm's own warning, some 60-80 s before the limit."""
+    from ftui.jobs.launch import prepare_run
+    from slurm_jobs import lives, output, slurm_end, slurm_run_config, submit, wait_output
+
+    run = prepare_run(slurm_run_config(tmp_path, max_steps=100000, save_steps=100000)).resolve()
+    job = submit(slurm_cluster, run, "--time=2", "--signal=B:USR1@60")
+    wait_output(run, job, f"requeued job {job}", 240)
+    from conftest import wait_for
+
+    assert wait_for(lambda: len(lives(run)) == 2 and any(e["event"] == "step" for e in lives(run)[1]), 300), output(run, job)[-3000:]
+    first, second = lives(run)
+    assert first[-1]["status"] == "stopped"
+    assert second[0]["resumed_from_step"] == [e["step"] for e in first if e["event"] == "step"][-1]
+    assert slurm_cluster.job(job)["Restarts"] == "1"
+    slurm_cluster.run("scancel", job)
+    assert wait_for(lambda: (slurm_end(run) or {}).get("state") == "CANCELLED", 120), output(run, job)[-3000:]

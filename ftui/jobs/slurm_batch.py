@@ -41,7 +41,7 @@ from ftui.rundir.events import START_EVENTS
 from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE, REQUEUE_FILE, STOP_FILE
 from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after
 
-POLL_S = 0.5
+POLL_S = 0.2
 SLURM_CALL_TIMEOUT_S = 30.0
 VERDICT_WAIT_S = 8.0  # after srun ended: how long to wait for Slurm to name the job's end state
 
@@ -121,8 +121,9 @@ class BatchStep:
     """The batch step's state: the signals Slurm sent, what was done about them."""
 
     def __init__(self, run_dir: Path, job_id: str, requeue_allowed: bool,
-                 query: Callable[[str], Any] | None = None) -> None:
+                 query: Callable[[str], Any] | None = None, restarts: int = 0) -> None:
         self.run_dir = run_dir
+        self.restarts = restarts  # SLURM_RESTART_COUNT: the lives before this one
         self.job_id = job_id
         self.requeue_allowed = requeue_allowed
         self.query = query
@@ -202,6 +203,18 @@ class BatchStep:
                 time.sleep(POLL_S)
         return 0 if ending in ("completed", "stopped") else code
 
+    def requeue_happened(self) -> bool:
+        """Whether Slurm requeued the job although ``scontrol requeue`` did not say so: the
+        requeue ends the job's processes at once, scontrol among them, before it can answer.
+        Slurm's restart count tells (it rose past this life's)."""
+        if self.query is None:
+            return False
+        try:
+            job = self.query(self.job_id)
+        except Exception:
+            return False
+        return job is not None and job.restarts > self.restarts
+
     def requeue_or_stop(self, ending: str | None) -> int:
         stopped = (self.run_dir / STOP_FILE).exists()
         if ending == "completed" or stopped:
@@ -209,7 +222,7 @@ class BatchStep:
             say(_("not requeued: the run completed") if ending == "completed" else _("not requeued: a Stop was asked for"))
             return 0
         ok, out = slurm_call(["scontrol", "requeue", self.job_id])
-        if ok:
+        if ok or self.requeue_happened():
             say(_("requeued job {job}: its next life resumes from the newest checkpoint").format(job=self.job_id))
             return 0
         (self.run_dir / REQUEUE_FILE).unlink(missing_ok=True)
@@ -240,15 +253,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ftui.rundir.slurm_state import query_job
 
-    step = BatchStep(run_dir, job_id, read_requeue_setting(run_dir), query=query_job)
+    restarts = env.get("SLURM_RESTART_COUNT", "0").strip()
+    step = BatchStep(run_dir, job_id, read_requeue_setting(run_dir), query=query_job,
+                     restarts=int(restarts) if restarts.isdigit() else 0)
     # Handlers before srun starts: a warning or a cancel that comes while it starts is not lost.
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, step.on_signal)
     resume = life_resume(run_dir, given, env)
     cmd = srun_command(run_dir, resume, sys.executable)
-    restarts = env.get("SLURM_RESTART_COUNT", "0").strip()
-    life = (int(restarts) if restarts.isdigit() else 0) + 1
-    say(_("job {job}, life {life}: {command}").format(job=job_id, life=life, command=shlex.join(cmd)))
+    say(_("job {job}, life {life}: {command}").format(job=job_id, life=step.restarts + 1, command=shlex.join(cmd)))
     try:
         srun = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     except OSError as err:
