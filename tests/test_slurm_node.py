@@ -210,3 +210,28 @@ def test_a_requeued_life_resumes_from_the_newest_sound_checkpoint(tmp_path, caps
     cmd = srun_command(run, newest, "PY")
     assert cmd[:3] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert cmd[3:] == ["PY", "-m", "ftui.jobs.slurm_node", str(run), "--resume", str(newest)]
+
+
+def test_slurms_ending_is_read_from_slurmstepds_line_in_this_lifes_output(tmp_path):
+    """While the batch step lives, Slurm says COMPLETING (the job ends with it): the ending is in
+    the line slurmstepd writes into the job's output (recorded from Slurm 22.05 here)."""
+    from ftui.jobs.slurm_batch import output_verdict
+
+    out = tmp_path / "slurm-7.out"
+    assert output_verdict(tmp_path, "7", 0) is None  # no output yet
+    out.write_text("[ftui] job 7, life 1: srun ...\n"
+                   "slurmstepd-vm: error: *** JOB 7 ON vm CANCELLED AT 2026-11-28T19:13:18 DUE TO JOB REQUEUE ***\n")
+    assert output_verdict(tmp_path, "7", 0) is None  # a requeue is no ending
+    life2 = out.stat().st_size
+    with out.open("a") as fh:
+        fh.write("slurmstepd-vm: error: *** STEP 7.0 ON vm CANCELLED AT 2026-11-28T19:27:27 DUE TO TIME LIMIT ***\n"
+                 "slurmstepd-vm: error: *** JOB 7 ON vm CANCELLED AT 2026-11-28T19:27:27 DUE TO TIME LIMIT ***\n")
+    job = output_verdict(tmp_path, "7", 1, since=life2)
+    assert (job.state, job.reason, job.restarts, job.live) == ("TIMEOUT", "TimeLimit", 1, False)
+    assert output_verdict(tmp_path, "7", 1, since=out.stat().st_size) is None  # a later life's part: nothing yet
+    with out.open("a") as fh:
+        fh.write("slurmstepd-vm: error: *** JOB 7 ON vm CANCELLED AT 2026-11-28T19:40:00 ***\n")
+    assert output_verdict(tmp_path, "7", 1).state == "CANCELLED"
+    (tmp_path / "slurm-8.out").write_text("*** JOB 8 ON n1 CANCELLED AT 2026-11-28T19:26:00 DUE TO PREEMPTION ***\n"
+                                          "*** JOB 99 ON n1 CANCELLED AT 2026-11-28T19:26:00 ***\n")
+    assert output_verdict(tmp_path, "8", 0).state == "PREEMPTED"  # another job's line is not this one's

@@ -26,6 +26,7 @@ No torch here.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -38,8 +39,8 @@ from ftui.i18n import _
 from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 from ftui.rundir.event_reader import LIFECYCLE_TAIL, EventReader
 from ftui.rundir.events import START_EVENTS
-from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE, REQUEUE_FILE, STOP_FILE
-from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after
+from ftui.rundir.paths import CONFIG_FILE, EVENTS_FILE, REQUEUE_FILE, SLURM_OUTPUT_PATTERN, STOP_FILE
+from ftui.rundir.run_files import UnreadableFile, file_size, line_start_after, read_at
 
 POLL_S = 0.2
 SLURM_CALL_TIMEOUT_S = 30.0
@@ -101,6 +102,43 @@ def life_resume(run_dir: Path, given: Path | None, env: dict[str, str]) -> Path 
     return found
 
 
+# slurmstepd's line in the job's output when Slurm ends the job: the state it means by its cause
+# (Slurm 22.05's words; a requeue's "DUE TO JOB REQUEUE" is no ending)
+ENDING_LINE = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?(?: \([^)]*\))? \*\*\*")
+ENDING_CAUSES = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+OUTPUT_TAIL = 64 << 10
+
+
+def output_verdict(run_dir: Path, job_id: str, restarts: int, since: int = 0) -> Any:
+    """Slurm's ending of the job as slurmstepd wrote it into RUN/slurm-ID.out after byte ``since``
+    (where this life's part starts: the file is appended to by every life), as a SlurmJob; None
+    when it wrote none (yet) or named a requeue."""
+    from ftui.rundir.slurm_state import SlurmJob
+
+    try:
+        raw = read_at(output_file(run_dir, job_id), max(since, output_size(run_dir, job_id) - OUTPUT_TAIL), OUTPUT_TAIL)
+    except (UnreadableFile, OSError):
+        return None
+    found = [m for m in ENDING_LINE.finditer((raw or b"").decode("utf-8", "replace")) if m.group(1) == job_id]
+    if not found or found[-1].group(2) not in ENDING_CAUSES:
+        return None
+    cause = found[-1].group(2)
+    return SlurmJob(job_id=job_id, state=ENDING_CAUSES[cause], reason=cause.title().replace(" ", "") if cause else None,
+                    start=None, end=time.time(), time_limit=None, restarts=restarts, exit_code=None, nodelist=None)
+
+
+def output_file(run_dir: Path, job_id: str) -> Path:
+    """The job's output (sbatch --output=RUN/slurm-%j.out, as ftui's batch script asks)."""
+    return run_dir / SLURM_OUTPUT_PATTERN.replace("%j", job_id)
+
+
+def output_size(run_dir: Path, job_id: str) -> int:
+    try:
+        return file_size(output_file(run_dir, job_id))
+    except (UnreadableFile, OSError):
+        return 0
+
+
 def srun_command(run_dir: Path, resume: Path | None, python: str) -> list[str]:
     """One ftui.jobs.slurm_node per node; a node that fails ends the others (--kill-on-bad-exit)."""
     return ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", python, "-m", "ftui.jobs.slurm_node", str(run_dir),
@@ -124,6 +162,7 @@ class BatchStep:
                  query: Callable[[str], Any] | None = None, restarts: int = 0) -> None:
         self.run_dir = run_dir
         self.restarts = restarts  # SLURM_RESTART_COUNT: the lives before this one
+        self.output_from = output_size(run_dir, job_id)  # this life's part of the job's output starts here
         self.job_id = job_id
         self.requeue_allowed = requeue_allowed
         self.query = query
@@ -155,17 +194,14 @@ class BatchStep:
             say(_("scancel --signal=TERM {job} failed: {reason}").format(job=self.job_id, reason=out))
 
     def try_verdict(self) -> bool:
-        """Records Slurm's end state once Slurm names one that is not live; True once recorded."""
+        """Records Slurm's end state once it is known; True once recorded. While this batch step
+        lives Slurm says COMPLETING (the job ends when it does), so the state comes from the line
+        slurmstepd wrote into the job's output (``*** JOB N ON HOST CANCELLED AT T DUE TO TIME
+        LIMIT ***``), or from Slurm where it already names an end state."""
         if self.verdict is not None:
             return True
-        if self.query is None:
-            return False
-        try:
-            job = self.query(self.job_id)
-        except Exception as err:  # SlurmUnavailable, or anything a broken scontrol gives
-            say(_("could not read job {job}'s state from Slurm: {reason}").format(job=self.job_id, reason=err))
-            return False
-        if job is None or job.live:
+        job = output_verdict(self.run_dir, self.job_id, self.restarts, self.output_from) or self.slurm_verdict()
+        if job is None:
             return False
         from ftui.rundir.slurm_end import record_slurm_end
 
@@ -177,6 +213,17 @@ class BatchStep:
         say(_("Slurm ended job {job}: {state}").format(job=self.job_id, state=job.state))
         return True
 
+    def slurm_verdict(self) -> Any:
+        """The job as Slurm tells it, when that is an end state (else None)."""
+        if self.query is None:
+            return None
+        try:
+            job = self.query(self.job_id)
+        except Exception as err:  # SlurmUnavailable, or anything a broken scontrol gives
+            say(_("could not read job {job}'s state from Slurm: {reason}").format(job=self.job_id, reason=err))
+            return None
+        return None if job is None or job.live else job
+
     def wait(self, srun: subprocess.Popen) -> int:
         """Waits for srun, acting on the signals as they come; srun's exit code (128+N: signal N)."""
         handled_warning = False
@@ -184,8 +231,6 @@ class BatchStep:
             if self.warned and not handled_warning:
                 handled_warning = True
                 self.handle_warning()
-            if self.terminated:
-                self.try_verdict()
             try:
                 code = srun.wait(timeout=POLL_S)
                 return code if code >= 0 else 128 - code
