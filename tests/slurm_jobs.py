@@ -28,9 +28,9 @@ def slurm_run_config(tmp_path: Path, **overrides):
     return tiny_config(tmp_path, **base).model_copy(update={"launcher": "slurm", **slurm})
 
 
-def batch_script(run_dir: Path, resume: Path | None = None, sbatch: tuple[str, ...] = ()) -> str:
+def batch_script(run_dir: Path, resume: Path | None = None, sbatch: tuple[str, ...] = (), nodes: int = 1) -> str:
     """RUN/slurm.sh as slurm-submit writes it: Slurm's options, then the batch step."""
-    lines = ["#!/bin/bash", "#SBATCH --job-name=ftui-test", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
+    lines = ["#!/bin/bash", "#SBATCH --job-name=ftui-test", f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1",
              f"#SBATCH --output={run_dir}/slurm-%j.out", "#SBATCH --open-mode=append", "#SBATCH --requeue",
              *(f"#SBATCH {opt}" for opt in sbatch), "", f"cd {shlex.quote(os.getcwd())} || exit 1",
              f"export PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))}",
@@ -39,11 +39,11 @@ def batch_script(run_dir: Path, resume: Path | None = None, sbatch: tuple[str, .
     return "\n".join(lines) + "\n"
 
 
-def submit(cluster, run_dir: Path, *sbatch: str) -> str:
+def submit(cluster, run_dir: Path, *sbatch: str, nodes: int = 1) -> str:
     """Writes RUN/slurm.sh, submits it and records the job in launch.json (interface 1's first
     record, as slurm-submit's submit writes it); returns the job id."""
     script = run_dir / "slurm.sh"
-    script.write_text(batch_script(run_dir, sbatch=sbatch))
+    script.write_text(batch_script(run_dir, sbatch=sbatch, nodes=nodes))
     job_id = cluster.sbatch(str(script))
     write_launch_info(run_dir, {"scheduler": {"kind": "slurm", "job_id": job_id, "cluster": "ftuitest", "submit_host": "test",
                                               "submitted": time.time(), "script": "slurm.sh"},

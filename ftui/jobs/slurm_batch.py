@@ -245,7 +245,7 @@ class BatchStep:
         if self.terminated:
             deadline = time.monotonic() + VERDICT_WAIT_S
             while not self.try_verdict() and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+                time.sleep(1.0)
         return 0 if ending in ("completed", "stopped") else code
 
     def requeue_happened(self) -> bool:
