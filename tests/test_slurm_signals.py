@@ -163,6 +163,7 @@ FAKE_SRUN = """#!/bin/bash
 echo "srun $*" >> "$FAKES/calls.log"
 trap 'printf "%s\\n" "{\\"v\\": 1, \\"t\\": $(date +%s), \\"event\\": \\"run_end\\", \\"status\\": \\"stopped\\", \\"reason\\": \\"x\\"}" >> "$RUN/events.jsonl"; exit 0' TERM
 echo $$ > "$FAKES/step.pid"
+[ -f "$FAKES/step_dies" ] && exit 143  # its task died of the TERM before any rank ran
 while true; do sleep 0.1; done
 """
 FAKE_SCANCEL = """#!/bin/bash
@@ -193,7 +194,7 @@ def fake_slurm(tmp_path):
     return fakes
 
 
-def start_batch(tmp_path, fakes, **cfg):
+def start_batch(tmp_path, fakes, stop_first: bool = False, **cfg):
     import os
     import subprocess
     import sys
@@ -204,6 +205,8 @@ def start_batch(tmp_path, fakes, **cfg):
     run = prepare_run(tiny_config(tmp_path, **cfg).model_copy(update={"launcher": "slurm"})).resolve()
     env = dict(os.environ, PATH=f"{fakes}:{os.environ['PATH']}", FAKES=str(fakes), RUN=str(run), SLURM_JOB_ID="77")
     env.pop("SLURM_RESTART_COUNT", None)
+    if stop_first:  # a Stop asked for while the job started
+        (run / "stop_requested").write_text("1\n")
     proc = subprocess.Popen([sys.executable, "-m", "ftui.jobs.slurm_batch", str(run)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert wait_for(lambda: (fakes / "step.pid").exists(), 60), proc.communicate(timeout=60)
@@ -387,3 +390,21 @@ def test_a_real_time_limit_warns_checkpoints_and_requeues(slurm_cluster, tmp_pat
     assert slurm_cluster.job(job)["Restarts"] == "1"
     slurm_cluster.run("scancel", job)
     assert wait_for(lambda: (slurm_end(run) or {}).get("state") == "CANCELLED", 120), output(run, job)[-3000:]
+
+
+def test_a_stop_that_ended_the_step_before_its_ranks_ran_reads_stopped(tmp_path, fake_slurm):
+    from ftui.rundir.event_reader import read_all
+
+    (fake_slurm / "step_dies").touch()
+    run, proc = start_batch(tmp_path, fake_slurm)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and read_all(run / "events.jsonl") == []  # no Stop: srun's failure stands
+
+    (tmp_path / "again").mkdir()
+    (fake_slurm / "step.pid").unlink()
+    (fake_slurm / "calls.log").unlink()
+    run, proc = start_batch(tmp_path / "again", fake_slurm, stop_first=True)
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    end = read_all(run / "events.jsonl")[-1]
+    assert end["event"] == "run_end" and end["status"] == "stopped"

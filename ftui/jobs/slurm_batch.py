@@ -246,6 +246,14 @@ class BatchStep:
             deadline = time.monotonic() + VERDICT_WAIT_S
             while not self.try_verdict() and time.monotonic() < deadline:
                 time.sleep(1.0)
+        if ending is None and (self.run_dir / STOP_FILE).exists():
+            # Stop's TERM reached a node before its ranks could handle it (while it started): a
+            # stop, not a crash, as the supervisor says of a job stopped during its start-up
+            from ftui.jobs.supervise import write_run_end
+            from ftui.rundir.summary import STOPPED_EARLY_REASON
+
+            write_run_end(self.run_dir, status="stopped", reason=STOPPED_EARLY_REASON, exit_code=code)
+            ending = "stopped"
         return 0 if ending in ("completed", "stopped") else code
 
     def requeue_happened(self) -> bool:
