@@ -1,6 +1,7 @@
 """What the one-node launcher (ftui.jobs.spawn) tells each rank through its environment, named
 once for both sides: the launcher sets these, the runner (ftui.runner.distributed) reads them,
-and neither imports the other. No torch here.
+and neither imports the other; and the one rule both apply to a repeated stop signal under Slurm
+(``same_stop``). No torch here.
 """
 
 import os
