@@ -179,7 +179,7 @@ if [ "$1" = "requeue" ]; then
   [ -f "$FAKES/requeue_killed" ] && { echo 1 > "$FAKES/restarts.txt"; kill -KILL $$; }
   exit 0
 fi
-echo "JobId=$SLURM_JOB_ID JobName=ftui-t JobState=$(cat "$FAKES/state.txt") Reason=None Restarts=$(cat "$FAKES/restarts.txt" 2>/dev/null || echo 0) ExitCode=0:15 NodeList=vm"
+echo "JobId=$SLURM_JOB_ID JobName=ftui-t UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=1 Nice=0 Account=(null) QOS=(null) JobState=$(cat "$FAKES/state.txt") Reason=None Dependency=(null) Requeue=1 Restarts=$(cat "$FAKES/restarts.txt" 2>/dev/null || echo 0) BatchFlag=1 Reboot=0 ExitCode=0:15 RunTime=00:00:09 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-28T19:26:00 EligibleTime=2026-11-28T19:26:00 StartTime=2026-11-28T19:26:01 EndTime=2026-11-28T19:26:10 NodeList=vm BatchHost=vm"
 """
 
 
