@@ -13,7 +13,8 @@ the training user). Here nothing listens for the launch itself:
 
 What torchrun did for us is kept: a Stop (SIGTERM or SIGINT to this process) is passed to the
 ranks once, they get ``stop_timeout`` seconds to finish the step and save a checkpoint, then
-are killed; a second signal kills them at once; when a rank fails the others are asked to stop
+are killed; a second signal kills them at once (under Slurm, a repeat within SIGNAL_REPEAT_S
+is the same Stop: ftui.rundir.rank_env.same_stop); when a rank fails the others are asked to stop
 and killed 30 s later (no rank waits in a collective forever); the ranks die with
 this process (they set PDEATHSIG, ftui.runner.faults.die_with_parent); the exit code is the first failing
 rank's. No torch here: it starts fast and holds no GPU memory.
@@ -33,7 +34,7 @@ import psutil
 
 from ftui.i18n import _
 from ftui.rundir.paths import STORE_PREFIX
-from ftui.rundir.rank_env import STORE_ENV, THREADS_DEFAULTED_ENV
+from ftui.rundir.rank_env import SIGNAL_REPEAT_S, STORE_ENV, THREADS_DEFAULTED_ENV, same_stop
 
 POLL_S = 0.2
 FAILURE_GRACE_S = 30.0  # after a rank failed: time for the others to report (as torchrun gives them)
@@ -79,8 +80,16 @@ class Ranks:
         self.stop_timeout = stop_timeout
         self.kill_at: float | None = None  # set once the ranks were asked to stop
         self.signals = 0
+        self.first_signal: float | None = None  # time.monotonic() of the first
 
     def on_signal(self, signum: int, _frame: object) -> None:
+        now = time.monotonic()
+        if same_stop(self.first_signal, now):
+            # Under Slurm slurmstepd signalled the ranks too, and srun may signal again: one Stop.
+            print("[ftui] " + _("launcher: signal {signal} again within {seconds} s under Slurm: the same stop").format(
+                signal=signum, seconds=f"{SIGNAL_REPEAT_S:.0f}"), flush=True)
+            return
+        self.first_signal = self.first_signal if self.first_signal is not None else now
         self.signals += 1
         if self.signals == 1:
             print("[ftui] " + _("launcher: signal {signal}: asking the ranks to stop (killed after {seconds} s)").format(

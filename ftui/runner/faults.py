@@ -20,6 +20,7 @@ from ftui.rundir.event_writer import DISK_FULL_ERRNOS, DISK_FULL_TEXT
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
 from ftui.rundir.paths import CONFIG_FILE, HEARTBEAT_DIR
+from ftui.rundir.rank_env import same_stop
 from ftui.presets.engine_presets import NEEDS_SEVERAL, more_memory_saving
 from ftui.data.records import DataFormatError
 from ftui.runner.hub import HubProblem
@@ -42,21 +43,27 @@ def developer_note(text: str) -> None:
 
 
 class StopRequest:
-    """Set by SIGTERM; a second signal ends the process at once."""
+    """Set by SIGTERM; a second signal ends the process at once, except under Slurm within
+    SIGNAL_REPEAT_S of the first (ftui.rundir.rank_env.same_stop: slurmstepd and the launcher
+    both deliver the one Stop), which is the same Stop and is ignored."""
 
     def __init__(self) -> None:
         self.requested = False
         self.at: float | None = None
+        self._first: float | None = None  # time.monotonic() of the first signal
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum: int, _frame: Any) -> None:
+        now = time.monotonic()
+        if same_stop(self._first, now):
+            return
         if self.requested:
             os._exit(128 + signum)
         self.requested = True
-        self.at = time.time()
+        self.at, self._first = time.time(), now
         try:
             print("[ftui] " + _("signal {signum}: finishing the current step, then stopping").format(signum=signum),
                   file=sys.stderr, flush=True)

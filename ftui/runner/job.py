@@ -2,7 +2,8 @@
 ``run_end`` event out that says how it ended.
 
 Rank 0 writes ``events.jsonl``; every rank's output goes to the run's log. SIGTERM asks for
-a graceful stop (``StopRequest``); a second one exits at once. A rank dies with its
+a graceful stop (``StopRequest``); a second one exits at once (under Slurm, one within
+SIGNAL_REPEAT_S of the first is the same Stop: slurmstepd and the launcher both send it). A rank dies with its
 launcher. Every failure ends with a run_end naming the error and a hint, also on a full
 disk (the event takes the room the supervisor reserved).
 """

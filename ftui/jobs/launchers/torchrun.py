@@ -5,6 +5,17 @@ which writes the events and final/, is on node 0. DeepSpeed runs under it too (i
 same environment), so no hostfile or ssh between nodes is needed. Every other node joins node
 0's run directory (``other_node_commands``). No torch here: torchrun's options are read from
 its source file.
+
+Signals under Slurm (torch 2.13's torch/distributed/elastic, read for issue 45): torchrun
+handles SIGTERM/SIGINT/SIGHUP/SIGQUIT by raising SignalException in its main thread; the agent
+then sends that signal to each rank's process group (the ranks run in sessions of their own)
+and waits ``--shutdown-timeout`` seconds before SIGKILL. slurmstepd's TERM reaches torchrun
+and the ranks alike, so each rank gets it twice (slurmstepd's, torchrun's) and takes the repeat
+as the same Stop (ftui.rundir.rank_env.same_stop). A second TERM to torchrun while it waits
+(srun's "forcing job termination", or a second ``scancel``) interrupts that wait; its
+``finally`` shuts down again, so the ranks get TERM once more (within the window: still the one
+Stop) and a fresh wait starts; a third ends torchrun at once and the ranks with it (PDEATHSIG),
+as Slurm's SIGKILL after KillWait would anyway.
 """
 
 from __future__ import annotations
