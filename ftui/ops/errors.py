@@ -116,3 +116,7 @@ class DeleteRefused(OpError):
     """The run must not or cannot be deleted (delete_run's words)."""
 
     failed = True
+
+
+class SlurmRefused(OpError):
+    """sbatch (or the shared-filesystem probe) refused the run: nothing of it was left behind."""

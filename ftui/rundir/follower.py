@@ -99,6 +99,8 @@ class RunFollower:
         if self.reader.problem is not None:
             self.summary.mark_unreadable(self.reader.problem)
             return True
+        if self._slurm_live():
+            return False
         if launcher_gone(self.run_dir, self.launch):
             self.fold(self.reader.read_new(compact=self.compact))  # all of the rest: it may end with run_end
             if self.reader.problem is not None:
@@ -107,6 +109,22 @@ class RunFollower:
                 self.summary.mark_died()
             return True
         return False
+
+    def _slurm_live(self) -> bool:
+        """A Slurm run's job as Slurm says (the smallest version of issue 45's reading rule,
+        until the reading side's replaces it): live while Slurm runs or queues it."""
+        from ftui.rundir.slurm_state import SlurmUnavailable, query_job, slurm_scheduler
+
+        launch = self.launch if self.launch is not None else read_launch_info(self.run_dir)
+        scheduler = slurm_scheduler(launch)
+        if scheduler is None:
+            return False
+        try:
+            job = query_job(scheduler["job_id"])
+        except SlurmUnavailable:
+            return False
+        self.summary.take_slurm_job(job)
+        return job is not None and job.live
 
     def _started_again(self) -> dict[str, Any] | None:
         """The resume's launch record when an ended run's job started again: launch.json was

@@ -20,10 +20,11 @@ from ftui.rundir.events import RUN_END_STATUSES, started_job, TRAIN_JOB
 from ftui.rundir.launch_record import plausible_time, read_launch_record
 from ftui.rundir.paths import STOP_FILE
 
-LIVE_STATUSES = ("starting", "running")
-# A run_end says completed, stopped or failed; only a reader can conclude these two (the job is
-# gone without a run_end; the files cannot be read). Every reader tells "ended" with END_STATUSES.
-READER_END_STATUSES = ("died", "unreadable")
+LIVE_STATUSES = ("queued", "starting", "running")  # queued: a Slurm job Slurm has not started yet
+# A run_end says completed, stopped or failed; only a reader can conclude these (the job is gone
+# without a run_end; the files cannot be read; Slurm ended the job). Every reader tells "ended"
+# with END_STATUSES.
+READER_END_STATUSES = ("died", "unreadable", "cancelled")
 END_STATUSES = RUN_END_STATUSES + READER_END_STATUSES
 
 
@@ -63,6 +64,11 @@ class RunSummary:
     error: str | None = None
     host: str | None = None
     launcher_pid: int | None = None
+    slurm_job: str | None = None  # a Slurm run's job id (launch.json's scheduler)
+    slurm_state: str | None = None  # Slurm's state of the job as last read
+    queue_reason: str | None = None  # squeue's reason while queued (Resources, BeginTime, ...)
+    queue_start: float | None = None  # Slurm's estimated start while queued, None when it gives none
+    nodes: list[str] = field(default_factory=list)  # where the ranks run (launch.json's nodes)
     # Loss curve as compact arrays: a run with a million steps stays a few MB.
     loss_steps: array = field(default_factory=lambda: array("l"), repr=False)
     loss_values: array = field(default_factory=lambda: array("d"), repr=False)
@@ -98,6 +104,11 @@ class RunSummary:
         self.launcher_pid = launch.get("pid")
         self.first_started = launch.get("first_start_time")  # read_launch_record checked both
         self.earlier_s = float(launch.get("earlier_s") or 0.0)
+        nodes = launch.get("nodes")
+        self.nodes = [n for n in nodes if isinstance(n, str)][:4096] if isinstance(nodes, list) else []
+        scheduler = launch.get("scheduler")
+        job_id = scheduler.get("job_id") if isinstance(scheduler, dict) else None
+        self.slurm_job = job_id if isinstance(job_id, str) and job_id.isdigit() else None
 
     @property
     def error_detail(self) -> str | None:
@@ -125,6 +136,18 @@ class RunSummary:
         self.status = "starting"
         self.ended = self.reason = self.hint = self.error = None
         self.take_launch(launch)
+
+    def take_slurm_job(self, job: Any) -> None:
+        """What Slurm says of the run's job (a SlurmJob, None when Slurm no longer knows it):
+        a job Slurm has not started reads ``queued``, with Slurm's reason and estimated start."""
+        self.slurm_state = job.state if job is not None else None
+        pending = job is not None and job.state == "PENDING"
+        self.queue_reason = job.reason if pending else None
+        self.queue_start = job.start if pending else None
+        if pending and self.live:
+            self.status = "queued"
+        elif self.status == "queued":
+            self.status = "starting"
 
     def mark_died(self) -> None:
         """The job is gone without run_end: say why as well as the files can tell."""
