@@ -144,10 +144,10 @@ class RunSummary:
         pending = job is not None and job.state == "PENDING"
         self.queue_reason = job.reason if pending else None
         self.queue_start = job.start if pending else None
-        if pending and self.live:
-            self.status = "queued"
-        elif self.status == "queued":
-            self.status = "starting"
+        if pending and self.live and self.status != "queued":
+            self.status, self._unqueued = "queued", self.status
+        elif not pending and self.status == "queued":
+            self.status = getattr(self, "_unqueued", "starting")
 
     def mark_died(self) -> None:
         """The job is gone without run_end: say why as well as the files can tell."""
