@@ -61,10 +61,10 @@ def _utc(monkeypatch):
     time.tzset()
 
 
-def slurm_run(root: Path, name: str, job: str, steps: int = 0, nodes: list[str] | None = None) -> Path:
+def slurm_run(root: Path, name: str, job: str, steps: int = 0, nodes: list[str] | None = None, **kw) -> Path:
     """A Slurm run's directory: launch.json as submit writes it (the login node's), with node 0's
     fields once a life started (``nodes``); ``steps``: a run_start and step events of two ranks."""
-    run = write_run(root, name, steps=steps, max_steps=40)
+    run = write_run(root, name, steps=steps, **{"max_steps": 40} | kw)
     if not steps:
         (run / "events.jsonl").write_text("")
     launch = {"scheduler": {"kind": "slurm", "job_id": job, "cluster": "ftuitest", "submit_host": "login1",
@@ -248,3 +248,21 @@ async def test_the_runs_screen_shows_a_queued_runs_reason_start_and_job(tmp_path
         assert str(table.get_cell("waiting", "status")) == "queued"
         detail = text_of(app.screen.query_one("#run-detail"))
         assert "queued  Slurm job 4104: BeginTime, start ~11-14 23:30" in detail
+
+
+def test_dashboard_of_a_running_slurm_run(snap_compare, tmp_path, monkeypatch):
+    """The layout of a Slurm run's dashboard at 80x24: its job in the header, the devices panel
+    naming the nodes with each rank's memory (no NVML figures of this machine)."""
+    from ftui.tui.app import FtuiApp
+
+    monkeypatch.chdir(tmp_path)
+    FakeScontrol(tmp_path, monkeypatch, "4105").say("RUNNING", start="2023-11-14T22:13:25", nodes="n[1-2]")
+    run = slurm_run(tmp_path / "runs", "qwen-lora-20231114-221320", "4105", steps=240, max_steps=600, nodes=["n1", "n2"],
+                    log_lines=("[rank0] step 240 done", "[rank1] step 240 done"))
+    app = FtuiApp(tmp_path / "runs", attach=run, clock=lambda: T0 + 400, sampler=no_nvml, offer_live=False)
+
+    async def settle(pilot):
+        await pilot.pause(1.0)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
