@@ -125,6 +125,12 @@ async def test_the_form_shows_slurms_fields_for_launcher_slurm_and_start_submits
         await until(pilot, lambda: screen.current_config_dict().get("slurm_partition") == "debug")
         data = screen.current_config_dict()
         assert "gpus" not in data and "rdzv_endpoint" not in data  # hidden: left out of the config
+        await pilot.press("f6")  # what Start does: a batch script submitted, not a command run here
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ShowText")
+        shown = text_of(app.screen.query_one(".code")).replace("\n", "")
+        assert "sbatch --parsable" in shown and "slurm.sh" in shown and "--slurm --dry-run" in shown
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen)
         await pilot.press("f5")
         await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
         cfg = started[0]
