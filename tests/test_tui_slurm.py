@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from textual.app import App
-from textual.widgets import Button, Input, Select, Switch
+from textual.widgets import Button, Input, Label, Select, Switch
 
 from ftui.rundir.events import make_event
 from ftui.tui.screens.dashboard import DashboardScreen
@@ -170,6 +170,10 @@ async def test_the_dashboard_follows_a_slurm_run_from_queued_to_running_on_its_n
     """Queued: the header says so with squeue's reason and the estimated start and the job; the
     devices panel says no nodes yet; keys that need trained weights are disabled; NVML is never
     sampled. Running: the GPUs' nodes and each rank's memory from the step events, by node."""
+    import ftui.ops.control as control
+
+    stops = []
+    monkeypatch.setattr(control, "stop", lambda run_dir, force=False: stops.append((run_dir, force)) or "scancel 4102: cancelled")
     fake = FakeScontrol(tmp_path, monkeypatch, "4102")
     fake.say("PENDING", "Resources", start="2023-11-14T23:00:00")
     run = slurm_run(tmp_path / "runs", "queued", "4102")
@@ -184,6 +188,12 @@ async def test_the_dashboard_follows_a_slurm_run_from_queued_to_running_on_its_n
         keys = offered(dash)
         assert keys["stop"] and keys["chat"] is False and "resume" not in keys
         assert not dash.view.ended  # never died: its processes are not on this machine
+        await pilot.press("s")  # Stop goes through ftui.ops.control (its Slurm branch: scancel a job that never started)
+        await until(pilot, lambda: app.screen.__class__.__name__ == "Confirm")
+        assert "Cancel the queued Slurm job 4102?" in text_of(app.screen.query(Label).first())
+        await pilot.press("enter")
+        await until(pilot, lambda: stops == [(run, False)])
+        await until(pilot, lambda: any("scancel 4102" in str(n.message) for n in app._notifications))
 
         fake.say("RUNNING", start="2023-11-14T22:14:00", nodes="n[1-2]")
         launch = json.loads((run / "launch.json").read_text())
