@@ -282,3 +282,19 @@ def test_dashboard_of_a_running_slurm_run(snap_compare, tmp_path, monkeypatch):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
+
+
+def test_a_yamls_sbatch_lines_fill_one_field_and_come_back_as_the_list():
+    """slurm_sbatch_lines is a list in the YAML and one line in the form (an Input): joined with
+    "; ", split again on ";" (or a newline); Slurm's keys stay out of a local run's config."""
+    from ftui.tui.screens.launch_fields import FORM_DEFAULTS, config_to_form, form_to_config
+
+    cfg = FORM_DEFAULTS | {"launcher": "slurm", "slurm_sbatch_lines": ["--exclusive", "--mail-type=END"], "slurm_partition": "gpu"}
+    values = config_to_form(cfg) | {"method": "lora", "precision": "fp32"}
+    assert values["slurm_sbatch_lines"] == "--exclusive; --mail-type=END"
+    data = form_to_config(values)
+    assert data["slurm_sbatch_lines"] == ["--exclusive", "--mail-type=END"] and data["slurm_partition"] == "gpu"
+    assert "gpus" not in data and "rdzv_endpoint" not in data
+    assert form_to_config(values | {"slurm_sbatch_lines": " --exclusive ;\n--comment=x; "})["slurm_sbatch_lines"] == ["--exclusive", "--comment=x"]
+    local = form_to_config(values | {"launcher": "local"})
+    assert not any(k.startswith("slurm_") for k in local) and local["launcher"] == "local"
