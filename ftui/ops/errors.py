@@ -122,3 +122,7 @@ class StopFailed(OpError):
     """The job could not be asked to stop (a Slurm run: scancel missing, or Slurm refused)."""
 
     failed = True
+
+
+class SlurmRefused(OpError):
+    """sbatch (or the shared-filesystem probe) refused the run: nothing of it was left behind."""

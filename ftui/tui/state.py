@@ -132,6 +132,14 @@ class RunView:
     lr_recent: tuple[list[float], list[float]] = ((), ())
     evals: tuple[list[float], list[float]] = ((), ())
     rank_peaks: tuple[int, ...] = ()
+    rank_mem: tuple[tuple[int, int], ...] = ()  # per rank, (allocated, reserved) bytes at the last step
+    # A Slurm run (issue 45): its job, Slurm's state, why it waits and when Slurm expects to
+    # start it (queued), and the nodes its ranks run on
+    slurm_job: str | None = None
+    slurm_state: str | None = None
+    queue_reason: str | None = None
+    queue_start: float | None = None
+    nodes: tuple[str, ...] = ()
     messages: tuple[tuple[str, str], ...] = ()  # (level, text) of log events
     reason: str | None = None
     error: str | None = None
@@ -157,6 +165,19 @@ class RunView:
     @property
     def ended(self) -> bool:
         return self.status in END_STATUSES
+
+
+def rank_memory(step: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    """Each rank's (allocated, reserved) bytes as a step event gives them (``mem``, by rank;
+    an untrusted file: anything but whole numbers reads as 0)."""
+    mem = step.get("mem") if step else None
+    if not isinstance(mem, list):
+        return ()
+    out: dict[int, tuple[int, int]] = {}
+    for m in mem[:4096]:
+        if isinstance(m, dict) and type(m.get("rank", 0)) is int and 0 <= m.get("rank", 0) < 4096:
+            out[m.get("rank", 0)] = tuple(v if type(v) is int and v >= 0 else 0 for v in (m.get("allocated"), m.get("reserved")))
+    return tuple(out.get(r, (0, 0)) for r in range(max(out) + 1)) if out else ()
 
 
 @dataclass
@@ -302,7 +323,9 @@ class RunState:
             lr_series=downsample(self.lr_steps, self.lr_values, self.max_points),
             lr_recent=(list(self.lr_steps[lr_from:]), list(self.lr_values[lr_from:])),
             evals=(list(self.eval_steps), list(self.eval_values)),
-            rank_peaks=tuple(self.rank_peaks), messages=tuple(self.messages[-5:]),
+            rank_peaks=tuple(self.rank_peaks), rank_mem=rank_memory(st),
+            slurm_job=s.slurm_job, slurm_state=s.slurm_state, queue_reason=s.queue_reason, queue_start=s.queue_start,
+            nodes=tuple(s.nodes), messages=tuple(self.messages[-5:]),
             reason=s.reason, error=s.error, hint=s.hint, loading=self.loading, preparing=self.preparing,
             extras=extra_figures(st) if st else (), eval_extras=extra_figures(self.last_eval) if self.last_eval else (),
             figure_series={n: downsample(xs, ys, self.max_points) for n, (xs, ys) in self.figure_points.items()},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 from rich.cells import cell_len
 from rich.console import Group
@@ -23,6 +24,7 @@ from ftui.machine.gpu import GpuSample, HostSample
 from ftui.i18n import N_, _
 from ftui.safety.text import visible
 from ftui.tui.axes import LR_MIN_ABS_SPAN, MIN_ABS_SPAN, log_range, log_ticks, step_range, step_ticks, value_range, value_ticks
+from ftui.rundir.summary import RunSummary
 from ftui.tui.state import RunView, ema, ordered_figures
 
 STATUS_STYLE = {
@@ -37,6 +39,7 @@ STATUS_LABELS = {
     "failed": N_("failed"), "died": N_("died"), "unreadable": N_("unreadable"), "stopping": N_("stopping"),
     "queued": N_("queued"), "cancelled": N_("cancelled"),
 }
+FAILED_ENDS = ("failed", "died", "unreadable", "cancelled")  # ends shown as failures (red, with the hint)
 LEVEL_LABELS = {"info": N_("info"), "warning": N_("warning"), "error": N_("error")}  # a log event's level
 ERROR_LINE = re.compile(r"(Traceback|Error\b|Exception\b|error:|CUDA out of memory|FAILED|Killed)", re.I)
 
@@ -54,8 +57,10 @@ class RunHeader(Static):
         line.append(visible(view.run_id, one_line=True), style="bold")
         line.append(" │ ")
         line.append(status_label(view.status), style=STATUS_STYLE.get(view.status, "bold"))
+        if view.slurm_job:
+            line.append(" │ " + slurm_words(view), style="yellow" if view.status == "queued" else "")
         line.append(" │ " + _("elapsed {duration}").format(duration=fmt_duration(view.elapsed)))
-        if not view.ended:
+        if not view.ended and view.status != "queued":  # a queued run has no steps to time yet
             line.append(" │ " + _("ETA {duration}").format(duration=fmt_duration(view.eta)))
         if view.loading is not None:
             line.append(" │ " + _("reading history {percent}%").format(percent=f"{100 * view.loading:.0f}"), style="yellow")
@@ -66,6 +71,18 @@ class RunHeader(Static):
             parts = (view.model, what, view.engine, view.precision, f"{view.world_size}×" if view.world_size else None)
             line.append(visible(" │ " + " · ".join(str(p) for p in parts if p is not None), one_line=True), style="dim")
         self.update(line)
+
+
+def slurm_words(view: "RunView | RunSummary") -> str:
+    """A Slurm run's job, and while it is queued Slurm's reason and estimated start: "Slurm
+    job 12: Resources, start ~11-14 23:00" (Slurm's text is untrusted: shown, never markup)."""
+    words = _("Slurm job {job}").format(job=view.slurm_job)
+    if view.status != "queued":
+        return words
+    why = [visible(view.queue_reason, one_line=True)[:80]] if view.queue_reason else []
+    if view.queue_start is not None:
+        why.append(_("start ~{when}").format(when=time.strftime("%m-%d %H:%M", time.localtime(view.queue_start))))
+    return words + (": " + ", ".join(why) if why else "")
 
 
 def fit_wide_lines(plot, width: int):
@@ -264,13 +281,13 @@ class EndBanner(Static):
         text.append(status_label(view.status).upper(), style=STATUS_STYLE.get(view.status, "bold"))
         if view.reason:
             text.append(": " + visible(view.reason))
-        if view.error and view.status in ("failed", "died"):
+        if view.error and view.status in ("failed", "died", "cancelled"):
             text.append("\n" + visible(view.error), style="red")
         if view.hint:
             text.append("\n" + _("hint") + ": ", style="bold")
             text.append(visible(view.hint))
         self.update(text)
-        self.set_class(view.status in ("failed", "died", "unreadable"), "-failed")
+        self.set_class(view.status in FAILED_ENDS, "-failed")
 
 
 class GpuPanel(Static):
@@ -301,6 +318,41 @@ class GpuPanel(Static):
             parts.append(Text(_("peak per rank: {peaks}").format(peaks=peaks), style="dim"))
         self.update(Group(*parts))
 
+    def show_nodes(self, view: RunView) -> None:
+        """A Slurm run's devices: its GPUs are on compute nodes, which NVML on this (login)
+        machine does not see, so: where they are, and each rank's memory as its step events
+        give it (allocated / reserved at the last step, and the peak)."""
+        nodes = [visible(n, one_line=True)[:64] for n in view.nodes[:8]]
+        if nodes:
+            where = _("GPUs on {nodes} (Slurm job {job})").format(nodes=", ".join(nodes) + (" …" if len(view.nodes) > 8 else ""),
+                                                                 job=view.slurm_job)
+        elif view.status == "queued":
+            where = _("queued: no nodes yet (Slurm job {job})").format(job=view.slurm_job)
+        else:
+            where = _("GPUs on the job's nodes (Slurm job {job})").format(job=view.slurm_job)
+        parts: list = [Text(where, overflow="fold")]
+        ranks = max(len(view.rank_mem), len(view.rank_peaks))
+        if view.ended:
+            parts.append(Text(_("the run has ended: no live figures"), style="dim"))
+        elif ranks:
+            per_node = view.world_size // len(view.nodes) if view.nodes and view.world_size and view.world_size % len(view.nodes) == 0 else 0
+            t = Table.grid(padding=(0, 1))
+            for _col in range(4):
+                t.add_column(no_wrap=True)
+            t.add_row(*(Text(h, style="dim") for h in (_("node"), _("rank"), _("memory"), _("peak"))))
+            for r in range(min(ranks, 64)):
+                allocated, reserved = view.rank_mem[r] if r < len(view.rank_mem) else (0, 0)
+                node = nodes[r // per_node] if per_node and r // per_node < len(nodes) else "?"
+                peak = view.rank_peaks[r] if r < len(view.rank_peaks) else 0
+                t.add_row(node, f"r{r}", f"{allocated / 2**30:.1f}/{reserved / 2**30:.1f}G", f"{peak / 2**30:.1f}G")
+            parts.append(t)
+        elif view.status != "queued":
+            parts.append(Text(_("memory per rank: with the first step"), style="dim"))
+        if view.ended and view.rank_peaks:
+            peaks = "  ".join(f"r{r} {fmt_bytes(p)}" for r, p in enumerate(view.rank_peaks))
+            parts.append(Text(_("peak per rank: {peaks}").format(peaks=peaks), style="dim"))
+        self.update(Group(*parts))
+
 
 class LogTail(RichLog):
     """The tail of train.log: escaped (Text, never markup; control characters as escapes, so a
@@ -312,4 +364,4 @@ class LogTail(RichLog):
             self.write(Text(visible(line), style=style or ""))
 
 
-__all__ = ["status_label", "RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]
+__all__ = ["status_label", "slurm_words", "RunHeader", "LossPlot", "FigurePlot", "Figures", "EndBanner", "GpuPanel", "LogTail"]

@@ -31,12 +31,13 @@ from ftui.rundir.follower import RunFollower
 from ftui.rundir.launch_record import read_launch_info, run_cuda_devices
 from ftui.rundir.log_tail import LogTailer
 from ftui.rundir.paths import LOG_FILE
+from ftui.rundir.slurm_state import slurm_scheduler
 from ftui.rundir.summary import RunSummary
 from ftui.safety.text import visible
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
 from ftui.tui.footer import FittingFooter
-from ftui.tui.widgets import EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader, status_label
+from ftui.tui.widgets import FAILED_ENDS, EndBanner, FigurePlot, Figures, GpuPanel, LogTail, LossPlot, RunHeader, status_label
 from ftui.tui.ui_thread import to_ui
 
 POLL_S = 1.0  # the header shows whole seconds; new events show within a second
@@ -49,6 +50,19 @@ TAIL_BYTES = 8 << 20
 FIGURE_PLOTS = 2  # at most, stacked beside the loss plot ...
 FIXED_ROWS = 11  # ... each given MIN_FIGURE_ROWS of the rows the header, the bottom panels and the footer leave
 MIN_FIGURE_ROWS = 10
+
+
+def launch_nodes(launch: dict) -> list[str]:
+    """The nodes launch.json names (a Slurm run's node 0 writes them at each start of the job)."""
+    nodes = launch.get("nodes")
+    return [n for n in nodes[:4096] if isinstance(n, str)] if isinstance(nodes, list) else []
+
+
+def slurm_changed(view: RunView | None, summary: RunSummary) -> bool:
+    """Whether what Slurm says of the run (its status, why and until when it waits, its nodes)
+    moved on since ``view`` without an event saying so."""
+    return view is not None and (view.status, view.slurm_state, view.queue_reason, view.queue_start, view.nodes) != (
+        summary.status, summary.slurm_state, summary.queue_reason, summary.queue_start, tuple(summary.nodes))
 
 
 class DashboardScreen(Screen):
@@ -74,7 +88,9 @@ class DashboardScreen(Screen):
     # Shown in the footer only once the run has ended, in Stop's place (their keys work throughout:
     # a live run's checkpoints can be scored or exported too, the palette lists them).
     ENDED_KEYS = frozenset({"evalpredict", "export"})
-    RESUMABLE = ("stopped", "failed", "died")  # the ends `ftui train --resume` continues (a completed run: with --set)
+    RESUMABLE = ("stopped", "failed", "died", "cancelled")  # the ends `ftui train --resume` continues (a completed run: with --set)
+    # Keys that act on what a run has trained: a queued Slurm run has nothing yet (they say so)
+    NEED_TRAINING = frozenset({"chat", "evalpredict", "export", "serve", "rollouts"})
 
     def __init__(self, run_dir: Path, clock: Callable[[], float] = time.time, sampler=None):
         super().__init__()
@@ -89,6 +105,9 @@ class DashboardScreen(Screen):
         self._plot_due = False
         self.figure_offset = 0  # which of the run's extra figures the first figure plot shows (key f)
         self.rollouts_offered = False  # the run writes rollouts (key g): known once check_rollouts has looked
+        # launch.json's Slurm record (issue 45): the run's GPUs are on compute nodes, which NVML
+        # here does not see; set by the tail worker before its first view
+        self.scheduler: dict | None = None
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -136,6 +155,7 @@ class DashboardScreen(Screen):
     def tail_run(self) -> None:
         worker = get_current_worker()
         launch = read_launch_info(self.run_dir)
+        self.scheduler = slurm_scheduler(launch)
         summary = RunSummary(run_id=self.run_dir.name, path=self.run_dir)
         summary.take_launch(launch)
         state = RunState(summary, clock=self.clock)
@@ -153,10 +173,14 @@ class DashboardScreen(Screen):
             lines = log.read_new()
             if not launch:
                 launch = read_launch_info(self.run_dir)
+                self.scheduler = slurm_scheduler(launch)
                 if launch and state.summary.started is None:
                     state.summary.take_launch(launch)
+            if self.scheduler is not None and state.summary.live:  # node 0 writes the nodes of each life of the job
+                state.summary.nodes = launch_nodes(read_launch_info(self.run_dir)) or state.summary.nodes
             if batch or lines or first or state.summary.live:
-                view = state.view() if (batch or first or state.loading is not None) else replace(last_view, elapsed=state.view_elapsed())
+                fresh = batch or first or state.loading is not None or slurm_changed(last_view, state.summary)
+                view = state.view() if fresh else replace(last_view, elapsed=state.view_elapsed())
                 last_view = view
                 to_ui(self, self.show, view, lines, first)
             first = False
@@ -211,10 +235,14 @@ class DashboardScreen(Screen):
             view.step, view.status, view.loading, len(view.evals[0]))
         if previous is None or previous.ended != view.ended:
             self._follow_liveness(view.ended)
+        elif previous.status != view.status:  # queued -> starting: the devices panel and the keys follow
+            self.show_devices(*self._gpu)
+            self.refresh_bindings()
         if changed:
             self.query_one(EndBanner).show(view)
             self.query_one(Figures).show(view)
-            if previous is None or (previous.rank_peaks, previous.ended) != (view.rank_peaks, view.ended):
+            if previous is None or (previous.rank_peaks, previous.ended, previous.rank_mem, previous.nodes) != (
+                    view.rank_peaks, view.ended, view.rank_mem, view.nodes):
                 self.show_devices(*self._gpu)
             # The plot is the costly part: redraw it at most once a second while steps stream in.
             now = time.monotonic()
@@ -228,7 +256,7 @@ class DashboardScreen(Screen):
         if view.ended and was_live and not self._ended_seen_live:
             self._ended_seen_live = True
             self.app.bell()
-            severity = "error" if view.status in ("failed", "died") else "warning" if view.status == "stopped" else "information"
+            severity = "error" if view.status in FAILED_ENDS else "warning" if view.status == "stopped" else "information"
             detail = f"\n{view.error}" if view.error else ""
             hint = "\n" + _("hint") + f": {view.hint}" if view.hint else ""
             self.notify(visible(f"{view.run_id}: {status_label(view.status)}. {view.reason or ''}{detail}{hint}"), title=_("run ended"),
@@ -272,7 +300,7 @@ class DashboardScreen(Screen):
         resume) starts them again."""
         if ended:
             self.workers.cancel_group(self, "devices")
-        else:
+        elif self.scheduler is None:  # a Slurm run's GPUs are not this machine's: nothing to sample
             self.sample_devices()
         self.query_one(FittingFooter).hide(frozenset() if ended else self.ENDED_KEYS)
         self.refresh_bindings()
@@ -286,7 +314,14 @@ class DashboardScreen(Screen):
             return self.view is not None and bool(self.view.figure_names)
         if action == "rollouts":  # an sft or dpo run has none to browse
             return self.rollouts_offered
+        if action in self.NEED_TRAINING and self.queued:  # shown disabled: nothing trained yet
+            return None
         return True
+
+    @property
+    def queued(self) -> bool:
+        """A Slurm run Slurm has not started: no rank, no checkpoint, no weights yet."""
+        return self.view is not None and self.view.status == "queued"
 
     @work(thread=True, group="rollouts")
     def check_rollouts(self) -> None:
@@ -305,6 +340,9 @@ class DashboardScreen(Screen):
             return
         ended = self.view is not None and self.view.ended
         self._gpu = ([], None) if ended else (gpus, host)  # a sample that was on its way when the run ended
+        if self.scheduler is not None and self.view is not None:
+            self.query_one(GpuPanel).show_nodes(self.view)
+            return
         self.query_one(GpuPanel).show(*self._gpu, self.view.rank_peaks if self.view else (), ended=ended)
 
     # --- actions
@@ -369,17 +407,22 @@ class DashboardScreen(Screen):
             self.notify(_("the run has already ended"), severity="warning")
             return
         force = self.stop_requests > 0
-        question = (
-            _("Kill the run now? The ranks are killed without saving.") if force
-            else _("Stop the run? The ranks finish the current step and stop.")
-        )
+        if self.queued:  # Slurm has not started it: cancelling loses nothing
+            question = _("Cancel the queued Slurm job {job}? It has not started: the run reads stopped.").format(job=self.view.slurm_job)
+        elif self.scheduler is not None and force:
+            question = _("Cancel the Slurm job now (scancel)? The ranks are killed without saving.")
+        else:
+            question = (
+                _("Kill the run now? The ranks are killed without saving.") if force
+                else _("Stop the run? The ranks finish the current step and stop.")
+            )
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self.stop_requests += 1
                 self.send_stop(force)
 
-        self.app.push_screen(Confirm(question, yes=_("Kill") if force else _("Stop"), danger=force), answered)
+        self.app.push_screen(Confirm(question, yes=_("Kill") if force and not self.queued else _("Stop"), danger=force), answered)
 
     def action_resume(self) -> None:
         """Resumes the run (ftui.ops, the rules of ``ftui train --resume``); this dashboard

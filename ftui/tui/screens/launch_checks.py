@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import work
 from textual.widgets import Button, Label, Static
 
-from ftui.i18n import _
+from ftui.i18n import _, current_language
 from ftui.presets.choices import engine_description
 from ftui.tui.ui_thread import to_ui
 
@@ -106,11 +106,13 @@ class LaunchChecks:
         self._show_field_warning("cutoff_len", None if by_field.get("cutoff_len") else "\n".join(notes or []) or None)
         multi = str(values.get("nnodes", "1")).strip() not in ("", "1")
         for key, f in FIELDS.items():
-            if f.only_for or f.stages or f.vision or key == "rdzv_endpoint":
-                visible = shown_for(f, values, self._vision_model) if f.only_for or f.stages or f.vision else multi
+            if f.only_for or f.stages or f.vision or f.launchers:
+                # the rendezvous: only for several nodes started by hand (Slurm's nodes meet by themselves)
+                visible = shown_for(f, values, self._vision_model) and (multi or key != "rdzv_endpoint")
                 row = self.query_one(f"#row-{key}")
                 if row.display != visible:
                     row.display = visible
+        self._describe_launcher_fields()
         engine_help = engine_description(str(values.get("engine")))
         self.query_one("#engine-help", Static).update(Text(engine_help, style="dim") + self._machine_gpus)
         errors = self.query_one("#form-errors", Static)
@@ -137,6 +139,21 @@ class LaunchChecks:
         then, self._after_validation = self._after_validation, None
         if then is not None:
             then()
+
+    def _describe_launcher_fields(self) -> None:
+        """The launcher's and Slurm's fields get RunConfig's descriptions as tooltips (once:
+        the schema is loaded by now, which the first frame must not wait for; again after a
+        language switch)."""
+        row = self.query_one("#row-launcher")
+        if row.tooltip is not None and getattr(self, "_launcher_described", None) == current_language():
+            return
+        from ftui.config.schema import RunConfig
+
+        for key, f in FIELDS.items():
+            description = RunConfig.model_fields[key].description if key in RunConfig.model_fields else None
+            if (f.launchers or key == "launcher") and description:
+                self.query_one(f"#row-{key}").tooltip = _(description)
+        self._launcher_described = current_language()
 
     def _show_model_warning(self, warning: str | None) -> None:
         """A hub model this machine does not have: Start stays possible (the run downloads

@@ -3,6 +3,7 @@ stage descriptions, and the conversions between a config mapping and the form's 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ FORM_DEFAULTS: dict[str, Any] = {
     "freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False, "gradient_checkpointing": False,
     "torch_compile": False, "enable_liger_kernel": False, "flash_attn": "auto",
     "engine": "single", "deepspeed": None, "gpus": None, "nproc_per_node": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+    "launcher": "local", "slurm_partition": None, "slurm_account": None, "slurm_qos": None, "slurm_time": None,
+    "slurm_gpus_per_node": None, "slurm_cpus_per_task": None, "slurm_mem_per_task": None, "slurm_constraint": None,
+    "slurm_sbatch_lines": [], "slurm_warn_s": 120, "slurm_requeue": True,
     "bf16": False, "fp16": False, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
     "learning_rate": 1e-4, "num_train_epochs": 3.0, "max_steps": -1, "lr_scheduler_type": "cosine",
     "warmup_ratio": 0.0, "weight_decay": 0.0, "max_grad_norm": 1.0, "logging_steps": 10, "save_steps": 500,
@@ -55,6 +59,7 @@ class F:
     only_for: tuple[str, ...] = ()  # methods this field belongs to
     stages: tuple[str, ...] = ()  # stages this field belongs to (shown, and in the config, only for them)
     vision: bool = False  # shown, and in the config, only for a vision-language model (ftui.presets.vision_families)
+    launchers: tuple[str, ...] = ()  # launchers this field belongs to (slurm's options; local's GPUs and rendezvous)
     placeholder: str = ""
 
 
@@ -67,6 +72,30 @@ def stage_option_fields() -> list[F]:
             fields.setdefault(o.key, (o, []))[1].append(name)
     return [F(o.key, o.label, o.form_kind, tuple((f"{v}: {what}", v) for v, what in o.choices), stages=tuple(stages))
             for o, stages in fields.values()]
+
+
+# Slurm's options (issue 45), shown only with launcher slurm; their descriptions (tooltips) are RunConfig's
+SLURM_FIELDS = [F(key, label, kind, optional=kind == "text" and key != "slurm_warn_s", placeholder=placeholder, launchers=("slurm",))
+                for key, label, kind, placeholder in (
+    ("slurm_partition", N_("partition"), "text", N_("the cluster's default")),
+    ("slurm_account", N_("account"), "text", N_("your default")),
+    ("slurm_qos", N_("QoS"), "text", N_("the default")),
+    ("slurm_time", N_("time limit"), "text", N_("e.g. 4:00:00; empty: the partition's")),
+    ("slurm_gpus_per_node", N_("GPUs per node"), "text", N_("processes per node")),
+    ("slurm_cpus_per_task", N_("CPUs per task"), "text", N_("Slurm's default")),
+    ("slurm_mem_per_task", N_("memory per task"), "text", N_("e.g. 64G")),
+    ("slurm_constraint", N_("constraint"), "text", N_("node features, e.g. a100")),
+    ("slurm_sbatch_lines", N_("more #SBATCH lines"), "text", N_("separated by ; e.g. --exclusive; --mail-type=END")),
+    ("slurm_warn_s", N_("checkpoint + requeue before the limit (s)"), "text", ""),
+    ("slurm_requeue", N_("requeue after a time limit or preemption"), "bool", ""),
+)]
+SBATCH_SEPARATORS = re.compile(r"[;\n]")
+
+
+def sbatch_lines(text: str) -> list[str]:
+    """The extra #SBATCH lines as the one-line field holds them (separated by ';' or newlines:
+    an Input has one line) -> slurm_sbatch_lines' list, empty parts left out."""
+    return [part.strip() for part in SBATCH_SEPARATORS.split(text) if part.strip()]
 
 
 GROUPS: list[tuple[str, list[F]]] = [
@@ -106,10 +135,12 @@ GROUPS: list[tuple[str, list[F]]] = [
     (N_("Engine"), [
         F("engine", N_("engine"), "select", tuple((e, e) for e in ENGINES)),
         F("deepspeed", N_("own DeepSpeed JSON"), optional=True, placeholder=N_("optional: replaces the zero* preset file")),
-        F("gpus", N_("GPUs (nvidia-smi numbers)"), optional=True, placeholder=N_("all")),
+        F("gpus", N_("GPUs (nvidia-smi numbers)"), optional=True, placeholder=N_("all"), launchers=("local",)),
         F("nproc_per_node", N_("processes per node")),
         F("nnodes", N_("nodes")),
-        F("rdzv_endpoint", N_("rendezvous host:port"), optional=True, placeholder=N_("only for several nodes")),
+        F("rdzv_endpoint", N_("rendezvous host:port"), optional=True, placeholder=N_("only for several nodes"), launchers=("local",)),
+        F("launcher", N_("launcher"), "select", ((N_("local: this machine"), "local"), (N_("slurm: submit with sbatch"), "slurm"))),
+        *SLURM_FIELDS,
     ]),
     (N_("Precision"), [F("precision", N_("precision"), "radio", PRECISIONS)]),
     (N_("Training"), [
@@ -184,6 +215,8 @@ def config_to_form(cfg: dict[str, Any]) -> dict[str, Any]:
     for key in ("gpus", "report_to"):
         if isinstance(cfg.get(key), (list, tuple)):  # YAML's gpus: [2, 3], report_to: [tensorboard, wandb]
             values[key] = ",".join(str(g) for g in cfg[key])
+    if isinstance(cfg.get("slurm_sbatch_lines"), (list, tuple)):  # one field: the lines joined by "; "
+        values["slurm_sbatch_lines"] = "; ".join(str(line) for line in cfg["slurm_sbatch_lines"])
     return values
 
 
@@ -198,7 +231,7 @@ def shown_for(f: F, values: dict[str, Any], vision: bool = False) -> bool:
     """Whether a field belongs to the method and the stage chosen, and to the model (``vision``:
     a vision-language model); else it is hidden and left out of the config."""
     return ((not f.only_for or values.get("method") in f.only_for) and (not f.stages or values.get("stage") in f.stages)
-            and (not f.vision or vision))
+            and (not f.vision or vision) and (not f.launchers or values.get("launcher", "local") in f.launchers))
 
 
 def form_to_config(values: dict[str, Any], vision: bool = False) -> dict[str, Any]:
@@ -215,6 +248,8 @@ def form_to_config(values: dict[str, Any], vision: bool = False) -> dict[str, An
                 continue
         if key == "template" and value == "":
             continue
+        if key == "slurm_sbatch_lines" and isinstance(value, str):
+            value = sbatch_lines(value)
         if key == "packing":
             if PACKING_VALUES.get(value) is None:
                 continue

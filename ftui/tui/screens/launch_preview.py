@@ -66,6 +66,7 @@ def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
     import shlex
 
     from ftui.jobs.launch import launch_command
+    from ftui.rundir.paths import SLURM_SCRIPT_FILE
 
     where = shlex.quote(str(Path(yaml_path).expanduser().absolute())) if yaml_path is not None else ""
     if saved and yaml_path is not None:
@@ -76,6 +77,11 @@ def command_text(cfg: "RunConfig", yaml_path: str | None, saved: bool) -> str:
         head = _("save the form first (F4), e.g. to ftui_config.yaml, then run") + "\n  ftui train ftui_config.yaml"
     name = cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
     run_dir = Path(cfg.output_dir) / f"{name}-<timestamp>"
+    if cfg.launcher == "slurm":  # no command runs here: a batch script is submitted (its srun starts each node's ranks)
+        script = shlex.quote(str(run_dir / SLURM_SCRIPT_FILE))
+        return head + "\n\n" + _("For reference: it writes the batch script {script} and submits it with sbatch; "
+                                   "ftui train {config} --slurm --dry-run prints the script without submitting it").format(
+            script=script, config=where or "ftui_config.yaml") + "\n  sbatch --parsable " + script
     reference = _("For reference, what it launches (the run directory is created at start):")
     return f"{head}\n\n{reference}\n{shlex.join(launch_command(cfg, run_dir))}"
 

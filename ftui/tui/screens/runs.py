@@ -27,7 +27,7 @@ from ftui.safety.text import visible
 from ftui.tui.footer import FittingFooter
 from ftui.tui.screens.modals import Confirm
 from ftui.tui.state import RunState, RunView, ordered_figures
-from ftui.tui.widgets import STATUS_STYLE, LossPlot, status_label
+from ftui.tui.widgets import STATUS_STYLE, LossPlot, slurm_words, status_label
 from ftui.tui.ui_thread import to_ui
 
 REFRESH_S = 2.0
@@ -127,6 +127,8 @@ def detail_line(r: RunSummary) -> Text:
     row = shown_row(r)
     text = Text(row["run"], style="bold")
     text.append(f"  {status_label(r.status)}", style=STATUS_STYLE.get(r.status, ""))
+    if r.slurm_job:  # a Slurm run: its job, and while queued why it waits and when Slurm expects to start it
+        text.append("  " + slurm_words(r), style="yellow" if r.status == "queued" else "dim")
     if r.has_ended and r.reason:
         text.append("  " + visible(r.reason), style="dim")
     text.append("\n" + _("started {started}  duration {duration}").format(started=row["started"], duration=row["duration"]))
