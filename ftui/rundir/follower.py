@@ -145,7 +145,8 @@ class RunFollower:
         elif asked.live:
             if plausible_time(launch.get("start_time")) and launch["start_time"] != summary.started:
                 summary.take_launch(launch)  # a new life's launch.json
-            show_live(summary, asked.job)
+            restarts = launch.get("restarts")
+            show_live(summary, asked.job, restarts if type(restarts) is int else 0)
             return False
         elif here and job_lock_held(self.run_dir):
             return False  # node 0 here still holds the job's lock: its ranks may yet write run_end

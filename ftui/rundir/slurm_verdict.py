@@ -58,11 +58,15 @@ class Asked:
         return self.job is not None and self.job.live
 
 
-def show_live(summary: RunSummary, job: SlurmJob) -> None:
+def show_live(summary: RunSummary, job: SlurmJob, life: int = 0) -> None:
     """Slurm has the job: queued while it waits (its reason, its estimated start), else what
-    the events say (a life that has not written run_start yet is starting)."""
+    the events say (a life that has not written run_start yet is starting). ``life``: the
+    restart count of the life launch.json records. A PENDING answer about that same life while
+    its events say it runs is older than them (answers are cached for seconds): the run stays
+    running; a requeued life's PENDING has a higher restart count."""
     take_state(summary, job)
-    if job.state in QUEUED_STATES:
+    stale = summary.status == "running" and job.restarts <= life
+    if job.state in QUEUED_STATES and not stale:
         summary.status = "queued"
         summary.queue_reason, summary.queue_start = job.reason, job.start
     elif summary.status == "queued":
