@@ -76,6 +76,14 @@ def lf_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A one-node Slurm cluster on this host (tests/slurm_cluster.py), SLURM_CONF set for the session."""
+    from tests.slurm_cluster import start_cluster
+
+    yield from start_cluster(tmp_path_factory.mktemp("slurm"))
+
+
+@pytest.fixture(scope="session")
 def demo_tokenizer():
     from ftui.runner.model import load_tokenizer
 
@@ -90,7 +98,7 @@ def demo_tokenizer():
 # one of its tests would start them); the read-only pre-trained base is built once under a
 # lock and read by every worker.
 GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo_train
-                    "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs")
+                    "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs", "slurm_cluster")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marks into the groups it schedules by
