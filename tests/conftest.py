@@ -76,11 +76,17 @@ def lf_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
+def slurm_cluster():
     """A one-node Slurm cluster on this host (tests/slurm_cluster.py), SLURM_CONF set for the session."""
+    import tempfile
+
     from tests.slurm_cluster import start_cluster
 
-    yield from start_cluster(tmp_path_factory.mktemp("slurm"))
+    folder = Path(tempfile.mkdtemp(prefix="ftui-slurm-"))  # munge's user must reach it (pytest's tmp is 0700)
+    try:
+        yield from start_cluster(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,9 @@ def slurm_problems(cfg: RunConfig) -> list[FieldProblem]:
         if problem:
             out.append(FieldProblem("slurm_sbatch_lines", line, problem))
             break
+    if re.search(r"[%\\]", cfg.output_dir):
+        out.append(FieldProblem("output_dir", cfg.output_dir, _("Slurm reads '%' and '\\' in the job's output file name "
+                                                                "(RUN/slurm-%j.out): use a directory without them")))
     if cfg.gpus is not None:
         out.append(FieldProblem("gpus", cfg.gpus, _("under launcher slurm, Slurm gives each node its GPUs (this machine's "
                                                     "are not the run's): leave gpus empty and set slurm_gpus_per_node")))

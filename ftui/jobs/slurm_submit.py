@@ -17,6 +17,7 @@ characters escaped (ftui.safety.text.visible).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -66,8 +67,17 @@ def sbatch_value(text: str) -> str:
 
 
 def output_path(run_dir: Path) -> str:
-    """--output: RUN/slurm-%j.out, a ``%`` of the run's own path doubled (sbatch replaces %j, %u, ... in it)."""
-    return str(run_dir).replace("%", "%%") + "/" + SLURM_OUTPUT_PATTERN
+    """--output: RUN/slurm-%j.out (batch_script refuses a run directory whose path Slurm would
+    read as part of the pattern)."""
+    return f"{run_dir}/{SLURM_OUTPUT_PATTERN}"
+
+
+def unpatterned_path(path: str) -> str:
+    """Why a run directory with ``%`` or ``\\`` in its path cannot take Slurm's output: sbatch
+    reads ``%x`` in --output as a replacement (``%%`` too: Slurm 22.05 wrote ``%%j`` as ``%8``)
+    and a backslash turns every replacement off (the job id would be lost)."""
+    return _("the run directory {path} has a '%' or a backslash in its path, which Slurm reads in the job's output "
+             "file name (RUN/slurm-%j.out); set output_dir to a directory without them").format(path=visible(path, one_line=True))
 
 
 def sbatch_options(cfg: RunConfig, run_dir: Path) -> list[str]:
@@ -113,6 +123,8 @@ def batch_script(cfg: RunConfig, run_dir: Path, python: str, resume: Path | None
         if "\n" in text or "\r" in text or "\0" in text:
             raise SlurmSubmitError(_("the {what} {path} has a line break in its name, which a batch script cannot hold; "
                                      "use a directory without one").format(what=_(what), path=visible(text, one_line=True)))
+    if re.search(r"[%\\]", str(run_dir)):
+        raise SlurmSubmitError(unpatterned_path(str(run_dir)))
     lines = ["#!/bin/bash",
              f"# ftui's batch script for run {run_dir.name}, submitted with: sbatch {SLURM_SCRIPT_FILE} (docs/clusters.md).",
              "# Slurm reads the #SBATCH lines; srun then starts one ftui launcher per node (ftui.jobs.slurm_batch)."]
