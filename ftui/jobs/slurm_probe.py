@@ -6,7 +6,7 @@ writes ``RUN_DIR/.slurm-probe-NONCE`` on the node; the submitting side (ftui.job
 reads it back and removes it. The file there proves both that the run directory is on a
 filesystem the nodes share (every node writes its part of each checkpoint into it, and the
 dashboard on the login node follows the run through it) and that ftui's Python runs on the
-node. Torch-free and quick: it imports nothing of ftui's beyond the file names.
+node. Torch-free and quick: it imports nothing of ftui's beyond the file names and its messages.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
+from ftui.i18n import _
 from ftui.rundir.paths import SLURM_PROBE_PREFIX
 
 EXIT_NOT_WRITTEN = 3  # the probe ran but could not write into the run directory (not there on this node)
@@ -29,7 +30,7 @@ def probe_path(run_dir: Path, nonce: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[1].isalnum():
-        print("usage: python -m ftui.jobs.slurm_probe RUN_DIR NONCE", file=sys.stderr)
+        print(_("usage: python -m ftui.jobs.slurm_probe RUN_DIR NONCE"), file=sys.stderr)
         return 2
     run_dir, nonce = Path(args[0]), args[1]
     record = {"nonce": nonce, "host": socket.gethostname(), "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(record))
     except OSError as e:
-        print(f"ftui's probe on {record['host']} cannot write into {run_dir}: {e.strerror or e}", file=sys.stderr)
+        print(_("ftui's probe on {host} cannot write into {path}: {reason}").format(host=record["host"], path=run_dir,
+                                                                                   reason=e.strerror or e), file=sys.stderr)
         return EXIT_NOT_WRITTEN
     return 0
 
