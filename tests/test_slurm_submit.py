@@ -93,6 +93,12 @@ def test_paths_and_environment_with_quotes_blanks_and_dollars_reach_the_batch_st
     assert not list(tmp_path.rglob("gotcha")) and "secret" not in script.read_text()
 
 
+def test_a_config_made_without_its_checks_cannot_put_a_line_into_the_script(tmp_path):
+    cfg = slurm_cfg(tmp_path).model_copy(update={"slurm_sbatch_lines": ["#SBATCH --exclusive\nrm -rf ~"]})
+    with pytest.raises(SlurmSubmitError, match="slurm_sbatch_lines: one #SBATCH line per list item"):
+        batch_script(cfg, tmp_path / "r", "python")
+
+
 def test_a_run_directory_with_a_line_break_is_refused(tmp_path):
     with pytest.raises(SlurmSubmitError, match="line break"):
         batch_script(slurm_cfg(tmp_path), tmp_path / "a\nb", "python")

@@ -116,8 +116,12 @@ def batch_script(cfg: RunConfig, run_dir: Path, python: str, resume: Path | None
     """The batch script submitted for the run (RUN/slurm.sh): Slurm's options, the user's own
     #SBATCH lines, the working directory and environment of the submitter, then the batch step
     (ftui.jobs.slurm_batch). Paths with blanks, quotes or ``$`` are quoted for sbatch and bash."""
+    from ftui.config.slurm_rules import slurm_problems
+
     run_dir = Path(run_dir)
     cwd = os.getcwd() if cwd is None else cwd
+    for problem in slurm_problems(cfg):  # checked at preflight; a config made otherwise must not reach the script either
+        raise SlurmSubmitError(f"{problem.field}: {problem.message}")
     for what, text in ((N_("run directory"), str(run_dir)), (N_("working directory"), cwd), (N_("Python"), python),
                        (N_("checkpoint"), str(resume or ""))):
         if "\n" in text or "\r" in text or "\0" in text:
