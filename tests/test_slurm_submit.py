@@ -241,6 +241,39 @@ def test_a_busy_cluster_submits_with_a_notice_that_the_check_could_not_run(tmp_p
     assert len(started.notices) == 1 and "could not run now" in started.notices[0].text
 
 
+def test_the_cluster_name_comes_from_scontrol_when_sbatch_and_the_node_do_not_say(tmp_path, fake_slurm):
+    fake_slurm("srun", RUN_PROBE)  # the probe runs here, outside a job: no SLURM_CLUSTER_NAME
+    fake_slurm("sbatch", SBATCH_OK)
+    fake_slurm("scontrol", 'echo "Configuration data as of now"; echo "ClusterName             = labcluster"')
+    assert ops_start.start(slurm_cfg(tmp_path)).info["scheduler"]["cluster"] == "labcluster"
+
+
+def test_an_sbatch_that_does_not_answer_is_ended_and_refused_and_a_slow_probe_is_skipped(tmp_path, fake_slurm, monkeypatch):
+    from ftui.jobs import slurm_submit
+
+    monkeypatch.setattr(slurm_submit, "SBATCH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(slurm_submit, "PROBE_TIMEOUT_S", 0.5)
+    fake_slurm("srun", "exec /bin/sleep 60")
+    fake_slurm("sbatch", SBATCH_OK)
+    started = ops_start.start(slurm_cfg(tmp_path))
+    assert started.info["scheduler"]["job_id"] == "4242" and "did not answer" in started.notices[0].text
+    fake_slurm("sbatch", "exec /bin/sleep 60")
+    with pytest.raises(errors.SlurmRefused, match="sbatch did not answer.*squeue --me"):
+        ops_start.start(slurm_cfg(tmp_path))
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [started.run_dir.name]
+
+
+def test_a_job_whose_launch_record_cannot_be_written_is_cancelled(tmp_path, fake_slurm):
+    fake_slurm("srun", RUN_PROBE)
+    fake_slurm("sbatch", SBATCH_OK)
+    fake_slurm("scancel", 'echo "$@" > "${0%/*}/scancel-args"')
+    (run_dir := tmp_path / "run").mkdir()
+    (run_dir / LAUNCH_FILE).mkdir()  # launch.json cannot be replaced
+    with pytest.raises(SlurmSubmitError, match="job 4242 was cancelled"):
+        submit(slurm_cfg(tmp_path), run_dir)
+    assert (fake_slurm.dir / "scancel-args").read_text().split() == ["4242"]
+
+
 def test_a_node_that_cannot_run_ftuis_python_is_refused(tmp_path, fake_slurm):
     fake_slurm("srun", "echo 'python: No module named ftui' >&2; exit 1")
     fake_slurm("sbatch", SBATCH_OK)
