@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--checkpoint", metavar="N", help=_("with --resume: the checkpoint's step number (or a checkpoint directory)"))
     t.add_argument("--allow-changed", action="store_true", help=_("with --resume (or resume_from_checkpoint): go on although the base "
                                                                   "model or the training data differ from what the run started with"))
+    from ftui.cli.slurm_flags import add_slurm_flags
+
+    add_slurm_flags(t)
 
     pl = sub.add_parser("plan", help=_("will it fit? estimate per-GPU memory (weights, gradients, optimizer, activations) and suggest what fits"))
     pl.add_argument("config", nargs="?", metavar="CONFIG.yaml", help=_("a RunConfig YAML file"))

@@ -16,6 +16,7 @@ from ftui.cli.console import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
                               safe_console, warning_line)
 from ftui.cli.following import follow_job
 from ftui.cli.options import parse_set
+from ftui.cli.slurm_flags import slurm_overrides
 from ftui.i18n import _
 from ftui.ops.errors import OpError
 
@@ -34,7 +35,7 @@ def load_train_config(args: argparse.Namespace, err: Console, data_needed: bool 
     if args.preset and args.config:
         err.print(error_line(_("give a CONFIG.yaml or --preset {preset}, not both (--set changes a key of either)").format(preset=args.preset)))
         return None
-    overrides = parse_set(args.overrides)
+    overrides = parse_set(args.overrides) | slurm_overrides(args)
     if args.node_rank is not None:
         overrides["node_rank"] = args.node_rank
     if args.runs_root:
@@ -70,7 +71,7 @@ def prepare_resume(args: argparse.Namespace, err: Console) -> PreparedResume | N
         err.print(error_line(_("--resume continues a run with its own config.yaml; give no CONFIG or --preset (use --set to change a key)")))
         return None
     request = ResumeRequest(run=args.resume, runs_root=args.runs_root, checkpoint=args.checkpoint,
-                            overrides=parse_set(args.overrides), allow_changed=args.allow_changed,
+                            overrides=parse_set(args.overrides) | slurm_overrides(args), allow_changed=args.allow_changed,
                             trust_warned=getattr(args, "trust_warned", False))
     try:
         prepared = prepare(request)
@@ -102,7 +103,14 @@ def cmd_train(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] 
     if args.checkpoint and not args.resume:
         err.print(error_line(_("--checkpoint goes with --resume RUN")))
         return EXIT_USAGE
+    if getattr(args, "dry_run", False) and (args.resume or args.node_rank):
+        err.print(error_line(_("--dry-run prints a new run's batch script: give a CONFIG (not --resume or --node-rank)")))
+        return EXIT_USAGE
     if args.node_rank:
+        if slurm_overrides(args):
+            err.print(error_line(_("--node-rank joins a run started by hand on each node; under Slurm, Slurm starts "
+                                   "every node: drop --node-rank (or the Slurm flags)")))
+            return EXIT_USAGE
         return _join_run(args, out, err, follow)
     prepared = None
     if args.resume:
@@ -120,6 +128,8 @@ def cmd_train(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] 
         cfg = load_train_config(args, err)
         if cfg is None:
             return EXIT_USAGE
+        if getattr(args, "dry_run", False):
+            return _dry_run(cfg, out, err)
         if cfg.resume_from_checkpoint:
             prepared = prepare_resume(_as_resume_args(args, cfg), err)
             if prepared is None:
@@ -129,12 +139,15 @@ def cmd_train(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] 
     except OpError as e:
         return refusal(err, e)
     run_dir, cfg, resume = started.run_dir, started.cfg, started.resumed_from
+    if cfg.launcher == "slurm":
+        print_notices(err, [n for n in started.notices if prepared is None or n not in prepared.notices])
+        _say_submitted(out, started.info, run_dir)
     if resume:
         out.print(_("run {run} resumed from {checkpoint} in {path}").format(
             run=f"[bold]{escape(run_dir.name)}[/]", checkpoint=escape(resume.name), path=escape(str(run_dir))))
     else:
         out.print(_("run {run} started in {path}").format(run=f"[bold]{escape(run_dir.name)}[/]", path=escape(str(run_dir))))
-    if cfg.nnodes > 1:  # the launcher's rendezvous arguments, for when the nodes do not meet (launch.json has it always)
+    if cfg.nnodes > 1 and cfg.launcher != "slurm":  # the launcher's rendezvous arguments, for when the nodes do not meet (launch.json has it always)
         out.print(f"[dim]{escape(started.info['command_line'])}[/]")
         out.print(_("on each other node, run:"))
         for line in started.other_node_commands():
@@ -155,6 +168,37 @@ def cmd_train(args: argparse.Namespace, follow: Callable[..., tuple[Any, bool]] 
                                "ftui export {run} --out DIR)").format(path=run_dir / FINAL_DIR, run=run_dir.name)), soft_wrap=True)
         return EXIT_OK
     return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
+
+
+def _dry_run(cfg: RunConfig, out: Console, err: Console) -> int:
+    """``--dry-run``: the batch script a submit would write, for the run directory it would get;
+    nothing is created."""
+    from rich.text import Text
+
+    from ftui.jobs.slurm_submit import SlurmSubmitError, dry_run_script
+
+    if cfg.launcher != "slurm":
+        err.print(error_line(_("--dry-run prints the batch script of a run submitted to Slurm: add --slurm, or set "
+                               "launcher: slurm in the config")))
+        return EXIT_USAGE
+    try:
+        run_dir, script = dry_run_script(cfg)
+    except SlurmSubmitError as e:
+        err.print(error_line(str(e)))
+        return EXIT_USAGE
+    err.print(escape(_("the run directory would be {path} (nothing was created); the batch script:").format(path=run_dir)))
+    out.print(Text(script.rstrip("\n")), soft_wrap=True, highlight=False)
+    return EXIT_OK
+
+
+def _say_submitted(out: Console, info: dict[str, Any], run_dir: Any) -> None:
+    """The job id and the script of a submitted run."""
+    from ftui.rundir.paths import SLURM_SCRIPT_FILE
+
+    job = info.get("scheduler", {})
+    where = f" ({job['cluster']})" if job.get("cluster") else ""
+    out.print(escape(_("submitted to Slurm as job {job}{cluster}; the batch script: {script}").format(
+        job=job.get("job_id"), cluster=where, script=run_dir / SLURM_SCRIPT_FILE)), soft_wrap=True)
 
 
 def _join_run(args: argparse.Namespace, out: Console, err: Console, follow: Callable[..., tuple[Any, bool]] = follow_job) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ftui.config import file_checks, machine_checks, model_checks, reward_checks, rules
+from ftui.config import file_checks, machine_checks, model_checks, reward_checks, rules, slurm_rules
 from ftui.config.problems import STAND_INS, FieldProblem, pydantic_problems
 from ftui.config.schema import RunConfig
 from ftui.i18n import _
@@ -75,8 +75,20 @@ def check_config(data: dict[str, Any], facts: MachineFacts | None = None) -> Pre
         problems = pydantic_problems(err, data)
         return Preflight(None, problems + _problems_of_the_rest(data, {p.field for p in problems}, facts))
     model = model_checks.read_model(cfg.model_name_or_path)
-    problems = config_problems(cfg, facts or MachineFacts.gather(cfg.gpus, cfg.nproc_per_node), model)
-    return Preflight(None if problems else cfg, problems, model_checks.cutoff_warnings(cfg, model), model)
+    problems = config_problems(cfg, facts or gather_facts(cfg), model)
+    note = slurm_rules.skipped_machine_checks(cfg)
+    return Preflight(None if problems else cfg, problems, model_checks.cutoff_warnings(cfg, model) + ([note] if note else []), model)
+
+
+def gather_facts(cfg: RunConfig) -> MachineFacts:
+    """This machine's facts for the config; under launcher slurm those of the compute nodes,
+    unknown here (the checks that only this machine's GPUs decide are skipped: slurm_rules)."""
+    if cfg.launcher == "slurm":
+        from ftui.machine.facts import for_another_machine
+
+        with for_another_machine():
+            return MachineFacts.gather(None, cfg.nproc_per_node)
+    return MachineFacts.gather(cfg.gpus, cfg.nproc_per_node)
 
 
 def _with_stand_ins(data: dict[str, Any], failed: set[str]) -> RunConfig | None:
@@ -98,7 +110,7 @@ def _problems_of_the_rest(data: dict[str, Any], failed: set[str], facts: Machine
         return []
     model_known = "model_name_or_path" not in failed
     model = model_checks.read_model(cfg.model_name_or_path) if model_known else None
-    found = config_problems(cfg, facts or MachineFacts.gather(cfg.gpus, cfg.nproc_per_node), model, model_known)
+    found = config_problems(cfg, facts or gather_facts(cfg), model, model_known)
     return [p for p in found if p.field not in failed]
 
 
@@ -112,10 +124,12 @@ def config_problems(cfg: RunConfig, facts: MachineFacts, model: dict[str, Any] |
     out += rules.engine_problems(cfg)
     out += file_checks.deepspeed_file_problems(cfg)
     out += machine_checks.deepspeed_problems(cfg, facts)
-    out += machine_checks.gpu_pick_problems(cfg, facts)
+    if cfg.launcher != "slurm":  # Slurm gives the GPUs (slurm_rules refuses gpus)
+        out += machine_checks.gpu_pick_problems(cfg, facts)
     out += machine_checks.device_problems(cfg, facts)
     out += machine_checks.flash_attn_problems(cfg, facts)
     out += rules.launch_rules(cfg)
+    out += slurm_rules.slurm_problems(cfg)
     if model_known:
         out += model_checks.model_checks(cfg, model)
     out += rules.refused_key_problems(cfg)

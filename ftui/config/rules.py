@@ -85,13 +85,13 @@ def launch_rules(cfg: RunConfig) -> list[FieldProblem]:
     out: list[FieldProblem] = []
     if cfg.torch_compile and cfg.uses_deepspeed:
         out.append(FieldProblem("torch_compile", True, _("ftui compiles the layers of the torch engines only (single, ddp, fsdp); turn it off for DeepSpeed")))
-    if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
+    if cfg.nnodes > 1 and not cfg.rdzv_endpoint and cfg.launcher != "slurm":  # Slurm gives the nodes (slurm_rules)
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, _("several nodes need a rendezvous endpoint host:port")))
     if cfg.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", cfg.rdzv_endpoint):
         out.append(FieldProblem("rdzv_endpoint", cfg.rdzv_endpoint, _("expected host:port, e.g. 10.0.0.1:29500")))
     if cfg.node_rank >= cfg.nnodes:
         out.append(FieldProblem("node_rank", cfg.node_rank, _("must be below nnodes ({nnodes})").format(nnodes=cfg.nnodes)))
-    elif cfg.node_rank > 0:  # every node must write into one run directory (ftui.jobs.launch.join_target)
+    elif cfg.node_rank > 0 and cfg.launcher != "slurm":  # every node must write into one run directory (ftui.jobs.launch.join_target)
         out.append(FieldProblem("node_rank", cfg.node_rank, _("a config starts node 0 of a run; the other nodes join that run "
                                                               "with the command node 0 prints (ftui train RUN/config.yaml "
                                                               "--node-rank N), so that every node writes into one run directory")))

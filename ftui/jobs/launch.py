@@ -74,12 +74,16 @@ def create_run(cfg: RunConfig, name: str | None = None) -> RunDir:
     from ftui.data import fingerprint as data_fingerprint
 
     fingerprint = data_fingerprint.compute(cfg)
-    label = name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
-    run = RunDir(create_run_dir(cfg.output_dir, label))
+    run = RunDir(create_run_dir(cfg.output_dir, run_label(cfg, name)))
     run.save_config(cfg)
     data_fingerprint.record(run.path, fingerprint)
     run.index()
     return run
+
+
+def run_label(cfg: RunConfig, name: str | None = None) -> str:
+    """What a new run's directory is named after (create_run_dir adds the time)."""
+    return name or cfg.run_name or f"{Path(cfg.model_name_or_path).name}-{cfg.method}"
 
 
 def prepare_run(cfg: RunConfig, name: str | None = None) -> Path:

@@ -90,6 +90,11 @@ class StartFailed(OpError):
     failed = True
 
 
+class SlurmRefused(OpError):
+    """The run could not be submitted to Slurm (no sbatch, Slurm refused the job, the run
+    directory is not on a filesystem the nodes share): the run directory made for it is gone."""
+
+
 class NotAJoinTarget(OpError):
     """A node joins the run directory node 0 made, and this is not one."""
 
@@ -122,7 +127,3 @@ class StopFailed(OpError):
     """The job could not be asked to stop (a Slurm run: scancel missing, or Slurm refused)."""
 
     failed = True
-
-
-class SlurmRefused(OpError):
-    """sbatch (or the shared-filesystem probe) refused the run: nothing of it was left behind."""

@@ -34,10 +34,13 @@ class Started:
     notices: list[Notice] = field(default_factory=list)
 
     def other_node_commands(self) -> list[str]:
-        """What to run on each other node of a multi-node run (none for one node)."""
+        """What to run on each other node of a multi-node run (none for one node, and none under
+        launcher slurm: Slurm starts every node)."""
         from ftui.jobs.launch import other_node_commands
 
-        return other_node_commands(self.cfg, self.run_dir, self.resumed_from) if self.cfg.nnodes > 1 else []
+        if self.cfg.nnodes == 1 or self.cfg.launcher == "slurm":
+            return []
+        return other_node_commands(self.cfg, self.run_dir, self.resumed_from)
 
 
 def _launch(run_dir: Path, cfg: RunConfig, resume: Path | None = None, lock: int | None = None) -> dict[str, Any]:
@@ -52,8 +55,32 @@ def _launch(run_dir: Path, cfg: RunConfig, resume: Path | None = None, lock: int
         raise errors.RunLocked(str(e)) from None
 
 
+def _submit(run_dir: Path, cfg: RunConfig, resume: Path | None = None) -> tuple[dict[str, Any], list[Notice]]:
+    """launcher slurm: ftui.jobs.slurm_submit.submit, its refusal as SlurmRefused, its notices as warnings."""
+    from ftui.jobs import slurm_submit
+
+    said: list[str] = []
+    try:
+        info = slurm_submit.submit(cfg, run_dir, resume, notices=said)
+    except slurm_submit.SlurmSubmitError as e:
+        raise errors.SlurmRefused(str(e)) from None
+    return info, [warning(n) for n in said]
+
+
+def remove_new_run(run_dir: Path) -> None:
+    """The run directory ``start`` just made for a job that did not start, and its run index
+    line: nothing half made is left (only what create_run and the submit wrote is in it)."""
+    import shutil
+
+    from ftui.rundir.index import forget_run
+
+    forget_run(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def start(cfg: RunConfig) -> Started:
-    """A new run of a checked config: its directory (ftui.jobs.launch.create_run), then its job."""
+    """A new run of a checked config: its directory (ftui.jobs.launch.create_run), then its job
+    (launcher slurm: submitted; a refusal removes the directory again)."""
     from ftui.jobs.launch import create_run
 
     try:
@@ -61,6 +88,13 @@ def start(cfg: RunConfig) -> Started:
     except OSError as e:
         error = errors.RunDirNotCreated(_("cannot create a run directory under {path}: {reason}").format(path=cfg.output_dir, reason=e))
         raise error from e
+    if cfg.launcher == "slurm":
+        try:
+            info, notices = _submit(run.path, cfg)
+        except BaseException:
+            remove_new_run(run.path)
+            raise
+        return Started(run.path, cfg, info, home=run.path, notices=notices)
     try:
         info = _launch(run.path, cfg)
     except OSError as e:
@@ -69,10 +103,18 @@ def start(cfg: RunConfig) -> Started:
 
 
 def start_resumed(prepared: PreparedResume) -> Started:
-    """The job of an accepted resume (prepare_resume), its lock handed to the supervisor."""
+    """The job of an accepted resume (prepare_resume), its lock handed to the supervisor; under
+    launcher slurm the lock is released and the job submitted (its node 0 takes the lock)."""
+    import os
+
     from ftui.rundir.run_dir import RunDir
 
     offset = RunDir(prepared.run_dir).events_size()
+    if prepared.cfg.launcher == "slurm":
+        os.close(prepared.lock)
+        info, notices = _submit(prepared.run_dir, prepared.cfg, prepared.checkpoint)
+        return Started(prepared.run_dir, prepared.cfg, info, resumed_from=prepared.checkpoint, offset=offset,
+                       home=prepared.run_dir, notices=[*prepared.notices, *notices])
     info = _launch(prepared.run_dir, prepared.cfg, resume=prepared.checkpoint, lock=prepared.lock)
     return Started(prepared.run_dir, prepared.cfg, info, resumed_from=prepared.checkpoint, offset=offset,
                    home=prepared.run_dir, notices=prepared.notices)
