@@ -91,6 +91,9 @@ def demo_tokenizer():
 # lock and read by every worker.
 GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo_train
                     "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs")
+# The Slurm clusters' tests are marked slurm and share one worker (group "slurm_cluster"): only it
+# starts the session's cluster, and the two-node cluster, while it runs, replaces SLURM_CONF there
+SLURM_FIXTURES = ("slurm_cluster", "slurm_two_nodes")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marks into the groups it schedules by
@@ -99,8 +102,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if video_skip is not None and item.get_closest_marker("video") is not None:
             item.add_marker(video_skip)
+        fixtures = getattr(item, "fixturenames", ())
+        if any(name in fixtures for name in SLURM_FIXTURES):
+            item.add_marker(pytest.mark.slurm)
+            item.add_marker(pytest.mark.xdist_group("slurm_cluster"))
+            continue
         for name in GROUPED_FIXTURES:
-            if name in getattr(item, "fixturenames", ()):
+            if name in fixtures:
                 item.add_marker(pytest.mark.xdist_group(name))
                 break
 
@@ -123,6 +131,36 @@ def built_once(tmp_path_factory, name: str, build):
         result = build(folder)
         done.write_text(result)
         return result
+
+
+def _slurm_or_skip(**kwargs):
+    """A started Slurm cluster (tests/slurm_cluster.py) for the fixture's scope, or the tests
+    that need it skipped with the reason: not root, no packages, daemons that did not come up."""
+    from tests.slurm_cluster import ClusterUnavailable, running_cluster
+
+    try:
+        with running_cluster(**kwargs) as cluster:
+            yield cluster
+            return
+    except ClusterUnavailable as exc:
+        reason = str(exc)
+    pytest.skip(f"needs a Slurm cluster on this host, which could not start: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A one-node Slurm cluster on localhost for the whole session (node: this host's short
+    name, 2 CPUs; partitions debug (default), short (MaxTime=2), low and high (high preempts));
+    SLURM_CONF names it in os.environ while it runs, so ftui's own sbatch/squeue/scancel reach
+    it. Its tests are marked slurm and kept on one xdist worker (pytest_collection_modifyitems)."""
+    yield from _slurm_or_skip()
+
+
+@pytest.fixture(scope="module")
+def slurm_two_nodes():
+    """Two Slurm nodes, n1 and n2 (two slurmd on this host, 1 CPU each), for a multi-node job:
+    started for the module that asks (a slow test's), its SLURM_CONF set until the module ends."""
+    yield from _slurm_or_skip(nodes=["n1", "n2"], cpus=1)
 
 
 @pytest.fixture(scope="session")
