@@ -159,7 +159,8 @@ def slurm_cluster():
 @pytest.fixture(scope="module")
 def slurm_two_nodes():
     """Two Slurm nodes, n1 and n2 (two slurmd on this host, 1 CPU each), for a multi-node job:
-    started for the module that asks (a slow test's), its SLURM_CONF set until the module ends."""
+    started for the module that asks (a slow test's), its SLURM_CONF set until the module ends
+    (so a module using it does not use slurm_cluster too: ftui's own calls would reach n1/n2)."""
     yield from _slurm_or_skip(nodes=["n1", "n2"], cpus=1)
 
 
