@@ -59,8 +59,8 @@ def test_a_job_runs_to_completed(slurm_cluster, tmp_path):
     assert out.read_text().strip() == f"ran on {slurm_cluster.node}"
 
 
-def test_a_pending_job_says_why_and_scancel_ends_it_cancelled(slurm_cluster):
-    job_id = slurm_cluster.sbatch("--hold", "--wrap", "true")
+def test_a_pending_job_says_why_and_scancel_ends_it_cancelled(slurm_cluster, tmp_path):
+    job_id = slurm_cluster.sbatch("--hold", "--wrap", "true", f"--output={tmp_path / 'held.out'}")
     held = slurm_cluster.wait_state(job_id, "PENDING", timeout=60)
     assert held["Reason"] == "JobHeldUser"
     # the clients reach the cluster through SLURM_CONF, as ftui's own calls do
