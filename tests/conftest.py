@@ -90,7 +90,11 @@ def demo_tokenizer():
 # one of its tests would start them); the read-only pre-trained base is built once under a
 # lock and read by every worker.
 GROUPED_FIXTURES = ("demo_train", "engine_runs",  # demo_run, demo_copy use demo_train
-                    "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs")
+                    "four_step_run", "mirrored_run", "two_fsdp_ranks", "family_runs",
+                    # test_vl_train's 2-rank VL runs were trained on both workers (47 s each, a
+                    # timing run of the suite); the others train too (vl_run: test_vl_chat's and
+                    # test_vl_predict's)
+                    "two_ranks", "gpu_run", "vl_run", "vl_runs")
 # The Slurm clusters' tests are marked slurm and share one worker (group "slurm_cluster"): only it
 # starts the session's cluster, and the two-node cluster, while it runs, replaces SLURM_CONF there
 SLURM_FIXTURES = ("slurm_cluster", "slurm_two_nodes")

@@ -61,7 +61,9 @@ def _cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.mark.parametrize("where", ["dashboard", "runs screen"])
+# CI time: from the runs screen with -m slow (a real run to completion, 43 s on a loaded 2-core
+# machine); CI keeps the dashboard's, and the runs screen's R on a fake start below
+@pytest.mark.parametrize("where", ["dashboard", pytest.param("runs screen", marks=pytest.mark.slow)])
 async def test_a_stopped_run_resumed_from_the_app_runs_to_completion_on_its_dashboard(tmp_path, where):
     run = stopped_tiny_run(tmp_path)
     app = make_app(tmp_path, attach=run if where == "dashboard" else None)
@@ -90,6 +92,22 @@ async def test_a_stopped_run_resumed_from_the_app_runs_to_completion_on_its_dash
 def _fake_run(tmp_path: Path, status: str, dataset: Path) -> Path:
     """A run as prepare_run makes it, ended with ``status`` and checkpoint step-2 (test_ops' _ended)."""
     return _ended(prepare_run(tiny_config(tmp_path, dataset=str(dataset), max_steps=4)), status)
+
+
+async def test_r_on_the_runs_screen_resumes_the_highlighted_run_and_follows_it(tmp_path, started):
+    """The runs screen's R: the resume of the highlighted run from its newest checkpoint, then
+    its dashboard (the job itself is the dashboard's test above)."""
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps(RECORDS[:40], indent=1))
+    run = _fake_run(tmp_path, "stopped", data)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_show_runs()
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.runs)
+        await pilot.press("R")
+        await until(pilot, lambda: len(started) == 1)
+        assert started[0]["resume"].name == "step-2" and Path(started[0]["run"]).resolve() == run.resolve()
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.run_dir.resolve() == run.resolve())
 
 
 async def test_a_resume_with_changed_data_asks_first_naming_the_change_and_refusals_keep_the_app(tmp_path, started):

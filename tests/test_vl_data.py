@@ -124,6 +124,7 @@ def test_images_without_any_placeholder_are_refused_as_llamafactory_training_ref
     assert "1 file(s) in its images column but 0 <image>" in str(err.value) and "LLaMA-Factory 0.9.5 refuses such a record" in str(err.value)
 
 
+@pytest.mark.slow  # CI time (30 s: LLaMA-Factory's venv starts): ftui's refusal is test_images_without_any_placeholder_...
 def test_llamafactory_refuses_a_record_with_images_and_no_placeholder(tmp_path):
     """The rule above, checked against LLaMA-Factory's own plugin (its venv, when here)."""
     if not LF_PYTHON.is_file():
@@ -217,8 +218,37 @@ SIZES = [(300, 200), (640, 480), (4000, 3000), (5000, 20), (10, 10), (1, 1), (12
 PIXEL_BOUNDS = [(768 * 768, 32 * 32), (262144, 1024), (4096, 1024)]  # LLaMA-Factory's default, its Qwen3-VL examples', a small one
 
 
-def test_the_regularised_size_is_llamafactorys(tmp_path):
-    """regularized_size against LLaMA-Factory's Qwen2VLPlugin._preprocess_image (its venv)."""
+# LLaMA-Factory 0.9.5's sizes for SIZES x PIXEL_BOUNDS, recorded from its venv (how: the file's
+# made_by): CI compares with the record, -m slow asks LLaMA-Factory again (its venv takes 25 s to start)
+RECORDED_SIZES = Path(__file__).parent / "data" / "llamafactory_vlm" / "regularized_sizes.json"
+
+
+def _cases() -> list[tuple[tuple[int, int], int, int]]:
+    return [(s, hi, lo) for s in SIZES for hi, lo in PIXEL_BOUNDS]
+
+
+def _recorded() -> list[tuple[int, int] | None]:
+    rows = json.loads(RECORDED_SIZES.read_text())["cases"]
+    assert [(tuple(r["size"]), r["image_max_pixels"], r["image_min_pixels"]) for r in rows] == _cases()
+    return [tuple(r["llamafactory"]) if r["llamafactory"] else None for r in rows]
+
+
+def test_the_regularised_size_is_llamafactorys():
+    """regularized_size against LLaMA-Factory's Qwen2VLPlugin._preprocess_image (recorded)."""
+    theirs = _recorded()
+    assert None in theirs  # 100000 x 1 scaled to 4096 pixels: 0 pixels high
+
+    def ours(width, height, hi, lo):
+        try:
+            return regularized_size(width, height, hi, lo)
+        except ValueError:
+            return None
+
+    assert [ours(w, h, hi, lo) for (w, h), hi, lo in _cases()] == theirs
+
+
+@pytest.mark.slow  # CI time: test_the_regularised_size_is_llamafactorys compares with this record
+def test_llamafactory_still_gives_the_recorded_sizes():
     if not LF_PYTHON.is_file():
         pytest.skip(f"LLaMA-Factory's venv is not at {LF_PYTHON}")
     code = ("import json, sys\nfrom PIL import Image\nfrom llamafactory.data.mm_plugin import get_mm_plugin\n"
@@ -229,19 +259,10 @@ def test_the_regularised_size_is_llamafactorys(tmp_path):
             "    except ValueError:\n"  # a side scaled to 0 pixels: PIL cannot resize to it
             "        return None\n"
             "print(json.dumps([size(*case) for case in json.loads(sys.argv[1])]))\n")
-    cases = [(s, hi, lo) for s in SIZES for hi, lo in PIXEL_BOUNDS]
-    proc = subprocess.run([str(LF_PYTHON), "-c", code, json.dumps(cases)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(LF_PYTHON), "-c", code, json.dumps(_cases())], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     theirs = [tuple(s) if s else None for s in json.loads(proc.stdout.strip().splitlines()[-1])]
-    assert None in theirs  # 100000 x 1 scaled to 4096 pixels: 0 pixels high
-
-    def ours(width, height, hi, lo):
-        try:
-            return regularized_size(width, height, hi, lo)
-        except ValueError:
-            return None
-
-    assert [ours(w, h, hi, lo) for (w, h), hi, lo in cases] == theirs
+    assert theirs == _recorded()
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])  # patch 14 and 16
