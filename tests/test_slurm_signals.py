@@ -228,7 +228,7 @@ def test_the_time_limit_warning_checkpoints_then_requeues_the_job(tmp_path, fake
     out, _err = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     made = calls(fake_slurm)
-    assert made[0].startswith(f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 ") and f"ftui.jobs.slurm_node {run}" in made[0]
+    assert made[0].startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 ") and f"ftui.jobs.slurm_node {run}" in made[0]
     assert made[1:3] == ["scancel --signal=TERM 77", "scontrol requeue 77"]
     assert made[3:] == (["scontrol -o show job 77"] if refused or killed else [])  # did Slurm requeue it after all?
     if refused:  # not allowed on this cluster: the run stays stopped and says how to go on
