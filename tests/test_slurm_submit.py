@@ -41,7 +41,7 @@ def test_the_script_sets_every_option_in_order_with_the_users_lines_last(tmp_pat
     cfg = slurm_cfg(tmp_path, device="auto", nnodes=2, nproc_per_node=4, engine="ddp", slurm_partition="gpu a100",
                     slurm_account="lab", slurm_qos="high", slurm_time="2-00:00:00", slurm_cpus_per_task=16,
                     slurm_mem_per_task="64G", slurm_constraint="a100&ib", slurm_warn_s=300,
-                    slurm_sbatch_lines=["#SBATCH --mail-type=END", "#SBATCH --exclusive"])
+                    slurm_sbatch_lines=["#SBATCH --mail-type=END", "--exclusive"])
     script = batch_script(cfg, tmp_path / "run-1", "/opt/py/bin/python")
     assert script.startswith("#!/bin/bash\n")
     assert sbatch_lines(script) == [
@@ -117,7 +117,7 @@ def test_a_run_directory_slurm_would_read_as_an_output_pattern_is_refused(tmp_pa
 @pytest.mark.parametrize("over,field,words", [
     ({"slurm_time": "two days"}, "slurm_time", "not a Slurm time"),
     ({"slurm_partition": "gpu\n#SBATCH --wrap=x"}, "slurm_partition", "line break"),
-    ({"slurm_sbatch_lines": ["--mail-type=END"]}, "slurm_sbatch_lines", "must start with '#SBATCH '"),
+    ({"slurm_sbatch_lines": ["module load cuda"]}, "slurm_sbatch_lines", "must be an sbatch option"),
     ({"slurm_sbatch_lines": ["#SBATCH --array=1-4"]}, "slurm_sbatch_lines", "one job per run"),
     ({"slurm_sbatch_lines": ["#SBATCH -N 4"]}, "slurm_sbatch_lines", "set nnodes"),
     ({"slurm_sbatch_lines": ["#SBATCH --ntasks-per-node=8"]}, "slurm_sbatch_lines", "nproc_per_node"),

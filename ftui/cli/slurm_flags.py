@@ -34,7 +34,7 @@ def add_slurm_flags(t: argparse.ArgumentParser) -> None:
     for flag, key, metavar, what in FLAGS:
         g.add_argument(flag, dest=key, metavar=metavar, help=_(what), default=None, type=int if key in NUMBERS else str)
     g.add_argument("--sbatch", dest="slurm_sbatch_lines", action="append", metavar="LINE",
-                   help=_("one more #SBATCH line, e.g. '#SBATCH --mail-type=END' (repeatable; slurm_sbatch_lines)"))
+                   help=_("one more sbatch option for the script, e.g. --sbatch=--mail-type=END (repeatable; slurm_sbatch_lines)"))
 
 
 def slurm_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -70,12 +70,21 @@ def slurm_problems(cfg: RunConfig) -> list[FieldProblem]:
     return out
 
 
+def sbatch_line(line: str) -> str:
+    """An extra line as the script holds it: ``#SBATCH --exclusive`` as given, a bare option
+    (``--exclusive``, ``-C a100``: what the form's field and ``--sbatch=--exclusive`` give) with
+    ``#SBATCH `` before it. Anything else is returned as given, for sbatch_line_problem to refuse."""
+    text = line.strip()
+    return f"#SBATCH {text}" if text.startswith("-") else text
+
+
 def sbatch_line_problem(line: str) -> str | None:
-    """Why an extra #SBATCH line is refused (None: it is written as given)."""
+    """Why an extra #SBATCH line is refused (None: it is written as sbatch_line gives it)."""
     if re.search(r"[\r\n\0]", line):
         return _("one #SBATCH line per list item: a line break would add a line to the batch script")
+    line = sbatch_line(line)
     if not line.startswith("#SBATCH "):
-        return _("each line must start with '#SBATCH ' (e.g. '#SBATCH --mail-type=END'); other lines are not "
+        return _("each line must be an sbatch option (e.g. --mail-type=END) or start with '#SBATCH '; other lines are not "
                  "written into the batch script")
     for token in line[len("#SBATCH "):].split():
         if token.startswith("#"):

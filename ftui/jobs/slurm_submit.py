@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftui.i18n import N_, _
+from ftui.config.slurm_rules import sbatch_line
 from ftui.rundir.launch_record import hostname, write_launch_info
 from ftui.rundir.paths import SLURM_OUTPUT_PATTERN, SLURM_SCRIPT_FILE
 from ftui.safety.text import visible
@@ -133,7 +134,7 @@ def batch_script(cfg: RunConfig, run_dir: Path, python: str, resume: Path | None
              f"# ftui's batch script for run {run_dir.name}, submitted with: sbatch {SLURM_SCRIPT_FILE} (docs/clusters.md).",
              "# Slurm reads the #SBATCH lines; srun then starts one ftui launcher per node (ftui.jobs.slurm_batch)."]
     lines += [f"#SBATCH {opt}" for opt in sbatch_options(cfg, run_dir)]
-    lines += [line.rstrip() for line in cfg.slurm_sbatch_lines]
+    lines += [sbatch_line(line) for line in cfg.slurm_sbatch_lines]
     lines += ["", f"cd {shlex.quote(cwd)} || exit 1"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in job_environment(environ).items()]
     tail = [python, "-m", "ftui.jobs.slurm_batch", str(run_dir), *(["--resume", str(resume)] if resume is not None else [])]
