@@ -1,54 +1,32 @@
-"""Training runs submitted to the test Slurm cluster (tests/slurm_cluster.py), for the tests of
-what runs inside the job (ftui.jobs.slurm_batch, ftui.jobs.slurm_node).
-
-``batch_script`` is a stand-in for slurm-submit's (interface 8 of issue 45: ftui.jobs.slurm_submit
-owns the real one): the same shape, the options these tests need and no more."""
+"""Training runs submitted to the test Slurm cluster (tests/slurm_cluster.py) the way a user
+submits them (ftui.ops.start: the batch script ftui.jobs.slurm_submit writes), for the tests of
+what runs inside the job (ftui.jobs.slurm_batch, ftui.jobs.slurm_node) and how it is followed."""
 
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import sys
-import time
 from pathlib import Path
 
 from conftest import tiny_config, wait_for
 from ftui.rundir.event_reader import read_all
-from ftui.rundir.launch_record import write_launch_info
 from ftui.rundir.paths import EVENTS_FILE
 
 
 def slurm_run_config(tmp_path: Path, **overrides):
-    """The demo model over 2 gloo ranks on one node, launcher slurm (set past the config rules,
-    which slurm-submit's branch extends)."""
-    base = dict(engine="ddp", nproc_per_node=2, save_steps=1000, run_name="slurm")
+    """The demo model over 2 gloo ranks on one node, launcher slurm, through the config's checks."""
+    base = dict(engine="ddp", nproc_per_node=2, save_steps=1000, run_name="slurm", launcher="slurm")
     base.update(overrides)
-    slurm = {k: base.pop(k) for k in list(base) if k.startswith("slurm_")}
-    return tiny_config(tmp_path, **base).model_copy(update={"launcher": "slurm", **slurm})
+    return tiny_config(tmp_path, **base)
 
 
-def batch_script(run_dir: Path, resume: Path | None = None, sbatch: tuple[str, ...] = (), nodes: int = 1) -> str:
-    """RUN/slurm.sh as slurm-submit writes it: Slurm's options, then the batch step."""
-    lines = ["#!/bin/bash", "#SBATCH --job-name=ftui-test", f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1",
-             f"#SBATCH --output={run_dir}/slurm-%j.out", "#SBATCH --open-mode=append", "#SBATCH --requeue",
-             *(f"#SBATCH {opt}" for opt in sbatch), "", f"cd {shlex.quote(os.getcwd())} || exit 1",
-             f"export PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))}",
-             "exec " + shlex.join([sys.executable, "-m", "ftui.jobs.slurm_batch", str(run_dir),
-                                   *(["--resume", str(resume)] if resume is not None else [])])]
-    return "\n".join(lines) + "\n"
+def start_on_slurm(cfg) -> tuple[Path, str]:
+    """``cfg`` started as the app and ``ftui train --slurm`` start a run (ftui.ops.start.start:
+    the run directory, RUN/slurm.sh, the shared-filesystem probe, sbatch, launch.json); returns
+    the run directory and the Slurm job id."""
+    from ftui.ops.start import start
 
-
-def submit(cluster, run_dir: Path, *sbatch: str, nodes: int = 1) -> str:
-    """Writes RUN/slurm.sh, submits it and records the job in launch.json (interface 1's first
-    record, as slurm-submit's submit writes it); returns the job id."""
-    script = run_dir / "slurm.sh"
-    script.write_text(batch_script(run_dir, sbatch=sbatch, nodes=nodes))
-    job_id = cluster.sbatch(str(script))
-    write_launch_info(run_dir, {"scheduler": {"kind": "slurm", "job_id": job_id, "cluster": "ftuitest", "submit_host": "test",
-                                              "submitted": time.time(), "script": "slurm.sh"},
-                                "host": "test", "start_time": time.time(), "command": ["sbatch", str(script)]})
-    return job_id
+    started = start(cfg)
+    return started.run_dir.resolve(), started.info["scheduler"]["job_id"]
 
 
 def output(run_dir: Path, job_id: str) -> str:

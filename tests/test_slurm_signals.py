@@ -6,6 +6,8 @@ outside Slurm, keeps its meaning (exit / kill at once)."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -272,71 +274,96 @@ def test_slurm_ending_the_job_is_recorded_in_the_run(tmp_path, fake_slurm):
     assert "scontrol -o show job 77" in calls(fake_slurm)
 
 
-# --- On the real test cluster (tests/slurm_cluster.py): runs submitted with a batch script as
-# slurm-submit writes it (tests/slurm_jobs.py), then signalled as Slurm and its users do.
+# --- On the real test cluster (tests/slurm_cluster.py): runs started as a user starts them
+# (ftui.ops.start: slurm.sh, the probe, sbatch; tests/slurm_jobs.py), then followed, stopped and
+# signalled as ftui, Slurm and its users do.
 
 STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def completed_run(slurm_cluster, tmp_path_factory):
-    """(a) A 2-rank gloo run through sbatch, left to complete: also the uninterrupted reference
-    the requeued run's losses are compared with."""
-    from ftui.jobs.launch import prepare_run
-    from slurm_jobs import slurm_run_config, submit
+def submitted_run(slurm_cluster, tmp_path_factory):
+    """(a) A 2-rank gloo run through sbatch that waits in the queue for a few seconds first
+    (``--begin``: Reason BeginTime), left to complete: also the uninterrupted reference the
+    requeued run's losses are compared with."""
+    from slurm_jobs import slurm_run_config, start_on_slurm
 
-    run = prepare_run(slurm_run_config(tmp_path_factory.mktemp("completed"), max_steps=STEPS)).resolve()
-    job = submit(slurm_cluster, run)
+    return start_on_slurm(slurm_run_config(tmp_path_factory.mktemp("completed"), max_steps=STEPS,
+                                           slurm_sbatch_lines=["--begin=now+8"]))
+
+
+@pytest.fixture(scope="module")
+def completed_run(slurm_cluster, submitted_run):
+    run, job = submitted_run
     return run, job, slurm_cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 600)
 
 
-def test_a_run_submitted_to_slurm_completes(completed_run):
+async def test_a_run_submitted_to_slurm_is_followed_from_queued_to_completed(slurm_cluster, submitted_run, tmp_path):
+    """The dashboard (pilot) and ``ftui watch`` follow the run from the queue (Slurm's reason)
+    through its two ranks to completed; the run's own files say how it ended."""
     from ftui.rundir.launch_record import read_launch_info
     from slurm_jobs import lives, output, slurm_end
+    from tests.test_tui_pilot import make_app, text_of, until
 
-    run, job_id, job = completed_run
+    run, job_id = submitted_run
+    watch = subprocess.Popen([sys.executable, "-m", "ftui.cli.main", "watch", str(run)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        app = make_app(tmp_path, attach=run)
+        async with app.run_test(size=(120, 40)) as pilot:
+            dash = app.screen
+            await until(pilot, lambda: dash.view is not None and dash.view.status == "queued", 60)
+            header = text_of(dash.query_one("#run-header"))
+            assert f"Slurm job {job_id}" in header and "BeginTime" in header, header
+            await until(pilot, lambda: dash.view.status == "completed", 600)
+            assert dash.view.step == STEPS
+        said, _ = watch.communicate(timeout=120)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, said
+    assert "queued" in said and "BeginTime" in said and "completed" in said, said
+    job = slurm_cluster.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, 120)
     assert job["JobState"] == "COMPLETED", output(run, job_id)[-3000:]
     [life] = lives(run)
     assert life[0]["world_size"] == 2 and life[-1]["event"] == "run_end" and life[-1]["status"] == "completed"
     assert [e["step"] for e in life if e["event"] == "step"] == list(range(1, STEPS + 1))
-    assert (run / "final").is_dir()
+    assert (run / "final").is_dir() and (run / "slurm.sh").is_file()
     info = read_launch_info(run)
     assert info["scheduler"]["job_id"] == job_id and info["restarts"] == 0 and info["nodes"] == [job["NodeList"]]
     assert "node 0 of 1" in (run / "train.log").read_text()
     assert slurm_end(run) is None  # Slurm did not end it: the run's own run_end says how it ended
 
 
-def test_scancel_signal_term_stops_the_run_with_a_checkpoint(slurm_cluster, tmp_path):
-    """(b) Stop's way (``scancel --signal=TERM``): every step process gets TERM from slurmstepd,
+def test_stop_asks_the_ranks_to_save_and_a_second_stop_cancels(slurm_cluster, tmp_path):
+    """(b) ftui's Stop (``scancel --signal=TERM``): every step process gets TERM from slurmstepd,
     and the launcher's forward on top; the ranks save and write run_end stopped; the batch step
     exits 0, so Slurm says COMPLETED."""
-    from ftui.jobs.launch import prepare_run
+    from ftui.ops.control import stop
     from ftui.rundir.checkpoints import checkpoints
-    from slurm_jobs import lives, slurm_run_config, submit, wait_steps
+    from ftui.rundir.follower import summarize_run
+    from slurm_jobs import lives, slurm_run_config, start_on_slurm, wait_steps
 
-    run = prepare_run(slurm_run_config(tmp_path, max_steps=2000)).resolve()
-    job = submit(slurm_cluster, run)
+    run, job = start_on_slurm(slurm_run_config(tmp_path, max_steps=2000))
     wait_steps(run, job, 2)
-    slurm_cluster.run("scancel", "--signal=TERM", job)
+    assert f"Slurm job {job}" in stop(run)
     assert slurm_cluster.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, 300)["JobState"] == "COMPLETED"
     [life] = lives(run)
     assert life[-1]["event"] == "run_end" and life[-1]["status"] == "stopped", life[-1]
     last = [e for e in life if e["event"] == "step"][-1]["step"]
     assert 2 <= last < 2000 and [s for s, _ in checkpoints(run)] == [last]
+    assert summarize_run(run).status == "stopped"
 
 
 def test_the_time_limit_warning_checkpoints_requeues_and_resumes_exactly(slurm_cluster, completed_run, tmp_path):
     """(c) The warning (``scancel -b --signal=USR1``, what ``--signal=B:USR1@S`` sends, without
     waiting for it): a checkpoint, ``scontrol requeue`` (the same job id, Restarts=1), and the
     second life resumes from it and completes with the losses of a run never interrupted."""
-    from ftui.jobs.launch import prepare_run
     from ftui.rundir.launch_record import read_launch_info
-    from slurm_jobs import lives, output, slurm_run_config, submit, wait_output, wait_steps
+    from slurm_jobs import lives, output, slurm_run_config, start_on_slurm, wait_output, wait_steps
 
     reference_run = completed_run[0]
     reference = {e["step"]: e["loss"] for e in lives(reference_run)[0] if e["event"] == "step"}
-    run = prepare_run(slurm_run_config(tmp_path, max_steps=STEPS)).resolve()
-    job = submit(slurm_cluster, run)
+    run, job = start_on_slurm(slurm_run_config(tmp_path, max_steps=STEPS))
     wait_steps(run, job, 2)
     slurm_cluster.run("scancel", "-b", "--signal=USR1", job)
     wait_output(run, job, f"requeued job {job}", 300)
@@ -356,33 +383,32 @@ def test_the_time_limit_warning_checkpoints_requeues_and_resumes_exactly(slurm_c
     assert not (run / "requeue_requested").exists()  # the second life took it away
 
 
-def test_plain_scancel_is_recorded_as_slurms_cancelled(slurm_cluster, tmp_path):
-    """(d) ``scancel JOB`` from outside: Slurm's verdict, CANCELLED, is kept in the run."""
-    from ftui.jobs.launch import prepare_run
-    from slurm_jobs import output, slurm_end, slurm_run_config, submit, wait_output
+def test_plain_scancel_reads_cancelled_not_died(slurm_cluster, tmp_path):
+    """(d) ``scancel JOB`` from outside: Slurm's verdict, CANCELLED, is kept in the run, which
+    reads cancelled (its processes are gone, but Slurm said why)."""
+    from conftest import wait_for
+    from ftui.rundir.follower import summarize_run
+    from slurm_jobs import output, slurm_end, slurm_run_config, start_on_slurm, wait_output
 
-    run = prepare_run(slurm_run_config(tmp_path, max_steps=2000)).resolve()
-    job = submit(slurm_cluster, run)
+    run, job = start_on_slurm(slurm_run_config(tmp_path, max_steps=2000))
     wait_output(run, job, f"job {job}, life 1")  # the batch step handles TERM from here on
     slurm_cluster.run("scancel", job)
     slurm_cluster.wait_state(job, {"CANCELLED"}, 120)
-    from conftest import wait_for
-
     assert wait_for(lambda: slurm_end(run) is not None, 60), output(run, job)[-3000:]
     assert slurm_end(run)["state"] == "CANCELLED" and slurm_end(run)["job_id"] == job
+    summary = summarize_run(run)
+    assert summary.status == "cancelled" and f"job {job}" in summary.reason and summary.hint, (summary.status, summary.reason)
 
 
 @pytest.mark.slow
 def test_a_real_time_limit_warns_checkpoints_and_requeues(slurm_cluster, tmp_path):
-    """``--time=2 --signal=B:USR1@60``: Slurm's own warning, some 60-80 s before the limit."""
-    from ftui.jobs.launch import prepare_run
-    from slurm_jobs import lives, output, slurm_end, slurm_run_config, submit, wait_output
-
-    run = prepare_run(slurm_run_config(tmp_path, max_steps=100000, save_steps=100000)).resolve()
-    job = submit(slurm_cluster, run, "--time=2", "--signal=B:USR1@60")
-    wait_output(run, job, f"requeued job {job}", 240)
+    """``slurm_time: 2`` with ``slurm_warn_s: 60`` (``--time=2 --signal=B:USR1@60``): Slurm's own
+    warning, some 60-80 s before the limit."""
     from conftest import wait_for
+    from slurm_jobs import lives, output, slurm_end, slurm_run_config, start_on_slurm, wait_output
 
+    run, job = start_on_slurm(slurm_run_config(tmp_path, max_steps=100000, save_steps=100000, slurm_time="2", slurm_warn_s=60))
+    wait_output(run, job, f"requeued job {job}", 240)
     assert wait_for(lambda: len(lives(run)) == 2 and any(e["event"] == "step" for e in lives(run)[1]), 300), output(run, job)[-3000:]
     first, second = lives(run)
     assert first[-1]["status"] == "stopped"

@@ -10,13 +10,10 @@ import pytest
 
 @pytest.mark.slow
 def test_two_slurm_nodes_train_one_run(slurm_two_nodes, tmp_path):
-    from ftui.jobs.launch import prepare_run
     from ftui.rundir.launch_record import read_launch_info
-    from slurm_jobs import lives, output, slurm_run_config, submit
+    from slurm_jobs import lives, output, slurm_run_config, start_on_slurm
 
-    cfg = slurm_run_config(tmp_path, nproc_per_node=1, max_steps=6).model_copy(update={"nnodes": 2})
-    run = prepare_run(cfg).resolve()
-    job = submit(slurm_two_nodes, run, nodes=2)
+    run, job = start_on_slurm(slurm_run_config(tmp_path, nproc_per_node=1, nnodes=2, max_steps=6))
     end = slurm_two_nodes.wait_state(job, {"COMPLETED", "FAILED", "CANCELLED"}, 600)
     assert end["JobState"] == "COMPLETED", output(run, job)[-3000:] + (run / "train.log").read_text()[-3000:]
     [life] = lives(run)
