@@ -289,7 +289,7 @@ def submitted_run(slurm_cluster, tmp_path_factory):
     from slurm_jobs import slurm_run_config, start_on_slurm
 
     return start_on_slurm(slurm_run_config(tmp_path_factory.mktemp("completed"), max_steps=STEPS,
-                                           slurm_sbatch_lines=["--begin=now+8"]))
+                                           slurm_sbatch_lines=["--begin=now+5"]))
 
 
 @pytest.fixture(scope="module")

@@ -362,3 +362,17 @@ def test_train_slurm_detach_submits_a_real_job_and_records_its_id(tmp_path, slur
         assert wait_for((run_dir / f"slurm-{scheduler['job_id']}.out").exists, timeout=60)
     finally:
         subprocess.run(["scancel", scheduler["job_id"]], timeout=30)
+
+
+def test_a_partition_the_real_cluster_rejects_is_refused_naming_the_field_and_nothing_is_left(tmp_path, slurm_cluster):
+    """Slurm itself refuses ``slurm_partition: nosuch`` (the probe's srun or sbatch): the start
+    says so naming the field, and the run directory it made is gone."""
+    from ftui.ops.errors import SlurmRefused
+    from ftui.ops.start import start
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(tmp_path, launcher="slurm", slurm_partition="nosuch")
+    with pytest.raises(SlurmRefused) as refused:
+        start(cfg)
+    assert "slurm_partition" in str(refused.value) and "nosuch" in str(refused.value), str(refused.value)
+    assert list((tmp_path / "runs").iterdir()) == []

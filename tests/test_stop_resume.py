@@ -29,6 +29,10 @@ def wait_for_exit(pid: int, timeout=180.0) -> None:
     assert wait_for(gone, timeout), f"process {pid} did not exit"
 
 
+# slow since issue 45 (CI's 25 minutes): a 2-rank DDP run stopped by SIGTERM that resumes exactly is
+# in CI as test_slurm_signals' time-limit warning test (TERM to every rank, checkpoint, a resumed
+# life with an uninterrupted run's losses); the local Stop as test_launch's detach-then-stop
+@pytest.mark.slow
 @pytest.mark.dist
 def test_sigterm_to_the_group_stops_saves_and_resumes_exactly(tmp_path):
     from ftui.jobs.launch import prepare_run, start_run, stop_run

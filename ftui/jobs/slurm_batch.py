@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ftui.i18n import _
+from ftui.jobs.slurm_node import parse_args  # the batch step and srun's task take the same RUN_DIR [--resume CKPT]
 from ftui.rundir.checkpoints import CheckpointError, resolve_checkpoint
 from ftui.rundir.event_reader import LIFECYCLE_TAIL, EventReader
 from ftui.rundir.events import START_EVENTS
@@ -282,14 +283,6 @@ class BatchStep:
         say(_("scontrol requeue {job} failed ({reason}): the run stays stopped at its checkpoint; continue it with "
               "ftui train --resume {run}").format(job=self.job_id, reason=out, run=self.run_dir))
         return 0
-
-
-def parse_args(argv: list[str]) -> tuple[Path, Path | None] | None:
-    if len(argv) == 1:
-        return Path(argv[0]), None
-    if len(argv) == 3 and argv[1] == "--resume":
-        return Path(argv[0]), Path(argv[2])
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

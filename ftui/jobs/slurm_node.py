@@ -208,6 +208,8 @@ def say(message: str, *more: int) -> None:
 
 
 def parse_args(argv: list[str]) -> tuple[Path, Path | None] | None:
+    """``RUN_DIR [--resume CKPT]``, the arguments of srun's task and of the batch step alike;
+    None when they are not that."""
     if len(argv) == 1:
         return Path(argv[0]), None
     if len(argv) == 3 and argv[1] == "--resume":
