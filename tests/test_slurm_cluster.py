@@ -82,6 +82,7 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+@pytest.mark.slow  # CI time: the session's own cluster is stopped the same way at the end of every run
 def test_stopping_a_cluster_leaves_nothing_of_it(slurm_cluster):
     """A second cluster beside the session's: a job still running when it stops is cancelled, its
     daemons and the job's processes end, its directory goes, SLURM_CONF is the session's again."""

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import wait_for
 from ftui.config.load import demo_config
 from ftui.config.preflight import check_config
+from ftui.jobs import slurm_submit
 from ftui.jobs.slurm_submit import SlurmSubmitError, batch_script, job_environment, submit
 from ftui.ops import errors, start as ops_start
 from ftui.rundir.index import indexed_run_dirs
@@ -223,7 +224,8 @@ def test_a_partition_slurm_rejects_names_the_field_with_slurms_words_escaped(tmp
 
 
 @pytest.mark.parametrize("srun", ["exit 0", 'for a; do p=$a; done; : > "${0%/*}/.slurm-probe-$p"'])  # nothing; elsewhere
-def test_a_node_that_does_not_see_the_run_directory_is_refused_before_sbatch(tmp_path, fake_slurm, srun):
+def test_a_node_that_does_not_see_the_run_directory_is_refused_before_sbatch(tmp_path, fake_slurm, srun, monkeypatch):
+    monkeypatch.setattr(slurm_submit, "PROBE_READ_S", 0.5)  # how long a network filesystem may lag: nothing comes here
     fake_slurm("srun", srun)
     fake_slurm("sbatch", ': > "${0%/*}/sbatch-ran"; echo 1')
     with pytest.raises(errors.SlurmRefused) as refused:

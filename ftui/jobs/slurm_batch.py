@@ -194,14 +194,16 @@ class BatchStep:
         if not ok:
             say(_("scancel --signal=TERM {job} failed: {reason}").format(job=self.job_id, reason=out))
 
-    def try_verdict(self) -> bool:
+    def try_verdict(self, ask_slurm: bool = True) -> bool:
         """Records Slurm's end state once it is known; True once recorded. While this batch step
         lives Slurm says COMPLETING (the job ends when it does), so the state comes from the line
         slurmstepd wrote into the job's output (``*** JOB N ON HOST CANCELLED AT T DUE TO TIME
-        LIMIT ***``), or from Slurm where it already names an end state."""
+        LIMIT ***``), or from Slurm where it already names an end state (``ask_slurm``)."""
         if self.verdict is not None:
             return True
-        job = output_verdict(self.run_dir, self.job_id, self.restarts, self.output_from) or self.slurm_verdict()
+        job = output_verdict(self.run_dir, self.job_id, self.restarts, self.output_from)
+        if job is None and ask_slurm:
+            job = self.slurm_verdict()
         if job is None:
             return False
         from ftui.rundir.slurm_end import record_slurm_end
@@ -232,6 +234,10 @@ class BatchStep:
             if self.warned and not handled_warning:
                 handled_warning = True
                 self.handle_warning()
+            if self.terminated and self.verdict is None:
+                # Slurm is ending the job: its line is in the output at once, and Slurm SIGKILLs this
+                # step KillWait seconds later, maybe before srun has ended (a loaded machine)
+                self.try_verdict(ask_slurm=False)
             try:
                 code = srun.wait(timeout=POLL_S)
                 return code if code >= 0 else 128 - code
