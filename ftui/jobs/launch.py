@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import psutil
 
@@ -62,6 +62,15 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
     whole, and in every other value the credentials of any URL (HF_ENDPOINT=https://user:token@mirror
     is recorded as https://***@mirror)."""
     return {k: ("<redacted>" if SECRET_NAME.search(k) else redact_urls(v)) for k, v in env.items()}
+
+
+RECORDED_ENV = ("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_")  # the variables launch.json records
+
+
+def recorded_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of a job's environment launch.json records (RECORDED_ENV's prefixes), redacted
+    (redact_env): one rule for a local start, a Slurm submit and each life of a Slurm job."""
+    return redact_env({k: v for k, v in env.items() if k.startswith(RECORDED_ENV)})
 
 
 def create_run(cfg: RunConfig, name: str | None = None) -> RunDir:
@@ -138,7 +147,7 @@ def start_run(run_dir: Path, cfg: RunConfig, extra_env: dict[str, str] | None = 
         "start_time": time.time(),
         "cwd": os.getcwd(),
         "python": sys.executable,
-        "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
+        "env": recorded_env(env),
         **({"resumed_from": str(resume), **carried} if resume is not None else {}),
     }
     write_launch_info(home, info)

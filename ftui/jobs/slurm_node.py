@@ -160,7 +160,7 @@ def life_record(run_dir: Path, cfg: RunConfig, place: Placement, cmd: list[str],
     this process's pid (the supervisor's once it execs), the nodes and the lives before this one;
     a resumed life carries the earlier segments as launch.start_run does. Read before the new
     job writes its run_start."""
-    from ftui.jobs.launch import redact_env
+    from ftui.jobs.launch import recorded_env
 
     before = read_launch_info(run_dir)
     info: dict = {k: before[k] for k in ("scheduler",) if k in before}
@@ -175,7 +175,7 @@ def life_record(run_dir: Path, cfg: RunConfig, place: Placement, cmd: list[str],
         "command_line": shlex.join(cmd),
         "cwd": os.getcwd(),
         "python": sys.executable,
-        "env": redact_env({k: v for k, v in env.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
+        "env": recorded_env(env),
         "pid": os.getpid(),
         "create_time": create_time,
         "pgid": os.getpgid(0),

@@ -304,7 +304,7 @@ def submit(cfg: RunConfig, run_dir: Path, resume: Path | None = None, *, notices
     writes launch.json (its ``scheduler`` record) and returns it. ``notices``: where a notice
     the user should read is added (the probe that could not run now). SlurmSubmitError on
     every failure, with the script as it was before (a resubmit's earlier one, or none)."""
-    from ftui.jobs.launch import redact_env
+    from ftui.jobs.launch import recorded_env
     from ftui.rundir.follower import earlier_segments
 
     if shutil.which("sbatch") is None:
@@ -335,7 +335,7 @@ def submit(cfg: RunConfig, run_dir: Path, resume: Path | None = None, *, notices
                       "submit_host": hostname(), "submitted": now, "script": SLURM_SCRIPT_FILE},
         "host": hostname(), "start_time": now, "command": command, "command_line": shlex.join(command),
         "cwd": os.getcwd(), "python": python,
-        "env": redact_env({k: v for k, v in os.environ.items() if k.startswith(("FTUI_", "CUDA_", "HF_", "NCCL_", "OMP_"))}),
+        "env": recorded_env(os.environ),
         **({"resumed_from": str(resume), **carried} if resume is not None else {}),
     }
     try:
